@@ -1,0 +1,388 @@
+//! The bit layout of a kubeflake ID.
+//!
+//! An ID is a non-negative `i64` (bit 63 is always zero, so it fits signed columns):
+//!
+//! ```text
+//!  [0][ timestamp (ticks since epoch) ][ datacenter ][ worker slot ][ sequence ]
+//! ```
+//!
+//! [`Layout`] can only be built through [`Layout::new`], which checks every field range
+//! and that the four fields add up to the layout's total (63, or 53 for IDs that
+//! JavaScript numbers hold exactly). Everything downstream can therefore shift and mask
+//! without re-checking.
+
+use std::fmt;
+
+/// Allowed range of `timestampBits`.
+pub const TIMESTAMP_BITS: (u8, u8) = (30, 55);
+/// Allowed range of `datacenterBits`.
+pub const DATACENTER_BITS: (u8, u8) = (0, 10);
+/// Allowed range of `workerBits` (at most 65,536 slots, each a Lease).
+pub const WORKER_BITS: (u8, u8) = (1, 16);
+/// Allowed range of `sequenceBits`.
+pub const SEQUENCE_BITS: (u8, u8) = (0, 22);
+/// Total of the four fields for full-range IDs (bit 63 stays zero).
+pub const FULL_TOTAL_BITS: u8 = 63;
+/// Total of the four fields for JavaScript-safe IDs (every ID below 2^53).
+pub const JS_SAFE_TOTAL_BITS: u8 = 53;
+
+/// Ticks (time units) since the sequence's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Tick(pub u64);
+
+/// A worker slot: `0 .. 2^workerBits`. Assigned by the operator, never derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Slot(pub u32);
+
+/// A datacenter ID: `0 .. 2^datacenterBits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DatacenterId(pub u32);
+
+/// An issued ID. Always below 2^63, so it is a valid non-negative `i64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Id(u64);
+
+impl Id {
+    /// Wraps a raw value; fails for values with bit 63 set.
+    pub fn new(raw: u64) -> Result<Id, LayoutError> {
+        if raw >> 63 != 0 {
+            return Err(LayoutError::IdOutOfRange { id: raw, total_bits: 63 });
+        }
+        Ok(Id(raw))
+    }
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The fields of one ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdParts {
+    pub tick: Tick,
+    pub datacenter: DatacenterId,
+    pub slot: Slot,
+    pub sequence: u32,
+}
+
+/// Why a layout, or a value for one of its fields, is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("layout.{field} is {value}, but it must be between {min} and {max}")]
+    BitsOutOfRange { field: &'static str, value: i64, min: u8, max: u8 },
+    #[error(
+        "layout.totalBits is {0}, but it must be 63 (full 64-bit range) or 53 (JavaScript-safe IDs)"
+    )]
+    BadTotal(i64),
+    #[error(
+        "layout bits add up to {sum} (timestampBits + datacenterBits + workerBits + sequenceBits), \
+         but they must add up to totalBits = {total}; change one of them"
+    )]
+    BadSum { sum: u32, total: u8 },
+    #[error("{field} is {value}, but this layout allows at most {max}")]
+    FieldTooLarge { field: &'static str, value: u64, max: u64 },
+    #[error("{id} does not fit this layout: IDs have at most {total_bits} bits")]
+    IdOutOfRange { id: u64, total_bits: u8 },
+}
+
+/// A validated split of the ID bits. See the module docs for the bit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Layout {
+    timestamp_bits: u8,
+    datacenter_bits: u8,
+    worker_bits: u8,
+    sequence_bits: u8,
+}
+
+fn check_range(field: &'static str, value: i64, (min, max): (u8, u8)) -> Result<u8, LayoutError> {
+    if value < i64::from(min) || value > i64::from(max) {
+        return Err(LayoutError::BitsOutOfRange { field, value, min, max });
+    }
+    Ok(value as u8)
+}
+
+fn mask(bits: u8) -> u64 {
+    (1u64 << bits) - 1
+}
+
+impl Default for Layout {
+    /// 41/0/10/12: 69 years at 1 ms, 1,024 workers, 4,096 IDs per millisecond each.
+    fn default() -> Self {
+        Layout { timestamp_bits: 41, datacenter_bits: 0, worker_bits: 10, sequence_bits: 12 }
+    }
+}
+
+impl Layout {
+    /// Validates a layout. `total_bits` is 63 (full range) or 53 (JavaScript-safe).
+    pub fn new(
+        timestamp_bits: i64,
+        datacenter_bits: i64,
+        worker_bits: i64,
+        sequence_bits: i64,
+        total_bits: i64,
+    ) -> Result<Layout, LayoutError> {
+        let layout = Layout {
+            timestamp_bits: check_range("timestampBits", timestamp_bits, TIMESTAMP_BITS)?,
+            datacenter_bits: check_range("datacenterBits", datacenter_bits, DATACENTER_BITS)?,
+            worker_bits: check_range("workerBits", worker_bits, WORKER_BITS)?,
+            sequence_bits: check_range("sequenceBits", sequence_bits, SEQUENCE_BITS)?,
+        };
+        let total = match total_bits {
+            63 => FULL_TOTAL_BITS,
+            53 => JS_SAFE_TOTAL_BITS,
+            other => return Err(LayoutError::BadTotal(other)),
+        };
+        let sum = layout.total_bits();
+        if sum != u32::from(total) {
+            return Err(LayoutError::BadSum { sum, total });
+        }
+        Ok(layout)
+    }
+
+    pub fn timestamp_bits(&self) -> u8 {
+        self.timestamp_bits
+    }
+    pub fn datacenter_bits(&self) -> u8 {
+        self.datacenter_bits
+    }
+    pub fn worker_bits(&self) -> u8 {
+        self.worker_bits
+    }
+    pub fn sequence_bits(&self) -> u8 {
+        self.sequence_bits
+    }
+    /// 63 or 53.
+    pub fn total_bits(&self) -> u32 {
+        u32::from(self.timestamp_bits)
+            + u32::from(self.datacenter_bits)
+            + u32::from(self.worker_bits)
+            + u32::from(self.sequence_bits)
+    }
+
+    /// Number of worker slots: `2^workerBits`.
+    pub fn slot_count(&self) -> u64 {
+        1 << self.worker_bits
+    }
+    /// IDs one worker can issue per tick: `2^sequenceBits`.
+    pub fn ids_per_tick(&self) -> u64 {
+        1 << self.sequence_bits
+    }
+    /// The last tick the timestamp field can hold.
+    pub fn max_tick(&self) -> Tick {
+        Tick(mask(self.timestamp_bits))
+    }
+
+    /// Checks a slot fits `workerBits`.
+    pub fn check_slot(&self, slot: u64) -> Result<Slot, LayoutError> {
+        if slot > mask(self.worker_bits) {
+            return Err(LayoutError::FieldTooLarge {
+                field: "worker slot",
+                value: slot,
+                max: mask(self.worker_bits),
+            });
+        }
+        Ok(Slot(slot as u32))
+    }
+
+    /// Checks a datacenter ID fits `datacenterBits`.
+    pub fn check_datacenter(&self, dc: u64) -> Result<DatacenterId, LayoutError> {
+        if dc > mask(self.datacenter_bits) {
+            return Err(LayoutError::FieldTooLarge {
+                field: "datacenterId",
+                value: dc,
+                max: mask(self.datacenter_bits),
+            });
+        }
+        Ok(DatacenterId(dc as u32))
+    }
+
+    /// Builds an ID from its fields, checking each fits.
+    pub fn encode(&self, parts: IdParts) -> Result<Id, LayoutError> {
+        if parts.tick > self.max_tick() {
+            return Err(LayoutError::FieldTooLarge {
+                field: "tick",
+                value: parts.tick.0,
+                max: self.max_tick().0,
+            });
+        }
+        if u64::from(parts.sequence) > mask(self.sequence_bits) {
+            return Err(LayoutError::FieldTooLarge {
+                field: "sequence",
+                value: u64::from(parts.sequence),
+                max: mask(self.sequence_bits),
+            });
+        }
+        let node = self.node_bits(
+            self.check_datacenter(u64::from(parts.datacenter.0))?,
+            self.check_slot(u64::from(parts.slot.0))?,
+        );
+        let position = (parts.tick.0 << self.sequence_bits) | u64::from(parts.sequence);
+        Ok(self.id_at(position, node))
+    }
+
+    /// Splits an ID into its fields; fails for IDs with bits above the layout's total.
+    pub fn decode(&self, id: Id) -> Result<IdParts, LayoutError> {
+        let raw = id.get();
+        let total = self.total_bits();
+        if total < 64 && raw >> total != 0 {
+            return Err(LayoutError::IdOutOfRange { id: raw, total_bits: total as u8 });
+        }
+        let seq_shift = self.sequence_bits;
+        let worker_shift = seq_shift + self.worker_bits;
+        let dc_shift = worker_shift + self.datacenter_bits;
+        Ok(IdParts {
+            tick: Tick(raw >> dc_shift),
+            datacenter: DatacenterId(((raw >> worker_shift) & mask(self.datacenter_bits)) as u32),
+            slot: Slot(((raw >> seq_shift) & mask(self.worker_bits)) as u32),
+            sequence: (raw & mask(self.sequence_bits)) as u32,
+        })
+    }
+
+    /// The datacenter and slot fields of this worker, already in place (the middle bits).
+    pub fn node_bits(&self, dc: DatacenterId, slot: Slot) -> NodeBits {
+        let worker_field = (u64::from(dc.0) << self.worker_bits) | u64::from(slot.0);
+        NodeBits(worker_field << self.sequence_bits)
+    }
+
+    /// The ID for a generator *position* (`tick << sequenceBits | sequence`, the monotonic
+    /// counter the generator advances) and a worker's [`NodeBits`]. The caller guarantees
+    /// the position's tick fits (`<= max_tick`); the generator checks that before use.
+    #[inline]
+    pub fn id_at(&self, position: u64, node: NodeBits) -> Id {
+        let tick = position >> self.sequence_bits;
+        let seq = position & mask(self.sequence_bits);
+        let tick_shift = self.sequence_bits + self.worker_bits + self.datacenter_bits;
+        Id((tick << tick_shift) | node.0 | seq)
+    }
+
+    /// The smallest and the largest ID any worker can produce in `tick`: the bounds for a
+    /// range query over time.
+    pub fn id_range_of_tick(&self, tick: Tick) -> Result<(Id, Id), LayoutError> {
+        if tick > self.max_tick() {
+            return Err(LayoutError::FieldTooLarge {
+                field: "tick",
+                value: tick.0,
+                max: self.max_tick().0,
+            });
+        }
+        let low_bits = self.sequence_bits + self.worker_bits + self.datacenter_bits;
+        let low = tick.0 << low_bits;
+        Ok((Id(low), Id(low | mask(low_bits))))
+    }
+}
+
+/// A worker's datacenter and slot fields, shifted into place; see [`Layout::node_bits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeBits(u64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(tick: u64, dc: u32, slot: u32, sequence: u32) -> IdParts {
+        IdParts { tick: Tick(tick), datacenter: DatacenterId(dc), slot: Slot(slot), sequence }
+    }
+
+    #[test]
+    fn default_layout_is_41_0_10_12() {
+        let l = Layout::default();
+        assert_eq!(Layout::new(41, 0, 10, 12, 63), Ok(l));
+        assert_eq!(l.slot_count(), 1024);
+        assert_eq!(l.ids_per_tick(), 4096);
+    }
+
+    #[test]
+    fn layout_rejects_bits_that_do_not_add_up_to_the_total() {
+        let err = Layout::new(41, 0, 10, 11, 63).unwrap_err();
+        assert_eq!(err, LayoutError::BadSum { sum: 62, total: 63 });
+        assert!(err.to_string().contains("must add up to totalBits = 63"), "{err}");
+        assert!(Layout::new(41, 0, 10, 12, 53).is_err());
+        assert!(Layout::new(36, 0, 7, 10, 53).is_ok());
+    }
+
+    #[test]
+    fn layout_rejects_each_field_out_of_range_naming_it() {
+        let cases = [
+            (Layout::new(29, 0, 10, 24, 63), "timestampBits"),
+            (Layout::new(56, 0, 5, 2, 63), "timestampBits"),
+            (Layout::new(41, -1, 11, 12, 63), "datacenterBits"),
+            (Layout::new(31, 11, 10, 11, 63), "datacenterBits"),
+            (Layout::new(41, 0, 0, 22, 63), "workerBits"),
+            (Layout::new(30, 0, 17, 16, 63), "workerBits"),
+            (Layout::new(30, 0, 10, 23, 63), "sequenceBits"),
+            (Layout::new(41, 0, 10, -1, 63), "sequenceBits"),
+        ];
+        for (result, field) in cases {
+            let err = result.unwrap_err();
+            assert!(matches!(err, LayoutError::BitsOutOfRange { field: f, .. } if f == field));
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        assert_eq!(Layout::new(41, 0, 10, 12, 64), Err(LayoutError::BadTotal(64)));
+    }
+
+    #[test]
+    fn encode_decode_round_trips_including_extremes() {
+        let layouts = [
+            Layout::default(),
+            Layout::new(36, 0, 7, 10, 53).unwrap(),
+            Layout::new(39, 5, 5, 14, 63).unwrap(),
+            Layout::new(30, 10, 1, 22, 63).unwrap(),
+            Layout::new(55, 0, 8, 0, 63).unwrap(),
+        ];
+        for l in layouts {
+            let max_dc = (1u32 << l.datacenter_bits()) - 1;
+            let max_slot = (1u32 << l.worker_bits()) - 1;
+            let max_seq = (1u32 << l.sequence_bits()) - 1;
+            for p in [
+                parts(0, 0, 0, 0),
+                parts(l.max_tick().0, max_dc, max_slot, max_seq),
+                parts(1, 0, max_slot, 0),
+                parts(l.max_tick().0 / 2, max_dc / 2, 1.min(max_slot), max_seq / 3),
+            ] {
+                let id = l.encode(p).unwrap();
+                assert_eq!(l.decode(id).unwrap(), p, "layout {l:?}");
+                assert!(id.get() < (1u64 << l.total_bits()));
+            }
+            let all_ones = l.encode(parts(l.max_tick().0, max_dc, max_slot, max_seq)).unwrap();
+            assert_eq!(all_ones.get(), (1u64 << l.total_bits()) - 1, "max ID fills the layout");
+        }
+    }
+
+    #[test]
+    fn encode_rejects_fields_that_do_not_fit() {
+        let l = Layout::default();
+        assert!(l.encode(parts(1 << 41, 0, 0, 0)).is_err());
+        assert!(l.encode(parts(0, 1, 0, 0)).is_err(), "datacenterBits is 0");
+        assert!(l.encode(parts(0, 0, 1024, 0)).is_err());
+        assert!(l.encode(parts(0, 0, 0, 4096)).is_err());
+    }
+
+    #[test]
+    fn decode_rejects_ids_wider_than_the_layout() {
+        let js = Layout::new(36, 0, 7, 10, 53).unwrap();
+        let err = js.decode(Id::new(1 << 53).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("at most 53 bits"), "{err}");
+        assert!(Id::new(1 << 63).is_err(), "bit 63 is never set");
+    }
+
+    #[test]
+    fn ids_order_by_time_first() {
+        let l = Layout::default();
+        let early = l.encode(parts(5, 0, 1023, 4095)).unwrap();
+        let late = l.encode(parts(6, 0, 0, 0)).unwrap();
+        assert!(early < late);
+    }
+
+    #[test]
+    fn id_range_of_tick_covers_every_worker_and_sequence() {
+        let l = Layout::default();
+        let (lo, hi) = l.id_range_of_tick(Tick(7)).unwrap();
+        assert_eq!(l.decode(lo).unwrap(), parts(7, 0, 0, 0));
+        assert_eq!(l.decode(hi).unwrap(), parts(7, 0, 1023, 4095));
+    }
+}

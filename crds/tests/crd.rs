@@ -1,0 +1,121 @@
+//! The checked-in CRD matches the Rust types, and its CEL rules say what they should.
+//! (The same rules are checked against a real API server in e2e/tests/.)
+
+use kube::CustomResourceExt;
+use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec, LayoutSpec};
+use serde_json::{Value, json};
+
+#[test]
+fn checked_in_crd_yaml_equals_what_the_code_generates() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/idsequence.yaml");
+    let checked_in = std::fs::read_to_string(path).expect("crds/idsequence.yaml exists");
+    assert!(
+        checked_in == kubeflake_crds::crd_yaml(),
+        "crds/idsequence.yaml is stale: run `cargo run -p kubeflake-crds --bin crdgen crds/idsequence.yaml`"
+    );
+}
+
+#[test]
+fn crd_is_namespaced_with_short_name_and_status() {
+    let crd = IdSequence::crd();
+    assert_eq!(crd.spec.group, "kubeflake.io");
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["idseq".to_string()]));
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+}
+
+fn object(spec: Value) -> Value {
+    json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+           "metadata": {"name": "orders"}, "spec": spec})
+}
+
+fn full_spec() -> Value {
+    serde_json::to_value(IdSequenceSpec::default()).unwrap()
+}
+
+fn schema() -> Value {
+    serde_json::to_value(
+        IdSequence::crd().spec.versions[0].schema.clone().unwrap().open_api_v3_schema.unwrap(),
+    )
+    .unwrap()
+}
+
+fn cel_errors(new: Value, old: Option<Value>) -> String {
+    match kube::core::cel::Validator::new().validate(&schema(), &new, old.as_ref()) {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+#[test]
+fn default_spec_passes_every_rule_and_is_a_valid_layout() {
+    assert_eq!(cel_errors(object(full_spec()), None), "");
+    let params = IdSequenceSpec::default().params().unwrap();
+    assert_eq!(params.layout.slot_count(), 1024);
+}
+
+#[test]
+fn cel_rejects_layout_bits_that_do_not_add_up() {
+    let mut spec = full_spec();
+    spec["layout"]["sequenceBits"] = json!(11);
+    let errors = cel_errors(object(spec), None);
+    assert!(errors.contains("must add up to totalBits"), "{errors}");
+}
+
+#[test]
+fn cel_rejects_datacenter_id_too_large_for_its_bits() {
+    let mut spec = full_spec();
+    spec["layout"]["datacenterBits"] = json!(2);
+    spec["layout"]["workerBits"] = json!(8);
+    spec["datacenterId"] = json!(4);
+    let errors = cel_errors(object(spec.clone()), None);
+    assert!(errors.contains("datacenterId does not fit"), "{errors}");
+    spec["datacenterId"] = json!(3);
+    assert_eq!(cel_errors(object(spec), None), "");
+}
+
+#[test]
+fn cel_rejects_an_epoch_that_is_not_rfc3339() {
+    for bad in ["2025-01-01", "yesterday", "1969-12-31T23:59:59Z"] {
+        let mut spec = full_spec();
+        spec["epoch"] = json!(bad);
+        let errors = cel_errors(object(spec), None);
+        assert!(errors.contains("epoch must be an RFC 3339 time"), "{bad}: {errors}");
+    }
+}
+
+#[test]
+fn cel_rejects_changes_to_layout_epoch_time_unit_and_datacenter() {
+    let old = object(full_spec());
+    let changes = [
+        ("layout", json!({"timestampBits": 40, "datacenterBits": 0, "workerBits": 11, "sequenceBits": 12, "totalBits": 63})),
+        ("epoch", json!("2024-01-01T00:00:00Z")),
+        ("timeUnit", json!("10ms")),
+        ("datacenterId", json!(1)),
+    ];
+    for (field, value) in changes {
+        let mut spec = full_spec();
+        spec[field] = value;
+        if field == "datacenterId" {
+            spec["layout"] = json!({"timestampBits": 41, "datacenterBits": 1, "workerBits": 9, "sequenceBits": 12, "totalBits": 63});
+        }
+        let errors = cel_errors(object(spec), Some(old.clone()));
+        assert!(errors.contains(&format!("{field} is immutable")), "{field}: {errors}");
+    }
+    let mut lease_change = full_spec();
+    lease_change["lease"]["durationSeconds"] = json!(60);
+    assert_eq!(cel_errors(object(lease_change), Some(old)), "", "lease settings may change");
+}
+
+#[test]
+fn spec_from_yaml_uses_defaults_for_missing_fields() {
+    let seq: IdSequence = serde_yaml::from_str(
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec:\n  layout: {workerBits: 8, sequenceBits: 14}\n",
+    )
+    .unwrap();
+    assert_eq!(seq.spec.layout, LayoutSpec { worker_bits: 8, sequence_bits: 14, ..LayoutSpec::default() });
+    assert_eq!(seq.spec.epoch, "2025-01-01T00:00:00Z");
+    assert!(seq.spec.params().is_ok());
+}

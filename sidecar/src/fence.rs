@@ -1,0 +1,165 @@
+//! The fence file: a durable record of the highest tick a worker may have used.
+//!
+//! Standalone, this file *is* the fence (there is no lease): a restart, even after
+//! `kill -9` and with the wall clock stepped back, starts above it (SAFETY.md rule 4).
+//! In a pod it is the local fence of rule 6, kept in an `emptyDir`.
+//!
+//! The file names what it fences (sequence, slot, holder, acquisition); a record written
+//! for anything else is never used. Writes go to a temporary file that is synced and then
+//! renamed over the old one, so a crash leaves either the old or the new record, never a
+//! torn one. An exclusive lock keeps two processes from serving the same slot from one
+//! directory.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What a fence file belongs to. A record is only used if all of it matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceIdentity {
+    /// The sequence (namespace/name in a cluster, the name standalone).
+    pub sequence: String,
+    pub slot: u32,
+    /// The pod UID in a cluster; "standalone" otherwise.
+    pub holder: String,
+    /// The lease acquisition in a cluster; the layout, epoch and time unit standalone.
+    pub acquisition: String,
+}
+
+/// One durable fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceRecord {
+    #[serde(flatten)]
+    pub identity: FenceIdentity,
+    /// The highest tick that may have been used.
+    pub fence_tick: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FenceFileError {
+    #[error(
+        "another kubeflake-sidecar already serves from {0} (its lock is held); give each \
+         process its own --state-dir or --worker-id"
+    )]
+    Locked(PathBuf),
+    #[error("cannot use fence file {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "fence file {path} is unreadable ({reason}); it is left untouched. Remove it only if you \
+         are sure no IDs were issued from it, or use another --state-dir"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// An open, locked fence file.
+#[derive(Debug)]
+pub struct FenceFile {
+    path: PathBuf,
+    _lock: File,
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> FenceFileError + '_ {
+    move |source| FenceFileError::Io { path: path.to_path_buf(), source }
+}
+
+impl FenceFile {
+    /// Opens (creating the directory if needed) and locks `dir/name`, returning the record
+    /// found there, if any.
+    pub fn open(dir: &Path, name: &str) -> Result<(FenceFile, Option<FenceRecord>), FenceFileError> {
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let path = dir.join(name);
+        let lock_path = dir.join(format!("{name}.lock"));
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_error(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(FenceFileError::Locked(path)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_error(&lock_path)(e)),
+        }
+        let record = match std::fs::read(&path) {
+            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+                FenceFileError::Corrupt { path: path.clone(), reason: e.to_string() }
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error(&path)(e)),
+        };
+        Ok((FenceFile { path, _lock: lock }, record))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Durably replaces the record: when this returns `Ok`, the record survives a crash.
+    pub fn write(&self, record: &FenceRecord) -> Result<(), FenceFileError> {
+        let tmp = self.path.with_extension("tmp");
+        let body = serde_json::to_vec_pretty(record).map_err(|e| FenceFileError::Corrupt {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
+        file.write_all(&body).map_err(io_error(&tmp))?;
+        file.sync_all().map_err(io_error(&tmp))?;
+        std::fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(fence_tick: u64) -> FenceRecord {
+        FenceRecord {
+            identity: FenceIdentity {
+                sequence: "orders".into(),
+                slot: 3,
+                holder: "standalone".into(),
+                acquisition: "layout 41/0/10/12".into(),
+            },
+            fence_tick,
+        }
+    }
+
+    #[test]
+    fn rule6_fence_record_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (file, found) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+            assert_eq!(found, None);
+            file.write(&record(42)).unwrap();
+            file.write(&record(99)).unwrap();
+        }
+        let (_, found) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+        assert_eq!(found, Some(record(99)));
+    }
+
+    #[test]
+    fn a_second_process_cannot_serve_the_same_slot_from_one_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_held, _) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+        let err = FenceFile::open(dir.path(), "orders-3.fence").unwrap_err();
+        assert!(matches!(err, FenceFileError::Locked(_)), "{err}");
+        assert!(err.to_string().contains("--state-dir"));
+    }
+
+    #[test]
+    fn a_corrupt_fence_file_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x.fence"), b"{not json").unwrap();
+        let err = FenceFile::open(dir.path(), "x.fence").unwrap_err();
+        assert!(matches!(err, FenceFileError::Corrupt { .. }), "{err}");
+        assert_eq!(std::fs::read(dir.path().join("x.fence")).unwrap(), b"{not json");
+    }
+}

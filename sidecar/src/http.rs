@@ -1,0 +1,306 @@
+//! The HTTP API the app calls on localhost (hyper 1.x over tokio).
+//!
+//! | route              | answer                                                     |
+//! |--------------------|------------------------------------------------------------|
+//! | `GET /id`          | one ID, decimal text; `{"id":"..."}` for `Accept: application/json` |
+//! | `GET /ids?count=N` | N IDs, one per line; `{"ids":["...",...]}` as JSON          |
+//! | `GET /decode/<id>` | the fields of an ID as JSON                                 |
+//! | `GET /healthz`     | 200 while the process runs                                  |
+//! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason  |
+//! | `GET /metrics`     | Prometheus text                                             |
+//!
+//! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
+//! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use kubeflake_crds::Id;
+use kubeflake_crds::timebase::rfc3339;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::generator::{Generator, Refusal};
+use crate::metrics::Metrics;
+
+/// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
+pub const DEFAULT_MAX_BATCH: u64 = 10_000;
+
+/// What the handlers share.
+pub struct Api {
+    pub generator: Arc<Generator>,
+    pub metrics: Arc<Metrics>,
+    /// Largest `count` accepted by `GET /ids`.
+    pub max_batch: u64,
+}
+
+type Reply = Response<Full<Bytes>>;
+
+/// A request that cannot be answered, and how to say so.
+#[derive(Debug, thiserror::Error)]
+enum HttpError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no route {0}; try GET /id, /ids?count=N, /decode/<id>, /healthz, /readyz or /metrics")]
+    NotFound(String),
+    #[error("method {method} is not allowed on {path}; use GET")]
+    MethodNotAllowed { method: Method, path: String },
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+}
+
+fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut reply = Response::new(Full::new(body.into()));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    reply
+}
+
+fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
+    body(status, "application/json", value.to_string())
+}
+
+impl HttpError {
+    fn into_reply(self, metrics: &Metrics) -> Reply {
+        let message = self.to_string();
+        match self {
+            HttpError::BadRequest(_) => {
+                json_reply(StatusCode::BAD_REQUEST, json!({ "error": message }))
+            }
+            HttpError::NotFound(_) => json_reply(StatusCode::NOT_FOUND, json!({ "error": message })),
+            HttpError::MethodNotAllowed { .. } => {
+                let mut reply =
+                    json_reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": message }));
+                reply.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+                reply
+            }
+            HttpError::Refused(refusal) => {
+                metrics.refusals.with_label_values(&[refusal.reason()]).inc();
+                let mut reply = json_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "error": message, "reason": refusal.reason() }),
+                );
+                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                reply
+            }
+        }
+    }
+}
+
+/// Reads the query string, accepting only the `allowed` keys, each at most once.
+fn query_params<'a>(query: Option<&'a str>, allowed: &[&str]) -> Result<Vec<(&'a str, &'a str)>, HttpError> {
+    let mut params: Vec<(&str, &str)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if !allowed.contains(&key) {
+            return Err(HttpError::BadRequest(format!(
+                "unknown query parameter {key:?}; allowed: {allowed:?}"
+            )));
+        }
+        if params.iter().any(|(k, _)| *k == key) {
+            return Err(HttpError::BadRequest(format!("query parameter {key:?} is given twice")));
+        }
+        params.push((key, value));
+    }
+    Ok(params)
+}
+
+fn parse_count(query: Option<&str>, max: u64) -> Result<u64, HttpError> {
+    let params = query_params(query, &["count"])?;
+    let Some((_, raw)) = params.first() else {
+        return Err(HttpError::BadRequest(format!(
+            "missing query parameter count: use /ids?count=N with 1 <= N <= {max}"
+        )));
+    };
+    match raw.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(HttpError::BadRequest(format!(
+            "count must be a whole number from 1 to {max}, got {raw:?}"
+        ))),
+    }
+}
+
+fn wants_json(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(ACCEPT)
+        .iter()
+        .any(|v| v.to_str().map(|s| s.contains("application/json")).unwrap_or(false))
+}
+
+impl Api {
+    fn one_id(&self, json: bool) -> Result<Reply, HttpError> {
+        let id = self.generator.next_id()?;
+        self.metrics.ids_issued.inc();
+        let mut buf = itoa::Buffer::new();
+        let digits = buf.format(id.get());
+        Ok(if json {
+            body(StatusCode::OK, "application/json", format!("{{\"id\":\"{digits}\"}}"))
+        } else {
+            body(StatusCode::OK, "text/plain", format!("{digits}\n"))
+        })
+    }
+
+    fn many_ids(&self, count: u64, json: bool) -> Result<Reply, HttpError> {
+        let reservation = self.generator.reserve(count)?;
+        self.metrics.ids_issued.inc_by(count);
+        let mut out = Vec::with_capacity(count as usize * 22 + 16);
+        let mut buf = itoa::Buffer::new();
+        let positions = reservation.first..reservation.first + reservation.count;
+        if json {
+            out.extend_from_slice(b"{\"ids\":[");
+            for (i, position) in positions.enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'"');
+                out.extend_from_slice(buf.format(self.generator.id_at(position).get()).as_bytes());
+                out.push(b'"');
+            }
+            out.extend_from_slice(b"]}");
+            Ok(body(StatusCode::OK, "application/json", out))
+        } else {
+            for position in positions {
+                out.extend_from_slice(buf.format(self.generator.id_at(position).get()).as_bytes());
+                out.push(b'\n');
+            }
+            Ok(body(StatusCode::OK, "text/plain", out))
+        }
+    }
+
+    fn decode(&self, raw: &str) -> Result<Reply, HttpError> {
+        let config = self.generator.config();
+        let parsed = raw.parse::<u64>().map_err(|_| {
+            HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
+        })?;
+        let parts = Id::new(parsed)
+            .and_then(|id| config.layout.decode(id))
+            .map_err(|e| HttpError::BadRequest(e.to_string()))?;
+        Ok(json_reply(
+            StatusCode::OK,
+            json!({
+                "id": parsed.to_string(),
+                "time": rfc3339(config.timebase.start_of(parts.tick)),
+                "tick": parts.tick.0,
+                "datacenter": parts.datacenter.0,
+                "worker": parts.slot.0,
+                "sequence": parts.sequence,
+            }),
+        ))
+    }
+
+    fn readyz(&self) -> Reply {
+        match self.generator.check_ready() {
+            Ok(()) => json_reply(StatusCode::OK, json!({ "status": "ready" })),
+            Err(refusal) => {
+                let mut reply = json_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "status": "not ready", "reason": refusal.reason(), "error": refusal.to_string() }),
+                );
+                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                reply
+            }
+        }
+    }
+
+    /// Routes one request. Returns the route label for metrics with the reply.
+    fn route(&self, req: &Request<Incoming>) -> (&'static str, Result<Reply, HttpError>) {
+        let path = req.uri().path();
+        let query = req.uri().query();
+        let route = match path {
+            "/id" => "id",
+            "/ids" => "ids",
+            "/healthz" => "healthz",
+            "/readyz" => "readyz",
+            "/metrics" => "metrics",
+            p if p.starts_with("/decode/") => "decode",
+            _ => return ("other", Err(HttpError::NotFound(path.to_string()))),
+        };
+        if req.method() != Method::GET {
+            let err = HttpError::MethodNotAllowed { method: req.method().clone(), path: path.to_string() };
+            return (route, Err(err));
+        }
+        let result = match route {
+            "id" => query_params(query, &[]).and_then(|_| self.one_id(wants_json(req))),
+            "ids" => parse_count(query, self.max_batch).and_then(|n| self.many_ids(n, wants_json(req))),
+            "decode" => query_params(query, &[]).and_then(|_| self.decode(&path["/decode/".len()..])),
+            "healthz" => Ok(json_reply(StatusCode::OK, json!({ "status": "alive" }))),
+            "readyz" => Ok(self.readyz()),
+            _ => Ok(body(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.metrics.render(Some(&self.generator)),
+            )),
+        };
+        (route, result)
+    }
+
+    /// Answers one request; never fails (errors become 4xx/5xx replies).
+    pub fn handle(&self, req: &Request<Incoming>) -> Reply {
+        let started = Instant::now();
+        let (route, result) = self.route(req);
+        let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
+        let mut code = itoa::Buffer::new();
+        self.metrics.requests.with_label_values(&[route, code.format(reply.status().as_u16())]).inc();
+        self.metrics
+            .request_duration
+            .with_label_values(&[route])
+            .observe(started.elapsed().as_secs_f64());
+        reply
+    }
+}
+
+/// Serves `api` on `listener` until `shutdown` completes, then stops accepting, lets
+/// in-flight requests finish (up to `drain`), and returns.
+pub async fn serve(
+    listener: TcpListener,
+    api: Arc<Api>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let api = api.clone();
+                let service = service_fn(move |req| {
+                    let reply = api.handle(&req);
+                    async move { Ok::<_, Infallible>(reply) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "drain timeout: closing remaining connections"),
+    }
+}

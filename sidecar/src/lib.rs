@@ -1,0 +1,17 @@
+//! kubeflake-sidecar: serves Snowflake IDs that never repeat over localhost HTTP.
+//!
+//! - [`clock`]: injectable clocks and wall-clock step detection.
+//! - [`generator`]: the lock-free ID generator, its fence and drift limit.
+//! - [`fence`]: the durable fence file (standalone state, and the pod-local fence).
+//! - [`http`]: the HTTP API.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`standalone`]: one worker without a cluster.
+//!
+//! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
+
+pub mod clock;
+pub mod fence;
+pub mod generator;
+pub mod http;
+pub mod metrics;
+pub mod standalone;

@@ -1,0 +1,146 @@
+//! `kubeflake-sidecar`: the command line. Parses flags, sets up logging, runs a mode.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kubeflake_crds::IdSequenceSpec;
+use kubeflake_sidecar::clock::SystemClock;
+use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
+use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig, read_sequence_file};
+
+/// Serves 64-bit Snowflake IDs that never repeat, over HTTP on localhost.
+///
+/// Without a subcommand it runs standalone (no cluster needed).
+#[derive(Parser, Debug)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", global = true, env = "KUBEFLAKE_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    standalone: StandaloneArgs,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// One worker with its fence in a local state directory: for local use and trials.
+    Standalone(StandaloneArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct StandaloneArgs {
+    /// Address to serve HTTP on.
+    #[arg(long, default_value = "127.0.0.1:7070", env = "KUBEFLAKE_LISTEN")]
+    listen: SocketAddr,
+    /// Directory for the fence file. Default: $XDG_STATE_HOME/kubeflake or
+    /// ~/.local/state/kubeflake.
+    #[arg(long, env = "KUBEFLAKE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// The worker slot, 0 to 2^workerBits - 1. Processes sharing one sequence need
+    /// different worker IDs.
+    #[arg(long, default_value_t = 0, env = "KUBEFLAKE_WORKER_ID")]
+    worker_id: u64,
+    /// An IdSequence YAML file (the same file you would kubectl apply) for the layout,
+    /// epoch and time unit. Default: the IdSequence defaults (41/0/10/12 bits, 1 ms).
+    #[arg(long, env = "KUBEFLAKE_SEQUENCE_FILE")]
+    sequence_file: Option<PathBuf>,
+    /// Largest count accepted by GET /ids.
+    #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_batch: u64,
+    /// How far ahead of the clock the durable fence is kept, in milliseconds. After a
+    /// kill -9, a restart waits at most this long minus the drift limit.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    fence_ahead_ms: u64,
+    /// Seconds in-flight requests may take to finish on SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    drain_timeout_secs: u64,
+}
+
+fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("kubeflake");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/state/kubeflake"),
+        None => PathBuf::from(".kubeflake-state"),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("can install a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+fn fail(code: i32, message: impl std::fmt::Display) -> ! {
+    eprintln!("kubeflake-sidecar: error: {message}");
+    std::process::exit(code);
+}
+
+async fn run_standalone(args: StandaloneArgs) {
+    let (sequence_name, sequence) = match &args.sequence_file {
+        Some(path) => read_sequence_file(path).unwrap_or_else(|e| fail(2, e)),
+        None => (
+            "default".to_string(),
+            IdSequenceSpec::default().params().expect("the default spec is valid"),
+        ),
+    };
+    let config = StandaloneConfig {
+        listen: args.listen,
+        state_dir: args.state_dir.unwrap_or_else(default_state_dir),
+        worker_id: args.worker_id,
+        sequence_name,
+        sequence,
+        max_batch: args.max_batch,
+        fence_ahead: Duration::from_millis(args.fence_ahead_ms),
+        drain: Duration::from_secs(args.drain_timeout_secs),
+    };
+    let sidecar = Standalone::start(config, Arc::new(SystemClock::new()))
+        .await
+        .unwrap_or_else(|e| fail(2, e));
+    if let Err(e) = sidecar.run(shutdown_signal()).await {
+        fail(1, e);
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("can start the tokio runtime");
+    match cli.command {
+        Some(Command::Standalone(args)) => runtime.block_on(run_standalone(args)),
+        None => runtime.block_on(run_standalone(cli.standalone)),
+    }
+}

@@ -1,0 +1,136 @@
+//! Prometheus metrics of the sidecar. Label values come from small fixed sets (routes,
+//! status codes, refusal reasons), never from request data.
+
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::generator::Generator;
+
+/// Every metric the sidecar exports.
+pub struct Metrics {
+    registry: Registry,
+    pub ids_issued: IntCounter,
+    pub requests: IntCounterVec,
+    pub request_duration: HistogramVec,
+    pub refusals: IntCounterVec,
+    pub clock_rollbacks: IntCounter,
+    pub clock_rollback_last_seconds: Gauge,
+    pub clock_forward_jumps: IntCounter,
+    pub clock_forward_jump_last_seconds: Gauge,
+    pub fence_writes: IntCounterVec,
+    ahead_of_clock_seconds: Gauge,
+    fence_headroom_seconds: Gauge,
+    fence_tick: IntGauge,
+    ready: IntGauge,
+    worker_slot: IntGauge,
+    timestamp_exhausts_at: Gauge,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    registry.register(Box::new(metric.clone())).expect("metric names are unique");
+    metric
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let counter = |name: &str, help: &str| register(&r, IntCounter::new(name, help).expect("valid metric"));
+        let gauge = |name: &str, help: &str| register(&r, Gauge::new(name, help).expect("valid metric"));
+        let int_gauge = |name: &str, help: &str| register(&r, IntGauge::new(name, help).expect("valid metric"));
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            register(&r, IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+        };
+        let metrics = Metrics {
+            ids_issued: counter("kubeflake_ids_issued_total", "IDs issued."),
+            requests: counter_vec(
+                "kubeflake_http_requests_total",
+                "HTTP requests by route and status code.",
+                &["route", "code"],
+            ),
+            request_duration: register(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "kubeflake_http_request_duration_seconds",
+                        "Time to answer an HTTP request, by route.",
+                    )
+                    .buckets(vec![1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5]),
+                    &["route"],
+                )
+                .expect("valid metric"),
+            ),
+            refusals: counter_vec(
+                "kubeflake_refusals_total",
+                "Requests refused with 503, by reason.",
+                &["reason"],
+            ),
+            clock_rollbacks: counter("kubeflake_clock_rollbacks_total", "Wall-clock steps back detected."),
+            clock_rollback_last_seconds: gauge(
+                "kubeflake_clock_rollback_last_seconds",
+                "Size of the last wall-clock step back.",
+            ),
+            clock_forward_jumps: counter(
+                "kubeflake_clock_forward_jumps_total",
+                "Wall-clock jumps forward detected.",
+            ),
+            clock_forward_jump_last_seconds: gauge(
+                "kubeflake_clock_forward_jump_last_seconds",
+                "Size of the last wall-clock jump forward.",
+            ),
+            fence_writes: counter_vec(
+                "kubeflake_fence_writes_total",
+                "Writes of the fence, by result (ok, error).",
+                &["result"],
+            ),
+            ahead_of_clock_seconds: gauge(
+                "kubeflake_generator_ahead_of_clock_seconds",
+                "How far the generator's tick runs ahead of the wall clock.",
+            ),
+            fence_headroom_seconds: gauge(
+                "kubeflake_fence_headroom_seconds",
+                "Time left before the wall clock reaches the fence.",
+            ),
+            fence_tick: int_gauge("kubeflake_fence_tick", "The fence in force, in ticks since the epoch."),
+            ready: int_gauge("kubeflake_ready", "1 when the sidecar can issue IDs, else 0."),
+            worker_slot: int_gauge("kubeflake_worker_slot", "The worker slot this sidecar issues for."),
+            timestamp_exhausts_at: gauge(
+                "kubeflake_timestamp_exhausts_at_seconds",
+                "Unix time at which the layout's timestamp bits run out.",
+            ),
+            registry: r,
+        };
+        metrics.fence_writes.with_label_values(&["ok"]);
+        metrics.fence_writes.with_label_values(&["error"]);
+        metrics
+    }
+
+    /// Renders the Prometheus text format, first refreshing the values derived from the
+    /// generator's state.
+    pub fn render(&self, generator: Option<&Generator>) -> String {
+        if let Some(g) = generator {
+            let config = g.config();
+            self.ahead_of_clock_seconds.set(g.ahead_of_clock_ms() as f64 / 1000.0);
+            self.fence_headroom_seconds.set(g.fence_headroom_ms() as f64 / 1000.0);
+            self.fence_tick.set(i64::try_from(g.fence().0).unwrap_or(i64::MAX));
+            self.ready.set(i64::from(g.check_ready().is_ok()));
+            self.worker_slot.set(i64::from(config.slot.0));
+            self.timestamp_exhausts_at
+                .set(config.timebase.exhausts_at_ms(&config.layout) as f64 / 1000.0);
+        } else {
+            self.ready.set(0);
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding into a Vec cannot fail");
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

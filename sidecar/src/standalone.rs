@@ -1,0 +1,273 @@
+//! Standalone mode: one worker, no cluster. The fence lives in a file in the state
+//! directory, so restarts (even after `kill -9`, even with the clock stepped back) never
+//! repeat an ID, and a graceful stop hands over at once (SAFETY.md rules 2-5, 8).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubeflake_crds::sequence::{SequenceParams, SpecError};
+use kubeflake_crds::{IdSequence, LayoutError, Tick};
+
+use crate::clock::{Clock, ClockStep, StepDetector};
+use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord};
+use crate::generator::{Generator, WorkerConfig};
+use crate::http::{Api, serve};
+use crate::metrics::Metrics;
+
+/// Everything standalone mode needs, already parsed.
+#[derive(Debug, Clone)]
+pub struct StandaloneConfig {
+    pub listen: SocketAddr,
+    pub state_dir: PathBuf,
+    pub worker_id: u64,
+    /// The sequence name (from the file's metadata.name, or "default").
+    pub sequence_name: String,
+    pub sequence: SequenceParams,
+    pub max_batch: u64,
+    /// How far ahead of the clock the fence is kept. A restart after `kill -9` may have to
+    /// wait up to this long minus the drift limit; a graceful stop needs no wait.
+    pub fence_ahead: Duration,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub drain: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error("--worker-id {worker_id} does not fit this layout: {source}")]
+    WorkerId { worker_id: u64, source: LayoutError },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    FenceFile(#[from] FenceFileError),
+    #[error(
+        "fence file {path} belongs to {found:?}, but this run is {expected:?}; IDs could repeat. \
+         Use another --state-dir, or the layout, epoch and time unit the file was written with"
+    )]
+    FenceMismatch { path: PathBuf, found: FenceIdentity, expected: FenceIdentity },
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Keeps the durable fence ahead of the generator. Writes are serialized by the mutex, so
+/// a renewal racing with shutdown either lands before the final, lowering write or sees the
+/// generator stopped and does nothing.
+struct Fencer {
+    file: Mutex<FenceFile>,
+    identity: FenceIdentity,
+    generator: Arc<Generator>,
+    metrics: Arc<Metrics>,
+    ahead_ticks: u64,
+}
+
+impl Fencer {
+    fn write(&self, file: &FenceFile, fence_tick: u64) -> Result<(), FenceFileError> {
+        let record = FenceRecord { identity: self.identity.clone(), fence_tick };
+        let result = file.write(&record);
+        let label = if result.is_ok() { "ok" } else { "error" };
+        self.metrics.fence_writes.with_label_values(&[label]).inc();
+        result
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FenceFile> {
+        self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Raises the fence to `ahead_ticks` past the clock (or past the generator, when it
+    /// runs ahead of the clock). The new value is written durably before the generator may
+    /// use it (rule 2).
+    fn renew(&self) -> Result<(), FenceFileError> {
+        let file = self.lock();
+        if self.generator.is_stopped() {
+            return Ok(());
+        }
+        let now = self.generator.now_tick().map(|t| t.0).unwrap_or(0);
+        let target = now.max(self.generator.high_water_tick().0) + self.ahead_ticks;
+        if target <= self.generator.fence().0 {
+            return Ok(());
+        }
+        self.write(&file, target)?;
+        self.generator.raise_fence(Tick(target));
+        Ok(())
+    }
+
+    /// Stops the generator for good and lowers the durable fence to the exact highest tick
+    /// it issued (rule 5).
+    fn stop_and_lower(&self) -> Result<Tick, FenceFileError> {
+        let file = self.lock();
+        let high_water = self.generator.stop();
+        self.write(&file, high_water.0)?;
+        Ok(high_water)
+    }
+}
+
+fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
+    let l = &p.layout;
+    FenceIdentity {
+        sequence: name.to_string(),
+        slot,
+        holder: "standalone".to_string(),
+        acquisition: format!(
+            "layout {}/{}/{}/{} epoch {} unit {}ms datacenter {}",
+            l.timestamp_bits(),
+            l.datacenter_bits(),
+            l.worker_bits(),
+            l.sequence_bits(),
+            p.timebase.epoch_unix_ms(),
+            p.timebase.unit().millis(),
+            p.datacenter.0
+        ),
+    }
+}
+
+/// Reads a sequence file (the same YAML a user would `kubectl apply`).
+pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequenceParams), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--sequence-file {}: cannot read it: {e}", path.display()))?;
+    let seq: IdSequence = serde_yaml::from_str(&text).map_err(|e| {
+        format!("--sequence-file {}: not an IdSequence: {e}", path.display())
+    })?;
+    let params = seq.spec.params().map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
+    let name = seq.metadata.name.unwrap_or_else(|| "default".to_string());
+    Ok((name, params))
+}
+
+/// A started standalone sidecar: listening, with its fence written.
+pub struct Standalone {
+    api: Arc<Api>,
+    fencer: Arc<Fencer>,
+    listener: tokio::net::TcpListener,
+    config: StandaloneConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl Standalone {
+    /// Takes the state-file lock, starts above the fence found there, writes a new fence
+    /// and binds the listener. Fails with an error naming the flag or file to fix.
+    pub async fn start(config: StandaloneConfig, clock: Arc<dyn Clock>) -> Result<Standalone, StandaloneError> {
+        let p = config.sequence;
+        let slot = p
+            .layout
+            .check_slot(config.worker_id)
+            .map_err(|source| StandaloneError::WorkerId { worker_id: config.worker_id, source })?;
+        let identity = fence_identity(&config.sequence_name, slot.0, &p);
+        let file_name = format!("{}-worker-{}.fence", config.sequence_name, slot.0);
+        let (file, found) = FenceFile::open(&config.state_dir, &file_name)?;
+        let found_fence = match found {
+            None => 0,
+            Some(record) if record.identity == identity => record.fence_tick,
+            Some(record) => {
+                return Err(StandaloneError::FenceMismatch {
+                    path: file.path().to_path_buf(),
+                    found: record.identity,
+                    expected: identity,
+                });
+            }
+        };
+        let worker = WorkerConfig {
+            layout: p.layout,
+            timebase: p.timebase,
+            datacenter: p.datacenter,
+            slot,
+            max_drift_ms: p.max_drift_ms,
+        };
+        let generator = Arc::new(Generator::start_above(worker, Tick(found_fence), clock.clone()));
+        let metrics = Arc::new(Metrics::new());
+        let fencer = Arc::new(Fencer {
+            file: Mutex::new(file),
+            identity,
+            generator: generator.clone(),
+            metrics: metrics.clone(),
+            ahead_ticks: p.timebase.ticks_in_ms(config.fence_ahead.as_millis() as u64).max(1),
+        });
+        fencer.renew()?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StandaloneError::Listen { addr: config.listen, source })?;
+        tracing::info!(
+            listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            sequence = %config.sequence_name,
+            worker = slot.0,
+            start_above_tick = found_fence,
+            fence_file = %fencer.lock().path().display(),
+            "standalone sidecar started"
+        );
+        let api = Arc::new(Api { generator, metrics, max_batch: config.max_batch });
+        Ok(Standalone { api, fencer, listener, config, clock })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    pub fn generator(&self) -> &Arc<Generator> {
+        &self.api.generator
+    }
+
+    /// Serves until `shutdown` completes; then drains, stops issuing, and lowers the fence
+    /// to the exact highest tick issued (rule 5) so the next start is ready at once.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
+        let Standalone { api, fencer, listener, config, clock } = self;
+        let renewer = tokio::spawn(renew_loop(fencer.clone(), config.fence_ahead / 4));
+        let watcher = tokio::spawn(watch_clock(api.clone(), clock));
+        serve(listener, api.clone(), shutdown, config.drain).await;
+        renewer.abort();
+        watcher.abort();
+        let high_water = tokio::task::spawn_blocking(move || fencer.stop_and_lower())
+            .await
+            .expect("fence write task does not panic")?;
+        tracing::info!(fence_tick = high_water.0, "stopped: fence lowered to the highest tick issued");
+        Ok(())
+    }
+}
+
+async fn renew_loop(fencer: Arc<Fencer>, every: Duration) {
+    let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let f = fencer.clone();
+        match tokio::task::spawn_blocking(move || f.renew()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "fence renewal failed; serving only up to the current fence"),
+            Err(e) => tracing::error!(error = %e, "fence renewal task failed"),
+        }
+    }
+}
+
+/// Samples the clocks every 100 ms: reports steps, and logs readiness changes.
+async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>) {
+    let mut detector = StepDetector::new(1_000, 100_000);
+    let mut was_ready = true;
+    let mut interval = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        interval.tick().await;
+        match detector.observe(clock.as_ref()) {
+            Some(ClockStep::Back { micros }) => {
+                api.metrics.clock_rollbacks.inc();
+                api.metrics.clock_rollback_last_seconds.set(micros as f64 / 1e6);
+                tracing::warn!(
+                    step_back_ms = micros / 1000,
+                    ahead_of_clock_ms = api.generator.ahead_of_clock_ms(),
+                    "wall clock stepped back; the generator keeps its own tick"
+                );
+            }
+            Some(ClockStep::Forward { micros }) => {
+                api.metrics.clock_forward_jumps.inc();
+                api.metrics.clock_forward_jump_last_seconds.set(micros as f64 / 1e6);
+                tracing::warn!(jump_ms = micros / 1000, "wall clock jumped forward");
+            }
+            None => {}
+        }
+        let readiness = api.generator.check_ready();
+        if readiness.is_ok() != was_ready {
+            was_ready = readiness.is_ok();
+            match readiness {
+                Ok(()) => tracing::info!("ready: issuing IDs again"),
+                Err(refusal) => tracing::warn!(reason = refusal.reason(), %refusal, "not ready"),
+            }
+        }
+    }
+}

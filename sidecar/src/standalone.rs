@@ -211,7 +211,10 @@ impl Standalone {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
         let Standalone { api, fencer, listener, config, clock } = self;
         let renewer = tokio::spawn(renew_loop(fencer.clone(), config.fence_ahead / 4));
-        let watcher = tokio::spawn(watch_clock(api.clone(), clock));
+        // The first sample is taken now, so a step right after start-up is seen.
+        let mut detector = StepDetector::new(1_000, 100_000);
+        detector.observe(clock.as_ref());
+        let watcher = tokio::spawn(watch_clock(api.clone(), clock, detector));
         serve(listener, api.clone(), shutdown, config.drain).await;
         renewer.abort();
         watcher.abort();
@@ -238,8 +241,7 @@ async fn renew_loop(fencer: Arc<Fencer>, every: Duration) {
 }
 
 /// Samples the clocks every 100 ms: reports steps, and logs readiness changes.
-async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>) {
-    let mut detector = StepDetector::new(1_000, 100_000);
+async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>, mut detector: StepDetector) {
     let mut was_ready = true;
     let mut interval = tokio::time::interval(Duration::from_millis(100));
     loop {

@@ -1,0 +1,220 @@
+//! The HTTP API, served in-process by a standalone sidecar on a manual clock.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubeflake_crds::IdSequenceSpec;
+use kubeflake_sidecar::clock::ManualClock;
+use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig};
+use support::{get, request, wait_for};
+
+const NOW_MS: u64 = 1_800_000_000_000;
+
+struct Server {
+    addr: SocketAddr,
+    clock: Arc<ManualClock>,
+    state: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    fn start() -> Server {
+        let clock = Arc::new(ManualClock::at_millis(NOW_MS));
+        let state = tempfile::tempdir().unwrap();
+        let config = StandaloneConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: state.path().to_path_buf(),
+            worker_id: 5,
+            sequence_name: "http-test".into(),
+            sequence: IdSequenceSpec::default().params().unwrap(),
+            max_batch: 10_000,
+            fence_ahead: Duration::from_millis(1000),
+            drain: Duration::from_secs(5),
+        };
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let c = clock.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let sidecar = Standalone::start(config, c).await.unwrap();
+                addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
+                sidecar.run(async { let _ = stopped.await; }).await.unwrap();
+            });
+        });
+        let addr = addr_rx.recv_timeout(Duration::from_secs(10)).expect("server starts");
+        Server { addr, clock, state, stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn id_is_decimal_text_and_decode_round_trips_it() {
+    let s = Server::start();
+    let answer = get(s.addr, "/id");
+    assert_eq!(answer.status, 200);
+    let id: u64 = answer.body.trim().parse().expect("decimal ID");
+    let decoded = get(s.addr, &format!("/decode/{id}")).json();
+    assert_eq!(decoded["id"], id.to_string());
+    assert_eq!(decoded["worker"], 5);
+    assert_eq!(decoded["datacenter"], 0);
+    assert_eq!(decoded["time"], "2027-01-15T08:00:00.000Z");
+    let layout = kubeflake_crds::Layout::default();
+    let tick = decoded["tick"].as_u64().unwrap();
+    let seq = decoded["sequence"].as_u64().unwrap() as u32;
+    let rebuilt = layout
+        .encode(kubeflake_crds::IdParts {
+            tick: kubeflake_crds::Tick(tick),
+            datacenter: kubeflake_crds::DatacenterId(0),
+            slot: kubeflake_crds::Slot(5),
+            sequence: seq,
+        })
+        .unwrap();
+    assert_eq!(rebuilt.get(), id);
+}
+
+#[test]
+fn json_ids_are_strings_so_javascript_keeps_every_digit() {
+    let s = Server::start();
+    let one = request(s.addr, "GET", "/id", &[("Accept", "application/json")]).unwrap();
+    assert!(one.json()["id"].is_string(), "{}", one.body);
+    let many = request(s.addr, "GET", "/ids?count=3", &[("Accept", "application/json")]).unwrap();
+    let ids = many.json()["ids"].as_array().unwrap().clone();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.iter().all(|v| v.is_string()));
+}
+
+#[test]
+fn ids_batch_returns_count_unique_increasing_ids() {
+    let s = Server::start();
+    let answer = get(s.addr, "/ids?count=10000");
+    assert_eq!(answer.status, 200);
+    let ids: Vec<u64> = answer.body.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 10_000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let next: u64 = get(s.addr, "/id").body.trim().parse().unwrap();
+    assert!(next > *ids.last().unwrap());
+}
+
+#[test]
+fn bad_http_input_gets_4xx_with_a_json_error_and_the_server_keeps_serving() {
+    let s = Server::start();
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("GET", "/ids", 400, "missing query parameter count"),
+        ("GET", "/ids?count=0", 400, "count must be a whole number from 1 to 10000"),
+        ("GET", "/ids?count=-5", 400, "count must be"),
+        ("GET", "/ids?count=abc", 400, "count must be"),
+        ("GET", "/ids?count=10001", 400, "from 1 to 10000"),
+        ("GET", "/ids?count=99999999999999999999999", 400, "count must be"),
+        ("GET", "/ids?count=1.5", 400, "count must be"),
+        ("GET", "/ids?count=1&count=2", 400, "given twice"),
+        ("GET", "/ids?count=5&size=3", 400, "unknown query parameter \\\"size\\\""),
+        ("GET", "/id?count=3", 400, "unknown query parameter"),
+        ("GET", "/decode/abc", 400, "is not an ID"),
+        ("GET", "/decode/", 400, "is not an ID"),
+        ("GET", "/decode/-1", 400, "is not an ID"),
+        ("GET", "/decode/9223372036854775808", 400, "does not fit"),
+        ("GET", "/decode/18446744073709551616", 400, "is not an ID"),
+        ("GET", "/nope", 404, "no route /nope"),
+        ("GET", "/", 404, "no route /"),
+        ("POST", "/id", 405, "method POST is not allowed on /id"),
+        ("DELETE", "/ids?count=1", 405, "use GET"),
+        ("PUT", "/decode/1", 405, "use GET"),
+    ];
+    for &(method, target, status, message) in cases {
+        let answer = request(s.addr, method, target, &[]).unwrap();
+        assert_eq!(answer.status, status, "{method} {target}: {}", answer.body);
+        assert_eq!(answer.header("content-type"), Some("application/json"), "{method} {target}");
+        let error = answer.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(answer.body.contains(message), "{method} {target}: {error}");
+        assert_eq!(get(s.addr, "/id").status, 200, "still serving after {method} {target}");
+    }
+    let malformed = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"NOT HTTP AT ALL\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out
+    };
+    assert!(malformed.is_empty() || malformed.starts_with("HTTP/1.1 4"), "{malformed}");
+    assert_eq!(get(s.addr, "/id").status, 200, "still serving after a malformed request");
+}
+
+#[test]
+fn rule8_large_rollback_is_refused_with_503_and_retry_after_then_recovers() {
+    let s = Server::start();
+    let before: u64 = get(s.addr, "/id").body.trim().parse().unwrap();
+    s.clock.step_back_millis(10_000);
+    let refused = get(s.addr, "/id");
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.header("retry-after"), Some("8"));
+    assert_eq!(refused.json()["reason"], "ahead_of_clock");
+    assert_eq!(get(s.addr, "/readyz").status, 503, "not ready while refusing");
+    // The step is detected and counted by the clock watcher.
+    wait_for(Duration::from_secs(5), "rollback metric", || {
+        get(s.addr, "/metrics").body.contains("kubeflake_clock_rollbacks_total 1").then_some(())
+    });
+    assert!(get(s.addr, "/metrics").body.contains("kubeflake_refusals_total{reason=\"ahead_of_clock\"} 1"));
+    s.clock.advance_millis(8_000);
+    let after = get(s.addr, "/id");
+    assert_eq!(after.status, 200, "recovered by itself: {}", after.body);
+    assert!(after.body.trim().parse::<u64>().unwrap() > before);
+    assert_eq!(get(s.addr, "/readyz").status, 200);
+}
+
+#[test]
+fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
+    let s = Server::start();
+    assert_eq!(get(s.addr, "/id").status, 200);
+    // Make every fence write fail: the temporary file's path is taken by a directory.
+    let blocker = s.state.path().join("http-test-worker-5.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    s.clock.advance_millis(500); // renewal is due, and fails
+    wait_for(Duration::from_secs(5), "a failed fence write", || {
+        (!get(s.addr, "/metrics").body.contains("kubeflake_fence_writes_total{result=\"error\"} 0")).then_some(())
+    });
+    s.clock.advance_millis(1_000); // past the last fence written (1 s ahead of start)
+    let refused = get(s.addr, "/id");
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.json()["reason"], "fence_reached");
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(get(s.addr, "/readyz").status, 503);
+    std::fs::remove_dir(&blocker).unwrap();
+    wait_for(Duration::from_secs(5), "serving again after the fence is renewed", || {
+        (get(s.addr, "/id").status == 200).then_some(())
+    });
+}
+
+#[test]
+fn health_readiness_and_metrics_answer() {
+    let s = Server::start();
+    assert_eq!(get(s.addr, "/healthz").status, 200);
+    assert_eq!(get(s.addr, "/readyz").json()["status"], "ready");
+    get(s.addr, "/ids?count=7");
+    let metrics = get(s.addr, "/metrics").body;
+    for needle in [
+        "kubeflake_ids_issued_total 7",
+        "kubeflake_http_requests_total{code=\"200\",route=\"ids\"} 1",
+        "kubeflake_ready 1",
+        "kubeflake_worker_slot 5",
+        "kubeflake_fence_headroom_seconds",
+        "kubeflake_generator_ahead_of_clock_seconds 0",
+    ] {
+        assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
+    }
+}

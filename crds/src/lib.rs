@@ -8,6 +8,7 @@
 
 pub mod layout;
 pub mod sequence;
+pub mod slot_lease;
 pub mod timebase;
 
 pub use layout::{DatacenterId, Id, IdParts, Layout, LayoutError, Slot, Tick};

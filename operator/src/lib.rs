@@ -1,3 +1,112 @@
-//! The kubeflake operator: reconciles `IdSequence`s and assigns worker slots.
+//! The kubeflake operator: reconciles `IdSequence`s and hands worker slots to pods through
+//! slot Leases (SAFETY.md rules 1, 9, 10).
 //!
-//! Not implemented yet beyond this skeleton; see the operator issue.
+//! - [`slot`]: the pure planning of releases and assignments.
+//! - [`reconcile`]: the controller's `reconcile` and `error_policy`, and their `Context`.
+//! - [`metrics`], [`http`]: Prometheus metrics, health and readiness.
+//!
+//! Correctness never depends on being the only operator: every write is a compare-and-swap.
+
+pub mod http;
+pub mod metrics;
+pub mod reconcile;
+pub mod slot;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+
+/// How the operator runs.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    /// Watch only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    /// This replica's name in Events (the pod name in a cluster).
+    pub instance: String,
+}
+
+fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(client: Client, config: OperatorConfig, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> anyhow::Result<()> {
+    let metrics = Arc::new(metrics::Metrics::new());
+    let health = Arc::new(http::Health::default());
+    let listener = tokio::net::TcpListener::bind(config.metrics_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on --metrics-addr {}: {e}", config.metrics_addr))?;
+    tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
+    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
+
+    // Only labelled pods and leases are watched and cached.
+    let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let pod_stream = watcher(api::<Pod>(&client, &config.namespace), selected.clone())
+        .default_backoff()
+        .reflect(pod_writer)
+        .touched_objects();
+    let (leases, lease_writer) = reflector::store::<Lease>();
+    let lease_stream = watcher(api::<Lease>(&client, &config.namespace), selected)
+        .default_backoff()
+        .reflect(lease_writer)
+        .touched_objects();
+
+    let reporter = Reporter { controller: "kubeflake-operator".into(), instance: Some(config.instance.clone()) };
+    let ctx = Arc::new(reconcile::Context::new(client.clone(), pods.clone(), leases.clone(), metrics, reporter));
+    let controller = Controller::new(api::<IdSequence>(&client, &config.namespace), watcher::Config::default())
+        .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
+        .owns_stream(lease_stream)
+        .watches_stream(pod_stream, |pod: Pod| {
+            let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
+            Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
+        })
+        .graceful_shutdown_on(shutdown);
+    let sequences = controller.store();
+
+    let ready = {
+        let health = health.clone();
+        tokio::spawn(async move {
+            let synced = tokio::try_join!(pods.wait_until_ready(), leases.wait_until_ready(), sequences.wait_until_ready());
+            if synced.is_ok() {
+                health.ready.store(true, Ordering::Release);
+                tracing::info!("caches synced: ready");
+            }
+        })
+    };
+    controller
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(sequence = %object.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile error"),
+            }
+        })
+        .await;
+    health.ready.store(false, Ordering::Release);
+    ready.abort();
+    server.abort();
+    tracing::info!("operator stopped");
+    Ok(())
+}

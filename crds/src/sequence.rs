@@ -81,7 +81,7 @@ fn default_epoch() -> String {
 #[x_kube(validation = Rule::new(
     "self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits == self.totalBits"
 ).message(Message::Expression(
-    "'timestampBits + datacenterBits + workerBits + sequenceBits must add up to totalBits (' + string(self.totalBits) + '), but they add up to ' + string(self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits) + '; change one of them'".into()
+    "'timestampBits + datacenterBits + workerBits + sequenceBits must add up to totalBits (%d), but they add up to %d; change one of them'.format([self.totalBits, self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits])".into()
 )))]
 #[serde(rename_all = "camelCase")]
 pub struct LayoutSpec {

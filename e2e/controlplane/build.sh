@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane used by the kubeflake e2e tests from Go
+# modules: etcd, kube-apiserver, kube-controller-manager, kubectl and helm.
+#
+# Binaries go to a cache outside the repository:
+#   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/bin/<hash>/
+# where <hash> covers versions.env, go.mod, go.sum, the etcd wrapper, this
+# script and the Go version, so changing any pin builds into a fresh
+# directory. Only binaries missing from that directory are built, so a warm
+# run is a no-op that takes well under a second.
+#
+# Output contract: the bin directory is the LAST line on stdout; all progress
+# goes to stderr. The Rust harness (e2e/src/bin_dir.rs) relies on this.
+#
+# Environment:
+#   KUBEFLAKE_CACHE        cache root (default ~/.cache/kubeflake)
+#   KUBEFLAKE_BUILD_JOBS   parallel package builds, go build -p (default 2)
+#   GO                     go command (default: go on PATH, else /usr/local/go/bin/go)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+# shellcheck source=versions.env
+source ./versions.env
+
+log() { echo "build.sh: $*" >&2; }
+
+go=${GO:-go}
+if ! command -v "$go" >/dev/null 2>&1; then go=/usr/local/go/bin/go; fi
+if ! command -v "$go" >/dev/null 2>&1; then
+	log "no Go toolchain found (set GO=/path/to/go)"
+	exit 1
+fi
+
+# go.mod is generated from versions.env by update.sh; refuse to build a
+# mixture of the two.
+for pin in "k8s.io/kubernetes ${KUBERNETES_VERSION}" \
+	"go.etcd.io/etcd/server/v3 ${ETCD_VERSION}" \
+	"helm.sh/helm/v3 ${HELM_VERSION}" \
+	"k8s.io/api => k8s.io/api ${KUBERNETES_STAGING_VERSION}"; do
+	if ! grep -qF "	${pin}" go.mod; then
+		log "go.mod does not match versions.env (missing '${pin}'); run ./update.sh"
+		exit 1
+	fi
+done
+
+cache_root=${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}
+go_version=$("$go" env GOVERSION)
+hash=$({
+	cat versions.env go.mod go.sum cmd/etcd/main.go build.sh
+	echo "$go_version $("$go" env GOOS GOARCH)"
+} | sha256sum | cut -c1-16)
+bin_dir="$cache_root/bin/$hash"
+
+# name:package. The binary name is the last path element of the package.
+binaries=(
+	"etcd:./cmd/etcd"
+	"kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver"
+	"kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager"
+	"kubectl:k8s.io/kubernetes/cmd/kubectl"
+	"helm:helm.sh/helm/v3/cmd/helm"
+)
+
+missing() {
+	local entry
+	for entry in "${binaries[@]}"; do
+		[[ -x "$bin_dir/${entry%%:*}" ]] || echo "${entry#*:}"
+	done
+}
+
+if [[ -z "$(missing)" ]]; then
+	echo "$bin_dir"
+	exit 0
+fi
+
+mkdir -p "$bin_dir"
+# Several test binaries (or a person and a test) may call us at once: one
+# builds, the others wait and then find everything present.
+exec 9>"$bin_dir.lock"
+flock 9
+
+mapfile -t packages < <(missing)
+if ((${#packages[@]} > 0)); then
+	# Keep Go's caches under the same root so CI can cache a single directory.
+	export GOCACHE="$cache_root/go/build"
+	export GOMODCACHE="$cache_root/go/mod"
+	export GOFLAGS=-mod=readonly
+	export GOTOOLCHAIN=local
+	export CGO_ENABLED=0
+
+	# Version strings, as the Kubernetes release scripts set them. The build
+	# date is the release's commit time, so builds stay reproducible.
+	k8s_time=$("$go" list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)
+	minor=${KUBERNETES_VERSION#v*.}
+	minor=${minor%%.*}
+	major=${KUBERNETES_VERSION#v}
+	major=${major%%.*}
+	ldflags="-s -w"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $pkg.gitVersion=${KUBERNETES_VERSION}"
+		ldflags+=" -X $pkg.gitMajor=${major} -X $pkg.gitMinor=${minor}"
+		ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=${k8s_time:-1970-01-01T00:00:00Z}"
+	done
+	ldflags+=" -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+	ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+
+	tmp=$(mktemp -d "$bin_dir.tmp.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	log "building ${packages[*]##*/} into $bin_dir (go build -p ${KUBEFLAKE_BUILD_JOBS:-2}; a cold build takes a while)"
+	start=$SECONDS
+	# One invocation for all missing commands: they share most packages.
+	nice -n 10 "$go" build -p "${KUBEFLAKE_BUILD_JOBS:-2}" -trimpath -ldflags "$ldflags" -o "$tmp/" "${packages[@]}"
+	for entry in "${binaries[@]}"; do
+		name=${entry%%:*}
+		if [[ -f "$tmp/$name" ]]; then mv -f "$tmp/$name" "$bin_dir/$name"; fi
+	done
+	log "built in $((SECONDS - start))s"
+fi
+
+echo "$bin_dir"

@@ -1,0 +1,70 @@
+//! Finding the control-plane binaries (etcd, kube-apiserver, ...).
+//!
+//! They are built from Go modules by `e2e/controlplane/build.sh`, which caches them per
+//! version set and prints the directory as its last stdout line. Running the script is a
+//! no-op when the cache is warm, so the harness simply runs it every time (once per test
+//! binary). `KUBEFLAKE_BIN_DIR` skips the script, for example when CI built them earlier.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, bail};
+
+/// Overrides the bin directory instead of running `build.sh`.
+pub const BIN_DIR_ENV: &str = "KUBEFLAKE_BIN_DIR";
+
+/// Every binary the harness needs.
+pub const BINARIES: [&str; 5] =
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm"];
+
+/// The directory holding the control-plane binaries, built or located once per process.
+///
+/// Errors say what to do: a missing Go toolchain, a failed build, a bad override.
+pub fn bin_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| locate().map_err(|e| format!("{e:#}"))).clone().map_err(anyhow::Error::msg)
+}
+
+/// `e2e/controlplane/build.sh` in this checkout.
+pub fn build_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane").join("build.sh")
+}
+
+fn locate() -> Result<PathBuf> {
+    let dir = match std::env::var_os(BIN_DIR_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => run_build_script()?,
+    };
+    for name in BINARIES {
+        let path = dir.join(name);
+        if !path.is_file() {
+            bail!("{} has no {name} (from {BIN_DIR_ENV} or build.sh)", dir.display());
+        }
+    }
+    Ok(dir)
+}
+
+fn run_build_script() -> Result<PathBuf> {
+    let script = build_script();
+    // stderr is inherited so a cold build (tens of minutes) shows its progress.
+    let output = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}); see its output above. It needs Go (see e2e/README.md)",
+            script.display(),
+            output.status
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    if last.is_empty() {
+        bail!("{} printed no bin directory", script.display());
+    }
+    Ok(PathBuf::from(last.trim()))
+}

@@ -1,0 +1,614 @@
+//! A real control plane: etcd, kube-apiserver and kube-controller-manager on 127.0.0.1.
+//!
+//! [`Cluster::shared`] starts one per test binary, the first time a test asks for it;
+//! tests isolate themselves with [`Cluster::namespace`]. A test that disturbs the whole
+//! cluster (for example by restarting the API server) belongs in its own file under
+//! `e2e/tests/`, which cargo builds into its own binary and so gets its own cluster.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt};
+use tokio::io::AsyncWriteExt;
+
+use crate::bin_dir::bin_dir;
+use crate::certs::Pki;
+use crate::kubeconfig::write_kubeconfig;
+use crate::process::{Process, ProcessSpec, STOP_GRACE, pid_alive, remove_dir_at_exit};
+
+/// Set to keep the temporary state directory (logs, certificates, etcd data) after the
+/// tests, for debugging.
+pub const KEEP_DIR_ENV: &str = "KUBEFLAKE_E2E_KEEP_DIR";
+
+/// Temporary state directories start with this; stale ones are removed on start.
+const TEMP_DIR_PREFIX: &str = "kubeflake-e2e-";
+
+/// How long each component may take to become ready. Generous: a 2-core CI machine may
+/// be compiling Rust at the same time.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How to start a [`Cluster`].
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// Where certificates, kubeconfigs, etcd data and logs go. It must be empty, missing,
+    /// or a previous cluster's directory (whose content is then deleted). Default: a new temporary directory, deleted when the cluster stops or the
+    /// process exits (unless `KUBEFLAKE_E2E_KEEP_DIR` is set).
+    pub dir: Option<PathBuf>,
+}
+
+/// A running control plane. Dropping it stops every process (the shared one is stopped
+/// by an exit hook instead, see [`crate::process`]).
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    remove_dir: bool,
+    bin_dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    pki: Pki,
+    config: Config,
+    // Stopped in this order by Drop: dependents before what they depend on.
+    controller_manager: Process,
+    apiserver: Process,
+    etcd: Process,
+}
+
+/// A namespace made for one test, and a client whose default namespace it is.
+#[derive(Clone)]
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+/// What a finished command printed.
+#[derive(Debug, Clone)]
+pub struct CommandOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// stdout if the command succeeded, otherwise an error carrying stderr.
+    pub fn ok(self) -> Result<String> {
+        if self.status.success() {
+            Ok(self.stdout)
+        } else {
+            bail!(
+                "command failed ({}):\nstderr: {}\nstdout: {}",
+                self.status,
+                self.stderr,
+                self.stdout
+            )
+        }
+    }
+}
+
+impl Cluster {
+    /// The control plane shared by all tests of this test binary, started on first use.
+    ///
+    /// Panics with the reason (including the failing component's log) if it cannot be
+    /// built or started: e2e tests fail, they never skip.
+    pub fn shared() -> &'static Cluster {
+        static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+        // A panic while starting is kept as an error too, so that every test fails with
+        // the first reason instead of each test trying (and failing) to start again.
+        let cluster = SHARED.get_or_init(|| {
+            match std::panic::catch_unwind(|| Cluster::start(ClusterOptions::default())) {
+                Ok(started) => started.map_err(|e| format!("{e:#}")),
+                Err(panic) => Err(panic_message(&panic)),
+            }
+        });
+        match cluster {
+            Ok(cluster) => cluster,
+            Err(e) => panic!("the e2e control plane could not start: {e}"),
+        }
+    }
+
+    /// Starts a new control plane and waits until it serves requests and its controllers
+    /// run (the `default` service account exists). Blocking; safe to call from async code
+    /// (the waiting runs on a private runtime in a helper thread).
+    pub fn start(options: ClusterOptions) -> Result<Cluster> {
+        let bin_dir = bin_dir()?;
+        let (dir, temporary) = match options.dir {
+            Some(dir) => {
+                // Only ever delete a directory that a cluster made (it has owner.pid), so a
+                // mistyped path cannot wipe someone's files.
+                let ours = dir.join("owner.pid").is_file();
+                let empty = dir.read_dir().map(|mut d| d.next().is_none()).unwrap_or(true);
+                if !ours && !empty {
+                    bail!("{} is not empty and not a kubeflake cluster directory", dir.display());
+                }
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)
+                        .with_context(|| format!("cannot clear {}", dir.display()))?;
+                }
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                (dir, false)
+            }
+            None => {
+                remove_stale_temp_dirs();
+                let dir = tempfile::Builder::new()
+                    .prefix(TEMP_DIR_PREFIX)
+                    .tempdir()
+                    .context("cannot create a temporary directory")?
+                    .keep();
+                (dir, true)
+            }
+        };
+        let dir = dir.canonicalize()?;
+        std::fs::write(dir.join("owner.pid"), std::process::id().to_string())?;
+        let remove_dir = temporary && std::env::var_os(KEEP_DIR_ENV).is_none();
+        if remove_dir {
+            remove_dir_at_exit(dir.clone());
+        }
+        eprintln!("kubeflake-e2e: starting a control plane in {}", dir.display());
+        let started = Instant::now();
+        let cluster = Self::start_in(dir.clone(), bin_dir, remove_dir)
+            .with_context(|| format!("control plane in {} (logs are there)", dir.display()))?;
+        eprintln!(
+            "kubeflake-e2e: control plane ready in {:.1}s at {}",
+            started.elapsed().as_secs_f64(),
+            cluster.server
+        );
+        Ok(cluster)
+    }
+
+    fn start_in(dir: PathBuf, bin_dir: PathBuf, remove_dir: bool) -> Result<Cluster> {
+        let pki = Pki::generate(&dir)?;
+        let [etcd_client, etcd_peer, apiserver_port, kcm_port] = free_ports()?;
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+
+        let kubeconfig = dir.join("kubeconfig");
+        write_kubeconfig(
+            &kubeconfig,
+            &server,
+            &pki.ca_cert,
+            &pki.admin_cert,
+            &pki.admin_key,
+            "admin",
+        )?;
+        let kcm_kubeconfig = dir.join("controller-manager.kubeconfig");
+        write_kubeconfig(
+            &kcm_kubeconfig,
+            &server,
+            &pki.ca_cert,
+            &pki.controller_manager_cert,
+            &pki.controller_manager_key,
+            "system:kube-controller-manager",
+        )?;
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        let etcd = Process::start(ProcessSpec {
+            name: "etcd".into(),
+            program: bin_dir.join("etcd"),
+            args: args(&[
+                "--name=default",
+                &format!("--data-dir={}", dir.join("etcd-data").display()),
+                &format!("--listen-client-urls={etcd_url}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                &format!("--listen-peer-urls={peer_url}"),
+                &format!("--initial-advertise-peer-urls={peer_url}"),
+                &format!("--initial-cluster=default={peer_url}"),
+                // Test data: durability does not matter, speed does.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ]),
+            log: dir.join("etcd.log"),
+        })?;
+        wait_for_port(&etcd, etcd_client)?;
+
+        let apiserver = Process::start(ProcessSpec {
+            name: "kube-apiserver".into(),
+            program: bin_dir.join("kube-apiserver"),
+            args: apiserver_args(&dir, &pki, &etcd_url, apiserver_port),
+            log: dir.join("kube-apiserver.log"),
+        })?;
+        let config = run_on_private_runtime(async {
+            let config = load_config(&kubeconfig).await?;
+            wait_apiserver_ready(&apiserver, &config).await?;
+            anyhow::Ok(config)
+        })?;
+
+        let controller_manager = Process::start(ProcessSpec {
+            name: "kube-controller-manager".into(),
+            program: bin_dir.join("kube-controller-manager"),
+            args: args(&[
+                &format!("--kubeconfig={}", kcm_kubeconfig.display()),
+                &format!("--authentication-kubeconfig={}", kcm_kubeconfig.display()),
+                &format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
+                "--bind-address=127.0.0.1",
+                &format!("--secure-port={kcm_port}"),
+                &format!("--cert-dir={}", dir.join("controller-manager-serving").display()),
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                &format!("--root-ca-file={}", pki.ca_cert.display()),
+                &format!(
+                    "--service-account-private-key-file={}",
+                    pki.service_account_key.display()
+                ),
+                &format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
+                &format!("--cluster-signing-key-file={}", pki.ca_key.display()),
+                "--leader-elect=false",
+                "--v=1",
+            ]),
+            log: dir.join("kube-controller-manager.log"),
+        })?;
+        run_on_private_runtime(async {
+            let client = Client::try_from(config.clone())?;
+            wait_for_default_service_account(&controller_manager, &client, "default").await
+        })?;
+
+        Ok(Cluster {
+            dir,
+            remove_dir,
+            bin_dir,
+            kubeconfig,
+            server,
+            pki,
+            config,
+            controller_manager,
+            apiserver,
+            etcd,
+        })
+    }
+
+    /// The admin kubeconfig (user in group `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server URL, `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The state directory: certificates, kubeconfigs, etcd data and one log per process.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the control-plane binaries (and `kubectl`, `helm`) are.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    pub fn kubectl_path(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
+    pub fn helm_path(&self) -> PathBuf {
+        self.bin_dir.join("helm")
+    }
+
+    pub fn pki(&self) -> &Pki {
+        &self.pki
+    }
+
+    /// Admin client configuration, for building clients with other settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A new admin client. Call it inside the test's tokio runtime: a `kube::Client`
+    /// belongs to the runtime it was created in, which is why the shared cluster hands out
+    /// fresh clients instead of keeping one.
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client::try_from(self.config.clone())?)
+    }
+
+    /// Creates a namespace named `<prefix>-<random>`, waits for its `default` service
+    /// account (so pods can be created in it), and returns it with a client whose default
+    /// namespace it is.
+    pub async fn namespace(&self, prefix: &str) -> Result<TestNamespace> {
+        let client = self.client()?;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let request = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-", dns_label_prefix(prefix))),
+                labels: Some([("kubeflake.io/e2e".to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let name = namespaces
+            .create(&PostParams::default(), &request)
+            .await
+            .with_context(|| format!("cannot create a namespace for {prefix}"))?
+            .name_any();
+        wait_for_default_service_account(&self.controller_manager, &client, &name).await?;
+        let mut config = self.config.clone();
+        config.default_namespace = name.clone();
+        Ok(TestNamespace { name, client: Client::try_from(config)? })
+    }
+
+    /// A `kubectl` command using the admin kubeconfig (and a discovery cache private to
+    /// this cluster, so a previous cluster on the same port cannot confuse it).
+    pub fn kubectl_command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(self.kubectl_path());
+        command
+            .env("KUBECONFIG", &self.kubeconfig)
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--cache-dir={}", self.dir.join("kubectl-cache").display()))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Runs `kubectl <args>` and captures its output (a failing kubectl is not an error
+    /// here; use [`CommandOutput::ok`]).
+    pub async fn kubectl(&self, args: &[&str]) -> Result<CommandOutput> {
+        self.kubectl_with_stdin(args, None).await
+    }
+
+    /// Runs `kubectl <args>` with `stdin` as its standard input, e.g. for `apply -f -`.
+    pub async fn kubectl_with_stdin(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<CommandOutput> {
+        let mut command = self.kubectl_command();
+        command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if stdin.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        let mut child =
+            command.spawn().with_context(|| format!("cannot run kubectl {}", args.join(" ")))?;
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().context("kubectl stdin")?;
+            pipe.write_all(input.as_bytes()).await?;
+            drop(pipe);
+        }
+        let output = child.wait_with_output().await?;
+        Ok(CommandOutput {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    /// `kill -9` of the API server. etcd and the controller manager keep running.
+    pub fn kill_apiserver(&self) {
+        self.apiserver.kill();
+    }
+
+    /// Starts the API server again (same flags, port and certificates) if it is not
+    /// running, and waits until it is ready.
+    pub async fn start_apiserver(&self) -> Result<()> {
+        if self.apiserver.pid().is_none() || self.apiserver.exit_status().is_some() {
+            self.apiserver.restart()?;
+        }
+        wait_apiserver_ready(&self.apiserver, &self.config).await
+    }
+
+    /// `kill -9` of the API server, then start it again and wait until it is ready.
+    pub async fn restart_apiserver(&self) -> Result<()> {
+        self.apiserver.restart()?;
+        wait_apiserver_ready(&self.apiserver, &self.config).await
+    }
+
+    /// Name and process id of every component process currently running.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        [&self.etcd, &self.apiserver, &self.controller_manager]
+            .into_iter()
+            .filter_map(|p| p.pid().map(|pid| (p.name().to_owned(), pid)))
+            .collect()
+    }
+
+    /// Stops every process (controller manager, API server, then etcd).
+    pub fn stop(&self) {
+        self.controller_manager.stop(STOP_GRACE);
+        self.apiserver.stop(STOP_GRACE);
+        self.etcd.stop(STOP_GRACE);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+        if self.remove_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panicked".to_owned())
+}
+
+fn apiserver_args(dir: &Path, pki: &Pki, etcd_url: &str, port: u16) -> Vec<OsString> {
+    args(&[
+        &format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        &format!("--secure-port={port}"),
+        &format!("--cert-dir={}", dir.join("apiserver-serving").display()),
+        &format!("--tls-cert-file={}", pki.serving_cert.display()),
+        &format!("--tls-private-key-file={}", pki.serving_key.display()),
+        &format!("--client-ca-file={}", pki.ca_cert.display()),
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,\
+DefaultTolerationSeconds,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,\
+ValidatingAdmissionPolicy,ResourceQuota",
+        &format!("--service-account-key-file={}", pki.service_account_pub.display()),
+        &format!("--service-account-signing-key-file={}", pki.service_account_key.display()),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        // Only an allocation range for Service objects; nothing routes to it.
+        "--service-cluster-ip-range=10.96.0.0/16",
+        // The `kubernetes` Service's endpoints cannot be a loopback address.
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--v=1",
+    ])
+}
+
+fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
+/// Free ports on 127.0.0.1, found by binding port 0. All are held until every one is
+/// chosen, so they differ; another process could still grab one before our child binds
+/// it, which is unlikely enough for tests.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("cannot find free ports on 127.0.0.1")?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+fn wait_for_port(process: &Process, port: u16) -> Result<()> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        process.check_running()?;
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not listen on {addr} within {READY_TIMEOUT:?}:\n{}",
+                process.name(),
+                process.log_tail(40)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn load_config(kubeconfig: &Path) -> Result<Config> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+/// Polls `/readyz` until it answers `ok`.
+async fn wait_apiserver_ready(apiserver: &Process, config: &Config) -> Result<()> {
+    let client = Client::try_from(config.clone())?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        apiserver.check_running()?;
+        let request = http::Request::get("/readyz").body(Vec::new())?;
+        let last = match client.request_text(request).await {
+            Ok(body) if body.trim() == "ok" => return Ok(()),
+            Ok(body) => body,
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            bail!(
+                "kube-apiserver not ready within {READY_TIMEOUT:?}; last answer: {last}\n{}",
+                apiserver.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The service-account controller creates `default` in every namespace: its presence
+/// shows the controller manager is working, and pods need it.
+async fn wait_for_default_service_account(
+    controller_manager: &Process,
+    client: &Client,
+    namespace: &str,
+) -> Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        controller_manager.check_running()?;
+        let last = match accounts.get_opt("default").await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => "not found".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            bail!(
+                "no service account {namespace}/default within {READY_TIMEOUT:?} ({last}); is kube-controller-manager working?\n{}",
+                controller_manager.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs `future` to completion on a new single-threaded runtime in a helper thread, so
+/// that blocking startup code works both from plain and from `#[tokio::test]` code.
+fn run_on_private_runtime<T: Send>(future: impl Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("cannot build a tokio runtime")
+                    .block_on(future)
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Turns a test name into the start of a namespace name (a DNS label, with room for the
+/// random suffix the API server appends).
+fn dns_label_prefix(prefix: &str) -> String {
+    let mut label: String = prefix
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .take(40)
+        .collect();
+    label = label.trim_matches('-').to_owned();
+    if label.is_empty() { "test".to_owned() } else { label }
+}
+
+/// Removes temporary state directories whose owning process is gone (for example a test
+/// binary killed with `kill -9`, whose exit hook never ran).
+fn remove_stale_temp_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_ours = entry.file_name().to_string_lossy().starts_with(TEMP_DIR_PREFIX);
+        if !is_ours {
+            continue;
+        }
+        let owner = std::fs::read_to_string(path.join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if owner.is_some_and(|pid| !pid_alive(pid)) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dns_label_prefix;
+
+    #[test]
+    fn namespace_prefixes_are_dns_labels() {
+        assert_eq!(dns_label_prefix("crd_rejects::Bad Epoch"), "crd-rejects--bad-epoch");
+        assert_eq!(dns_label_prefix("__"), "test");
+        assert_eq!(dns_label_prefix(&"a".repeat(100)).len(), 40);
+    }
+}

@@ -1,0 +1,28 @@
+//! End-to-end test harness for kubeflake: a real Kubernetes control plane (etcd,
+//! kube-apiserver, kube-controller-manager) built from Go modules and run on 127.0.0.1.
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use kubeflake_e2e::Cluster;
+//! let cluster = Cluster::shared(); // one per test binary, started on first use
+//! let ns = cluster.namespace("my-test").await?; // a fresh namespace + client
+//! let pods = cluster.kubectl(&["get", "pods", "-n", &ns.name]).await?.ok()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Modules, in the order things happen:
+//! - [`bin_dir`]: builds or locates the binaries (`e2e/controlplane/build.sh`).
+//! - [`certs`]: a fresh CA, serving and client certificates, service-account keys.
+//! - [`kubeconfig`]: kubeconfig files for the admin and the controller manager.
+//! - [`process`]: child processes that cannot outlive the test binary.
+//! - [`cluster`]: starts, waits for, hands out and stops the control plane.
+//!
+//! See `e2e/README.md` for building the binaries and running the tests.
+
+pub mod bin_dir;
+pub mod certs;
+pub mod cluster;
+pub mod kubeconfig;
+pub mod process;
+
+pub use cluster::{Cluster, ClusterOptions, CommandOutput, TestNamespace};

@@ -1,0 +1,233 @@
+//! Helpers for the operator e2e tests: run `kubeflake-operator` processes scoped to a test
+//! namespace, create sequences and pods, and record every version of every slot lease.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::{Client, ResourceExt};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
+use kubeflake_e2e::process::{Process, ProcessSpec};
+use kubeflake_e2e::{Cluster, TestNamespace};
+
+/// The workspace's debug binaries (built by `cargo test`: each has integration tests).
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let debug_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/debug");
+    let path = debug_dir.join(name);
+    if !path.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-q", "--bin", name])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build {name}");
+    }
+    path
+}
+
+/// A `kubeflake-operator` process watching one namespace. Killed when dropped.
+pub struct Operator {
+    pub process: Process,
+    pub metrics_port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Operator {
+    pub fn start(cluster: &Cluster, ns: &str, tag: &str) -> Result<Operator> {
+        let port = free_port();
+        let spec = ProcessSpec {
+            name: format!("kubeflake-operator-{tag}"),
+            program: workspace_binary("kubeflake-operator"),
+            args: [
+                "--namespace", ns,
+                "--metrics-addr", &format!("127.0.0.1:{port}"),
+                "--instance", tag,
+                "--log-format", "json",
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect(),
+            log: cluster.dir().join(format!("operator-{ns}-{tag}.log")),
+        };
+        // The process inherits KUBECONFIG from here.
+        // SAFETY: tests in this binary only ever set it to the same value.
+        unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        Ok(Operator { process: Process::start(spec)?, metrics_port: port })
+    }
+
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return String::new() };
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.process.kill();
+    }
+}
+
+/// Applies the CRD once per test binary and waits until it is served.
+pub async fn install_crd(cluster: &Cluster) -> Result<()> {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    DONE.get_or_try_init(|| async {
+        let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/idsequence.yaml");
+        cluster.kubectl(&["apply", "--server-side", "-f", crd]).await?.ok()?;
+        cluster
+            .kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/idsequences.kubeflake.io"])
+            .await?
+            .ok()?;
+        Ok::<(), anyhow::Error>(())
+    })
+    .await?;
+    Ok(())
+}
+
+pub async fn create_sequence(ns: &TestNamespace, name: &str, spec: serde_json::Value) -> Result<IdSequence> {
+    let api: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
+    let seq: IdSequence = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    Ok(api.create(&PostParams::default(), &seq).await?)
+}
+
+/// Creates labelled pods (API objects only: no kubelet runs them). Up to 16 at once.
+pub async fn create_pods(ns: &TestNamespace, sequence: &str, prefix: &str, count: usize) -> Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("{prefix}-{i}"), "labels": {SEQUENCE_LABEL: sequence}},
+                "spec": {"containers": [{"name": "app", "image": "example.invalid/app"}]},
+            }))
+            .expect("a valid pod");
+            async move { api.create(&PostParams::default(), &pod).await }
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await
+        .context("creating pods")
+}
+
+pub async fn slot_leases(ns: &TestNamespace, sequence: &str) -> Result<Vec<SlotLease>> {
+    let api: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+    let list = api.list(&ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"))).await?;
+    Ok(list.items.iter().map(SlotLease::parse).collect::<Result<_, _>>()?)
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or fails after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until every pod in `uids` holds exactly one slot, and returns uid -> slot.
+pub async fn all_assigned(ns: &TestNamespace, sequence: &str, uids: &[String], limit: Duration) -> Result<HashMap<String, u32>> {
+    eventually(limit, "every pod to hold exactly one slot", || async {
+        let leases = slot_leases(ns, sequence).await?;
+        let mut held: HashMap<String, Vec<u32>> = HashMap::new();
+        for l in &leases {
+            if let Some(h) = &l.holder {
+                held.entry(h.clone()).or_default().push(l.slot.0);
+            }
+        }
+        let done = uids.iter().all(|u| held.get(u).is_some_and(|s| s.len() == 1));
+        Ok(done.then(|| held.into_iter().map(|(u, s)| (u, s[0])).collect()))
+    })
+    .await
+}
+
+/// Every version of every slot lease in a namespace, in the order etcd committed them.
+#[derive(Clone, Default)]
+pub struct LeaseHistory {
+    pub versions: Arc<Mutex<Vec<(String, Option<String>)>>>,
+}
+
+impl LeaseHistory {
+    /// Starts recording from now (call before anything writes leases).
+    pub async fn record(client: Client, ns: &str) -> Result<(LeaseHistory, tokio::task::JoinHandle<()>)> {
+        let api: Api<Lease> = Api::namespaced(client, ns);
+        let start = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap_or_default();
+        let history = LeaseHistory::default();
+        let versions = history.versions.clone();
+        let task = tokio::spawn(async move {
+            let params = WatchParams::default().labels(SEQUENCE_LABEL).timeout(280);
+            let Ok(stream) = api.watch(&params, &start).await else { return };
+            let mut stream = stream.boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                let lease = match event {
+                    WatchEvent::Added(l) | WatchEvent::Modified(l) => l,
+                    WatchEvent::Deleted(l) => {
+                        versions.lock().unwrap().push((l.name_any(), Some("<deleted>".into())));
+                        continue;
+                    }
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Error(e) => panic!("lease watch failed: {e:?}; the history would be incomplete"),
+                };
+                let holder = lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
+                versions.lock().unwrap().push((lease.metadata.name.unwrap_or_default(), holder));
+            }
+        });
+        Ok((history, task))
+    }
+
+    /// Replays the history and returns every violation of "a slot goes from one live pod
+    /// to another only through a release of a pod that is gone" (pods in `deleted` were
+    /// deleted by the test) and of "a live pod's only slot is never taken away".
+    pub fn violations(&self, deleted: &[String]) -> Vec<String> {
+        let versions = self.versions.lock().unwrap().clone();
+        let mut current: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (i, (lease, holder)) in versions.iter().enumerate() {
+            let previous = current.get(lease).cloned().flatten();
+            match (&previous, holder) {
+                (Some(a), Some(b)) if a != b && b != "<deleted>" => {
+                    problems.push(format!("#{i} {lease}: holder changed directly from {a} to {b}"))
+                }
+                (Some(a), None) if !deleted.contains(a) => {
+                    let holds_another = current.iter().any(|(l, h)| l != lease && h.as_deref() == Some(a.as_str()));
+                    if !holds_another {
+                        problems.push(format!("#{i} {lease}: taken from live pod {a}, its only slot"));
+                    }
+                }
+                _ => {}
+            }
+            current.insert(lease.clone(), holder.clone().filter(|h| h != "<deleted>"));
+        }
+        problems
+    }
+
+    pub fn len(&self) -> usize {
+        self.versions.lock().unwrap().len()
+    }
+}

@@ -223,3 +223,67 @@ async fn rule10_deleting_a_sequence_waits_for_released_slots_and_passed_fences_t
     assert!(chrono::Utc::now().timestamp_millis() as u64 >= now_ms + 6_000, "not before the fence passed");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_one_replica_works_and_the_other_takes_over_when_it_dies() -> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("op-leader").await?;
+    let elect = ["--leader-election-namespace", ns.name.as_str()];
+    let a = Operator::start_with(cluster, &ns.name, "a", &elect)?;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+    let leader = eventually(LIMIT, "a leader", || async {
+        let lease = leases.get_opt("kubeflake-operator-leader").await?;
+        Ok(lease.and_then(|l| l.spec?.holder_identity))
+    })
+    .await?;
+    assert_eq!(leader, "a");
+    let b = Operator::start_with(cluster, &ns.name, "b", &elect)?;
+    create_sequence(&ns, "orders", json!({})).await?;
+    let first = create_pods(&ns, "orders", "first", 3).await?;
+    all_assigned(&ns, "orders", &uids(&first), LIMIT).await?;
+    assert_eq!(b.metric("kubeflake_operator_slot_assignments_total"), 0.0, "the follower does no work");
+    a.process.kill();
+    let second = create_pods(&ns, "orders", "second", 3).await?;
+    all_assigned(&ns, "orders", &uids(&second), LIMIT).await?;
+    assert_eq!(b.metric("kubeflake_operator_slot_assignments_total"), 3.0, "the follower took over");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule9_a_silent_holder_loses_its_slot_after_a_lease_duration_a_renewing_one_never() -> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("op-silent").await?;
+    let (history, watch) = LeaseHistory::record(ns.client.clone(), &ns.name).await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    let spec = json!({"layout": {"timestampBits": 50, "workerBits": 1}, "lease": {"durationSeconds": 15}});
+    create_sequence(&ns, "orders", spec).await?;
+    let pods = create_pods(&ns, "orders", "app", 2).await?;
+    let held = all_assigned(&ns, "orders", &uids(&pods), LIMIT).await?;
+    let assigned_at = std::time::Instant::now();
+    let renewing = format!("orders-slot-{}", held[&pods[0].uid().unwrap()]);
+    let silent = format!("orders-slot-{}", held[&pods[1].uid().unwrap()]);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+    // Pod 0 renews like a sidecar would (every 3 s); pod 1 never does.
+    let released = eventually(Duration::from_secs(60), "the silent slot to be released", || async {
+        let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()))?;
+        leases.patch(&renewing, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"renewTime": now}}))).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let versions = history.versions.lock().unwrap().clone();
+        Ok(versions.iter().any(|(l, h)| *l == silent && h.is_none()).then(std::time::Instant::now))
+    })
+    .await?;
+    assert!(
+        released.duration_since(assigned_at) >= Duration::from_secs(15),
+        "released after {:?}, before a full lease duration",
+        released.duration_since(assigned_at)
+    );
+    watch.abort();
+    let versions = history.versions.lock().unwrap().clone();
+    assert!(
+        !versions.iter().any(|(l, h)| *l == renewing && h.is_none()),
+        "the renewing holder kept its slot"
+    );
+    Ok(())
+}

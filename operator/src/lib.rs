@@ -36,9 +36,14 @@ pub struct OperatorConfig {
     pub namespace: Option<String>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub metrics_addr: SocketAddr,
-    /// This replica's name in Events (the pod name in a cluster).
+    /// This replica's name in Events and in the leader-election Lease (the pod name).
     pub instance: String,
+    /// Namespace of the leader-election Lease; `None` runs without election.
+    pub leader_election_namespace: Option<String>,
 }
+
+/// Name of the leader-election Lease.
+pub const LEADER_LEASE: &str = "kubeflake-operator-leader";
 
 fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
 where
@@ -50,7 +55,10 @@ where
     }
 }
 
-/// Runs the controller until `shutdown` completes.
+/// Runs until `shutdown` completes: the probes and metrics server at once, the controller
+/// when this replica leads (or at once without election). Losing leadership ends the run,
+/// so the replica restarts as a follower. Election only avoids duplicated work: two
+/// controllers at once stay correct, every write being a compare-and-swap.
 pub async fn run(client: Client, config: OperatorConfig, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> anyhow::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
     let health = Arc::new(http::Health::default());
@@ -59,7 +67,64 @@ pub async fn run(client: Client, config: OperatorConfig, shutdown: impl Future<O
         .map_err(|e| anyhow::anyhow!("cannot listen on --metrics-addr {}: {e}", config.metrics_addr))?;
     tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
+    let result = match &config.leader_election_namespace {
+        None => run_controller(client, &config, metrics, health, shutdown).await,
+        Some(ns) => {
+            let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
+                .with_namespace(ns)
+                .with_identity(&config.instance)
+                .with_duration(15)
+                .with_grace(5)
+                .build()
+                .await?;
+            let (mut leading, election) = manager.watch().await;
+            // A follower is healthy and ready: it stands by.
+            health.ready.store(true, Ordering::Release);
+            tracing::info!(lease = LEADER_LEASE, namespace = %ns, "waiting to become leader");
+            let mut shutdown = Box::pin(shutdown);
+            let became_leader = loop {
+                if *leading.borrow_and_update() {
+                    break true;
+                }
+                tokio::select! {
+                    changed = leading.changed() => if changed.is_err() { break false },
+                    () = &mut shutdown => break false,
+                }
+            };
+            let result = if became_leader {
+                tracing::info!("became leader: starting the controller");
+                let lost = async move {
+                    while *leading.borrow_and_update() {
+                        if leading.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                    tracing::warn!("lost leadership: stopping the controller");
+                };
+                let stop = async move {
+                    tokio::select! { () = shutdown => {}, () = lost => {} }
+                };
+                run_controller(client, &config, metrics, health, stop).await
+            } else {
+                Ok(())
+            };
+            election.abort();
+            result
+        }
+    };
+    server.abort();
+    tracing::info!("operator stopped");
+    result
+}
 
+async fn run_controller(
+    client: Client,
+    config: &OperatorConfig,
+    metrics: Arc<metrics::Metrics>,
+    health: Arc<http::Health>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    health.ready.store(false, Ordering::Release);
     // Only labelled pods and leases are watched and cached.
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
     let (pods, pod_writer) = reflector::store::<Pod>();
@@ -106,7 +171,5 @@ pub async fn run(client: Client, config: OperatorConfig, shutdown: impl Future<O
         .await;
     health.ready.store(false, Ordering::Release);
     ready.abort();
-    server.abort();
-    tracing::info!("operator stopped");
     Ok(())
 }

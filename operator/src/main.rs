@@ -18,6 +18,10 @@ struct Args {
     /// This replica's name, shown in Events (defaults to $POD_NAME, else the host name).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+    /// Elect a leader through a Lease in this namespace, so that only one replica
+    /// reconciles at a time (default: no election; correctness never depends on it).
+    #[arg(long, env = "KUBEFLAKE_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text", env = "KUBEFLAKE_LOG_FORMAT")]
     log_format: LogFormat,
@@ -66,7 +70,12 @@ async fn main() {
     let instance = args.instance.unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "kubeflake-operator".into())
     });
-    let config = OperatorConfig { namespace: args.namespace, metrics_addr: args.metrics_addr, instance };
+    let config = OperatorConfig {
+        namespace: args.namespace,
+        metrics_addr: args.metrics_addr,
+        instance,
+        leader_election_namespace: args.leader_election_namespace,
+    };
     if let Err(e) = run(client, config, shutdown_signal()).await {
         eprintln!("kubeflake-operator: error: {e:#}");
         std::process::exit(1);

@@ -46,6 +46,11 @@ fn free_port() -> u16 {
 
 impl Operator {
     pub fn start(cluster: &Cluster, ns: &str, tag: &str) -> Result<Operator> {
+        Operator::start_with(cluster, ns, tag, &[])
+    }
+
+    /// Like [`Operator::start`], with extra command-line arguments.
+    pub fn start_with(cluster: &Cluster, ns: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
         let port = free_port();
         let spec = ProcessSpec {
             name: format!("kubeflake-operator-{tag}"),
@@ -57,6 +62,7 @@ impl Operator {
                 "--log-format", "json",
             ]
             .iter()
+            .chain(extra)
             .map(OsString::from)
             .collect(),
             log: cluster.dir().join(format!("operator-{ns}-{tag}.log")),
@@ -65,6 +71,15 @@ impl Operator {
         // SAFETY: tests in this binary only ever set it to the same value.
         unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
         Ok(Operator { process: Process::start(spec)?, metrics_port: port })
+    }
+
+    /// The value of one unlabelled metric (0 when absent or unreachable).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics();
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0.0)
     }
 
     pub fn metrics(&self) -> String {

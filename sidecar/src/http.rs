@@ -14,9 +14,10 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -38,10 +39,13 @@ pub const DEFAULT_MAX_BATCH: u64 = 10_000;
 
 /// What the handlers share.
 pub struct Api {
-    pub generator: Arc<Generator>,
+    /// The generator of the slot held now; none while waiting for one (cluster mode).
+    generator: ArcSwapOption<Generator>,
     pub metrics: Arc<Metrics>,
     /// Largest `count` accepted by `GET /ids`.
     pub max_batch: u64,
+    /// Why no generator is installed (read only when there is none).
+    waiting_for: Mutex<String>,
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -57,6 +61,8 @@ enum HttpError {
     MethodNotAllowed { method: Method, path: String },
     #[error(transparent)]
     Refused(#[from] Refusal),
+    #[error("not ready: {0}; retry later")]
+    NotReady(String),
 }
 
 fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
@@ -82,6 +88,15 @@ impl HttpError {
                 let mut reply =
                     json_reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": message }));
                 reply.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+                reply
+            }
+            HttpError::NotReady(_) => {
+                metrics.refusals.with_label_values(&["no_slot"]).inc();
+                let mut reply = json_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "error": message, "reason": "no_slot" }),
+                );
+                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
                 reply
             }
             HttpError::Refused(refusal) => {
@@ -138,8 +153,44 @@ fn wants_json(req: &Request<Incoming>) -> bool {
 }
 
 impl Api {
+    pub fn new(generator: Option<Arc<Generator>>, metrics: Arc<Metrics>, max_batch: u64) -> Api {
+        Api {
+            generator: ArcSwapOption::new(generator),
+            metrics,
+            max_batch,
+            waiting_for: Mutex::new("starting".into()),
+        }
+    }
+
+    /// Starts serving from `generator` (a slot was acquired).
+    pub fn install(&self, generator: Arc<Generator>) {
+        self.generator.store(Some(generator));
+    }
+
+    /// Stops serving: no generator until the next [`install`](Self::install).
+    pub fn uninstall(&self, reason: impl Into<String>) {
+        self.set_waiting_for(reason);
+        self.generator.store(None);
+    }
+
+    /// Records why there is no generator yet.
+    pub fn set_waiting_for(&self, reason: impl Into<String>) {
+        *self.waiting_for.lock().unwrap_or_else(|p| p.into_inner()) = reason.into();
+    }
+
+    /// The generator in use, if any.
+    pub fn generator(&self) -> Option<Arc<Generator>> {
+        self.generator.load_full()
+    }
+
+    fn current(&self) -> Result<Arc<Generator>, HttpError> {
+        self.generator.load_full().ok_or_else(|| {
+            HttpError::NotReady(self.waiting_for.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        })
+    }
+
     fn one_id(&self, json: bool) -> Result<Reply, HttpError> {
-        let id = self.generator.next_id()?;
+        let id = self.current()?.next_id()?;
         self.metrics.ids_issued.inc();
         let mut buf = itoa::Buffer::new();
         let digits = buf.format(id.get());
@@ -151,7 +202,8 @@ impl Api {
     }
 
     fn many_ids(&self, count: u64, json: bool) -> Result<Reply, HttpError> {
-        let reservation = self.generator.reserve(count)?;
+        let generator = self.current()?;
+        let reservation = generator.reserve(count)?;
         self.metrics.ids_issued.inc_by(count);
         let mut out = Vec::with_capacity(count as usize * 22 + 16);
         let mut buf = itoa::Buffer::new();
@@ -163,14 +215,14 @@ impl Api {
                     out.push(b',');
                 }
                 out.push(b'"');
-                out.extend_from_slice(buf.format(self.generator.id_at(position).get()).as_bytes());
+                out.extend_from_slice(buf.format(generator.id_at(position).get()).as_bytes());
                 out.push(b'"');
             }
             out.extend_from_slice(b"]}");
             Ok(body(StatusCode::OK, "application/json", out))
         } else {
             for position in positions {
-                out.extend_from_slice(buf.format(self.generator.id_at(position).get()).as_bytes());
+                out.extend_from_slice(buf.format(generator.id_at(position).get()).as_bytes());
                 out.push(b'\n');
             }
             Ok(body(StatusCode::OK, "text/plain", out))
@@ -178,7 +230,8 @@ impl Api {
     }
 
     fn decode(&self, raw: &str) -> Result<Reply, HttpError> {
-        let config = self.generator.config();
+        let generator = self.current()?;
+        let config = generator.config();
         let parsed = raw.parse::<u64>().map_err(|_| {
             HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
         })?;
@@ -199,7 +252,18 @@ impl Api {
     }
 
     fn readyz(&self) -> Reply {
-        match self.generator.check_ready() {
+        let generator = match self.current() {
+            Ok(g) => g,
+            Err(e) => {
+                let mut reply = json_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "status": "not ready", "reason": "no_slot", "error": e.to_string() }),
+                );
+                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
+                return reply;
+            }
+        };
+        match generator.check_ready() {
             Ok(()) => json_reply(StatusCode::OK, json!({ "status": "ready" })),
             Err(refusal) => {
                 let mut reply = json_reply(
@@ -238,7 +302,7 @@ impl Api {
             _ => Ok(body(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                self.metrics.render(Some(&self.generator)),
+                self.metrics.render(self.generator().as_deref()),
             )),
         };
         (route, result)

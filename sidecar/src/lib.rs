@@ -6,6 +6,7 @@
 //! - [`http`]: the HTTP API.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`standalone`]: one worker without a cluster.
+//! - [`watch`]: clock-step and readiness reporting shared by both modes.
 //!
 //! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
 
@@ -15,3 +16,4 @@ pub mod generator;
 pub mod http;
 pub mod metrics;
 pub mod standalone;
+pub mod watch;

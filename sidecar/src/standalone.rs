@@ -11,7 +11,8 @@ use std::time::Duration;
 use kubeflake_crds::sequence::{SequenceParams, SpecError};
 use kubeflake_crds::{IdSequence, LayoutError, Tick};
 
-use crate::clock::{Clock, ClockStep, StepDetector};
+use crate::clock::{Clock, StepDetector};
+use crate::watch::watch_clock;
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api, serve};
@@ -194,7 +195,7 @@ impl Standalone {
             fence_file = %fencer.lock().path().display(),
             "standalone sidecar started"
         );
-        let api = Arc::new(Api { generator, metrics, max_batch: config.max_batch });
+        let api = Arc::new(Api::new(Some(generator), metrics, config.max_batch));
         Ok(Standalone { api, fencer, listener, config, clock })
     }
 
@@ -203,7 +204,7 @@ impl Standalone {
     }
 
     pub fn generator(&self) -> &Arc<Generator> {
-        &self.api.generator
+        &self.fencer.generator
     }
 
     /// Serves until `shutdown` completes; then drains, stops issuing, and lowers the fence
@@ -214,7 +215,7 @@ impl Standalone {
         // The first sample is taken now, so a step right after start-up is seen.
         let mut detector = StepDetector::new(1_000, 100_000);
         detector.observe(clock.as_ref());
-        let watcher = tokio::spawn(watch_clock(api.clone(), clock, detector));
+        let watcher = tokio::spawn(watch_clock(api.clone(), clock, detector, None));
         serve(listener, api.clone(), shutdown, config.drain).await;
         renewer.abort();
         watcher.abort();
@@ -240,36 +241,3 @@ async fn renew_loop(fencer: Arc<Fencer>, every: Duration) {
     }
 }
 
-/// Samples the clocks every 100 ms: reports steps, and logs readiness changes.
-async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>, mut detector: StepDetector) {
-    let mut was_ready = true;
-    let mut interval = tokio::time::interval(Duration::from_millis(100));
-    loop {
-        interval.tick().await;
-        match detector.observe(clock.as_ref()) {
-            Some(ClockStep::Back { micros }) => {
-                api.metrics.clock_rollbacks.inc();
-                api.metrics.clock_rollback_last_seconds.set(micros as f64 / 1e6);
-                tracing::warn!(
-                    step_back_ms = micros / 1000,
-                    ahead_of_clock_ms = api.generator.ahead_of_clock_ms(),
-                    "wall clock stepped back; the generator keeps its own tick"
-                );
-            }
-            Some(ClockStep::Forward { micros }) => {
-                api.metrics.clock_forward_jumps.inc();
-                api.metrics.clock_forward_jump_last_seconds.set(micros as f64 / 1e6);
-                tracing::warn!(jump_ms = micros / 1000, "wall clock jumped forward");
-            }
-            None => {}
-        }
-        let readiness = api.generator.check_ready();
-        if readiness.is_ok() != was_ready {
-            was_ready = readiness.is_ok();
-            match readiness {
-                Ok(()) => tracing::info!("ready: issuing IDs again"),
-                Err(refusal) => tracing::warn!(reason = refusal.reason(), %refusal, "not ready"),
-            }
-        }
-    }
-}

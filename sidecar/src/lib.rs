@@ -6,14 +6,17 @@
 //! - [`http`]: the HTTP API.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`standalone`]: one worker without a cluster.
+//! - [`slot`], [`cluster`]: holding a slot lease in a pod, and the mode built on it.
 //! - [`watch`]: clock-step and readiness reporting shared by both modes.
 //!
 //! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
 
 pub mod clock;
+pub mod cluster;
 pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod slot;
 pub mod standalone;
 pub mod watch;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kubeflake_crds::IdSequenceSpec;
 use kubeflake_sidecar::clock::SystemClock;
+use kubeflake_sidecar::cluster::{self, ClusterConfig};
+use kubeflake_sidecar::slot::PodIdentity;
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
 use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig, read_sequence_file};
 
@@ -36,6 +38,45 @@ enum LogFormat {
 enum Command {
     /// One worker with its fence in a local state directory: for local use and trials.
     Standalone(StandaloneArgs),
+    /// In a pod: hold the worker slot the operator assigns to this pod, and serve IDs.
+    Cluster(ClusterArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ClusterArgs {
+    /// Address to serve HTTP on.
+    #[arg(long, default_value = "127.0.0.1:7070", env = "KUBEFLAKE_LISTEN")]
+    listen: SocketAddr,
+    /// The IdSequence to take part in (in the pod's namespace).
+    #[arg(long, env = "KUBEFLAKE_SEQUENCE")]
+    sequence: String,
+    /// This pod's name (downward API: metadata.name).
+    #[arg(long, env = "POD_NAME")]
+    pod_name: String,
+    /// This pod's namespace (downward API: metadata.namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pod_namespace: String,
+    /// This pod's UID (downward API: metadata.uid): the holder identity in slot leases.
+    #[arg(long, env = "POD_UID")]
+    pod_uid: String,
+    /// Directory for the pod-local fence file: an emptyDir, so it survives container
+    /// restarts but not the pod.
+    #[arg(long, default_value = "/var/run/kubeflake", env = "KUBEFLAKE_FENCE_DIR")]
+    fence_dir: PathBuf,
+    /// Largest count accepted by GET /ids.
+    #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_batch: u64,
+    /// How far ahead of use the local fence is kept, in milliseconds: a restarted
+    /// container waits at most about this long.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    local_fence_ahead_ms: u64,
+    /// Seconds between lease renewals (default: a third of lease.durationSeconds). Each
+    /// renewal is one API write: N pods make about N / this many writes per second.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    renew_every_secs: Option<u64>,
+    /// Seconds in-flight requests may take to finish on SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    drain_timeout_secs: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +173,26 @@ async fn run_standalone(args: StandaloneArgs) {
     }
 }
 
+async fn run_cluster(args: ClusterArgs) {
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => fail(1, format!("cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}")),
+    };
+    let config = ClusterConfig {
+        listen: args.listen,
+        pod: PodIdentity { name: args.pod_name, namespace: args.pod_namespace, uid: args.pod_uid },
+        sequence: args.sequence,
+        fence_dir: args.fence_dir,
+        max_batch: args.max_batch,
+        local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
+        renew_every: args.renew_every_secs.map(Duration::from_secs),
+        drain: Duration::from_secs(args.drain_timeout_secs),
+    };
+    if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown_signal()).await {
+        fail(2, e);
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -141,6 +202,7 @@ fn main() {
         .expect("can start the tokio runtime");
     match cli.command {
         Some(Command::Standalone(args)) => runtime.block_on(run_standalone(args)),
+        Some(Command::Cluster(args)) => runtime.block_on(run_cluster(args)),
         None => runtime.block_on(run_standalone(cli.standalone)),
     }
 }

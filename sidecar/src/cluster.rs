@@ -1,0 +1,348 @@
+//! Cluster mode: the sidecar in a pod. It serves at once (503 until it holds a slot), waits
+//! until the operator names the pod holder of a slot lease, then follows SAFETY.md:
+//!
+//! - rule 4/6: start above the lease's fence, or above the pod-local fence file (an
+//!   `emptyDir`) written by an earlier container of this pod for the same acquisition;
+//! - rule 2: the generator's fence is the lower of the two fences written, the lease fence
+//!   (raised to `now + lease duration` every third of a duration, with jitter) and the local
+//!   one (kept about a second ahead, so a container restart waits at most that long);
+//! - rule 3: failed renewals simply let the generator run into its fence; a renewal that
+//!   finds the slot given away stops issuing at once;
+//! - rule 5: on SIGTERM, drain, stop, lower the lease fence to the highest tick issued and
+//!   free the slot.
+//!
+//! Lease writes per second for N sidecars: `N * 3 / lease.durationSeconds` (5,000 pods at the
+//! default 120 s: 125/s). The local fence file costs no API calls.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use kubeflake_crds::sequence::SequenceParams;
+use kubeflake_crds::{IdSequence, Tick};
+use tokio::sync::watch;
+
+use crate::clock::{Clock, StepDetector};
+use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord};
+use crate::generator::{Generator, WorkerConfig};
+use crate::http::{Api as HttpApi, serve};
+use crate::metrics::Metrics;
+use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
+use crate::watch::{Notify, watch_clock};
+
+/// Everything cluster mode needs, already parsed.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub listen: SocketAddr,
+    pub pod: PodIdentity,
+    /// The IdSequence's name (in the pod's namespace).
+    pub sequence: String,
+    /// Directory of the pod-local fence file (an emptyDir).
+    pub fence_dir: PathBuf,
+    pub max_batch: u64,
+    /// How far ahead of use the local fence is kept.
+    pub local_fence_ahead: Duration,
+    /// Lease renewal interval; `None`: a third of the lease duration.
+    pub renew_every: Option<Duration>,
+    pub drain: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    FenceFile(#[from] FenceFileError),
+}
+
+/// Records Events on the pod.
+struct PodEvents {
+    recorder: Recorder,
+    pod: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+impl Notify for PodEvents {
+    fn notify(&self, warning: bool, reason: &'static str, note: String) {
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note),
+            action: "IssueIds".into(),
+            secondary: None,
+        };
+        let (recorder, pod) = (self.recorder.clone(), self.pod.clone());
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &pod).await {
+                tracing::debug!(error = %e, "could not record an Event");
+            }
+        });
+    }
+}
+
+fn pod_reference(pod: &PodIdentity) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.clone()),
+        uid: Some(pod.uid.clone()),
+        ..Default::default()
+    }
+}
+
+/// Runs until `shutdown` completes.
+pub async fn run(client: Client, config: ClusterConfig, clock: Arc<dyn Clock>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ClusterError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ClusterError::Listen { addr: config.listen, source })?;
+    let (fence_file, _) = FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
+    let api = Arc::new(HttpApi::new(None, Arc::new(Metrics::new()), config.max_batch));
+    let events: Arc<dyn Notify> = Arc::new(PodEvents {
+        recorder: Recorder::new(client.clone(), Reporter { controller: "kubeflake-sidecar".into(), instance: Some(config.pod.name.clone()) }),
+        pod: pod_reference(&config.pod),
+    });
+    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut serve_stop = stop_rx.clone();
+    let server = tokio::spawn(serve(listener, api.clone(), async move { let _ = serve_stop.wait_for(|s| *s).await; }, config.drain));
+    let mut detector = StepDetector::new(1_000, 100_000);
+    detector.observe(clock.as_ref());
+    let watcher = tokio::spawn(watch_clock(api.clone(), clock.clone(), detector, Some(events.clone())));
+
+    let mut holder = Holder { client, config, clock, api: api.clone(), fence_file, events, stop: stop_rx };
+    let last = holder.hold_slots().await;
+    // Shutting down: let in-flight requests finish, then stop and hand the slot back.
+    let _ = server.await;
+    watcher.abort();
+    if let Some(mut held) = last {
+        let high_water = held.generator.stop();
+        let record = FenceRecord { identity: held.identity.clone(), fence_tick: high_water.0 };
+        if let Err(e) = holder.fence_file.write(&record) {
+            tracing::warn!(error = %e, "could not lower the local fence");
+        }
+        match held.slot.release(high_water).await {
+            Ok(()) => tracing::info!(fence_tick = high_water.0, slot = held.slot.slot.slot.0, "released the slot; fence lowered to the highest tick issued"),
+            Err(e) => tracing::warn!(error = %e, "could not release the slot; the operator reclaims it when the pod is gone"),
+        }
+    }
+    Ok(())
+}
+
+/// The state of the slot-holding loop.
+struct Holder {
+    client: Client,
+    config: ClusterConfig,
+    clock: Arc<dyn Clock>,
+    api: Arc<HttpApi>,
+    fence_file: FenceFile,
+    events: Arc<dyn Notify>,
+    stop: watch::Receiver<bool>,
+}
+
+/// The two fences written for the slot held. The generator may use ticks up to the lower.
+#[derive(Debug, Clone, Copy)]
+struct Fences {
+    lease: Tick,
+    local: Tick,
+}
+
+/// A slot being served.
+struct Held {
+    generator: Arc<Generator>,
+    slot: HeldSlot,
+    identity: FenceIdentity,
+    fences: Fences,
+}
+
+/// `d` plus or minus up to 10%, so that sidecars started together do not renew together.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(0.9 + fastrand::f64() * 0.2)
+}
+
+impl Holder {
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Sleeps `d`, or less when shutdown begins.
+    async fn pause(&self, d: Duration) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(d) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+
+    /// Acquires and holds slots until shutdown; returns the slot held at that moment.
+    async fn hold_slots(&mut self) -> Option<Held> {
+        while !self.stopping() {
+            let Some(params) = self.read_sequence().await else { continue };
+            let Some(lease) = self.wait_for_slot().await else { continue };
+            match self.start_serving(&params, lease).await {
+                Ok(held) => {
+                    if let Some(held) = self.keep(&params, held).await {
+                        return Some(held);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not start serving the slot; retrying");
+                    self.pause(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        None
+    }
+
+    async fn read_sequence(&self) -> Option<SequenceParams> {
+        let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let name = &self.config.sequence;
+        let problem = match api.get_opt(name).await {
+            Ok(Some(seq)) => match seq.spec.params() {
+                Ok(p) => return Some(p),
+                Err(e) => format!("IdSequence {name} is invalid: {e}"),
+            },
+            Ok(None) => format!("IdSequence {name} does not exist in namespace {}", self.config.pod.namespace),
+            Err(e) => format!("cannot read IdSequence {name}: {e}"),
+        };
+        tracing::warn!(%problem, "waiting for the sequence");
+        self.api.set_waiting_for(problem);
+        self.pause(Duration::from_secs(2)).await;
+        None
+    }
+
+    async fn wait_for_slot(&self) -> Option<Lease> {
+        self.api.set_waiting_for(format!("waiting for the operator to assign a slot of {}", self.config.sequence));
+        tracing::info!("waiting for a slot lease naming this pod");
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            found = wait_for_assignment(&leases, &self.config.sequence, &self.config.pod.uid) => match found {
+                Ok(lease) => Some(lease),
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for a slot failed; retrying");
+                    self.pause(Duration::from_secs(1)).await;
+                    None
+                }
+            },
+            _ = stop.wait_for(|s| *s) => None,
+        }
+    }
+
+    /// Rules 4 and 6: picks the fence to start above, writes the first fences, installs
+    /// the generator.
+    async fn start_serving(&self, params: &SequenceParams, lease: Lease) -> Result<Held, SlotError> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let slot = HeldSlot::new(leases, &self.config.pod.uid, lease)?;
+        let identity = FenceIdentity {
+            sequence: format!("{}/{}", self.config.pod.namespace, self.config.sequence),
+            slot: slot.slot.slot.0,
+            holder: self.config.pod.uid.clone(),
+            acquisition: slot.slot.acquisition(),
+        };
+        let local = self.read_local_fence(&identity);
+        let start = local.unwrap_or(slot.slot.fence);
+        let worker = WorkerConfig {
+            layout: params.layout,
+            timebase: params.timebase,
+            datacenter: params.datacenter,
+            slot: params.layout.check_slot(u64::from(slot.slot.slot.0)).map_err(|_| SlotError::Lost)?,
+            max_drift_ms: params.max_drift_ms,
+        };
+        let generator = Arc::new(Generator::start_above(worker, start, self.clock.clone()));
+        let mut held = Held { generator, slot, identity, fences: Fences { lease: start, local: start } };
+        self.renew_lease(&mut held, params).await?;
+        self.renew_local(&mut held);
+        tracing::info!(
+            slot = held.slot.slot.slot.0,
+            start_above_tick = start.0,
+            from = if local.is_some() { "local fence file" } else { "lease fence" },
+            "holding the slot"
+        );
+        self.events.notify(false, "SlotAcquired", format!("serving IDs as worker {} of {}", held.slot.slot.slot.0, self.config.sequence));
+        self.api.install(held.generator.clone());
+        Ok(held)
+    }
+
+    /// The local fence, if the file was written for this very acquisition (rule 6).
+    fn read_local_fence(&self, identity: &FenceIdentity) -> Option<Tick> {
+        let path = self.config.fence_dir.join(format!("{}.fence", self.config.sequence));
+        let record: FenceRecord = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        (record.identity == *identity).then_some(Tick(record.fence_tick))
+    }
+
+    fn allow(held: &Held) {
+        held.generator.raise_fence(held.fences.lease.min(held.fences.local));
+    }
+
+    /// Raises the lease fence to a lease duration past the clock (or the generator).
+    async fn renew_lease(&self, held: &mut Held, params: &SequenceParams) -> Result<(), SlotError> {
+        let g = &held.generator;
+        let now = g.now_tick().map(|t| t.0).unwrap_or(0);
+        let ahead = params.timebase.ticks_in_ms(params.lease_duration_secs * 1000);
+        let target = Tick(now.max(g.high_water_tick().0) + ahead);
+        let result = held.slot.raise_fence(target).await;
+        let label = if result.is_ok() { "ok" } else { "error" };
+        self.api.metrics.fence_writes.with_label_values(&[label]).inc();
+        held.fences.lease = result?;
+        Self::allow(held);
+        Ok(())
+    }
+
+    /// Keeps the local fence about `local_fence_ahead` ahead (never past the lease fence).
+    fn renew_local(&self, held: &mut Held) {
+        let g = &held.generator;
+        let ahead = g.config().timebase.ticks_in_ms(self.config.local_fence_ahead.as_millis() as u64).max(1);
+        let now = g.now_tick().map(|t| t.0).unwrap_or(0);
+        let target = Tick((now.max(g.high_water_tick().0) + ahead).min(held.fences.lease.0));
+        if target <= held.fences.local {
+            return;
+        }
+        let record = FenceRecord { identity: held.identity.clone(), fence_tick: target.0 };
+        match self.fence_file.write(&record) {
+            Ok(()) => {
+                held.fences.local = target;
+                Self::allow(held);
+            }
+            Err(e) => tracing::warn!(error = %e, "local fence write failed; serving up to the last one"),
+        }
+    }
+
+    /// Renews both fences until shutdown (returns the slot) or until the slot is lost
+    /// (stops issuing at once and returns `None`).
+    async fn keep(&self, params: &SequenceParams, mut held: Held) -> Option<Held> {
+        let renew_every = self.config.renew_every.unwrap_or(Duration::from_secs(params.lease_duration_secs) / 3);
+        let mut next_renewal = tokio::time::Instant::now() + jittered(renew_every);
+        let mut local_tick = tokio::time::interval(Duration::from_millis(250));
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                _ = local_tick.tick() => self.renew_local(&mut held),
+                () = tokio::time::sleep_until(next_renewal) => match self.renew_lease(&mut held, params).await {
+                    Ok(()) => next_renewal = tokio::time::Instant::now() + jittered(renew_every),
+                    Err(SlotError::Lost) => {
+                        let high_water = held.generator.stop();
+                        self.api.uninstall("the slot was given to another pod; waiting for a new one");
+                        tracing::error!(slot = held.slot.slot.slot.0, high_water_tick = high_water.0, "slot lost: stopped issuing at once");
+                        self.events.notify(true, "SlotLost", format!("worker {} was given to another pod; stopped issuing", held.slot.slot.slot.0));
+                        return None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, fence_headroom_ms = held.generator.fence_headroom_ms(), "lease renewal failed; serving within the fence, retrying");
+                        next_renewal = tokio::time::Instant::now() + Duration::from_secs(2);
+                    }
+                },
+                _ = stop.wait_for(|s| *s) => return Some(held),
+            }
+        }
+    }
+}

@@ -46,7 +46,10 @@ impl Id {
     /// Wraps a raw value; fails for values with bit 63 set.
     pub fn new(raw: u64) -> Result<Id, LayoutError> {
         if raw >> 63 != 0 {
-            return Err(LayoutError::IdOutOfRange { id: raw, total_bits: 63 });
+            return Err(LayoutError::IdOutOfRange {
+                id: raw,
+                total_bits: 63,
+            });
         }
         Ok(Id(raw))
     }
@@ -74,7 +77,12 @@ pub struct IdParts {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
     #[error("layout.{field} is {value}, but it must be between {min} and {max}")]
-    BitsOutOfRange { field: &'static str, value: i64, min: u8, max: u8 },
+    BitsOutOfRange {
+        field: &'static str,
+        value: i64,
+        min: u8,
+        max: u8,
+    },
     #[error(
         "layout.totalBits is {0}, but it must be 63 (full 64-bit range) or 53 (JavaScript-safe IDs)"
     )]
@@ -85,7 +93,11 @@ pub enum LayoutError {
     )]
     BadSum { sum: u32, total: u8 },
     #[error("{field} is {value}, but this layout allows at most {max}")]
-    FieldTooLarge { field: &'static str, value: u64, max: u64 },
+    FieldTooLarge {
+        field: &'static str,
+        value: u64,
+        max: u64,
+    },
     #[error("{id} does not fit this layout: IDs have at most {total_bits} bits")]
     IdOutOfRange { id: u64, total_bits: u8 },
 }
@@ -101,7 +113,12 @@ pub struct Layout {
 
 fn check_range(field: &'static str, value: i64, (min, max): (u8, u8)) -> Result<u8, LayoutError> {
     if value < i64::from(min) || value > i64::from(max) {
-        return Err(LayoutError::BitsOutOfRange { field, value, min, max });
+        return Err(LayoutError::BitsOutOfRange {
+            field,
+            value,
+            min,
+            max,
+        });
     }
     Ok(value as u8)
 }
@@ -113,7 +130,12 @@ fn mask(bits: u8) -> u64 {
 impl Default for Layout {
     /// 41/0/10/12: 69 years at 1 ms, 1,024 workers, 4,096 IDs per millisecond each.
     fn default() -> Self {
-        Layout { timestamp_bits: 41, datacenter_bits: 0, worker_bits: 10, sequence_bits: 12 }
+        Layout {
+            timestamp_bits: 41,
+            datacenter_bits: 0,
+            worker_bits: 10,
+            sequence_bits: 12,
+        }
     }
 }
 
@@ -230,7 +252,10 @@ impl Layout {
         let raw = id.get();
         let total = self.total_bits();
         if total < 64 && raw >> total != 0 {
-            return Err(LayoutError::IdOutOfRange { id: raw, total_bits: total as u8 });
+            return Err(LayoutError::IdOutOfRange {
+                id: raw,
+                total_bits: total as u8,
+            });
         }
         let seq_shift = self.sequence_bits;
         let worker_shift = seq_shift + self.worker_bits;
@@ -285,7 +310,12 @@ mod tests {
     use super::*;
 
     fn parts(tick: u64, dc: u32, slot: u32, sequence: u32) -> IdParts {
-        IdParts { tick: Tick(tick), datacenter: DatacenterId(dc), slot: Slot(slot), sequence }
+        IdParts {
+            tick: Tick(tick),
+            datacenter: DatacenterId(dc),
+            slot: Slot(slot),
+            sequence,
+        }
     }
 
     #[test]
@@ -300,7 +330,10 @@ mod tests {
     fn layout_rejects_bits_that_do_not_add_up_to_the_total() {
         let err = Layout::new(41, 0, 10, 11, 63).unwrap_err();
         assert_eq!(err, LayoutError::BadSum { sum: 62, total: 63 });
-        assert!(err.to_string().contains("must add up to totalBits = 63"), "{err}");
+        assert!(
+            err.to_string().contains("must add up to totalBits = 63"),
+            "{err}"
+        );
         assert!(Layout::new(41, 0, 10, 12, 53).is_err());
         assert!(Layout::new(36, 0, 7, 10, 53).is_ok());
     }
@@ -322,7 +355,10 @@ mod tests {
             assert!(matches!(err, LayoutError::BitsOutOfRange { field: f, .. } if f == field));
             assert!(err.to_string().contains(field), "{err}");
         }
-        assert_eq!(Layout::new(41, 0, 10, 12, 64), Err(LayoutError::BadTotal(64)));
+        assert_eq!(
+            Layout::new(41, 0, 10, 12, 64),
+            Err(LayoutError::BadTotal(64))
+        );
     }
 
     #[test]
@@ -348,8 +384,14 @@ mod tests {
                 assert_eq!(l.decode(id).unwrap(), p, "layout {l:?}");
                 assert!(id.get() < (1u64 << l.total_bits()));
             }
-            let all_ones = l.encode(parts(l.max_tick().0, max_dc, max_slot, max_seq)).unwrap();
-            assert_eq!(all_ones.get(), (1u64 << l.total_bits()) - 1, "max ID fills the layout");
+            let all_ones = l
+                .encode(parts(l.max_tick().0, max_dc, max_slot, max_seq))
+                .unwrap();
+            assert_eq!(
+                all_ones.get(),
+                (1u64 << l.total_bits()) - 1,
+                "max ID fills the layout"
+            );
         }
     }
 

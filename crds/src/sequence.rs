@@ -23,11 +23,34 @@ use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
     shortname = "idseq",
     doc = "An ID space for 64-bit Snowflake IDs: pods labelled kubeflake.io/sequence=<name> each get a worker slot and a sidecar that serves IDs which never repeat.",
     status = "IdSequenceStatus",
-    printcolumn(name = "Capacity", type_ = "integer", json_path = ".status.capacity", description = "Worker slots in the layout"),
-    printcolumn(name = "Assigned", type_ = "integer", json_path = ".status.assigned", description = "Slots held by pods"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Exhausts At", type_ = "string", json_path = ".status.exhaustsAt", description = "When the timestamp bits run out"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Capacity",
+        type_ = "integer",
+        json_path = ".status.capacity",
+        description = "Worker slots in the layout"
+    ),
+    printcolumn(
+        name = "Assigned",
+        type_ = "integer",
+        json_path = ".status.assigned",
+        description = "Slots held by pods"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Exhausts At",
+        type_ = "string",
+        json_path = ".status.exhaustsAt",
+        description = "When the timestamp bits run out"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new(
     "self.layout.datacenterBits > 10 || self.datacenterId < [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024][self.layout.datacenterBits]"
@@ -169,7 +192,9 @@ fn default_lease_seconds() -> i32 {
 
 impl Default for LeaseSpec {
     fn default() -> Self {
-        LeaseSpec { duration_seconds: default_lease_seconds() }
+        LeaseSpec {
+            duration_seconds: default_lease_seconds(),
+        }
     }
 }
 
@@ -191,7 +216,9 @@ fn default_max_drift() -> i64 {
 
 impl Default for ClockSpec {
     fn default() -> Self {
-        ClockSpec { max_drift_millis: default_max_drift() }
+        ClockSpec {
+            max_drift_millis: default_max_drift(),
+        }
     }
 }
 

@@ -87,12 +87,18 @@ impl SlotLease {
         let spec = lease.spec.as_ref();
         Ok(SlotLease {
             slot,
-            holder: spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty()),
-            holder_pod: annotations.and_then(|a| a.get(HOLDER_POD_ANNOTATION)).cloned(),
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            holder_pod: annotations
+                .and_then(|a| a.get(HOLDER_POD_ANNOTATION))
+                .cloned(),
             fence,
             transitions: spec.and_then(|s| s.lease_transitions).unwrap_or(0),
             resource_version: lease.metadata.resource_version.clone(),
-            released_at: annotations.and_then(|a| a.get(RELEASED_AT_ANNOTATION)).cloned(),
+            released_at: annotations
+                .and_then(|a| a.get(RELEASED_AT_ANNOTATION))
+                .cloned(),
             name,
         })
     }
@@ -126,7 +132,8 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some("orders-slot-3".into()),
                 labels: Some(labels),
-                annotations: fence.map(|f| BTreeMap::from([(FENCE_ANNOTATION.to_string(), f.to_string())])),
+                annotations: fence
+                    .map(|f| BTreeMap::from([(FENCE_ANNOTATION.to_string(), f.to_string())])),
                 resource_version: Some("42".into()),
                 ..Default::default()
             },
@@ -140,7 +147,11 @@ mod tests {
 
     #[test]
     fn parses_slot_holder_fence_and_acquisition() {
-        let l = SlotLease::parse(&lease(lease_labels("orders", Slot(3), Some("uid-1")), Some("123"))).unwrap();
+        let l = SlotLease::parse(&lease(
+            lease_labels("orders", Slot(3), Some("uid-1")),
+            Some("123"),
+        ))
+        .unwrap();
         assert_eq!(l.slot, Slot(3));
         assert_eq!(l.holder.as_deref(), Some("uid-1"));
         assert_eq!(l.fence, Tick(123));
@@ -151,7 +162,12 @@ mod tests {
     #[test]
     fn a_missing_fence_is_zero_but_a_garbled_one_is_an_error() {
         let labels = lease_labels("orders", Slot(3), None);
-        assert_eq!(SlotLease::parse(&lease(labels.clone(), None)).unwrap().fence, Tick(0));
+        assert_eq!(
+            SlotLease::parse(&lease(labels.clone(), None))
+                .unwrap()
+                .fence,
+            Tick(0)
+        );
         assert!(matches!(
             SlotLease::parse(&lease(labels, Some("soon"))),
             Err(SlotLeaseError::BadFence { .. })

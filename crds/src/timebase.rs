@@ -56,7 +56,10 @@ pub const DEFAULT_EPOCH: &str = "2025-01-01T00:00:00Z";
 
 impl Timebase {
     pub fn new(epoch_unix_ms: u64, unit: TimeUnit) -> Timebase {
-        Timebase { epoch_unix_ms, unit }
+        Timebase {
+            epoch_unix_ms,
+            unit,
+        }
     }
 
     /// Parses an RFC 3339 epoch as written in an IdSequence.
@@ -78,12 +81,15 @@ impl Timebase {
     /// The tick containing the instant `unix_ms`, or `None` before the epoch.
     #[inline]
     pub fn tick_at(&self, unix_ms: u64) -> Option<Tick> {
-        unix_ms.checked_sub(self.epoch_unix_ms).map(|d| Tick(d / self.unit.millis()))
+        unix_ms
+            .checked_sub(self.epoch_unix_ms)
+            .map(|d| Tick(d / self.unit.millis()))
     }
 
     /// The instant a tick starts, in Unix milliseconds (saturating far in the future).
     pub fn start_of(&self, tick: Tick) -> u64 {
-        self.epoch_unix_ms.saturating_add(tick.0.saturating_mul(self.unit.millis()))
+        self.epoch_unix_ms
+            .saturating_add(tick.0.saturating_mul(self.unit.millis()))
     }
 
     /// Converts a length of time into whole ticks, rounding up.
@@ -131,7 +137,10 @@ mod tests {
     fn lifetime_of_the_default_layout_is_about_69_years() {
         let tb = Timebase::parse(DEFAULT_EPOCH, TimeUnit::Millisecond).unwrap();
         let layout = Layout::default();
-        assert_eq!(rfc3339(tb.exhausts_at_ms(&layout)), "2094-09-07T15:47:35.552Z");
+        assert_eq!(
+            rfc3339(tb.exhausts_at_ms(&layout)),
+            "2094-09-07T15:47:35.552Z"
+        );
         assert_eq!(tb.ids_per_second_per_worker(&layout), 4_096_000);
     }
 

@@ -37,7 +37,12 @@ fn full_spec() -> Value {
 
 fn schema() -> Value {
     serde_json::to_value(
-        IdSequence::crd().spec.versions[0].schema.clone().unwrap().open_api_v3_schema.unwrap(),
+        IdSequence::crd().spec.versions[0]
+            .schema
+            .clone()
+            .unwrap()
+            .open_api_v3_schema
+            .unwrap(),
     )
     .unwrap()
 }
@@ -82,7 +87,10 @@ fn cel_rejects_an_epoch_that_is_not_rfc3339() {
         let mut spec = full_spec();
         spec["epoch"] = json!(bad);
         let errors = cel_errors(object(spec), None);
-        assert!(errors.contains("epoch must be an RFC 3339 time"), "{bad}: {errors}");
+        assert!(
+            errors.contains("epoch must be an RFC 3339 time"),
+            "{bad}: {errors}"
+        );
     }
 }
 
@@ -90,7 +98,10 @@ fn cel_rejects_an_epoch_that_is_not_rfc3339() {
 fn cel_rejects_changes_to_layout_epoch_time_unit_and_datacenter() {
     let old = object(full_spec());
     let changes = [
-        ("layout", json!({"timestampBits": 40, "datacenterBits": 0, "workerBits": 11, "sequenceBits": 12, "totalBits": 63})),
+        (
+            "layout",
+            json!({"timestampBits": 40, "datacenterBits": 0, "workerBits": 11, "sequenceBits": 12, "totalBits": 63}),
+        ),
         ("epoch", json!("2024-01-01T00:00:00Z")),
         ("timeUnit", json!("10ms")),
         ("datacenterId", json!(1)),
@@ -102,11 +113,18 @@ fn cel_rejects_changes_to_layout_epoch_time_unit_and_datacenter() {
             spec["layout"] = json!({"timestampBits": 41, "datacenterBits": 1, "workerBits": 9, "sequenceBits": 12, "totalBits": 63});
         }
         let errors = cel_errors(object(spec), Some(old.clone()));
-        assert!(errors.contains(&format!("{field} is immutable")), "{field}: {errors}");
+        assert!(
+            errors.contains(&format!("{field} is immutable")),
+            "{field}: {errors}"
+        );
     }
     let mut lease_change = full_spec();
     lease_change["lease"]["durationSeconds"] = json!(60);
-    assert_eq!(cel_errors(object(lease_change), Some(old)), "", "lease settings may change");
+    assert_eq!(
+        cel_errors(object(lease_change), Some(old)),
+        "",
+        "lease settings may change"
+    );
 }
 
 #[test]
@@ -115,7 +133,14 @@ fn spec_from_yaml_uses_defaults_for_missing_fields() {
         "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec:\n  layout: {workerBits: 8, sequenceBits: 14}\n",
     )
     .unwrap();
-    assert_eq!(seq.spec.layout, LayoutSpec { worker_bits: 8, sequence_bits: 14, ..LayoutSpec::default() });
+    assert_eq!(
+        seq.spec.layout,
+        LayoutSpec {
+            worker_bits: 8,
+            sequence_bits: 14,
+            ..LayoutSpec::default()
+        }
+    );
     assert_eq!(seq.spec.epoch, "2025-01-01T00:00:00Z");
     assert!(seq.spec.params().is_ok());
 }

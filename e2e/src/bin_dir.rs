@@ -15,20 +15,29 @@ use anyhow::{Context, Result, bail};
 pub const BIN_DIR_ENV: &str = "KUBEFLAKE_BIN_DIR";
 
 /// Every binary the harness needs.
-pub const BINARIES: [&str; 5] =
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm"];
+pub const BINARIES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "helm",
+];
 
 /// The directory holding the control-plane binaries, built or located once per process.
 ///
 /// Errors say what to do: a missing Go toolchain, a failed build, a bad override.
 pub fn bin_dir() -> Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| locate().map_err(|e| format!("{e:#}"))).clone().map_err(anyhow::Error::msg)
+    DIR.get_or_init(|| locate().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
 }
 
 /// `e2e/controlplane/build.sh` in this checkout.
 pub fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane").join("build.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("controlplane")
+        .join("build.sh")
 }
 
 fn locate() -> Result<PathBuf> {
@@ -39,7 +48,10 @@ fn locate() -> Result<PathBuf> {
     for name in BINARIES {
         let path = dir.join(name);
         if !path.is_file() {
-            bail!("{} has no {name} (from {BIN_DIR_ENV} or build.sh)", dir.display());
+            bail!(
+                "{} has no {name} (from {BIN_DIR_ENV} or build.sh)",
+                dir.display()
+            );
         }
     }
     Ok(dir)
@@ -62,7 +74,11 @@ fn run_build_script() -> Result<PathBuf> {
         );
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
     if last.is_empty() {
         bail!("{} printed no bin directory", script.display());
     }

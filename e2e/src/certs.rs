@@ -77,12 +77,24 @@ impl Pki {
         ];
         issue(&serving, &issuer, &pki.serving_cert, &pki.serving_key)?;
 
-        let admin =
-            leaf("kubeflake-admin", Some("system:masters"), ExtendedKeyUsagePurpose::ClientAuth);
+        let admin = leaf(
+            "kubeflake-admin",
+            Some("system:masters"),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
         issue(&admin, &issuer, &pki.admin_cert, &pki.admin_key)?;
 
-        let kcm = leaf("system:kube-controller-manager", None, ExtendedKeyUsagePurpose::ClientAuth);
-        issue(&kcm, &issuer, &pki.controller_manager_cert, &pki.controller_manager_key)?;
+        let kcm = leaf(
+            "system:kube-controller-manager",
+            None,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        issue(
+            &kcm,
+            &issuer,
+            &pki.controller_manager_cert,
+            &pki.controller_manager_key,
+        )?;
 
         let sa = KeyPair::generate()?;
         write(&pki.service_account_key, &sa.serialize_pem())?;
@@ -108,7 +120,10 @@ fn leaf(
 ) -> CertificateParams {
     let mut params = CertificateParams::default();
     params.distinguished_name = name(common_name, organization);
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![usage];
     params.use_authority_key_identifier_extension = true;
     params

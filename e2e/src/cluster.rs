@@ -128,9 +128,15 @@ impl Cluster {
                 // Only ever delete a directory that a cluster made (it has owner.pid), so a
                 // mistyped path cannot wipe someone's files.
                 let ours = dir.join("owner.pid").is_file();
-                let empty = dir.read_dir().map(|mut d| d.next().is_none()).unwrap_or(true);
+                let empty = dir
+                    .read_dir()
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(true);
                 if !ours && !empty {
-                    bail!("{} is not empty and not a kubeflake cluster directory", dir.display());
+                    bail!(
+                        "{} is not empty and not a kubeflake cluster directory",
+                        dir.display()
+                    );
                 }
                 if dir.exists() {
                     std::fs::remove_dir_all(&dir)
@@ -156,7 +162,10 @@ impl Cluster {
         if remove_dir {
             remove_dir_at_exit(dir.clone());
         }
-        eprintln!("kubeflake-e2e: starting a control plane in {}", dir.display());
+        eprintln!(
+            "kubeflake-e2e: starting a control plane in {}",
+            dir.display()
+        );
         let started = Instant::now();
         let cluster = Self::start_in(dir.clone(), bin_dir, remove_dir)
             .with_context(|| format!("control plane in {} (logs are there)", dir.display()))?;
@@ -234,7 +243,10 @@ impl Cluster {
                 &format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
                 "--bind-address=127.0.0.1",
                 &format!("--secure-port={kcm_port}"),
-                &format!("--cert-dir={}", dir.join("controller-manager-serving").display()),
+                &format!(
+                    "--cert-dir={}",
+                    dir.join("controller-manager-serving").display()
+                ),
                 "--controllers=*",
                 "--use-service-account-credentials=true",
                 &format!("--root-ca-file={}", pki.ca_cert.display()),
@@ -334,7 +346,10 @@ impl Cluster {
         wait_for_default_service_account(&self.controller_manager, &client, &name).await?;
         let mut config = self.config.clone();
         config.default_namespace = name.clone();
-        Ok(TestNamespace { name, client: Client::try_from(config)? })
+        Ok(TestNamespace {
+            name,
+            client: Client::try_from(config)?,
+        })
     }
 
     /// A `kubectl` command using the admin kubeconfig (and a discovery cache private to
@@ -344,7 +359,10 @@ impl Cluster {
         command
             .env("KUBECONFIG", &self.kubeconfig)
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--cache-dir={}", self.dir.join("kubectl-cache").display()))
+            .arg(format!(
+                "--cache-dir={}",
+                self.dir.join("kubectl-cache").display()
+            ))
             .stdin(Stdio::null())
             .kill_on_drop(true);
         command
@@ -363,12 +381,16 @@ impl Cluster {
         stdin: Option<&str>,
     ) -> Result<CommandOutput> {
         let mut command = self.kubectl_command();
-        command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         if stdin.is_some() {
             command.stdin(Stdio::piped());
         }
-        let mut child =
-            command.spawn().with_context(|| format!("cannot run kubectl {}", args.join(" ")))?;
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run kubectl {}", args.join(" ")))?;
         if let Some(input) = stdin {
             let mut pipe = child.stdin.take().context("kubectl stdin")?;
             pipe.write_all(input.as_bytes()).await?;
@@ -449,8 +471,14 @@ fn apiserver_args(dir: &Path, pki: &Pki, etcd_url: &str, port: u16) -> Vec<OsStr
         "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,\
 DefaultTolerationSeconds,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,\
 ValidatingAdmissionPolicy,ResourceQuota",
-        &format!("--service-account-key-file={}", pki.service_account_pub.display()),
-        &format!("--service-account-signing-key-file={}", pki.service_account_key.display()),
+        &format!(
+            "--service-account-key-file={}",
+            pki.service_account_pub.display()
+        ),
+        &format!(
+            "--service-account-signing-key-file={}",
+            pki.service_account_key.display()
+        ),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         // Only an allocation range for Service objects; nothing routes to it.
         "--service-cluster-ip-range=10.96.0.0/16",
@@ -575,20 +603,35 @@ fn run_on_private_runtime<T: Send>(future: impl Future<Output = T> + Send) -> T 
 fn dns_label_prefix(prefix: &str) -> String {
     let mut label: String = prefix
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .take(40)
         .collect();
     label = label.trim_matches('-').to_owned();
-    if label.is_empty() { "test".to_owned() } else { label }
+    if label.is_empty() {
+        "test".to_owned()
+    } else {
+        label
+    }
 }
 
 /// Removes temporary state directories whose owning process is gone (for example a test
 /// binary killed with `kill -9`, whose exit hook never ran).
 fn remove_stale_temp_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
-        let is_ours = entry.file_name().to_string_lossy().starts_with(TEMP_DIR_PREFIX);
+        let is_ours = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(TEMP_DIR_PREFIX);
         if !is_ours {
             continue;
         }
@@ -607,7 +650,10 @@ mod tests {
 
     #[test]
     fn namespace_prefixes_are_dns_labels() {
-        assert_eq!(dns_label_prefix("crd_rejects::Bad Epoch"), "crd-rejects--bad-epoch");
+        assert_eq!(
+            dns_label_prefix("crd_rejects::Bad Epoch"),
+            "crd-rejects--bad-epoch"
+        );
         assert_eq!(dns_label_prefix("__"), "test");
         assert_eq!(dns_label_prefix(&"a".repeat(100)).len(), 40);
     }

@@ -55,7 +55,10 @@ impl Process {
     /// Starts `spec`.
     pub fn start(spec: ProcessSpec) -> Result<Process> {
         let child = spawn(&spec)?;
-        Ok(Process { spec, child: Mutex::new(Some(child)) })
+        Ok(Process {
+            spec,
+            child: Mutex::new(Some(child)),
+        })
     }
 
     pub fn spec(&self) -> &ProcessSpec {
@@ -144,7 +147,9 @@ impl Process {
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.child
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -165,9 +170,9 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
-        Ok(stat) => {
-            stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        }
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -185,7 +190,11 @@ fn spawn(spec: &ProcessSpec) -> Result<Child> {
         .open(&spec.log)
         .with_context(|| format!("cannot open {}", spec.log.display()))?;
     let mut command = Command::new(&spec.program);
-    command.args(&spec.args).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    command
+        .args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
     let child = spawn_from_stable_thread(command)
         .with_context(|| format!("cannot start {} ({})", spec.name, spec.program.display()))?;
     Ok(child)
@@ -239,7 +248,9 @@ pub fn spawn_from_stable_thread(mut command: Command) -> io::Result<Child> {
     spawner
         .send((command, reply_tx))
         .map_err(|_| io::Error::other("the spawner thread is gone"))?;
-    reply_rx.recv().map_err(|_| io::Error::other("the spawner thread did not answer"))?
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("the spawner thread did not answer"))?
 }
 
 /// Process ids of children that may still run; used by the exit hook.
@@ -307,7 +318,9 @@ extern "C" fn stop_everything_at_exit() {
 
 /// Reaps `pid` if it has exited; true when it is gone (or was never our child).
 fn reaped(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
     // SAFETY: non-blocking wait on our own child.
     let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
     r != 0

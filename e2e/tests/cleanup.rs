@@ -25,7 +25,10 @@ fn child_starts_cluster() {
     // Line 1: the state directory; then one `pid executable` line per process.
     let mut text = format!("{}\n", cluster.dir().display());
     for (name, pid) in cluster.pids() {
-        text.push_str(&format!("{pid} {}\n", cluster.bin_dir().join(name).display()));
+        text.push_str(&format!(
+            "{pid} {}\n",
+            cluster.bin_dir().join(name).display()
+        ));
     }
     let partial = format!("{report}.partial");
     std::fs::write(&partial, text).expect("write report");
@@ -67,7 +70,13 @@ fn run_child(mode: &str, scratch: &Path) -> (Child, PathBuf) {
     // if something goes wrong.
     let log = std::fs::File::create(scratch.join(format!("{mode}.log"))).expect("child log");
     let child = Command::new(std::env::current_exe().expect("current test binary"))
-        .args(["child_starts_cluster", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_starts_cluster",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(MODE_ENV, mode)
         .env(REPORT_ENV, &report)
         .stdin(Stdio::null())
@@ -92,7 +101,10 @@ fn wait_for_report(child: &mut Child, report: &Path, mode: &str) -> Report {
             let log = std::fs::read_to_string(report.with_extension("log")).unwrap_or_default();
             panic!("{mode} child exited ({status}) before starting its cluster:\n{log}");
         }
-        assert!(Instant::now() < deadline, "{mode} child did not start a cluster in time");
+        assert!(
+            Instant::now() < deadline,
+            "{mode} child did not start a cluster in time"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -105,8 +117,11 @@ fn assert_all_gone(report: &Report, mode: &str) {
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let left: Vec<_> =
-            report.processes.iter().filter(|(pid, exe)| still_running(*pid, exe)).collect();
+        let left: Vec<_> = report
+            .processes
+            .iter()
+            .filter(|(pid, exe)| still_running(*pid, exe))
+            .collect();
         if left.is_empty() {
             return;
         }
@@ -126,7 +141,10 @@ fn no_control_plane_process_outlives_its_test_binary() {
     let (mut child, report) = run_child("kill", scratch.path());
     let killed = wait_for_report(&mut child, &report, "kill");
     assert!(
-        killed.processes.iter().all(|(pid, exe)| still_running(*pid, exe)),
+        killed
+            .processes
+            .iter()
+            .all(|(pid, exe)| still_running(*pid, exe)),
         "kill: cluster not running"
     );
     child.kill().expect("SIGKILL the child");
@@ -139,9 +157,17 @@ fn no_control_plane_process_outlives_its_test_binary() {
     let status = child.wait().expect("reap the child");
     assert!(status.success(), "exit child failed: {status}");
     assert_all_gone(&exited, "exit");
-    assert!(!exited.dir.exists(), "exit: state directory {} left behind", exited.dir.display());
+    assert!(
+        !exited.dir.exists(),
+        "exit: state directory {} left behind",
+        exited.dir.display()
+    );
     // Starting that cluster also removed the state directory the killed child left.
-    assert!(!killed.dir.exists(), "stale state directory {} not cleaned up", killed.dir.display());
+    assert!(
+        !killed.dir.exists(),
+        "stale state directory {} not cleaned up",
+        killed.dir.display()
+    );
 
     // A failing test: the harness exits non-zero, through the same exit hook.
     let (mut child, report) = run_child("panic", scratch.path());

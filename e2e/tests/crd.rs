@@ -78,7 +78,11 @@ async fn cluster_with_crd() -> &'static Cluster {
 /// An untyped API for IdSequences, so tests can send what the Rust types cannot hold
 /// (such as an unknown time unit).
 fn sequences(ns: &TestNamespace) -> Api<DynamicObject> {
-    Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::erase::<IdSequence>(&()))
+    Api::namespaced_with(
+        ns.client.clone(),
+        &ns.name,
+        &ApiResource::erase::<IdSequence>(&()),
+    )
 }
 
 fn object(name: &str, spec: Value) -> DynamicObject {
@@ -103,7 +107,10 @@ fn rejection<T>(result: kube::Result<T>) -> Result<Option<String>> {
 #[tokio::test]
 async fn crd_is_established_and_explained() -> Result<()> {
     let cluster = cluster_with_crd().await;
-    let explain = cluster.kubectl(&["explain", "idsequence.spec.layout"]).await?.ok()?;
+    let explain = cluster
+        .kubectl(&["explain", "idsequence.spec.layout"])
+        .await?
+        .ok()?;
     for expected in [
         "How the 63 bits of an ID are split",
         "timestampBits",
@@ -117,8 +124,14 @@ async fn crd_is_established_and_explained() -> Result<()> {
             "`kubectl explain idsequence.spec.layout` lacks {expected:?}:\n{explain}"
         );
     }
-    let field = cluster.kubectl(&["explain", "idsequence.spec.layout.workerBits"]).await?.ok()?;
-    assert!(field.contains("2^workerBits slots"), "workerBits docs missing:\n{field}");
+    let field = cluster
+        .kubectl(&["explain", "idsequence.spec.layout.workerBits"])
+        .await?
+        .ok()?;
+    assert!(
+        field.contains("2^workerBits slots"),
+        "workerBits docs missing:\n{field}"
+    );
     Ok(())
 }
 
@@ -149,7 +162,9 @@ spec:
         .ok()?;
 
     // An empty spec is valid too: every field has a default.
-    sequences(&ns).create(&PostParams::default(), &object("defaults", json!({}))).await?;
+    sequences(&ns)
+        .create(&PostParams::default(), &object("defaults", json!({})))
+        .await?;
     let typed: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
     let defaults = typed.get("defaults").await?;
     assert_eq!(
@@ -161,12 +176,28 @@ spec:
     assert_eq!(orders.spec.layout.timestamp_bits, 40);
     assert_eq!(orders.spec.datacenter_id, 3);
 
-    let table = cluster.kubectl(&["get", "idseq", "-n", &ns.name]).await?.ok()?;
+    let table = cluster
+        .kubectl(&["get", "idseq", "-n", &ns.name])
+        .await?
+        .ok()?;
     let header = table.lines().next().unwrap_or_default();
-    for column in ["NAME", "CAPACITY", "ASSIGNED", "READY", "EXHAUSTS AT", "AGE"] {
-        assert!(header.contains(column), "`kubectl get idseq` has no {column} column:\n{table}");
+    for column in [
+        "NAME",
+        "CAPACITY",
+        "ASSIGNED",
+        "READY",
+        "EXHAUSTS AT",
+        "AGE",
+    ] {
+        assert!(
+            header.contains(column),
+            "`kubectl get idseq` has no {column} column:\n{table}"
+        );
     }
-    assert!(table.contains("orders") && table.contains("defaults"), "objects missing:\n{table}");
+    assert!(
+        table.contains("orders") && table.contains("defaults"),
+        "objects missing:\n{table}"
+    );
     Ok(())
 }
 
@@ -186,7 +217,11 @@ async fn invalid_sequences_are_rejected_naming_the_field() -> Result<()> {
         Invalid {
             case: "bits add up to 61, not 63",
             spec: json!({ "layout": layout(41, 0, 10, 10) }),
-            expect: &["spec.layout", "must add up to totalBits (63)", "add up to 61"],
+            expect: &[
+                "spec.layout",
+                "must add up to totalBits (63)",
+                "add up to 61",
+            ],
         },
         Invalid {
             case: "timestampBits 70 (above 55)",
@@ -249,8 +284,10 @@ async fn invalid_sequences_are_rejected_naming_the_field() -> Result<()> {
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let name = format!("invalid-{i}");
-        let message =
-            rejection(api.create(&PostParams::default(), &object(&name, case.spec.clone())).await)?;
+        let message = rejection(
+            api.create(&PostParams::default(), &object(&name, case.spec.clone()))
+                .await,
+        )?;
         match message {
             None => failures.push(format!(
                 "{}: ACCEPTED, but should be rejected (spec {})",
@@ -258,8 +295,11 @@ async fn invalid_sequences_are_rejected_naming_the_field() -> Result<()> {
             )),
             Some(message) => {
                 eprintln!("{}: rejected: {message}", case.case);
-                let missing: Vec<_> =
-                    case.expect.iter().filter(|e| !message.contains(**e)).collect();
+                let missing: Vec<_> = case
+                    .expect
+                    .iter()
+                    .filter(|e| !message.contains(**e))
+                    .collect();
                 if !missing.is_empty() {
                     failures.push(format!(
                         "{}: rejected, but the message lacks {missing:?}: {message}",
@@ -297,7 +337,8 @@ async fn identity_fields_are_immutable() -> Result<()> {
         "timeUnit": "1ms",
         "epoch": "2025-01-01T00:00:00Z",
     });
-    api.create(&PostParams::default(), &object("stable", original)).await?;
+    api.create(&PostParams::default(), &object("stable", original))
+        .await?;
 
     let cases = [
         Change {
@@ -323,7 +364,13 @@ async fn identity_fields_are_immutable() -> Result<()> {
     ];
     let mut failures = Vec::new();
     for case in &cases {
-        let result = api.patch("stable", &PatchParams::default(), &Patch::Merge(&case.patch)).await;
+        let result = api
+            .patch(
+                "stable",
+                &PatchParams::default(),
+                &Patch::Merge(&case.patch),
+            )
+            .await;
         match rejection(result)? {
             None => failures.push(format!(
                 "{}: ACCEPTED, but should be rejected (patch {})",
@@ -331,8 +378,11 @@ async fn identity_fields_are_immutable() -> Result<()> {
             )),
             Some(message) => {
                 eprintln!("{}: rejected: {message}", case.case);
-                let missing: Vec<_> =
-                    case.expect.iter().filter(|e| !message.contains(**e)).collect();
+                let missing: Vec<_> = case
+                    .expect
+                    .iter()
+                    .filter(|e| !message.contains(**e))
+                    .collect();
                 if !missing.is_empty() {
                     failures.push(format!(
                         "{}: rejected, but the message lacks {missing:?}: {message}",
@@ -345,10 +395,13 @@ async fn identity_fields_are_immutable() -> Result<()> {
 
     // Mutable fields still change.
     let allowed = json!({ "spec": { "lease": { "durationSeconds": 60 }, "clock": { "maxDriftMillis": 500 } } });
-    if let Some(message) =
-        rejection(api.patch("stable", &PatchParams::default(), &Patch::Merge(&allowed)).await)?
-    {
-        failures.push(format!("changing lease and clock settings was rejected: {message}"));
+    if let Some(message) = rejection(
+        api.patch("stable", &PatchParams::default(), &Patch::Merge(&allowed))
+            .await,
+    )? {
+        failures.push(format!(
+            "changing lease and clock settings was rejected: {message}"
+        ));
     }
     assert!(
         failures.is_empty(),

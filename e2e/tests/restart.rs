@@ -22,7 +22,12 @@ async fn apiserver_survives_kill_9_and_restart() -> Result<()> {
 
     cluster.kill_apiserver();
     assert!(
-        cluster.kubectl(&["get", "ns", "--request-timeout=2s"]).await?.status.code() != Some(0),
+        cluster
+            .kubectl(&["get", "ns", "--request-timeout=2s"])
+            .await?
+            .status
+            .code()
+            != Some(0),
         "kubectl still works with the API server killed"
     );
     cluster.start_apiserver().await?;
@@ -30,7 +35,9 @@ async fn apiserver_survives_kill_9_and_restart() -> Result<()> {
     // Same address, same certificates, same data; a fresh client simply works again.
     let client = cluster.client()?;
     Api::<Namespace>::all(client.clone()).get(&ns.name).await?;
-    Api::<ConfigMap>::namespaced(client, &ns.name).get("before-restart").await?;
+    Api::<ConfigMap>::namespaced(client, &ns.name)
+        .get("before-restart")
+        .await?;
     let pid =
         |pids: &[(String, u32)], name: &str| pids.iter().find(|(n, _)| n == name).map(|(_, p)| *p);
     let pids_after = cluster.pids();
@@ -39,10 +46,17 @@ async fn apiserver_survives_kill_9_and_restart() -> Result<()> {
         pid(&pids_after, "kube-apiserver"),
         "not a new process"
     );
-    assert_eq!(pid(&pids_before, "etcd"), pid(&pids_after, "etcd"), "etcd must keep running");
+    assert_eq!(
+        pid(&pids_before, "etcd"),
+        pid(&pids_after, "etcd"),
+        "etcd must keep running"
+    );
 
     // restart_apiserver does both steps at once.
     cluster.restart_apiserver().await?;
-    cluster.kubectl(&["get", "configmap", "before-restart", "-n", &ns.name]).await?.ok()?;
+    cluster
+        .kubectl(&["get", "configmap", "before-restart", "-n", &ns.name])
+        .await?
+        .ok()?;
     Ok(())
 }

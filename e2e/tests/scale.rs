@@ -15,17 +15,30 @@ use serde_json::json;
 
 /// apiserver_request_total summed by (resource, verb), for kubeflake's resources.
 async fn request_counts(client: &kube::Client) -> Result<BTreeMap<(String, String), f64>> {
-    let text = client.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
     let mut counts = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
         let label = |name: &str| {
-            line.split(&format!("{name}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string()
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
         };
         let resource = label("resource");
         if !["leases", "idsequences", "events", "pods"].contains(&resource.as_str()) {
             continue;
         }
-        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
         *counts.entry((resource, label("verb"))).or_insert(0.0) += value;
     }
     Ok(counts)
@@ -62,10 +75,21 @@ async fn a_thousand_pods_get_a_thousand_slots_with_about_one_lease_write_each() 
     eprintln!(
         "{PODS} pods assigned in {elapsed:?}; reconciles: {}; API requests (all clients, incl. the \
          test's {PODS} pod creations):\n{report}",
-        operator.metrics().lines().filter(|l| l.starts_with("kubeflake_operator_reconciles_total")).collect::<Vec<_>>().join("; ")
+        operator
+            .metrics()
+            .lines()
+            .filter(|l| l.starts_with("kubeflake_operator_reconciles_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
     );
     // One create per slot, plus at most a few retries: no per-pod polling or rewrite loops.
-    assert!(lease_writes >= PODS as f64, "every slot written: {lease_writes}");
-    assert!(lease_writes <= PODS as f64 * 1.1, "lease writes flood: {lease_writes} for {PODS} pods\n{report}");
+    assert!(
+        lease_writes >= PODS as f64,
+        "every slot written: {lease_writes}"
+    );
+    assert!(
+        lease_writes <= PODS as f64 * 1.1,
+        "lease writes flood: {lease_writes} for {PODS} pods\n{report}"
+    );
     Ok(())
 }

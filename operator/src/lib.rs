@@ -59,24 +59,34 @@ where
 /// when this replica leads (or at once without election). Losing leadership ends the run,
 /// so the replica restarts as a follower. Election only avoids duplicated work: two
 /// controllers at once stay correct, every write being a compare-and-swap.
-pub async fn run(client: Client, config: OperatorConfig, shutdown: impl Future<Output = ()> + Send + Sync + 'static) -> anyhow::Result<()> {
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
     let health = Arc::new(http::Health::default());
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on --metrics-addr {}: {e}", config.metrics_addr))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on --metrics-addr {}: {e}",
+                config.metrics_addr
+            )
+        })?;
     tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     let result = match &config.leader_election_namespace {
         None => run_controller(client, &config, metrics, health, shutdown).await,
         Some(ns) => {
-            let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
-                .with_namespace(ns)
-                .with_identity(&config.instance)
-                .with_duration(15)
-                .with_grace(5)
-                .build()
-                .await?;
+            let manager =
+                kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
+                    .with_namespace(ns)
+                    .with_identity(&config.instance)
+                    .with_duration(15)
+                    .with_grace(5)
+                    .build()
+                    .await?;
             let (mut leading, election) = manager.watch().await;
             // A follower is healthy and ready: it stands by.
             health.ready.store(true, Ordering::Release);
@@ -138,22 +148,38 @@ async fn run_controller(
         .reflect(lease_writer)
         .touched_objects();
 
-    let reporter = Reporter { controller: "kubeflake-operator".into(), instance: Some(config.instance.clone()) };
-    let ctx = Arc::new(reconcile::Context::new(client.clone(), pods.clone(), leases.clone(), metrics, reporter));
-    let controller = Controller::new(api::<IdSequence>(&client, &config.namespace), watcher::Config::default())
-        .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
-        .owns_stream(lease_stream)
-        .watches_stream(pod_stream, |pod: Pod| {
-            let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
-            Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
-        })
-        .graceful_shutdown_on(shutdown);
+    let reporter = Reporter {
+        controller: "kubeflake-operator".into(),
+        instance: Some(config.instance.clone()),
+    };
+    let ctx = Arc::new(reconcile::Context::new(
+        client.clone(),
+        pods.clone(),
+        leases.clone(),
+        metrics,
+        reporter,
+    ));
+    let controller = Controller::new(
+        api::<IdSequence>(&client, &config.namespace),
+        watcher::Config::default(),
+    )
+    .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
+    .owns_stream(lease_stream)
+    .watches_stream(pod_stream, |pod: Pod| {
+        let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
+        Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
+    })
+    .graceful_shutdown_on(shutdown);
     let sequences = controller.store();
 
     let ready = {
         let health = health.clone();
         tokio::spawn(async move {
-            let synced = tokio::try_join!(pods.wait_until_ready(), leases.wait_until_ready(), sequences.wait_until_ready());
+            let synced = tokio::try_join!(
+                pods.wait_until_ready(),
+                leases.wait_until_ready(),
+                sequences.wait_until_ready()
+            );
             if synced.is_ok() {
                 health.ready.store(true, Ordering::Release);
                 tracing::info!("caches synced: ready");

@@ -63,12 +63,16 @@ async fn main() {
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("kubeflake-operator: error: cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}");
+            eprintln!(
+                "kubeflake-operator: error: cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}"
+            );
             std::process::exit(1);
         }
     };
     let instance = args.instance.unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "kubeflake-operator".into())
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "kubeflake-operator".into())
     });
     let config = OperatorConfig {
         namespace: args.namespace,

@@ -5,7 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
 
 pub struct Metrics {
     registry: Registry,
@@ -22,7 +25,8 @@ pub struct Metrics {
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
-    r.register(Box::new(m.clone())).expect("metric names are unique");
+    r.register(Box::new(m.clone()))
+        .expect("metric names are unique");
     m
 }
 
@@ -31,17 +35,71 @@ impl Metrics {
         let r = Registry::new();
         let gauge = |n: &str, h: &str| register(&r, IntGauge::new(n, h).expect("valid metric"));
         let histogram = |n: &str, h: &str, buckets: Vec<f64>| {
-            register(&r, Histogram::with_opts(HistogramOpts::new(n, h).buckets(buckets)).expect("valid metric"))
+            register(
+                &r,
+                Histogram::with_opts(HistogramOpts::new(n, h).buckets(buckets))
+                    .expect("valid metric"),
+            )
         };
         let m = Metrics {
-            reconciles: register(&r, IntCounterVec::new(Opts::new("kubeflake_operator_reconciles_total", "Reconcile passes by result (ok or an error kind)."), &["result"]).expect("valid metric")),
-            reconcile_duration: histogram("kubeflake_operator_reconcile_duration_seconds", "Time one reconcile pass took.", vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            assignments: register(&r, IntCounter::new("kubeflake_operator_slot_assignments_total", "Slots written to a new holder.").expect("valid metric")),
-            reclaims: register(&r, IntCounterVec::new(Opts::new("kubeflake_operator_slot_reclaims_total", "Slots released, by reason (pod_gone, silent, duplicate)."), &["reason"]).expect("valid metric")),
-            conflicts: register(&r, IntCounter::new("kubeflake_operator_write_conflicts_total", "Lease writes that lost a compare-and-swap race and were retried.").expect("valid metric")),
-            pod_to_slot: histogram("kubeflake_operator_pod_to_slot_seconds", "Time from a pod's creation to its slot lease being written.", vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
-            slots_assigned: gauge("kubeflake_operator_slots_assigned", "Slots held by pods, summed over all sequences."),
-            slots_free: gauge("kubeflake_operator_slots_free", "Slots not held, summed over all sequences."),
+            reconciles: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_operator_reconciles_total",
+                        "Reconcile passes by result (ok or an error kind).",
+                    ),
+                    &["result"],
+                )
+                .expect("valid metric"),
+            ),
+            reconcile_duration: histogram(
+                "kubeflake_operator_reconcile_duration_seconds",
+                "Time one reconcile pass took.",
+                vec![
+                    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+            ),
+            assignments: register(
+                &r,
+                IntCounter::new(
+                    "kubeflake_operator_slot_assignments_total",
+                    "Slots written to a new holder.",
+                )
+                .expect("valid metric"),
+            ),
+            reclaims: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_operator_slot_reclaims_total",
+                        "Slots released, by reason (pod_gone, silent, duplicate).",
+                    ),
+                    &["reason"],
+                )
+                .expect("valid metric"),
+            ),
+            conflicts: register(
+                &r,
+                IntCounter::new(
+                    "kubeflake_operator_write_conflicts_total",
+                    "Lease writes that lost a compare-and-swap race and were retried.",
+                )
+                .expect("valid metric"),
+            ),
+            pod_to_slot: histogram(
+                "kubeflake_operator_pod_to_slot_seconds",
+                "Time from a pod's creation to its slot lease being written.",
+                vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+            ),
+            slots_assigned: gauge(
+                "kubeflake_operator_slots_assigned",
+                "Slots held by pods, summed over all sequences.",
+            ),
+            slots_free: gauge(
+                "kubeflake_operator_slots_free",
+                "Slots not held, summed over all sequences.",
+            ),
             sequences: gauge("kubeflake_operator_sequences", "IdSequences reconciled."),
             per_sequence: Mutex::new(HashMap::new()),
             registry: r,
@@ -58,7 +116,10 @@ impl Metrics {
     /// Records one sequence's slot figures and refreshes the totals.
     pub fn set_slots(&self, ns: &str, name: &str, assigned: u64, capacity: u64) {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
-        all.insert(format!("{ns}/{name}"), (assigned, capacity.saturating_sub(assigned)));
+        all.insert(
+            format!("{ns}/{name}"),
+            (assigned, capacity.saturating_sub(assigned)),
+        );
         self.refresh(&all);
     }
 
@@ -70,14 +131,17 @@ impl Metrics {
     }
 
     fn refresh(&self, all: &HashMap<String, (u64, u64)>) {
-        self.slots_assigned.set(all.values().map(|v| v.0 as i64).sum());
+        self.slots_assigned
+            .set(all.values().map(|v| v.0 as i64).sum());
         self.slots_free.set(all.values().map(|v| v.1 as i64).sum());
         self.sequences.set(all.len() as i64);
     }
 
     pub fn render(&self) -> String {
         let mut out = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("encoding into a Vec cannot fail");
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("encoding into a Vec cannot fail");
         String::from_utf8(out).unwrap_or_default()
     }
 }

@@ -22,7 +22,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SequenceParams, SpecError};
 use kubeflake_crds::slot_lease::{
-    FINALIZER, FENCE_ANNOTATION, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
+    FENCE_ANNOTATION, FINALIZER, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
     SlotLease, SlotLeaseError, lease_labels, lease_name,
 };
 use kubeflake_crds::timebase::rfc3339;
@@ -50,7 +50,13 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, pods: Store<Pod>, leases: Store<Lease>, metrics: Arc<Metrics>, reporter: Reporter) -> Context {
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        leases: Store<Lease>,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+    ) -> Context {
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -105,8 +111,15 @@ fn is_not_found(e: &kube::Error) -> bool {
 
 /// What happened to one attempted write.
 enum Outcome {
-    Assigned { slot: Slot, pod: PodInfo },
-    Released { slot: Slot, pod: Option<String>, reason: ReleaseReason },
+    Assigned {
+        slot: Slot,
+        pod: PodInfo,
+    },
+    Released {
+        slot: Slot,
+        pod: Option<String>,
+        reason: ReleaseReason,
+    },
     /// Nothing to do after all (the "gone" pod exists).
     Skipped,
     Conflict,
@@ -121,7 +134,9 @@ pub async fn reconcile(seq: Arc<IdSequence>, ctx: Arc<Context>) -> Result<Action
         Err(e) => e.label(),
     };
     ctx.metrics.reconciles.with_label_values(&[label]).inc();
-    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
     result
 }
 
@@ -155,7 +170,14 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
     let silent = silent_leases(ctx, &leases, lease_duration);
     let now = params.timebase.tick_at(now_ms()).unwrap_or(Tick(0));
     let capacity = params.layout.slot_count();
-    let plan = slot::plan(&Observed { capacity, leases: &leases, pods: &pods, silent: &silent, now, assign: !deleting });
+    let plan = slot::plan(&Observed {
+        capacity,
+        leases: &leases,
+        pods: &pods,
+        silent: &silent,
+        now,
+        assign: !deleting,
+    });
 
     let outcomes: Vec<Outcome> = futures::stream::iter(plan.steps.clone())
         .map(|step| execute(step, seq, &ns, &name, &params, ctx))
@@ -164,16 +186,34 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
         .await
         .into_iter()
         .collect::<Result<_, _>>()?;
-    let conflicts = outcomes.iter().filter(|o| matches!(o, Outcome::Conflict)).count();
-    let assigned_now = outcomes.iter().filter(|o| matches!(o, Outcome::Assigned { .. })).count() as i64;
-    let released_now = outcomes.iter().filter(|o| matches!(o, Outcome::Released { .. })).count() as i64;
+    let conflicts = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Conflict))
+        .count();
+    let assigned_now = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Assigned { .. }))
+        .count() as i64;
+    let released_now = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Released { .. }))
+        .count() as i64;
     publish_events(seq, ctx, &outcomes, plan.still_waiting, capacity).await;
 
     let assigned = plan.assigned as i64 + assigned_now - released_now;
-    ctx.metrics.set_slots(&ns, &name, assigned.max(0) as u64, capacity);
+    ctx.metrics
+        .set_slots(&ns, &name, assigned.max(0) as u64, capacity);
 
     if deleting {
-        return finish_deletion(seq, ctx, &ns, &leases, now, conflicts + released_now as usize).await;
+        return finish_deletion(
+            seq,
+            ctx,
+            &ns,
+            &leases,
+            now,
+            conflicts + released_now as usize,
+        )
+        .await;
     }
     let status = ready_status(seq, &params, assigned.max(0), plan.still_waiting);
     update_status(seq, ctx, status).await?;
@@ -181,7 +221,9 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     // Look again in a while even without events: silence is noticed by time passing.
-    Ok(Action::requeue((lease_duration / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))))
+    Ok(Action::requeue(
+        (lease_duration / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)),
+    ))
 }
 
 /// The sequence's slot leases, from the store.
@@ -208,8 +250,12 @@ fn observed_pods(ctx: &Context, ns: &str, name: &str) -> Vec<PodInfo> {
             Some(PodInfo {
                 name: p.name_any(),
                 uid: p.uid()?,
-                created: p.creation_timestamp().map(|t| t.0.to_string()).unwrap_or_default(),
-                leaving: p.meta().deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed")),
+                created: p
+                    .creation_timestamp()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+                leaving: p.meta().deletion_timestamp.is_some()
+                    || matches!(phase, Some("Succeeded" | "Failed")),
             })
         })
         .collect()
@@ -234,32 +280,74 @@ fn silent_leases(ctx: &Context, leases: &[SlotLease], duration: Duration) -> BTr
     silent
 }
 
-async fn execute(step: Step, seq: &IdSequence, ns: &str, name: &str, params: &SequenceParams, ctx: &Context) -> Result<Outcome, Error> {
+async fn execute(
+    step: Step,
+    seq: &IdSequence,
+    ns: &str,
+    name: &str,
+    params: &SequenceParams,
+    ctx: &Context,
+) -> Result<Outcome, Error> {
     let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     let write = match &step {
         Step::Release { lease, reason } => {
             if *reason == ReleaseReason::PodGone && holder_pod_exists(ctx, ns, lease).await? {
                 return Ok(Outcome::Skipped);
             }
-            leases.replace(&lease.name, &PostParams::default(), &released(seq, name, lease)).await
+            leases
+                .replace(
+                    &lease.name,
+                    &PostParams::default(),
+                    &released(seq, name, lease),
+                )
+                .await
         }
-        Step::Assign { slot, pod, existing: Some(lease) } => {
-            leases.replace(&lease.name, &PostParams::default(), &assigned(seq, name, *slot, pod, Some(lease), params)).await
+        Step::Assign {
+            slot,
+            pod,
+            existing: Some(lease),
+        } => {
+            leases
+                .replace(
+                    &lease.name,
+                    &PostParams::default(),
+                    &assigned(seq, name, *slot, pod, Some(lease), params),
+                )
+                .await
         }
-        Step::Assign { slot, pod, existing: None } => {
-            leases.create(&PostParams::default(), &assigned(seq, name, *slot, pod, None, params)).await
+        Step::Assign {
+            slot,
+            pod,
+            existing: None,
+        } => {
+            leases
+                .create(
+                    &PostParams::default(),
+                    &assigned(seq, name, *slot, pod, None, params),
+                )
+                .await
         }
     };
     match write {
         Ok(_) => Ok(match step {
             Step::Release { lease, reason } => {
-                ctx.metrics.reclaims.with_label_values(&[reason.label()]).inc();
-                Outcome::Released { slot: lease.slot, pod: lease.holder_pod, reason }
+                ctx.metrics
+                    .reclaims
+                    .with_label_values(&[reason.label()])
+                    .inc();
+                Outcome::Released {
+                    slot: lease.slot,
+                    pod: lease.holder_pod,
+                    reason,
+                }
             }
             Step::Assign { slot, pod, .. } => {
                 ctx.metrics.assignments.inc();
                 if let Ok(created) = DateTime::parse_from_rfc3339(&pod.created) {
-                    let waited = Utc::now().signed_duration_since(created).num_milliseconds().max(0);
+                    let waited = Utc::now()
+                        .signed_duration_since(created)
+                        .num_milliseconds()
+                        .max(0);
                     ctx.metrics.pod_to_slot.observe(waited as f64 / 1000.0);
                 }
                 Outcome::Assigned { slot, pod }
@@ -275,7 +363,9 @@ async fn execute(step: Step, seq: &IdSequence, ns: &str, name: &str, params: &Se
 
 /// Confirms with a direct read (not the cache) whether the holder pod still exists.
 async fn holder_pod_exists(ctx: &Context, ns: &str, lease: &SlotLease) -> Result<bool, Error> {
-    let Some(pod_name) = lease.holder_pod.as_deref() else { return Ok(false) };
+    let Some(pod_name) = lease.holder_pod.as_deref() else {
+        return Ok(false);
+    };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     match pods.get_opt(pod_name).await? {
         Some(pod) => Ok(pod.uid().as_deref() == lease.holder.as_deref()),
@@ -283,7 +373,13 @@ async fn holder_pod_exists(ctx: &Context, ns: &str, lease: &SlotLease) -> Result
     }
 }
 
-fn owner_meta(seq: &IdSequence, lease_name: String, labels: std::collections::BTreeMap<String, String>, annotations: std::collections::BTreeMap<String, String>, resource_version: Option<String>) -> ObjectMeta {
+fn owner_meta(
+    seq: &IdSequence,
+    lease_name: String,
+    labels: std::collections::BTreeMap<String, String>,
+    annotations: std::collections::BTreeMap<String, String>,
+    resource_version: Option<String>,
+) -> ObjectMeta {
     ObjectMeta {
         name: Some(lease_name),
         namespace: seq.namespace(),
@@ -296,7 +392,14 @@ fn owner_meta(seq: &IdSequence, lease_name: String, labels: std::collections::BT
 }
 
 /// The lease with the slot given to `pod`; the fence is kept (rule 9).
-fn assigned(seq: &IdSequence, name: &str, slot: Slot, pod: &PodInfo, existing: Option<&SlotLease>, params: &SequenceParams) -> Lease {
+fn assigned(
+    seq: &IdSequence,
+    name: &str,
+    slot: Slot,
+    pod: &PodInfo,
+    existing: Option<&SlotLease>,
+    params: &SequenceParams,
+) -> Lease {
     let fence = existing.map(|l| l.fence).unwrap_or(Tick(0));
     let mut annotations = std::collections::BTreeMap::from([
         (FENCE_ANNOTATION.to_string(), fence.0.to_string()),
@@ -339,42 +442,68 @@ fn released(seq: &IdSequence, name: &str, lease: &SlotLease) -> Lease {
             annotations,
             lease.resource_version.clone(),
         ),
-        spec: Some(LeaseSpec { lease_transitions: Some(lease.transitions), ..Default::default() }),
+        spec: Some(LeaseSpec {
+            lease_transitions: Some(lease.transitions),
+            ..Default::default()
+        }),
     }
 }
 
 async fn add_finalizer(seq: &IdSequence, ctx: &Context) -> Result<(), Error> {
-    let api: Api<IdSequence> = Api::namespaced(ctx.client.clone(), &seq.namespace().unwrap_or_default());
+    let api: Api<IdSequence> =
+        Api::namespaced(ctx.client.clone(), &seq.namespace().unwrap_or_default());
     let mut finalizers = seq.finalizers().to_vec();
     finalizers.push(FINALIZER.to_string());
     // resourceVersion in a merge patch makes it conditional: a compare-and-swap like every
     // other write (a conflict means someone else changed the object; the pass repeats).
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
-    api.patch(&seq.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
+    api.patch(
+        &seq.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 
 /// Rule 10: the sequence goes only when no slot has a holder or a fence in the future;
 /// then its leases are deleted (each conditionally on its version) and the finalizer removed.
-async fn finish_deletion(seq: &IdSequence, ctx: &Context, ns: &str, leases: &[SlotLease], now: Tick, changed: usize) -> Result<Action, Error> {
+async fn finish_deletion(
+    seq: &IdSequence,
+    ctx: &Context,
+    ns: &str,
+    leases: &[SlotLease],
+    now: Tick,
+    changed: usize,
+) -> Result<Action, Error> {
     if !seq.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
     let held = leases.iter().filter(|l| l.holder.is_some()).count();
     let fenced = leases.iter().filter(|l| l.fence > now).count();
     if held > 0 || fenced > 0 || changed > 0 {
-        let message = format!(
-            "deletion waits: {held} slots still held, {fenced} fences still in the future"
-        );
+        let message =
+            format!("deletion waits: {held} slots still held, {fenced} fences still in the future");
         let mut status = seq.status.clone().unwrap_or_default();
-        set_condition(&mut status.conditions, seq, "Ready", "False", "Deleting", &message);
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Ready",
+            "False",
+            "Deleting",
+            &message,
+        );
         update_status(seq, ctx, status).await?;
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     for lease in leases {
         let params = DeleteParams {
-            preconditions: Some(Preconditions { resource_version: lease.resource_version.clone(), uid: None }),
+            preconditions: Some(Preconditions {
+                resource_version: lease.resource_version.clone(),
+                uid: None,
+            }),
             ..Default::default()
         };
         match api.delete(&lease.name, &params).await {
@@ -385,15 +514,32 @@ async fn finish_deletion(seq: &IdSequence, ctx: &Context, ns: &str, leases: &[Sl
         }
     }
     let seqs: Api<IdSequence> = Api::namespaced(ctx.client.clone(), ns);
-    let finalizers: Vec<&String> = seq.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
-    seqs.patch(&seq.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let finalizers: Vec<&String> = seq
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
+    seqs.patch(
+        &seq.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     ctx.metrics.forget(ns, &seq.name_any());
     tracing::info!(sequence = %seq.name_any(), namespace = ns, leases = leases.len(), "sequence deleted after its slots were released");
     Ok(Action::await_change())
 }
 
-fn set_condition(conditions: &mut Vec<Condition>, seq: &IdSequence, type_: &str, status: &str, reason: &str, message: &str) {
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    seq: &IdSequence,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) {
     let generation = seq.meta().generation;
     if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
         if c.status != status {
@@ -415,7 +561,12 @@ fn set_condition(conditions: &mut Vec<Condition>, seq: &IdSequence, type_: &str,
     });
 }
 
-fn ready_status(seq: &IdSequence, p: &SequenceParams, assigned: i64, waiting: u64) -> IdSequenceStatus {
+fn ready_status(
+    seq: &IdSequence,
+    p: &SequenceParams,
+    assigned: i64,
+    waiting: u64,
+) -> IdSequenceStatus {
     let mut status = seq.status.clone().unwrap_or_default();
     let capacity = p.layout.slot_count() as i64;
     let exhausts_at = p.timebase.exhausts_at_ms(&p.layout);
@@ -429,24 +580,69 @@ fn ready_status(seq: &IdSequence, p: &SequenceParams, assigned: i64, waiting: u6
             "epoch {} is in the future: sidecars refuse to issue IDs until then; choose an epoch in the past (create a new IdSequence, epoch is immutable)",
             seq.spec.epoch
         );
-        set_condition(&mut status.conditions, seq, "Ready", "False", "EpochInFuture", &message);
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Ready",
+            "False",
+            "EpochInFuture",
+            &message,
+        );
     } else {
         let message = format!("{assigned} of {capacity} slots assigned");
-        set_condition(&mut status.conditions, seq, "Ready", "True", "Reconciled", &message);
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Ready",
+            "True",
+            "Reconciled",
+            &message,
+        );
     }
     if waiting > 0 {
         let message = format!(
             "{waiting} pods wait for a free slot: all {capacity} slots are held; raise layout.workerBits in a new IdSequence or run fewer pods"
         );
-        set_condition(&mut status.conditions, seq, "Exhausted", "True", "PodsWaiting", &message);
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Exhausted",
+            "True",
+            "PodsWaiting",
+            &message,
+        );
     } else {
-        set_condition(&mut status.conditions, seq, "Exhausted", "False", "SlotsAvailable", "every labelled pod has a slot");
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Exhausted",
+            "False",
+            "SlotsAvailable",
+            "every labelled pod has a slot",
+        );
     }
     if exhausts_at.saturating_sub(now) < EXPIRING_WITHIN_MS {
-        let message = format!("the timestamp bits run out at {}; plan a new IdSequence", rfc3339(exhausts_at));
-        set_condition(&mut status.conditions, seq, "Expiring", "True", "TimestampBitsRunningOut", &message);
+        let message = format!(
+            "the timestamp bits run out at {}; plan a new IdSequence",
+            rfc3339(exhausts_at)
+        );
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Expiring",
+            "True",
+            "TimestampBitsRunningOut",
+            &message,
+        );
     } else {
-        set_condition(&mut status.conditions, seq, "Expiring", "False", "TimestampBitsLast", &format!("the timestamp bits last until {}", rfc3339(exhausts_at)));
+        set_condition(
+            &mut status.conditions,
+            seq,
+            "Expiring",
+            "False",
+            "TimestampBitsLast",
+            &format!("the timestamp bits last until {}", rfc3339(exhausts_at)),
+        );
     }
     status
 }
@@ -454,24 +650,47 @@ fn ready_status(seq: &IdSequence, p: &SequenceParams, assigned: i64, waiting: u6
 fn invalid_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
     let mut status = seq.status.clone().unwrap_or_default();
     status.observed_generation = seq.meta().generation;
-    set_condition(&mut status.conditions, seq, "Ready", "False", "InvalidSpec", message);
+    set_condition(
+        &mut status.conditions,
+        seq,
+        "Ready",
+        "False",
+        "InvalidSpec",
+        message,
+    );
     status
 }
 
 /// Writes the status only when it differs from what is stored (no write per pass).
-async fn update_status(seq: &IdSequence, ctx: &Context, status: IdSequenceStatus) -> Result<(), Error> {
+async fn update_status(
+    seq: &IdSequence,
+    ctx: &Context,
+    status: IdSequenceStatus,
+) -> Result<(), Error> {
     if seq.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let api: Api<IdSequence> = Api::namespaced(ctx.client.clone(), &seq.namespace().unwrap_or_default());
+    let api: Api<IdSequence> =
+        Api::namespaced(ctx.client.clone(), &seq.namespace().unwrap_or_default());
     let patch = json!({"status": status});
-    api.patch_status(&seq.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    api.patch_status(
+        &seq.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 
 /// One aggregated Event per kind and pass, so a burst of pods does not become a burst of
 /// Events.
-async fn publish_events(seq: &IdSequence, ctx: &Context, outcomes: &[Outcome], waiting: u64, capacity: u64) {
+async fn publish_events(
+    seq: &IdSequence,
+    ctx: &Context,
+    outcomes: &[Outcome],
+    waiting: u64,
+    capacity: u64,
+) {
     let reference = seq.object_ref(&());
     let mut assigned = Vec::new();
     let mut released = Vec::new();
@@ -490,14 +709,36 @@ async fn publish_events(seq: &IdSequence, ctx: &Context, outcomes: &[Outcome], w
     let summarize = |items: &[String]| {
         let shown: Vec<&str> = items.iter().take(10).map(String::as_str).collect();
         let more = items.len().saturating_sub(shown.len());
-        if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
     };
     let mut events = Vec::new();
     if !assigned.is_empty() {
-        events.push((EventType::Normal, "SlotsAssigned", "Assign", format!("assigned {} slots: {}", assigned.len(), summarize(&assigned))));
+        events.push((
+            EventType::Normal,
+            "SlotsAssigned",
+            "Assign",
+            format!(
+                "assigned {} slots: {}",
+                assigned.len(),
+                summarize(&assigned)
+            ),
+        ));
     }
     if !released.is_empty() {
-        events.push((EventType::Normal, "SlotsReclaimed", "Reclaim", format!("released {} slots, fences kept: {}", released.len(), summarize(&released))));
+        events.push((
+            EventType::Normal,
+            "SlotsReclaimed",
+            "Reclaim",
+            format!(
+                "released {} slots, fences kept: {}",
+                released.len(),
+                summarize(&released)
+            ),
+        ));
     }
     let was_exhausted = seq
         .status
@@ -505,10 +746,21 @@ async fn publish_events(seq: &IdSequence, ctx: &Context, outcomes: &[Outcome], w
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Exhausted"))
         .is_some_and(|c| c.status == "True");
     if waiting > 0 && !was_exhausted {
-        events.push((EventType::Warning, "Exhausted", "Assign", format!("{waiting} pods wait: all {capacity} slots are held")));
+        events.push((
+            EventType::Warning,
+            "Exhausted",
+            "Assign",
+            format!("{waiting} pods wait: all {capacity} slots are held"),
+        ));
     }
     for (type_, reason, action, note) in events {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
         if let Err(e) = ctx.recorder.publish(&event, &reference).await {
             tracing::warn!(error = %e, reason, "could not record an Event");
         }

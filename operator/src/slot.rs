@@ -50,9 +50,16 @@ impl ReleaseReason {
 /// One write the operator should attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    Release { lease: SlotLease, reason: ReleaseReason },
+    Release {
+        lease: SlotLease,
+        reason: ReleaseReason,
+    },
     /// `existing` is the free lease to take over, or `None` to create the slot's lease.
-    Assign { slot: Slot, pod: PodInfo, existing: Option<SlotLease> },
+    Assign {
+        slot: Slot,
+        pod: PodInfo,
+        existing: Option<SlotLease>,
+    },
 }
 
 /// The outcome of planning one sequence.
@@ -102,21 +109,35 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 None
             };
             if let Some(reason) = reason {
-                steps.push(Step::Release { lease: (*lease).clone(), reason });
+                steps.push(Step::Release {
+                    lease: (*lease).clone(),
+                    reason,
+                });
             }
         }
     }
 
-    let mut waiting: Vec<&PodInfo> =
-        o.pods.iter().filter(|p| !p.leaving && !holding.contains_key(p.uid.as_str())).collect();
+    let mut waiting: Vec<&PodInfo> = o
+        .pods
+        .iter()
+        .filter(|p| !p.leaving && !holding.contains_key(p.uid.as_str()))
+        .collect();
     waiting.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
 
     let free = if o.assign { free_slots(o) } else { Vec::new() };
     let handed_out = waiting.len().min(free.len());
     for (pod, (slot, existing)) in waiting.iter().zip(free) {
-        steps.push(Step::Assign { slot, pod: (*pod).clone(), existing });
+        steps.push(Step::Assign {
+            slot,
+            pod: (*pod).clone(),
+            existing,
+        });
     }
-    Plan { steps, assigned, still_waiting: (waiting.len() - handed_out) as u64 }
+    Plan {
+        steps,
+        assigned,
+        still_waiting: (waiting.len() - handed_out) as u64,
+    }
 }
 
 /// Free slots in order of preference: fence already passed (never-used slots have fence 0)
@@ -134,7 +155,10 @@ fn free_slots(o: &Observed<'_>) -> Vec<(Slot, Option<SlotLease>)> {
     free.sort_by(|(a_slot, a), (b_slot, b)| {
         let key = |lease: &Option<SlotLease>| {
             let fence = lease.as_ref().map(|l| l.fence).unwrap_or(Tick(0));
-            let released = lease.as_ref().and_then(|l| l.released_at.clone()).unwrap_or_default();
+            let released = lease
+                .as_ref()
+                .and_then(|l| l.released_at.clone())
+                .unwrap_or_default();
             (fence >= o.now, released)
         };
         (key(a), a_slot).cmp(&(key(b), b_slot))
@@ -147,7 +171,12 @@ mod tests {
     use super::*;
 
     fn pod(name: &str, created: &str) -> PodInfo {
-        PodInfo { name: name.into(), uid: format!("uid-{name}"), created: created.into(), leaving: false }
+        PodInfo {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            created: created.into(),
+            leaving: false,
+        }
     }
 
     fn lease(slot: u32, holder: Option<&str>, fence: u64, released_at: Option<&str>) -> SlotLease {
@@ -163,8 +192,20 @@ mod tests {
         }
     }
 
-    fn observe<'a>(capacity: u64, leases: &'a [SlotLease], pods: &'a [PodInfo], silent: &'a BTreeSet<String>) -> Observed<'a> {
-        Observed { capacity, leases, pods, silent, now: Tick(1000), assign: true }
+    fn observe<'a>(
+        capacity: u64,
+        leases: &'a [SlotLease],
+        pods: &'a [PodInfo],
+        silent: &'a BTreeSet<String>,
+    ) -> Observed<'a> {
+        Observed {
+            capacity,
+            leases,
+            pods,
+            silent,
+            now: Tick(1000),
+            assign: true,
+        }
     }
 
     fn assignments(plan: &Plan) -> Vec<(String, u32)> {
@@ -179,7 +220,10 @@ mod tests {
 
     #[test]
     fn every_waiting_pod_gets_a_distinct_slot_oldest_first() {
-        let pods = [pod("b", "2026-01-01T00:00:02Z"), pod("a", "2026-01-01T00:00:01Z")];
+        let pods = [
+            pod("b", "2026-01-01T00:00:02Z"),
+            pod("a", "2026-01-01T00:00:01Z"),
+        ];
         let none = BTreeSet::new();
         let plan = plan(&observe(4, &[], &pods, &none));
         assert_eq!(assignments(&plan), vec![("a".into(), 0), ("b".into(), 1)]);
@@ -197,7 +241,9 @@ mod tests {
 
     #[test]
     fn more_pods_than_slots_leaves_the_rest_waiting() {
-        let pods: Vec<PodInfo> = (0..6).map(|i| pod(&format!("p{i}"), &format!("{i}"))).collect();
+        let pods: Vec<PodInfo> = (0..6)
+            .map(|i| pod(&format!("p{i}"), &format!("{i}")))
+            .collect();
         let none = BTreeSet::new();
         let plan = plan(&observe(4, &[], &pods, &none));
         assert_eq!(assignments(&plan).len(), 4);
@@ -222,8 +268,14 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(releases, vec![(1, ReleaseReason::PodGone), (2, ReleaseReason::Silent)]);
-        assert!(assignments(&plan).is_empty(), "released slots are reassigned on the next pass");
+        assert_eq!(
+            releases,
+            vec![(1, ReleaseReason::PodGone), (2, ReleaseReason::Silent)]
+        );
+        assert!(
+            assignments(&plan).is_empty(),
+            "released slots are reassigned on the next pass"
+        );
     }
 
     #[test]
@@ -236,7 +288,10 @@ mod tests {
         ];
         let none = BTreeSet::new();
         let plan = plan(&observe(3, &leases, &pods, &none));
-        assert_eq!(assignments(&plan), vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 0)]);
+        assert_eq!(
+            assignments(&plan),
+            vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 0)]
+        );
     }
 
     #[test]
@@ -247,7 +302,10 @@ mod tests {
         let plan = plan(&observe(4, &leases, &pods, &none));
         assert_eq!(
             plan.steps,
-            vec![Step::Release { lease: leases[0].clone(), reason: ReleaseReason::Duplicate }]
+            vec![Step::Release {
+                lease: leases[0].clone(),
+                reason: ReleaseReason::Duplicate
+            }]
         );
     }
 
@@ -255,7 +313,15 @@ mod tests {
     fn leaving_pods_keep_their_slot_but_get_no_new_one() {
         let mut leaving = pod("old", "1");
         leaving.leaving = true;
-        let pods = [leaving.clone(), PodInfo { name: "x".into(), uid: "uid-x".into(), created: "2".into(), leaving: true }];
+        let pods = [
+            leaving.clone(),
+            PodInfo {
+                name: "x".into(),
+                uid: "uid-x".into(),
+                created: "2".into(),
+                leaving: true,
+            },
+        ];
         let leases = [lease(0, Some("old"), 0, None)];
         let none = BTreeSet::new();
         let plan = plan(&observe(4, &leases, &pods, &none));

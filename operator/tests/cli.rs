@@ -9,7 +9,10 @@ fn run(args: &[&str], kubeconfig: &str) -> (Option<i32>, String) {
         .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .expect("the operator binary runs");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -24,8 +27,14 @@ fn an_unreachable_api_server_is_a_clear_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, "this is not a kubeconfig").unwrap();
-    let (code, stderr) = run(&["--metrics-addr", "127.0.0.1:0"], kubeconfig.to_str().unwrap());
+    let (code, stderr) = run(
+        &["--metrics-addr", "127.0.0.1:0"],
+        kubeconfig.to_str().unwrap(),
+    );
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("cannot reach the Kubernetes API"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the Kubernetes API"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

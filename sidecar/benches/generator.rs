@@ -73,9 +73,14 @@ fn main() {
     println!("|---|---:|---:|---:|---:|");
     for threads in [1usize, 2, 4] {
         let total = IDS_PER_THREAD * threads as u64;
-        let mut variants: Vec<(&str, Vec<f64>)> = vec![("lock-free CAS (kubeflake)", vec![]), ("Mutex", vec![])];
+        let mut variants: Vec<(&str, Vec<f64>)> =
+            vec![("lock-free CAS (kubeflake)", vec![]), ("Mutex", vec![])];
         for _ in 0..RUNS {
-            let g = Arc::new(Generator::start_above(config(), Tick(0), Arc::new(SystemClock::new())));
+            let g = Arc::new(Generator::start_above(
+                config(),
+                Tick(0),
+                Arc::new(SystemClock::new()),
+            ));
             g.raise_fence(Tick(u64::MAX >> 24));
             let secs = time_threads(threads, move || {
                 for _ in 0..IDS_PER_THREAD {

@@ -23,7 +23,9 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock { origin: Instant::now() }
+        SystemClock {
+            origin: Instant::now(),
+        }
     }
 }
 
@@ -37,7 +39,10 @@ impl Clock for SystemClock {
     #[inline]
     fn wall_micros(&self) -> u64 {
         // A clock set before 1970 reads as 0, which the generator refuses as "before the epoch".
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0)
     }
     fn monotonic_micros(&self) -> u64 {
         self.origin.elapsed().as_micros() as u64
@@ -54,7 +59,10 @@ pub struct ManualClock {
 impl ManualClock {
     /// Starts at `wall_ms` (Unix milliseconds).
     pub fn at_millis(wall_ms: u64) -> ManualClock {
-        ManualClock { wall: AtomicU64::new(wall_ms * 1000), mono: AtomicU64::new(0) }
+        ManualClock {
+            wall: AtomicU64::new(wall_ms * 1000),
+            mono: AtomicU64::new(0),
+        }
     }
     /// Real time passing: both clocks move forward.
     pub fn advance_millis(&self, ms: u64) {
@@ -105,7 +113,11 @@ impl StepDetector {
     /// `forward_threshold_micros`, are reported. Slewing by NTP (at most 500 ppm) is allowed
     /// for on top of the thresholds.
     pub fn new(back_threshold_micros: u64, forward_threshold_micros: u64) -> StepDetector {
-        StepDetector { last: None, back_threshold_micros, forward_threshold_micros }
+        StepDetector {
+            last: None,
+            back_threshold_micros,
+            forward_threshold_micros,
+        }
     }
 
     /// Takes a sample; returns the step since the previous sample, if there was one.
@@ -119,9 +131,13 @@ impl StepDetector {
         let step = wall_moved - real_moved;
         let slew_allowance = real_moved / 2000; // 500 ppm
         if step < -(i128::from(self.back_threshold_micros) + slew_allowance) {
-            Some(ClockStep::Back { micros: (-step) as u64 })
+            Some(ClockStep::Back {
+                micros: (-step) as u64,
+            })
         } else if step > i128::from(self.forward_threshold_micros) + slew_allowance {
-            Some(ClockStep::Forward { micros: step as u64 })
+            Some(ClockStep::Forward {
+                micros: step as u64,
+            })
         } else {
             None
         }
@@ -136,18 +152,38 @@ mod tests {
     fn step_detector_reports_rollbacks_and_forward_jumps_but_not_time_passing() {
         let clock = ManualClock::at_millis(1_800_000_000_000);
         let mut detector = StepDetector::new(1_000, 100_000);
-        assert_eq!(detector.observe(&clock), None, "first sample has nothing to compare");
+        assert_eq!(
+            detector.observe(&clock),
+            None,
+            "first sample has nothing to compare"
+        );
         clock.advance_millis(100);
         assert_eq!(detector.observe(&clock), None);
         clock.advance_millis(100);
         clock.step_back_millis(5);
-        assert_eq!(detector.observe(&clock), Some(ClockStep::Back { micros: 5_000 }));
+        assert_eq!(
+            detector.observe(&clock),
+            Some(ClockStep::Back { micros: 5_000 })
+        );
         clock.advance_millis(3_600_000);
-        assert_eq!(detector.observe(&clock), None, "an hour passing is not a step");
+        assert_eq!(
+            detector.observe(&clock),
+            None,
+            "an hour passing is not a step"
+        );
         clock.step_forward_millis(3_600_000);
-        assert_eq!(detector.observe(&clock), Some(ClockStep::Forward { micros: 3_600_000_000 }));
+        assert_eq!(
+            detector.observe(&clock),
+            Some(ClockStep::Forward {
+                micros: 3_600_000_000
+            })
+        );
         clock.step_forward_millis(50);
-        assert_eq!(detector.observe(&clock), None, "below the forward threshold");
+        assert_eq!(
+            detector.observe(&clock),
+            None,
+            "below the forward threshold"
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ use kubeflake_crds::{IdSequence, Tick};
 use tokio::sync::watch;
 
 use crate::clock::{Clock, StepDetector};
-use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord};
+use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api as HttpApi, serve};
 use crate::metrics::Metrics;
@@ -55,7 +55,10 @@ pub struct ClusterConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("cannot listen on --listen {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     FenceFile(#[from] FenceFileError),
 }
@@ -69,7 +72,11 @@ struct PodEvents {
 impl Notify for PodEvents {
     fn notify(&self, warning: bool, reason: &'static str, note: String) {
         let event = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: reason.into(),
             note: Some(note),
             action: "IssueIds".into(),
@@ -96,14 +103,34 @@ fn pod_reference(pod: &PodIdentity) -> k8s_openapi::api::core::v1::ObjectReferen
 }
 
 /// Runs until `shutdown` completes.
-pub async fn run(client: Client, config: ClusterConfig, clock: Arc<dyn Clock>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ClusterError> {
+pub async fn run(
+    client: Client,
+    config: ClusterConfig,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ClusterError> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|source| ClusterError::Listen { addr: config.listen, source })?;
-    let (fence_file, _) = FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
-    let api = Arc::new(HttpApi::new(None, Arc::new(Metrics::new()), config.max_batch));
+        .map_err(|source| ClusterError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let (fence_file, found) =
+        FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
+    let fence_file = fence_file.with_record(found);
+    let api = Arc::new(HttpApi::new(
+        None,
+        Arc::new(Metrics::new()),
+        config.max_batch,
+    ));
     let events: Arc<dyn Notify> = Arc::new(PodEvents {
-        recorder: Recorder::new(client.clone(), Reporter { controller: "kubeflake-sidecar".into(), instance: Some(config.pod.name.clone()) }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kubeflake-sidecar".into(),
+                instance: Some(config.pod.name.clone()),
+            },
+        ),
         pod: pod_reference(&config.pod),
     });
     tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
@@ -114,25 +141,57 @@ pub async fn run(client: Client, config: ClusterConfig, clock: Arc<dyn Clock>, s
         let _ = stop_tx.send(true);
     });
     let mut serve_stop = stop_rx.clone();
-    let server = tokio::spawn(serve(listener, api.clone(), async move { let _ = serve_stop.wait_for(|s| *s).await; }, config.drain));
+    let server = tokio::spawn(serve(
+        listener,
+        api.clone(),
+        async move {
+            let _ = serve_stop.wait_for(|s| *s).await;
+        },
+        config.drain,
+    ));
     let mut detector = StepDetector::new(1_000, 100_000);
     detector.observe(clock.as_ref());
-    let watcher = tokio::spawn(watch_clock(api.clone(), clock.clone(), detector, Some(events.clone())));
+    let watcher = tokio::spawn(watch_clock(
+        api.clone(),
+        clock.clone(),
+        detector,
+        Some(events.clone()),
+    ));
 
-    let mut holder = Holder { client, config, clock, api: api.clone(), fence_file, events, stop: stop_rx };
+    let mut holder = Holder {
+        client,
+        config,
+        clock,
+        api: api.clone(),
+        fence_file: Some(fence_file),
+        found_local: None,
+        events,
+        stop: stop_rx,
+    };
     let last = holder.hold_slots().await;
     // Shutting down: let in-flight requests finish, then stop and hand the slot back.
     let _ = server.await;
     watcher.abort();
     if let Some(mut held) = last {
-        let high_water = held.generator.stop();
-        let record = FenceRecord { identity: held.identity.clone(), fence_tick: high_water.0 };
-        if let Err(e) = holder.fence_file.write(&record) {
-            tracing::warn!(error = %e, "could not lower the local fence");
+        if let Some(renewer) = held.renewer.take() {
+            renewer.abort();
         }
+        let high_water = match held.local.stop_and_lower() {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not lower the local fence");
+                held.generator.stop()
+            }
+        };
         match held.slot.release(high_water).await {
-            Ok(()) => tracing::info!(fence_tick = high_water.0, slot = held.slot.slot.slot.0, "released the slot; fence lowered to the highest tick issued"),
-            Err(e) => tracing::warn!(error = %e, "could not release the slot; the operator reclaims it when the pod is gone"),
+            Ok(()) => tracing::info!(
+                fence_tick = high_water.0,
+                slot = held.slot.slot.slot.0,
+                "released the slot; fence lowered to the highest tick issued"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release the slot; the operator reclaims it when the pod is gone")
+            }
         }
     }
     Ok(())
@@ -144,24 +203,35 @@ struct Holder {
     config: ClusterConfig,
     clock: Arc<dyn Clock>,
     api: Arc<HttpApi>,
-    fence_file: FenceFile,
+    /// The local fence file while no slot is held (a held slot's `LocalFence` owns it).
+    fence_file: Option<FenceFile>,
+    found_local: Option<FenceRecord>,
     events: Arc<dyn Notify>,
     stop: watch::Receiver<bool>,
 }
 
-/// The two fences written for the slot held. The generator may use ticks up to the lower.
-#[derive(Debug, Clone, Copy)]
-struct Fences {
-    lease: Tick,
-    local: Tick,
-}
-
-/// A slot being served.
+/// A slot being served. The generator may use ticks up to the lower of the lease fence
+/// and the local fence file's (the `LocalFence` caps one by the other).
 struct Held {
     generator: Arc<Generator>,
     slot: HeldSlot,
-    identity: FenceIdentity,
-    fences: Fences,
+    local: Arc<LocalFence>,
+    /// Renews the local fence; runs until the slot is lost or the server has drained.
+    renewer: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Takes the fence file back from a `LocalFence` once no renewal holds it (a blocking write
+/// may still be finishing after its task was aborted).
+async fn reclaim_file(mut local: Arc<LocalFence>) -> Option<FenceFile> {
+    for _ in 0..500 {
+        match Arc::try_unwrap(local) {
+            Ok(l) => return Some(l.into_file()),
+            Err(shared) => local = shared,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::error!("the local fence file is still in use; restart the container to serve again");
+    None
 }
 
 /// `d` plus or minus up to 10%, so that sidecars started together do not renew together.
@@ -185,9 +255,16 @@ impl Holder {
 
     /// Acquires and holds slots until shutdown; returns the slot held at that moment.
     async fn hold_slots(&mut self) -> Option<Held> {
+        // A record left by an earlier container of this pod (rule 6), used if it names the
+        // acquisition this pod gets.
+        self.found_local = self.fence_file.as_ref().and_then(|f| f.record().cloned());
         while !self.stopping() {
-            let Some(params) = self.read_sequence().await else { continue };
-            let Some(lease) = self.wait_for_slot().await else { continue };
+            let Some(params) = self.read_sequence().await else {
+                continue;
+            };
+            let Some(lease) = self.wait_for_slot().await else {
+                continue;
+            };
             match self.start_serving(&params, lease).await {
                 Ok(held) => {
                     if let Some(held) = self.keep(&params, held).await {
@@ -211,7 +288,10 @@ impl Holder {
                 Ok(p) => return Some(p),
                 Err(e) => format!("IdSequence {name} is invalid: {e}"),
             },
-            Ok(None) => format!("IdSequence {name} does not exist in namespace {}", self.config.pod.namespace),
+            Ok(None) => format!(
+                "IdSequence {name} does not exist in namespace {}",
+                self.config.pod.namespace
+            ),
             Err(e) => format!("cannot read IdSequence {name}: {e}"),
         };
         tracing::warn!(%problem, "waiting for the sequence");
@@ -221,7 +301,10 @@ impl Holder {
     }
 
     async fn wait_for_slot(&self) -> Option<Lease> {
-        self.api.set_waiting_for(format!("waiting for the operator to assign a slot of {}", self.config.sequence));
+        self.api.set_waiting_for(format!(
+            "waiting for the operator to assign a slot of {}",
+            self.config.sequence
+        ));
         tracing::info!("waiting for a slot lease naming this pod");
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let mut stop = self.stop.clone();
@@ -240,7 +323,11 @@ impl Holder {
 
     /// Rules 4 and 6: picks the fence to start above, writes the first fences, installs
     /// the generator.
-    async fn start_serving(&self, params: &SequenceParams, lease: Lease) -> Result<Held, SlotError> {
+    async fn start_serving(
+        &mut self,
+        params: &SequenceParams,
+        lease: Lease,
+    ) -> Result<Held, SlotError> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let slot = HeldSlot::new(leases, &self.config.pod.uid, lease)?;
         let identity = FenceIdentity {
@@ -249,100 +336,148 @@ impl Holder {
             holder: self.config.pod.uid.clone(),
             acquisition: slot.slot.acquisition(),
         };
-        let local = self.read_local_fence(&identity);
+        let local = self
+            .found_local
+            .take()
+            .filter(|r| r.identity == identity)
+            .map(|r| Tick(r.fence_tick));
         let start = local.unwrap_or(slot.slot.fence);
         let worker = WorkerConfig {
             layout: params.layout,
             timebase: params.timebase,
             datacenter: params.datacenter,
-            slot: params.layout.check_slot(u64::from(slot.slot.slot.0)).map_err(|_| SlotError::Lost)?,
+            slot: params
+                .layout
+                .check_slot(u64::from(slot.slot.slot.0))
+                .map_err(|_| SlotError::Lost)?,
             max_drift_ms: params.max_drift_ms,
         };
         let generator = Arc::new(Generator::start_above(worker, start, self.clock.clone()));
-        let mut held = Held { generator, slot, identity, fences: Fences { lease: start, local: start } };
-        self.renew_lease(&mut held, params).await?;
-        self.renew_local(&mut held);
+        let ahead = params
+            .timebase
+            .ticks_in_ms(self.config.local_fence_ahead.as_millis() as u64);
+        let file = self.fence_file.take().ok_or(SlotError::Lost)?;
+        let local_fence = Arc::new(LocalFence::new(
+            file,
+            identity,
+            generator.clone(),
+            ahead,
+            start,
+            None,
+        ));
+        let mut held = Held {
+            generator,
+            slot,
+            local: local_fence,
+            renewer: None,
+        };
+        let renewed = self.renew_lease(&mut held, params).await;
+        if let Err(e) = renewed.and_then(|()| held.local.renew().map_err(SlotError::from)) {
+            held.generator.stop();
+            self.fence_file = reclaim_file(held.local).await;
+            return Err(e);
+        }
         tracing::info!(
             slot = held.slot.slot.slot.0,
             start_above_tick = start.0,
-            from = if local.is_some() { "local fence file" } else { "lease fence" },
+            from = if local.is_some() {
+                "local fence file"
+            } else {
+                "lease fence"
+            },
             "holding the slot"
         );
-        self.events.notify(false, "SlotAcquired", format!("serving IDs as worker {} of {}", held.slot.slot.slot.0, self.config.sequence));
+        self.events.notify(
+            false,
+            "SlotAcquired",
+            format!(
+                "serving IDs as worker {} of {}",
+                held.slot.slot.slot.0, self.config.sequence
+            ),
+        );
         self.api.install(held.generator.clone());
         Ok(held)
-    }
-
-    /// The local fence, if the file was written for this very acquisition (rule 6).
-    fn read_local_fence(&self, identity: &FenceIdentity) -> Option<Tick> {
-        let path = self.config.fence_dir.join(format!("{}.fence", self.config.sequence));
-        let record: FenceRecord = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-        (record.identity == *identity).then_some(Tick(record.fence_tick))
-    }
-
-    fn allow(held: &Held) {
-        held.generator.raise_fence(held.fences.lease.min(held.fences.local));
     }
 
     /// Raises the lease fence to a lease duration past the clock (or the generator).
     async fn renew_lease(&self, held: &mut Held, params: &SequenceParams) -> Result<(), SlotError> {
         let g = &held.generator;
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
-        let ahead = params.timebase.ticks_in_ms(params.lease_duration_secs * 1000);
+        let ahead = params
+            .timebase
+            .ticks_in_ms(params.lease_duration_secs * 1000);
         let target = Tick(now.max(g.high_water_tick().0) + ahead);
         let result = held.slot.raise_fence(target).await;
         let label = if result.is_ok() { "ok" } else { "error" };
-        self.api.metrics.fence_writes.with_label_values(&[label]).inc();
-        held.fences.lease = result?;
-        Self::allow(held);
+        self.api
+            .metrics
+            .fence_writes
+            .with_label_values(&[label])
+            .inc();
+        held.local.set_cap(result?);
         Ok(())
     }
 
-    /// Keeps the local fence about `local_fence_ahead` ahead (never past the lease fence).
-    fn renew_local(&self, held: &mut Held) {
-        let g = &held.generator;
-        let ahead = g.config().timebase.ticks_in_ms(self.config.local_fence_ahead.as_millis() as u64).max(1);
-        let now = g.now_tick().map(|t| t.0).unwrap_or(0);
-        let target = Tick((now.max(g.high_water_tick().0) + ahead).min(held.fences.lease.0));
-        if target <= held.fences.local {
-            return;
-        }
-        let record = FenceRecord { identity: held.identity.clone(), fence_tick: target.0 };
-        match self.fence_file.write(&record) {
-            Ok(()) => {
-                held.fences.local = target;
-                Self::allow(held);
-            }
-            Err(e) => tracing::warn!(error = %e, "local fence write failed; serving up to the last one"),
-        }
-    }
-
     /// Renews both fences until shutdown (returns the slot) or until the slot is lost
-    /// (stops issuing at once and returns `None`).
-    async fn keep(&self, params: &SequenceParams, mut held: Held) -> Option<Held> {
-        let renew_every = self.config.renew_every.unwrap_or(Duration::from_secs(params.lease_duration_secs) / 3);
+    /// (stops issuing at once and returns `None`). The local fence is renewed by its own
+    /// task, so a slow or failing lease write never holds it up.
+    async fn keep(&mut self, params: &SequenceParams, mut held: Held) -> Option<Held> {
+        let renew_every = self
+            .config
+            .renew_every
+            .unwrap_or(Duration::from_secs(params.lease_duration_secs) / 3);
         let mut next_renewal = tokio::time::Instant::now() + jittered(renew_every);
-        let mut local_tick = tokio::time::interval(Duration::from_millis(250));
+        let local = held.local.clone();
+        held.renewer = Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                every.tick().await;
+                let l = local.clone();
+                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || l.renew()).await {
+                    tracing::warn!(error = %e, "local fence write failed; serving up to the last one");
+                }
+            }
+        }));
         let mut stop = self.stop.clone();
-        loop {
+        let outcome = loop {
             tokio::select! {
-                _ = local_tick.tick() => self.renew_local(&mut held),
                 () = tokio::time::sleep_until(next_renewal) => match self.renew_lease(&mut held, params).await {
                     Ok(()) => next_renewal = tokio::time::Instant::now() + jittered(renew_every),
-                    Err(SlotError::Lost) => {
-                        let high_water = held.generator.stop();
-                        self.api.uninstall("the slot was given to another pod; waiting for a new one");
-                        tracing::error!(slot = held.slot.slot.slot.0, high_water_tick = high_water.0, "slot lost: stopped issuing at once");
-                        self.events.notify(true, "SlotLost", format!("worker {} was given to another pod; stopped issuing", held.slot.slot.slot.0));
-                        return None;
-                    }
+                    Err(SlotError::Lost) => break false,
                     Err(e) => {
-                        tracing::warn!(error = %e, fence_headroom_ms = held.generator.fence_headroom_ms(), "lease renewal failed; serving within the fence, retrying");
+                        let lease_headroom_ms = held.slot.slot.fence.0.saturating_sub(held.generator.now_tick().map(|t| t.0).unwrap_or(0)) * params.timebase.unit().millis();
+                        tracing::warn!(error = %e, lease_headroom_ms, "lease renewal failed; serving within the fence, retrying");
                         next_renewal = tokio::time::Instant::now() + Duration::from_secs(2);
                     }
                 },
-                _ = stop.wait_for(|s| *s) => return Some(held),
+                _ = stop.wait_for(|s| *s) => break true,
             }
+        };
+        if outcome {
+            return Some(held); // in-flight requests still drain: keep the local fence renewed
         }
+        if let Some(renewer) = held.renewer.take() {
+            renewer.abort();
+        }
+        let high_water = held.generator.stop();
+        self.api
+            .uninstall("the slot was given to another pod; waiting for a new one");
+        tracing::error!(
+            slot = held.slot.slot.slot.0,
+            high_water_tick = high_water.0,
+            "slot lost: stopped issuing at once"
+        );
+        self.events.notify(
+            true,
+            "SlotLost",
+            format!(
+                "worker {} was given to another pod; stopped issuing",
+                held.slot.slot.slot.0
+            ),
+        );
+        // Wait for the local task to let go of the file, then keep it for the next slot.
+        let _ = held.local.stop_and_lower();
+        self.fence_file = reclaim_file(held.local).await;
+        None
     }
 }

@@ -13,8 +13,14 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use kubeflake_crds::Tick;
+use prometheus::IntCounterVec;
 use serde::{Deserialize, Serialize};
+
+use crate::generator::Generator;
 
 /// What a fence file belongs to. A record is only used if all of it matches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +53,10 @@ pub enum FenceFileError {
     )]
     Locked(PathBuf),
     #[error("cannot use fence file {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "fence file {path} is unreadable ({reason}); it is left untouched. Remove it only if you \
          are sure no IDs were issued from it, or use another --state-dir"
@@ -60,16 +69,24 @@ pub enum FenceFileError {
 pub struct FenceFile {
     path: PathBuf,
     _lock: File,
+    /// The record found when the file was opened.
+    found: Option<FenceRecord>,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> FenceFileError + '_ {
-    move |source| FenceFileError::Io { path: path.to_path_buf(), source }
+    move |source| FenceFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 impl FenceFile {
     /// Opens (creating the directory if needed) and locks `dir/name`, returning the record
     /// found there, if any.
-    pub fn open(dir: &Path, name: &str) -> Result<(FenceFile, Option<FenceRecord>), FenceFileError> {
+    pub fn open(
+        dir: &Path,
+        name: &str,
+    ) -> Result<(FenceFile, Option<FenceRecord>), FenceFileError> {
         std::fs::create_dir_all(dir).map_err(io_error(dir))?;
         let path = dir.join(name);
         let lock_path = dir.join(format!("{name}.lock"));
@@ -85,17 +102,40 @@ impl FenceFile {
             Err(std::fs::TryLockError::Error(e)) => return Err(io_error(&lock_path)(e)),
         }
         let record = match std::fs::read(&path) {
-            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
-                FenceFileError::Corrupt { path: path.clone(), reason: e.to_string() }
-            })?),
+            Ok(bytes) => {
+                Some(
+                    serde_json::from_slice(&bytes).map_err(|e| FenceFileError::Corrupt {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?,
+                )
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(&path)(e)),
         };
-        Ok((FenceFile { path, _lock: lock }, record))
+        Ok((
+            FenceFile {
+                path,
+                _lock: lock,
+                found: None,
+            },
+            record,
+        ))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Keeps the record found at opening, for [`record`](Self::record).
+    pub fn with_record(mut self, found: Option<FenceRecord>) -> FenceFile {
+        self.found = found;
+        self
+    }
+
+    /// The record found when the file was opened, if kept.
+    pub fn record(&self) -> Option<&FenceRecord> {
+        self.found.as_ref()
     }
 
     /// Durably replaces the record: when this returns `Ok`, the record survives a crash.
@@ -110,9 +150,128 @@ impl FenceFile {
         file.sync_all().map_err(io_error(&tmp))?;
         std::fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
         if let Some(dir) = self.path.parent() {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))?;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_error(dir))?;
         }
         Ok(())
+    }
+}
+
+/// Keeps a fence file ahead of a generator, and lets the generator use only ticks that are
+/// both in the file and under a `cap` (the lease fence in a pod; none standalone).
+///
+/// The target is `max(now + drift limit, last tick issued) + ahead`: a generator can run
+/// ahead of the clock by at most its drift limit, so between two renewals it never reaches
+/// the file's fence. A restart after a crash therefore waits at most `ahead`.
+///
+/// Writes are serialized by the mutex, so a renewal racing with shutdown either lands before
+/// the final, lowering write or sees the generator stopped and does nothing.
+pub struct LocalFence {
+    file: Mutex<FenceFile>,
+    identity: FenceIdentity,
+    generator: Arc<Generator>,
+    ahead_ticks: u64,
+    written: AtomicU64,
+    cap: AtomicU64,
+    /// Counts writes by result, when this file is the fence that matters (standalone).
+    writes: Option<IntCounterVec>,
+}
+
+impl LocalFence {
+    /// `found` is the fence the generator started above (the file's, or the lease's).
+    pub fn new(
+        file: FenceFile,
+        identity: FenceIdentity,
+        generator: Arc<Generator>,
+        ahead_ticks: u64,
+        found: Tick,
+        writes: Option<IntCounterVec>,
+    ) -> LocalFence {
+        LocalFence {
+            file: Mutex::new(file),
+            identity,
+            generator,
+            ahead_ticks: ahead_ticks.max(1),
+            written: AtomicU64::new(found.0),
+            cap: AtomicU64::new(u64::MAX),
+            writes,
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.lock().path().to_path_buf()
+    }
+
+    /// Gives the file back (for the next acquisition).
+    pub fn into_file(self) -> FenceFile {
+        self.file
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FenceFile> {
+        self.file
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self, file: &FenceFile, fence_tick: u64) -> Result<(), FenceFileError> {
+        let record = FenceRecord {
+            identity: self.identity.clone(),
+            fence_tick,
+        };
+        let result = file.write(&record);
+        if let Some(writes) = &self.writes {
+            writes
+                .with_label_values(&[if result.is_ok() { "ok" } else { "error" }])
+                .inc();
+        }
+        result
+    }
+
+    /// Lets the generator use ticks up to the lower of the two fences written.
+    fn allow(&self) {
+        let fence = self
+            .written
+            .load(Ordering::Acquire)
+            .min(self.cap.load(Ordering::Acquire));
+        self.generator.raise_fence(Tick(fence));
+    }
+
+    /// Sets the upper bound from the other fence (it only goes up).
+    pub fn set_cap(&self, cap: Tick) {
+        self.cap.fetch_max(cap.0, Ordering::AcqRel);
+        self.allow();
+    }
+
+    /// Writes a new fence when due; only after the write may the generator use it (rules 2, 6).
+    pub fn renew(&self) -> Result<(), FenceFileError> {
+        let file = self.lock();
+        if self.generator.is_stopped() {
+            return Ok(());
+        }
+        let g = &self.generator;
+        let drift = g.config().timebase.ticks_in_ms(g.config().max_drift_ms);
+        let now = g.now_tick().map(|t| t.0).unwrap_or(0);
+        let target = ((now + drift).max(g.high_water_tick().0) + self.ahead_ticks)
+            .min(self.cap.load(Ordering::Acquire));
+        if target > self.written.load(Ordering::Acquire) {
+            self.write(&file, target)?;
+            self.written.store(target, Ordering::Release);
+        }
+        self.allow();
+        Ok(())
+    }
+
+    /// Stops the generator for good and lowers the fence file to the exact highest tick it
+    /// issued (rule 5).
+    pub fn stop_and_lower(&self) -> Result<Tick, FenceFileError> {
+        let file = self.lock();
+        let high_water = self.generator.stop();
+        self.write(&file, high_water.0)?;
+        self.written.store(high_water.0, Ordering::Release);
+        Ok(high_water)
     }
 }
 
@@ -160,6 +319,9 @@ mod tests {
         std::fs::write(dir.path().join("x.fence"), b"{not json").unwrap();
         let err = FenceFile::open(dir.path(), "x.fence").unwrap_err();
         assert!(matches!(err, FenceFileError::Corrupt { .. }), "{err}");
-        assert_eq!(std::fs::read(dir.path().join("x.fence")).unwrap(), b"{not json");
+        assert_eq!(
+            std::fs::read(dir.path().join("x.fence")).unwrap(),
+            b"{not json"
+        );
     }
 }

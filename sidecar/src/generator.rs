@@ -39,10 +39,12 @@ pub enum Refusal {
         "the wall clock is {behind_ms} ms behind this generator, more than the {max_drift_ms} ms \
          drift limit (the clock stepped back, or demand outran the sequence bits); retry later"
     )]
-    AheadOfClock { behind_ms: u64, max_drift_ms: u64, retry_after_ms: u64 },
-    #[error(
-        "the fence (tick {fence}) is reached: it could not be raised in time; retry later"
-    )]
+    AheadOfClock {
+        behind_ms: u64,
+        max_drift_ms: u64,
+        retry_after_ms: u64,
+    },
+    #[error("the fence (tick {fence}) is reached: it could not be raised in time; retry later")]
     FenceReached { fence: u64 },
     #[error("the wall clock reads before the sequence's epoch; fix the clock or the epoch")]
     ClockBeforeEpoch,
@@ -109,7 +111,11 @@ pub struct Generator {
 impl Generator {
     /// A generator that will only use ticks above `found_fence` (rule 4), and none at all
     /// until [`raise_fence`](Self::raise_fence) is called with a higher, persisted fence.
-    pub fn start_above(config: WorkerConfig, found_fence: Tick, clock: Arc<dyn Clock>) -> Generator {
+    pub fn start_above(
+        config: WorkerConfig,
+        found_fence: Tick,
+        clock: Arc<dyn Clock>,
+    ) -> Generator {
         let seq_bits = config.layout.sequence_bits();
         // Pretend the whole fence tick is used up: the next position is (found_fence + 1, 0).
         let last = ((found_fence.0 + 1) << seq_bits) - 1;
@@ -130,7 +136,10 @@ impl Generator {
 
     /// The current wall-clock tick.
     pub fn now_tick(&self) -> Result<Tick, Refusal> {
-        self.config.timebase.tick_at(self.clock.wall_micros() / 1000).ok_or(Refusal::ClockBeforeEpoch)
+        self.config
+            .timebase
+            .tick_at(self.clock.wall_micros() / 1000)
+            .ok_or(Refusal::ClockBeforeEpoch)
     }
 
     /// Reserves `count` (>= 1) consecutive positions.
@@ -142,7 +151,10 @@ impl Generator {
         let mut last = self.last.load(Ordering::Acquire);
         loop {
             let (first, end) = self.check(last, now, now_position, count)?;
-            match self.last.compare_exchange_weak(last, end, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .last
+                .compare_exchange_weak(last, end, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Ok(Reservation { first, count }),
                 Err(actual) => last = actual,
             }
@@ -163,12 +175,24 @@ impl Generator {
     /// Whether an ID could be issued now (without issuing one): the readiness check.
     pub fn check_ready(&self) -> Result<(), Refusal> {
         let now = self.now_tick()?;
-        self.check(self.last.load(Ordering::Acquire), now, now.0 << self.seq_bits, 1).map(|_| ())
+        self.check(
+            self.last.load(Ordering::Acquire),
+            now,
+            now.0 << self.seq_bits,
+            1,
+        )
+        .map(|_| ())
     }
 
     /// Decides the positions `[first, end]` for a reservation after `last`, or refuses.
     #[inline]
-    fn check(&self, last: u64, now: Tick, now_position: u64, count: u64) -> Result<(u64, u64), Refusal> {
+    fn check(
+        &self,
+        last: u64,
+        now: Tick,
+        now_position: u64,
+        count: u64,
+    ) -> Result<(u64, u64), Refusal> {
         if last & STOPPED != 0 {
             return Err(Refusal::Stopped);
         }
@@ -295,7 +319,11 @@ mod tests {
         assert_eq!((parts[7].tick, parts[7].sequence), (Tick(1_000_000), 7));
         assert_eq!((parts[8].tick, parts[8].sequence), (Tick(1_000_001), 0));
         assert_eq!((parts[19].tick, parts[19].sequence), (Tick(1_000_002), 3));
-        assert_eq!(g.ahead_of_clock_ms(), 2, "ran ahead of the wall clock by two ticks");
+        assert_eq!(
+            g.ahead_of_clock_ms(),
+            2,
+            "ran ahead of the wall clock by two ticks"
+        );
         // When the wall clock passes the borrowed ticks, IDs follow the clock again.
         clock.advance_millis(10);
         assert_eq!(decode(&g, g.next_id().unwrap()).tick, Tick(1_000_010));
@@ -311,7 +339,16 @@ mod tests {
             g.next_id().unwrap();
         }
         let refusal = g.next_id().unwrap_err();
-        assert!(matches!(refusal, Refusal::AheadOfClock { behind_ms: 2001, .. }), "{refusal:?}");
+        assert!(
+            matches!(
+                refusal,
+                Refusal::AheadOfClock {
+                    behind_ms: 2001,
+                    ..
+                }
+            ),
+            "{refusal:?}"
+        );
         assert_eq!(refusal.retry_after_secs(), 1);
         clock.advance_millis(1);
         assert!(g.next_id().is_ok(), "recovers as the wall clock moves on");
@@ -326,7 +363,10 @@ mod tests {
         let after: Vec<Id> = (0..5000).map(|_| g.next_id().unwrap()).collect();
         assert!(after[0] > *before.last().unwrap(), "never goes back");
         assert!(after.windows(2).all(|w| w[0] < w[1]));
-        assert!(decode(&g, after[0]).tick >= high_tick, "keeps its own tick, not the wall's");
+        assert!(
+            decode(&g, after[0]).tick >= high_tick,
+            "keeps its own tick, not the wall's"
+        );
         let unique: HashSet<Id> = before.iter().chain(&after).copied().collect();
         assert_eq!(unique.len(), 10_000);
     }
@@ -338,7 +378,14 @@ mod tests {
         clock.step_back_millis(10_000);
         let refusal = g.next_id().unwrap_err();
         assert!(
-            matches!(refusal, Refusal::AheadOfClock { behind_ms: 10_000, max_drift_ms: 2000, retry_after_ms: 8000 }),
+            matches!(
+                refusal,
+                Refusal::AheadOfClock {
+                    behind_ms: 10_000,
+                    max_drift_ms: 2000,
+                    retry_after_ms: 8000
+                }
+            ),
             "{refusal:?}"
         );
         assert_eq!(refusal.retry_after_secs(), 8);
@@ -346,7 +393,10 @@ mod tests {
         clock.advance_millis(7_999);
         assert!(g.next_id().is_err(), "still 2001 ms ahead");
         clock.advance_millis(1);
-        assert!(g.next_id().is_ok(), "after exactly Retry-After, ahead by the drift limit: served");
+        assert!(
+            g.next_id().is_ok(),
+            "after exactly Retry-After, ahead by the drift limit: served"
+        );
         clock.advance_millis(3_000);
         let id = g.next_id().unwrap();
         assert!(id > last_before);
@@ -357,14 +407,20 @@ mod tests {
     fn rule2_no_tick_above_the_fence_is_used() {
         let clock = Arc::new(ManualClock::at_millis(START_MS));
         let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone());
-        assert!(matches!(g.next_id(), Err(Refusal::FenceReached { fence: 0 })), "no fence yet");
+        assert!(
+            matches!(g.next_id(), Err(Refusal::FenceReached { fence: 0 })),
+            "no fence yet"
+        );
         g.raise_fence(Tick(1_000_100));
         assert!(g.next_id().is_ok());
         clock.advance_millis(100);
         assert!(g.next_id().is_ok(), "the fence tick itself may be used");
         clock.advance_millis(1);
         assert_eq!(g.next_id(), Err(Refusal::FenceReached { fence: 1_000_100 }));
-        assert_eq!(g.check_ready(), Err(Refusal::FenceReached { fence: 1_000_100 }));
+        assert_eq!(
+            g.check_ready(),
+            Err(Refusal::FenceReached { fence: 1_000_100 })
+        );
     }
 
     #[test]
@@ -373,7 +429,10 @@ mod tests {
         let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone());
         g.raise_fence(Tick(1_000_010));
         clock.advance_millis(20);
-        assert!(g.next_id().is_err(), "renewals failed: serving stops at the fence");
+        assert!(
+            g.next_id().is_err(),
+            "renewals failed: serving stops at the fence"
+        );
         g.raise_fence(Tick(1_000_500));
         assert!(g.next_id().is_ok());
     }
@@ -385,10 +444,17 @@ mod tests {
         let clock = Arc::new(ManualClock::at_millis(START_MS));
         let g = Generator::start_above(config(Layout::default()), Tick(found), clock.clone());
         g.raise_fence(Tick(found + 120_000));
-        assert!(matches!(g.next_id(), Err(Refusal::AheadOfClock { .. })), "waits for its clock");
+        assert!(
+            matches!(g.next_id(), Err(Refusal::AheadOfClock { .. })),
+            "waits for its clock"
+        );
         clock.advance_millis(28_001);
         let first = decode(&g, g.next_id().unwrap());
-        assert_eq!(first.tick, Tick(found + 1), "first tick is just above the fence");
+        assert_eq!(
+            first.tick,
+            Tick(found + 1),
+            "first tick is just above the fence"
+        );
     }
 
     #[test]
@@ -420,7 +486,10 @@ mod tests {
         assert_eq!(r.count, 10);
         assert_eq!(g.reserve(7), Err(Refusal::BatchTooLarge { requested: 7 }));
         assert!(g.reserve(6).is_ok(), "the refused batch consumed nothing");
-        assert_eq!(g.reserve(1), Err(Refusal::FenceReached { fence: 1_000_001 }));
+        assert_eq!(
+            g.reserve(1),
+            Err(Refusal::FenceReached { fence: 1_000_001 })
+        );
     }
 
     #[test]
@@ -480,7 +549,10 @@ mod tests {
         let mut all = HashSet::new();
         for h in handles {
             let ids = h.join().unwrap();
-            assert!(ids.windows(2).all(|w| w[0] < w[1]), "each caller sees increasing IDs");
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "each caller sees increasing IDs"
+            );
             for id in ids {
                 assert!(all.insert(id), "duplicate {id}");
             }

@@ -68,7 +68,9 @@ enum HttpError {
 fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
     let mut reply = Response::new(Full::new(body.into()));
     *reply.status_mut() = status;
-    reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    reply
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     reply
 }
 
@@ -83,11 +85,15 @@ impl HttpError {
             HttpError::BadRequest(_) => {
                 json_reply(StatusCode::BAD_REQUEST, json!({ "error": message }))
             }
-            HttpError::NotFound(_) => json_reply(StatusCode::NOT_FOUND, json!({ "error": message })),
+            HttpError::NotFound(_) => {
+                json_reply(StatusCode::NOT_FOUND, json!({ "error": message }))
+            }
             HttpError::MethodNotAllowed { .. } => {
                 let mut reply =
                     json_reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": message }));
-                reply.headers_mut().insert(ALLOW, HeaderValue::from_static("GET"));
+                reply
+                    .headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static("GET"));
                 reply
             }
             HttpError::NotReady(_) => {
@@ -96,16 +102,23 @@ impl HttpError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({ "error": message, "reason": "no_slot" }),
                 );
-                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(1));
                 reply
             }
             HttpError::Refused(refusal) => {
-                metrics.refusals.with_label_values(&[refusal.reason()]).inc();
+                metrics
+                    .refusals
+                    .with_label_values(&[refusal.reason()])
+                    .inc();
                 let mut reply = json_reply(
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({ "error": message, "reason": refusal.reason() }),
                 );
-                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
                 reply
             }
         }
@@ -113,7 +126,10 @@ impl HttpError {
 }
 
 /// Reads the query string, accepting only the `allowed` keys, each at most once.
-fn query_params<'a>(query: Option<&'a str>, allowed: &[&str]) -> Result<Vec<(&'a str, &'a str)>, HttpError> {
+fn query_params<'a>(
+    query: Option<&'a str>,
+    allowed: &[&str],
+) -> Result<Vec<(&'a str, &'a str)>, HttpError> {
     let mut params: Vec<(&str, &str)> = Vec::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -123,7 +139,9 @@ fn query_params<'a>(query: Option<&'a str>, allowed: &[&str]) -> Result<Vec<(&'a
             )));
         }
         if params.iter().any(|(k, _)| *k == key) {
-            return Err(HttpError::BadRequest(format!("query parameter {key:?} is given twice")));
+            return Err(HttpError::BadRequest(format!(
+                "query parameter {key:?} is given twice"
+            )));
         }
         params.push((key, value));
     }
@@ -146,10 +164,11 @@ fn parse_count(query: Option<&str>, max: u64) -> Result<u64, HttpError> {
 }
 
 fn wants_json(req: &Request<Incoming>) -> bool {
-    req.headers()
-        .get_all(ACCEPT)
-        .iter()
-        .any(|v| v.to_str().map(|s| s.contains("application/json")).unwrap_or(false))
+    req.headers().get_all(ACCEPT).iter().any(|v| {
+        v.to_str()
+            .map(|s| s.contains("application/json"))
+            .unwrap_or(false)
+    })
 }
 
 impl Api {
@@ -185,7 +204,12 @@ impl Api {
 
     fn current(&self) -> Result<Arc<Generator>, HttpError> {
         self.generator.load_full().ok_or_else(|| {
-            HttpError::NotReady(self.waiting_for.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            HttpError::NotReady(
+                self.waiting_for
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            )
         })
     }
 
@@ -195,7 +219,11 @@ impl Api {
         let mut buf = itoa::Buffer::new();
         let digits = buf.format(id.get());
         Ok(if json {
-            body(StatusCode::OK, "application/json", format!("{{\"id\":\"{digits}\"}}"))
+            body(
+                StatusCode::OK,
+                "application/json",
+                format!("{{\"id\":\"{digits}\"}}"),
+            )
         } else {
             body(StatusCode::OK, "text/plain", format!("{digits}\n"))
         })
@@ -259,7 +287,9 @@ impl Api {
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({ "status": "not ready", "reason": "no_slot", "error": e.to_string() }),
                 );
-                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(1));
                 return reply;
             }
         };
@@ -270,7 +300,9 @@ impl Api {
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({ "status": "not ready", "reason": refusal.reason(), "error": refusal.to_string() }),
                 );
-                reply.headers_mut().insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
                 reply
             }
         }
@@ -290,13 +322,20 @@ impl Api {
             _ => return ("other", Err(HttpError::NotFound(path.to_string()))),
         };
         if req.method() != Method::GET {
-            let err = HttpError::MethodNotAllowed { method: req.method().clone(), path: path.to_string() };
+            let err = HttpError::MethodNotAllowed {
+                method: req.method().clone(),
+                path: path.to_string(),
+            };
             return (route, Err(err));
         }
         let result = match route {
             "id" => query_params(query, &[]).and_then(|_| self.one_id(wants_json(req))),
-            "ids" => parse_count(query, self.max_batch).and_then(|n| self.many_ids(n, wants_json(req))),
-            "decode" => query_params(query, &[]).and_then(|_| self.decode(&path["/decode/".len()..])),
+            "ids" => {
+                parse_count(query, self.max_batch).and_then(|n| self.many_ids(n, wants_json(req)))
+            }
+            "decode" => {
+                query_params(query, &[]).and_then(|_| self.decode(&path["/decode/".len()..]))
+            }
             "healthz" => Ok(json_reply(StatusCode::OK, json!({ "status": "alive" }))),
             "readyz" => Ok(self.readyz()),
             _ => Ok(body(
@@ -314,7 +353,10 @@ impl Api {
         let (route, result) = self.route(req);
         let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
         let mut code = itoa::Buffer::new();
-        self.metrics.requests.with_label_values(&[route, code.format(reply.status().as_u16())]).inc();
+        self.metrics
+            .requests
+            .with_label_values(&[route, code.format(reply.status().as_u16())])
+            .inc();
         self.metrics
             .request_duration
             .with_label_values(&[route])

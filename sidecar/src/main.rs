@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kubeflake_crds::IdSequenceSpec;
 use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
-use kubeflake_sidecar::slot::PodIdentity;
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
+use kubeflake_sidecar::slot::PodIdentity;
 use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig, read_sequence_file};
 
 /// Serves 64-bit Snowflake IDs that never repeat, over HTTP on localhost.
@@ -20,7 +20,13 @@ use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig, read_sequence_
 #[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Log format.
-    #[arg(long, value_enum, default_value = "text", global = true, env = "KUBEFLAKE_LOG_FORMAT")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        global = true,
+        env = "KUBEFLAKE_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
@@ -61,7 +67,11 @@ struct ClusterArgs {
     pod_uid: String,
     /// Directory for the pod-local fence file: an emptyDir, so it survives container
     /// restarts but not the pod.
-    #[arg(long, default_value = "/var/run/kubeflake", env = "KUBEFLAKE_FENCE_DIR")]
+    #[arg(
+        long,
+        default_value = "/var/run/kubeflake",
+        env = "KUBEFLAKE_FENCE_DIR"
+    )]
     fence_dir: PathBuf,
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -152,7 +162,9 @@ async fn run_standalone(args: StandaloneArgs) {
         Some(path) => read_sequence_file(path).unwrap_or_else(|e| fail(2, e)),
         None => (
             "default".to_string(),
-            IdSequenceSpec::default().params().expect("the default spec is valid"),
+            IdSequenceSpec::default()
+                .params()
+                .expect("the default spec is valid"),
         ),
     };
     let config = StandaloneConfig {
@@ -176,11 +188,18 @@ async fn run_standalone(args: StandaloneArgs) {
 async fn run_cluster(args: ClusterArgs) {
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
-        Err(e) => fail(1, format!("cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}")),
+        Err(e) => fail(
+            1,
+            format!("cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}"),
+        ),
     };
     let config = ClusterConfig {
         listen: args.listen,
-        pod: PodIdentity { name: args.pod_name, namespace: args.pod_namespace, uid: args.pod_uid },
+        pod: PodIdentity {
+            name: args.pod_name,
+            namespace: args.pod_namespace,
+            uid: args.pod_uid,
+        },
         sequence: args.sequence,
         fence_dir: args.fence_dir,
         max_batch: args.max_batch,
@@ -188,7 +207,14 @@ async fn run_cluster(args: ClusterArgs) {
         renew_every: args.renew_every_secs.map(Duration::from_secs),
         drain: Duration::from_secs(args.drain_timeout_secs),
     };
-    if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown_signal()).await {
+    if let Err(e) = cluster::run(
+        client,
+        config,
+        Arc::new(SystemClock::new()),
+        shutdown_signal(),
+    )
+    .await
+    {
         fail(2, e);
     }
 }

@@ -29,18 +29,27 @@ pub struct Metrics {
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
-    registry.register(Box::new(metric.clone())).expect("metric names are unique");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
     metric
 }
 
 impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
-        let counter = |name: &str, help: &str| register(&r, IntCounter::new(name, help).expect("valid metric"));
-        let gauge = |name: &str, help: &str| register(&r, Gauge::new(name, help).expect("valid metric"));
-        let int_gauge = |name: &str, help: &str| register(&r, IntGauge::new(name, help).expect("valid metric"));
+        let counter = |name: &str, help: &str| {
+            register(&r, IntCounter::new(name, help).expect("valid metric"))
+        };
+        let gauge =
+            |name: &str, help: &str| register(&r, Gauge::new(name, help).expect("valid metric"));
+        let int_gauge =
+            |name: &str, help: &str| register(&r, IntGauge::new(name, help).expect("valid metric"));
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            register(&r, IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+            register(
+                &r,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
         };
         let metrics = Metrics {
             ids_issued: counter("kubeflake_ids_issued_total", "IDs issued."),
@@ -56,7 +65,9 @@ impl Metrics {
                         "kubeflake_http_request_duration_seconds",
                         "Time to answer an HTTP request, by route.",
                     )
-                    .buckets(vec![1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5]),
+                    .buckets(vec![
+                        1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5,
+                    ]),
                     &["route"],
                 )
                 .expect("valid metric"),
@@ -66,7 +77,10 @@ impl Metrics {
                 "Requests refused with 503, by reason.",
                 &["reason"],
             ),
-            clock_rollbacks: counter("kubeflake_clock_rollbacks_total", "Wall-clock steps back detected."),
+            clock_rollbacks: counter(
+                "kubeflake_clock_rollbacks_total",
+                "Wall-clock steps back detected.",
+            ),
             clock_rollback_last_seconds: gauge(
                 "kubeflake_clock_rollback_last_seconds",
                 "Size of the last wall-clock step back.",
@@ -92,9 +106,18 @@ impl Metrics {
                 "kubeflake_fence_headroom_seconds",
                 "Time left before the wall clock reaches the fence.",
             ),
-            fence_tick: int_gauge("kubeflake_fence_tick", "The fence in force, in ticks since the epoch."),
-            ready: int_gauge("kubeflake_ready", "1 when the sidecar can issue IDs, else 0."),
-            worker_slot: int_gauge("kubeflake_worker_slot", "The worker slot this sidecar issues for."),
+            fence_tick: int_gauge(
+                "kubeflake_fence_tick",
+                "The fence in force, in ticks since the epoch.",
+            ),
+            ready: int_gauge(
+                "kubeflake_ready",
+                "1 when the sidecar can issue IDs, else 0.",
+            ),
+            worker_slot: int_gauge(
+                "kubeflake_worker_slot",
+                "The worker slot this sidecar issues for.",
+            ),
             timestamp_exhausts_at: gauge(
                 "kubeflake_timestamp_exhausts_at_seconds",
                 "Unix time at which the layout's timestamp bits run out.",
@@ -111,9 +134,12 @@ impl Metrics {
     pub fn render(&self, generator: Option<&Generator>) -> String {
         if let Some(g) = generator {
             let config = g.config();
-            self.ahead_of_clock_seconds.set(g.ahead_of_clock_ms() as f64 / 1000.0);
-            self.fence_headroom_seconds.set(g.fence_headroom_ms() as f64 / 1000.0);
-            self.fence_tick.set(i64::try_from(g.fence().0).unwrap_or(i64::MAX));
+            self.ahead_of_clock_seconds
+                .set(g.ahead_of_clock_ms() as f64 / 1000.0);
+            self.fence_headroom_seconds
+                .set(g.fence_headroom_ms() as f64 / 1000.0);
+            self.fence_tick
+                .set(i64::try_from(g.fence().0).unwrap_or(i64::MAX));
             self.ready.set(i64::from(g.check_ready().is_ok()));
             self.worker_slot.set(i64::from(config.slot.0));
             self.timestamp_exhausts_at

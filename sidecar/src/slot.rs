@@ -37,6 +37,8 @@ pub enum SlotError {
     BadLease(#[from] SlotLeaseError),
     #[error("the lease watch ended")]
     WatchEnded,
+    #[error(transparent)]
+    LocalFence(#[from] crate::fence::FenceFileError),
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -48,11 +50,17 @@ fn holder_selector(sequence: &str, uid: &str) -> String {
 }
 
 /// Waits until a slot lease of `sequence` names `uid` as holder; returns the lowest such.
-pub async fn wait_for_assignment(leases: &Api<Lease>, sequence: &str, uid: &str) -> Result<Lease, SlotError> {
+pub async fn wait_for_assignment(
+    leases: &Api<Lease>,
+    sequence: &str,
+    uid: &str,
+) -> Result<Lease, SlotError> {
     let selector = holder_selector(sequence, uid);
     let mine = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(uid);
     // Already assigned (a restarted container)? Take the lowest slot.
-    let listed = leases.list(&ListParams::default().labels(&selector)).await?;
+    let listed = leases
+        .list(&ListParams::default().labels(&selector))
+        .await?;
     let mut held: Vec<Lease> = listed.items.into_iter().filter(|l| mine(l)).collect();
     held.sort_by_key(|l| SlotLease::parse(l).map(|s| s.slot).ok());
     if let Some(lease) = held.into_iter().next() {
@@ -90,7 +98,12 @@ impl HeldSlot {
         if slot.holder.as_deref() != Some(uid) {
             return Err(SlotError::Lost);
         }
-        Ok(HeldSlot { api, uid: uid.to_string(), lease, slot })
+        Ok(HeldSlot {
+            api,
+            uid: uid.to_string(),
+            lease,
+            slot,
+        })
     }
 
     fn annotations(lease: &mut Lease) -> &mut BTreeMap<String, String> {
@@ -111,7 +124,11 @@ impl HeldSlot {
             if let Some(spec) = next.spec.as_mut() {
                 spec.renew_time = Some(now());
             }
-            match self.api.replace(&current.name, &PostParams::default(), &next).await {
+            match self
+                .api
+                .replace(&current.name, &PostParams::default(), &next)
+                .await
+            {
                 Ok(written) => {
                     self.slot = SlotLease::parse(&written)?;
                     self.lease = written;
@@ -146,7 +163,11 @@ impl HeldSlot {
                 spec.holder_identity = None;
                 spec.renew_time = Some(now());
             }
-            match self.api.replace(&current.name, &PostParams::default(), &next).await {
+            match self
+                .api
+                .replace(&current.name, &PostParams::default(), &next)
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if is_conflict(&e) => self.lease = self.api.get(&current.name).await?,
                 Err(e) => return Err(e.into()),

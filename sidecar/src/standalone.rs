@@ -5,18 +5,18 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::sequence::{SequenceParams, SpecError};
 use kubeflake_crds::{IdSequence, LayoutError, Tick};
 
 use crate::clock::{Clock, StepDetector};
-use crate::watch::watch_clock;
-use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord};
+use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api, serve};
 use crate::metrics::Metrics;
+use crate::watch::watch_clock;
 
 /// Everything standalone mode needs, already parsed.
 #[derive(Debug, Clone)]
@@ -47,61 +47,16 @@ pub enum StandaloneError {
         "fence file {path} belongs to {found:?}, but this run is {expected:?}; IDs could repeat. \
          Use another --state-dir, or the layout, epoch and time unit the file was written with"
     )]
-    FenceMismatch { path: PathBuf, found: FenceIdentity, expected: FenceIdentity },
+    FenceMismatch {
+        path: PathBuf,
+        found: FenceIdentity,
+        expected: FenceIdentity,
+    },
     #[error("cannot listen on --listen {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
-}
-
-/// Keeps the durable fence ahead of the generator. Writes are serialized by the mutex, so
-/// a renewal racing with shutdown either lands before the final, lowering write or sees the
-/// generator stopped and does nothing.
-struct Fencer {
-    file: Mutex<FenceFile>,
-    identity: FenceIdentity,
-    generator: Arc<Generator>,
-    metrics: Arc<Metrics>,
-    ahead_ticks: u64,
-}
-
-impl Fencer {
-    fn write(&self, file: &FenceFile, fence_tick: u64) -> Result<(), FenceFileError> {
-        let record = FenceRecord { identity: self.identity.clone(), fence_tick };
-        let result = file.write(&record);
-        let label = if result.is_ok() { "ok" } else { "error" };
-        self.metrics.fence_writes.with_label_values(&[label]).inc();
-        result
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, FenceFile> {
-        self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Raises the fence to `ahead_ticks` past the clock (or past the generator, when it
-    /// runs ahead of the clock). The new value is written durably before the generator may
-    /// use it (rule 2).
-    fn renew(&self) -> Result<(), FenceFileError> {
-        let file = self.lock();
-        if self.generator.is_stopped() {
-            return Ok(());
-        }
-        let now = self.generator.now_tick().map(|t| t.0).unwrap_or(0);
-        let target = now.max(self.generator.high_water_tick().0) + self.ahead_ticks;
-        if target <= self.generator.fence().0 {
-            return Ok(());
-        }
-        self.write(&file, target)?;
-        self.generator.raise_fence(Tick(target));
-        Ok(())
-    }
-
-    /// Stops the generator for good and lowers the durable fence to the exact highest tick
-    /// it issued (rule 5).
-    fn stop_and_lower(&self) -> Result<Tick, FenceFileError> {
-        let file = self.lock();
-        let high_water = self.generator.stop();
-        self.write(&file, high_water.0)?;
-        Ok(high_water)
-    }
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
@@ -127,10 +82,12 @@ fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
 pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequenceParams), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--sequence-file {}: cannot read it: {e}", path.display()))?;
-    let seq: IdSequence = serde_yaml::from_str(&text).map_err(|e| {
-        format!("--sequence-file {}: not an IdSequence: {e}", path.display())
-    })?;
-    let params = seq.spec.params().map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
+    let seq: IdSequence = serde_yaml::from_str(&text)
+        .map_err(|e| format!("--sequence-file {}: not an IdSequence: {e}", path.display()))?;
+    let params = seq
+        .spec
+        .params()
+        .map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
     let name = seq.metadata.name.unwrap_or_else(|| "default".to_string());
     Ok((name, params))
 }
@@ -138,7 +95,7 @@ pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequencePar
 /// A started standalone sidecar: listening, with its fence written.
 pub struct Standalone {
     api: Arc<Api>,
-    fencer: Arc<Fencer>,
+    fencer: Arc<LocalFence>,
     listener: tokio::net::TcpListener,
     config: StandaloneConfig,
     clock: Arc<dyn Clock>,
@@ -147,12 +104,18 @@ pub struct Standalone {
 impl Standalone {
     /// Takes the state-file lock, starts above the fence found there, writes a new fence
     /// and binds the listener. Fails with an error naming the flag or file to fix.
-    pub async fn start(config: StandaloneConfig, clock: Arc<dyn Clock>) -> Result<Standalone, StandaloneError> {
+    pub async fn start(
+        config: StandaloneConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Standalone, StandaloneError> {
         let p = config.sequence;
-        let slot = p
-            .layout
-            .check_slot(config.worker_id)
-            .map_err(|source| StandaloneError::WorkerId { worker_id: config.worker_id, source })?;
+        let slot =
+            p.layout
+                .check_slot(config.worker_id)
+                .map_err(|source| StandaloneError::WorkerId {
+                    worker_id: config.worker_id,
+                    source,
+                })?;
         let identity = fence_identity(&config.sequence_name, slot.0, &p);
         let file_name = format!("{}-worker-{}.fence", config.sequence_name, slot.0);
         let (file, found) = FenceFile::open(&config.state_dir, &file_name)?;
@@ -174,43 +137,69 @@ impl Standalone {
             slot,
             max_drift_ms: p.max_drift_ms,
         };
-        let generator = Arc::new(Generator::start_above(worker, Tick(found_fence), clock.clone()));
+        let generator = Arc::new(Generator::start_above(
+            worker,
+            Tick(found_fence),
+            clock.clone(),
+        ));
         let metrics = Arc::new(Metrics::new());
-        let fencer = Arc::new(Fencer {
-            file: Mutex::new(file),
+        let ahead_ticks = p
+            .timebase
+            .ticks_in_ms(config.fence_ahead.as_millis() as u64);
+        let writes = Some(metrics.fence_writes.clone());
+        let fencer = Arc::new(LocalFence::new(
+            file,
             identity,
-            generator: generator.clone(),
-            metrics: metrics.clone(),
-            ahead_ticks: p.timebase.ticks_in_ms(config.fence_ahead.as_millis() as u64).max(1),
-        });
+            generator.clone(),
+            ahead_ticks,
+            Tick(found_fence),
+            writes,
+        ));
         fencer.renew()?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| StandaloneError::Listen { addr: config.listen, source })?;
+            .map_err(|source| StandaloneError::Listen {
+                addr: config.listen,
+                source,
+            })?;
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             sequence = %config.sequence_name,
             worker = slot.0,
             start_above_tick = found_fence,
-            fence_file = %fencer.lock().path().display(),
+            fence_file = %fencer.path().display(),
             "standalone sidecar started"
         );
         let api = Arc::new(Api::new(Some(generator), metrics, config.max_batch));
-        Ok(Standalone { api, fencer, listener, config, clock })
+        Ok(Standalone {
+            api,
+            fencer,
+            listener,
+            config,
+            clock,
+        })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
     }
 
-    pub fn generator(&self) -> &Arc<Generator> {
-        &self.fencer.generator
+    pub fn generator(&self) -> Arc<Generator> {
+        self.api
+            .generator()
+            .expect("standalone always has a generator")
     }
 
     /// Serves until `shutdown` completes; then drains, stops issuing, and lowers the fence
     /// to the exact highest tick issued (rule 5) so the next start is ready at once.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
-        let Standalone { api, fencer, listener, config, clock } = self;
+        let Standalone {
+            api,
+            fencer,
+            listener,
+            config,
+            clock,
+        } = self;
         let renewer = tokio::spawn(renew_loop(fencer.clone(), config.fence_ahead / 4));
         // The first sample is taken now, so a step right after start-up is seen.
         let mut detector = StepDetector::new(1_000, 100_000);
@@ -222,12 +211,15 @@ impl Standalone {
         let high_water = tokio::task::spawn_blocking(move || fencer.stop_and_lower())
             .await
             .expect("fence write task does not panic")?;
-        tracing::info!(fence_tick = high_water.0, "stopped: fence lowered to the highest tick issued");
+        tracing::info!(
+            fence_tick = high_water.0,
+            "stopped: fence lowered to the highest tick issued"
+        );
         Ok(())
     }
 }
 
-async fn renew_loop(fencer: Arc<Fencer>, every: Duration) {
+async fn renew_loop(fencer: Arc<LocalFence>, every: Duration) {
     let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -235,9 +227,10 @@ async fn renew_loop(fencer: Arc<Fencer>, every: Duration) {
         let f = fencer.clone();
         match tokio::task::spawn_blocking(move || f.renew()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "fence renewal failed; serving only up to the current fence"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "fence renewal failed; serving only up to the current fence")
+            }
             Err(e) => tracing::error!(error = %e, "fence renewal task failed"),
         }
     }
 }
-

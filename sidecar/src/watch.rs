@@ -13,7 +13,12 @@ pub trait Notify: Send + Sync + 'static {
 }
 
 /// Samples the clocks every 100 ms until the task is dropped.
-pub async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>, mut detector: StepDetector, notify: Option<Arc<dyn Notify>>) {
+pub async fn watch_clock(
+    api: Arc<Api>,
+    clock: Arc<dyn Clock>,
+    mut detector: StepDetector,
+    notify: Option<Arc<dyn Notify>>,
+) {
     let mut was_ready = true;
     let mut interval = tokio::time::interval(Duration::from_millis(100));
     let say = |warning: bool, reason: &'static str, note: String| {
@@ -24,19 +29,42 @@ pub async fn watch_clock(api: Arc<Api>, clock: Arc<dyn Clock>, mut detector: Ste
     loop {
         interval.tick().await;
         let generator = api.generator();
-        let ahead_ms = generator.as_ref().map(|g| g.ahead_of_clock_ms()).unwrap_or(0);
+        let ahead_ms = generator
+            .as_ref()
+            .map(|g| g.ahead_of_clock_ms())
+            .unwrap_or(0);
         match detector.observe(clock.as_ref()) {
             Some(ClockStep::Back { micros }) => {
                 api.metrics.clock_rollbacks.inc();
-                api.metrics.clock_rollback_last_seconds.set(micros as f64 / 1e6);
-                tracing::warn!(step_back_ms = micros / 1000, ahead_of_clock_ms = ahead_ms, "wall clock stepped back; the generator keeps its own tick");
-                say(true, "ClockRollback", format!("wall clock stepped back {} ms; generator {} ms ahead of it", micros / 1000, ahead_ms));
+                api.metrics
+                    .clock_rollback_last_seconds
+                    .set(micros as f64 / 1e6);
+                tracing::warn!(
+                    step_back_ms = micros / 1000,
+                    ahead_of_clock_ms = ahead_ms,
+                    "wall clock stepped back; the generator keeps its own tick"
+                );
+                say(
+                    true,
+                    "ClockRollback",
+                    format!(
+                        "wall clock stepped back {} ms; generator {} ms ahead of it",
+                        micros / 1000,
+                        ahead_ms
+                    ),
+                );
             }
             Some(ClockStep::Forward { micros }) => {
                 api.metrics.clock_forward_jumps.inc();
-                api.metrics.clock_forward_jump_last_seconds.set(micros as f64 / 1e6);
+                api.metrics
+                    .clock_forward_jump_last_seconds
+                    .set(micros as f64 / 1e6);
                 tracing::warn!(jump_ms = micros / 1000, "wall clock jumped forward");
-                say(true, "ClockJump", format!("wall clock jumped forward {} ms", micros / 1000));
+                say(
+                    true,
+                    "ClockJump",
+                    format!("wall clock jumped forward {} ms", micros / 1000),
+                );
             }
             None => {}
         }

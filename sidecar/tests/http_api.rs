@@ -43,11 +43,24 @@ impl Server {
             rt.block_on(async move {
                 let sidecar = Standalone::start(config, c).await.unwrap();
                 addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-                sidecar.run(async { let _ = stopped.await; }).await.unwrap();
+                sidecar
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
             });
         });
-        let addr = addr_rx.recv_timeout(Duration::from_secs(10)).expect("server starts");
-        Server { addr, clock, state, stop: Some(stop), thread: Some(thread) }
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server starts");
+        Server {
+            addr,
+            clock,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
     }
 }
 
@@ -92,7 +105,13 @@ fn json_ids_are_strings_so_javascript_keeps_every_digit() {
     let s = Server::start();
     let one = request(s.addr, "GET", "/id", &[("Accept", "application/json")]).unwrap();
     assert!(one.json()["id"].is_string(), "{}", one.body);
-    let many = request(s.addr, "GET", "/ids?count=3", &[("Accept", "application/json")]).unwrap();
+    let many = request(
+        s.addr,
+        "GET",
+        "/ids?count=3",
+        &[("Accept", "application/json")],
+    )
+    .unwrap();
     let ids = many.json()["ids"].as_array().unwrap().clone();
     assert_eq!(ids.len(), 3);
     assert!(ids.iter().all(|v| v.is_string()));
@@ -115,14 +134,29 @@ fn bad_http_input_gets_4xx_with_a_json_error_and_the_server_keeps_serving() {
     let s = Server::start();
     let cases: &[(&str, &str, u16, &str)] = &[
         ("GET", "/ids", 400, "missing query parameter count"),
-        ("GET", "/ids?count=0", 400, "count must be a whole number from 1 to 10000"),
+        (
+            "GET",
+            "/ids?count=0",
+            400,
+            "count must be a whole number from 1 to 10000",
+        ),
         ("GET", "/ids?count=-5", 400, "count must be"),
         ("GET", "/ids?count=abc", 400, "count must be"),
         ("GET", "/ids?count=10001", 400, "from 1 to 10000"),
-        ("GET", "/ids?count=99999999999999999999999", 400, "count must be"),
+        (
+            "GET",
+            "/ids?count=99999999999999999999999",
+            400,
+            "count must be",
+        ),
         ("GET", "/ids?count=1.5", 400, "count must be"),
         ("GET", "/ids?count=1&count=2", 400, "given twice"),
-        ("GET", "/ids?count=5&size=3", 400, "unknown query parameter \\\"size\\\""),
+        (
+            "GET",
+            "/ids?count=5&size=3",
+            400,
+            "unknown query parameter \\\"size\\\"",
+        ),
         ("GET", "/id?count=3", 400, "unknown query parameter"),
         ("GET", "/decode/abc", 400, "is not an ID"),
         ("GET", "/decode/", 400, "is not an ID"),
@@ -138,10 +172,21 @@ fn bad_http_input_gets_4xx_with_a_json_error_and_the_server_keeps_serving() {
     for &(method, target, status, message) in cases {
         let answer = request(s.addr, method, target, &[]).unwrap();
         assert_eq!(answer.status, status, "{method} {target}: {}", answer.body);
-        assert_eq!(answer.header("content-type"), Some("application/json"), "{method} {target}");
-        let error = answer.json()["error"].as_str().unwrap_or_default().to_string();
+        assert_eq!(
+            answer.header("content-type"),
+            Some("application/json"),
+            "{method} {target}"
+        );
+        let error = answer.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         assert!(answer.body.contains(message), "{method} {target}: {error}");
-        assert_eq!(get(s.addr, "/id").status, 200, "still serving after {method} {target}");
+        assert_eq!(
+            get(s.addr, "/id").status,
+            200,
+            "still serving after {method} {target}"
+        );
     }
     let malformed = {
         use std::io::{Read, Write};
@@ -151,8 +196,15 @@ fn bad_http_input_gets_4xx_with_a_json_error_and_the_server_keeps_serving() {
         let _ = c.read_to_string(&mut out);
         out
     };
-    assert!(malformed.is_empty() || malformed.starts_with("HTTP/1.1 4"), "{malformed}");
-    assert_eq!(get(s.addr, "/id").status, 200, "still serving after a malformed request");
+    assert!(
+        malformed.is_empty() || malformed.starts_with("HTTP/1.1 4"),
+        "{malformed}"
+    );
+    assert_eq!(
+        get(s.addr, "/id").status,
+        200,
+        "still serving after a malformed request"
+    );
 }
 
 #[test]
@@ -164,12 +216,23 @@ fn rule8_large_rollback_is_refused_with_503_and_retry_after_then_recovers() {
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(refused.header("retry-after"), Some("8"));
     assert_eq!(refused.json()["reason"], "ahead_of_clock");
-    assert_eq!(get(s.addr, "/readyz").status, 503, "not ready while refusing");
+    assert_eq!(
+        get(s.addr, "/readyz").status,
+        503,
+        "not ready while refusing"
+    );
     // The step is detected and counted by the clock watcher.
     wait_for(Duration::from_secs(5), "rollback metric", || {
-        get(s.addr, "/metrics").body.contains("kubeflake_clock_rollbacks_total 1").then_some(())
+        get(s.addr, "/metrics")
+            .body
+            .contains("kubeflake_clock_rollbacks_total 1")
+            .then_some(())
     });
-    assert!(get(s.addr, "/metrics").body.contains("kubeflake_refusals_total{reason=\"ahead_of_clock\"} 1"));
+    assert!(
+        get(s.addr, "/metrics")
+            .body
+            .contains("kubeflake_refusals_total{reason=\"ahead_of_clock\"} 1")
+    );
     s.clock.advance_millis(8_000);
     let after = get(s.addr, "/id");
     assert_eq!(after.status, 200, "recovered by itself: {}", after.body);
@@ -186,18 +249,23 @@ fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
     std::fs::create_dir(&blocker).unwrap();
     s.clock.advance_millis(500); // renewal is due, and fails
     wait_for(Duration::from_secs(5), "a failed fence write", || {
-        (!get(s.addr, "/metrics").body.contains("kubeflake_fence_writes_total{result=\"error\"} 0")).then_some(())
+        (!get(s.addr, "/metrics")
+            .body
+            .contains("kubeflake_fence_writes_total{result=\"error\"} 0"))
+        .then_some(())
     });
-    s.clock.advance_millis(1_000); // past the last fence written (1 s ahead of start)
+    s.clock.advance_millis(3_000); // past the last fence written (drift 2 s + 1 s ahead of start)
     let refused = get(s.addr, "/id");
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(refused.json()["reason"], "fence_reached");
     assert!(refused.header("retry-after").is_some());
     assert_eq!(get(s.addr, "/readyz").status, 503);
     std::fs::remove_dir(&blocker).unwrap();
-    wait_for(Duration::from_secs(5), "serving again after the fence is renewed", || {
-        (get(s.addr, "/id").status == 200).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(5),
+        "serving again after the fence is renewed",
+        || (get(s.addr, "/id").status == 200).then_some(()),
+    );
 }
 
 #[test]

@@ -16,7 +16,9 @@ fn ids(p: &SidecarProcess, count: u32) -> Vec<u64> {
 
 fn fence_tick(state: &std::path::Path) -> u64 {
     let text = std::fs::read_to_string(state.join("default-worker-0.fence")).unwrap();
-    serde_json::from_str::<serde_json::Value>(&text).unwrap()["fenceTick"].as_u64().unwrap()
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["fenceTick"]
+        .as_u64()
+        .unwrap()
 }
 
 #[test]
@@ -27,9 +29,21 @@ fn rule5_sigterm_lowers_the_fence_to_the_last_tick_issued_and_the_next_start_is_
     let issued = ids(&first, 5000);
     assert!(fence_tick(state.path()) > 0);
     first.signal("TERM");
-    assert_eq!(first.wait(Duration::from_secs(15)), Some(0), "exits 0 on SIGTERM");
-    let last_tick = Layout::default().decode(Id::new(*issued.last().unwrap()).unwrap()).unwrap().tick.0;
-    assert_eq!(fence_tick(state.path()), last_tick, "fence lowered to exactly the last tick issued");
+    assert_eq!(
+        first.wait(Duration::from_secs(15)),
+        Some(0),
+        "exits 0 on SIGTERM"
+    );
+    let last_tick = Layout::default()
+        .decode(Id::new(*issued.last().unwrap()).unwrap())
+        .unwrap()
+        .tick
+        .0;
+    assert_eq!(
+        fence_tick(state.path()),
+        last_tick,
+        "fence lowered to exactly the last tick issued"
+    );
 
     let second = SidecarProcess::start(&["--state-dir", dir], None);
     let ready = get(second.addr, "/readyz");
@@ -59,14 +73,23 @@ fn rule4_restart_after_kill_9_with_the_clock_stepped_back_10s_repeats_no_id() {
     // the fence the killed process wrote, and then only above it.
     let second = SidecarProcess::start(&["--state-dir", dir], Some("-10s"));
     let refused = get(second.addr, "/id");
-    assert_eq!(refused.status, 503, "refuses while behind the fence: {}", refused.body);
+    assert_eq!(
+        refused.status, 503,
+        "refuses while behind the fence: {}",
+        refused.body
+    );
     assert!(refused.header("retry-after").is_some());
-    wait_for(Duration::from_secs(30), "the restarted sidecar to serve", || {
-        (get(second.addr, "/readyz").status == 200).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the restarted sidecar to serve",
+        || (get(second.addr, "/readyz").status == 200).then_some(()),
+    );
     for _ in 0..20 {
         for id in ids(&second, 1000) {
-            assert!(id > before_max, "ID {id} not above the pre-crash maximum {before_max}");
+            assert!(
+                id > before_max,
+                "ID {id} not above the pre-crash maximum {before_max}"
+            );
             assert!(seen.insert(id), "duplicate {id}");
         }
     }
@@ -79,7 +102,10 @@ fn two_processes_cannot_serve_the_same_worker_from_one_state_dir() {
     let _first = SidecarProcess::start(&["--state-dir", dir], None);
     let (code, stderr) = run_to_exit(&["--listen", "127.0.0.1:0", "--state-dir", dir]);
     assert_eq!(code, Some(2));
-    assert!(stderr.contains("already serves") && stderr.contains("--state-dir"), "{stderr}");
+    assert!(
+        stderr.contains("already serves") && stderr.contains("--state-dir"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -101,8 +127,14 @@ fn bad_command_line_input_names_the_flag_and_exits_2() {
         (vec!["--worker-id", "1024"], "--worker-id 1024 does not fit"),
         (vec!["--worker-id=-1"], "--worker-id"),
         (vec!["--listen", "not-an-address"], "--listen"),
-        (vec!["--sequence-file", "/nonexistent/seq.yaml"], "--sequence-file /nonexistent/seq.yaml: cannot read"),
-        (vec!["--sequence-file", &bad_sum], "must add up to totalBits = 63"),
+        (
+            vec!["--sequence-file", "/nonexistent/seq.yaml"],
+            "--sequence-file /nonexistent/seq.yaml: cannot read",
+        ),
+        (
+            vec!["--sequence-file", &bad_sum],
+            "must add up to totalBits = 63",
+        ),
         (vec!["--sequence-file", &not_yaml], "not an IdSequence"),
         (vec!["--sequence-file", &wide_dc], "datacenterId is 3"),
         (vec!["--max-batch", "0"], "--max-batch"),
@@ -114,7 +146,10 @@ fn bad_command_line_input_names_the_flag_and_exits_2() {
         full.extend(&args);
         let (code, stderr) = run_to_exit(&full);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(message), "{args:?}: expected {message:?} in {stderr}");
+        assert!(
+            stderr.contains(message),
+            "{args:?}: expected {message:?} in {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }

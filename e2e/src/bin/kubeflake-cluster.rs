@@ -10,14 +10,23 @@ use kubeflake_e2e::{Cluster, ClusterOptions};
 use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> Result<()> {
-    let dir = std::env::args_os().nth(1).context("usage: kubeflake-cluster <state-dir>")?;
-    let cluster = Cluster::start(ClusterOptions { dir: Some(dir.into()) })?;
+    let dir = std::env::args_os()
+        .nth(1)
+        .context("usage: kubeflake-cluster <state-dir>")?;
+    let cluster = Cluster::start(ClusterOptions {
+        dir: Some(dir.into()),
+    })?;
     for (name, pid) in cluster.pids() {
         eprintln!("kubeflake-cluster: {name} is pid {pid}");
     }
-    std::fs::write(cluster.dir().join("ready"), cluster.kubeconfig().to_string_lossy().as_bytes())?;
+    std::fs::write(
+        cluster.dir().join("ready"),
+        cluster.kubeconfig().to_string_lossy().as_bytes(),
+    )?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;

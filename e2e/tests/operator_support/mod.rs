@@ -22,7 +22,10 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 /// The workspace's debug binaries (built by `cargo test`: each has integration tests).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let debug_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/debug");
+    let debug_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/debug");
     let path = debug_dir.join(name);
     if !path.exists() {
         let status = std::process::Command::new(env!("CARGO"))
@@ -41,7 +44,11 @@ pub struct Operator {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Operator {
@@ -56,10 +63,14 @@ impl Operator {
             name: format!("kubeflake-operator-{tag}"),
             program: workspace_binary("kubeflake-operator"),
             args: [
-                "--namespace", ns,
-                "--metrics-addr", &format!("127.0.0.1:{port}"),
-                "--instance", tag,
-                "--log-format", "json",
+                "--namespace",
+                ns,
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+                "--instance",
+                tag,
+                "--log-format",
+                "json",
             ]
             .iter()
             .chain(extra)
@@ -70,7 +81,10 @@ impl Operator {
         // The process inherits KUBECONFIG from here.
         // SAFETY: tests in this binary only ever set it to the same value.
         unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
-        Ok(Operator { process: Process::start(spec)?, metrics_port: port })
+        Ok(Operator {
+            process: Process::start(spec)?,
+            metrics_port: port,
+        })
     }
 
     /// The value of one unlabelled metric (0 when absent or unreachable).
@@ -84,7 +98,9 @@ impl Operator {
 
     pub fn metrics(&self) -> String {
         use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else { return String::new() };
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else {
+            return String::new();
+        };
         let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
@@ -103,9 +119,17 @@ pub async fn install_crd(cluster: &Cluster) -> Result<()> {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_try_init(|| async {
         let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/../crds/idsequence.yaml");
-        cluster.kubectl(&["apply", "--server-side", "-f", crd]).await?.ok()?;
         cluster
-            .kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd/idsequences.kubeflake.io"])
+            .kubectl(&["apply", "--server-side", "-f", crd])
+            .await?
+            .ok()?;
+        cluster
+            .kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/idsequences.kubeflake.io",
+            ])
             .await?
             .ok()?;
         Ok::<(), anyhow::Error>(())
@@ -114,7 +138,11 @@ pub async fn install_crd(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
-pub async fn create_sequence(ns: &TestNamespace, name: &str, spec: serde_json::Value) -> Result<IdSequence> {
+pub async fn create_sequence(
+    ns: &TestNamespace,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<IdSequence> {
     let api: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
     let seq: IdSequence = serde_json::from_value(serde_json::json!({
         "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
@@ -124,7 +152,12 @@ pub async fn create_sequence(ns: &TestNamespace, name: &str, spec: serde_json::V
 }
 
 /// Creates labelled pods (API objects only: no kubelet runs them). Up to 16 at once.
-pub async fn create_pods(ns: &TestNamespace, sequence: &str, prefix: &str, count: usize) -> Result<Vec<Pod>> {
+pub async fn create_pods(
+    ns: &TestNamespace,
+    sequence: &str,
+    prefix: &str,
+    count: usize,
+) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     futures::stream::iter(0..count)
         .map(|i| {
@@ -144,8 +177,14 @@ pub async fn create_pods(ns: &TestNamespace, sequence: &str, prefix: &str, count
 
 pub async fn slot_leases(ns: &TestNamespace, sequence: &str) -> Result<Vec<SlotLease>> {
     let api: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
-    let list = api.list(&ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"))).await?;
-    Ok(list.items.iter().map(SlotLease::parse).collect::<Result<_, _>>()?)
+    let list = api
+        .list(&ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .map(SlotLease::parse)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, or fails after `limit`.
@@ -167,7 +206,12 @@ where
 }
 
 /// Waits until every pod in `uids` holds exactly one slot, and returns uid -> slot.
-pub async fn all_assigned(ns: &TestNamespace, sequence: &str, uids: &[String], limit: Duration) -> Result<HashMap<String, u32>> {
+pub async fn all_assigned(
+    ns: &TestNamespace,
+    sequence: &str,
+    uids: &[String],
+    limit: Duration,
+) -> Result<HashMap<String, u32>> {
     eventually(limit, "every pod to hold exactly one slot", || async {
         let leases = slot_leases(ns, sequence).await?;
         let mut held: HashMap<String, Vec<u32>> = HashMap::new();
@@ -176,7 +220,9 @@ pub async fn all_assigned(ns: &TestNamespace, sequence: &str, uids: &[String], l
                 held.entry(h.clone()).or_default().push(l.slot.0);
             }
         }
-        let done = uids.iter().all(|u| held.get(u).is_some_and(|s| s.len() == 1));
+        let done = uids
+            .iter()
+            .all(|u| held.get(u).is_some_and(|s| s.len() == 1));
         Ok(done.then(|| held.into_iter().map(|(u, s)| (u, s[0])).collect()))
     })
     .await
@@ -190,27 +236,73 @@ pub struct LeaseHistory {
 
 impl LeaseHistory {
     /// Starts recording from now (call before anything writes leases).
-    pub async fn record(client: Client, ns: &str) -> Result<(LeaseHistory, tokio::task::JoinHandle<()>)> {
+    pub async fn record(
+        client: Client,
+        ns: &str,
+    ) -> Result<(LeaseHistory, tokio::task::JoinHandle<()>)> {
         let api: Api<Lease> = Api::namespaced(client, ns);
-        let start = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap_or_default();
+        let start = api
+            .list(&ListParams::default())
+            .await?
+            .metadata
+            .resource_version
+            .unwrap_or_default();
         let history = LeaseHistory::default();
         let versions = history.versions.clone();
         let task = tokio::spawn(async move {
-            let params = WatchParams::default().labels(SEQUENCE_LABEL).timeout(280);
-            let Ok(stream) = api.watch(&params, &start).await else { return };
-            let mut stream = stream.boxed();
-            while let Some(Ok(event)) = stream.next().await {
-                let lease = match event {
-                    WatchEvent::Added(l) | WatchEvent::Modified(l) => l,
-                    WatchEvent::Deleted(l) => {
-                        versions.lock().unwrap().push((l.name_any(), Some("<deleted>".into())));
-                        continue;
-                    }
-                    WatchEvent::Bookmark(_) => continue,
-                    WatchEvent::Error(e) => panic!("lease watch failed: {e:?}; the history would be incomplete"),
+            // Watches resume from the last version seen, so an API server restart or a
+            // watch timeout loses nothing.
+            let mut from = start;
+            loop {
+                let params = WatchParams::default().labels(SEQUENCE_LABEL).timeout(280);
+                let Ok(stream) = api.watch(&params, &from).await else {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
                 };
-                let holder = lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty());
-                versions.lock().unwrap().push((lease.metadata.name.unwrap_or_default(), holder));
+                let mut stream = stream.boxed();
+                while let Some(Ok(event)) = stream.next().await {
+                    let (lease, deleted) = match event {
+                        WatchEvent::Added(l) | WatchEvent::Modified(l) => (l, false),
+                        WatchEvent::Deleted(l) => (l, true),
+                        WatchEvent::Bookmark(_) => continue,
+                        WatchEvent::Error(e) if e.code == 410 => {
+                            // A restarted API server's watch cache starts at the current
+                            // revision: re-list and go on from there. Intermediate versions
+                            // written in between are not seen; the resync is counted.
+                            let Ok(list) = api
+                                .list(&ListParams::default().labels(SEQUENCE_LABEL))
+                                .await
+                            else {
+                                break;
+                            };
+                            let mut v = versions.lock().unwrap();
+                            v.push(("<resync>".into(), None));
+                            for lease in list.items {
+                                let holder = lease
+                                    .spec
+                                    .and_then(|s| s.holder_identity)
+                                    .filter(|h| !h.is_empty());
+                                v.push((lease.metadata.name.unwrap_or_default(), holder));
+                            }
+                            from = list.metadata.resource_version.unwrap_or_default();
+                            break;
+                        }
+                        WatchEvent::Error(_) => break, // e.g. the API server went away: resume
+                    };
+                    from = lease.metadata.resource_version.clone().unwrap_or_default();
+                    let holder = if deleted {
+                        Some("<deleted>".to_string())
+                    } else {
+                        lease
+                            .spec
+                            .and_then(|s| s.holder_identity)
+                            .filter(|h| !h.is_empty())
+                    };
+                    versions
+                        .lock()
+                        .unwrap()
+                        .push((lease.metadata.name.unwrap_or_default(), holder));
+                }
             }
         });
         Ok((history, task))
@@ -222,17 +314,21 @@ impl LeaseHistory {
     pub fn violations(&self, deleted: &[String]) -> Vec<String> {
         let versions = self.versions.lock().unwrap().clone();
         let mut current: BTreeMap<String, Option<String>> = BTreeMap::new();
-        let mut problems = Vec::new();
+        let mut problems: Vec<String> = Vec::new();
         for (i, (lease, holder)) in versions.iter().enumerate() {
             let previous = current.get(lease).cloned().flatten();
             match (&previous, holder) {
-                (Some(a), Some(b)) if a != b && b != "<deleted>" => {
-                    problems.push(format!("#{i} {lease}: holder changed directly from {a} to {b}"))
-                }
+                (Some(a), Some(b)) if a != b && b != "<deleted>" => problems.push(format!(
+                    "#{i} {lease}: holder changed directly from {a} to {b}"
+                )),
                 (Some(a), None) if !deleted.contains(a) => {
-                    let holds_another = current.iter().any(|(l, h)| l != lease && h.as_deref() == Some(a.as_str()));
+                    let holds_another = current
+                        .iter()
+                        .any(|(l, h)| l != lease && h.as_deref() == Some(a.as_str()));
                     if !holds_another {
-                        problems.push(format!("#{i} {lease}: taken from live pod {a}, its only slot"));
+                        problems.push(format!(
+                            "#{i} {lease}: taken from live pod {a}, its only slot"
+                        ));
                     }
                 }
                 _ => {}
@@ -240,6 +336,28 @@ impl LeaseHistory {
             current.insert(lease.clone(), holder.clone().filter(|h| h != "<deleted>"));
         }
         problems
+    }
+
+    /// Pod UID -> every slot number it held at some point.
+    pub fn slots_held(&self) -> HashMap<String, std::collections::HashSet<u32>> {
+        let mut held: HashMap<String, std::collections::HashSet<u32>> = HashMap::new();
+        for (lease, holder) in self.versions.lock().unwrap().iter() {
+            let slot = lease.rsplit('-').next().and_then(|n| n.parse().ok());
+            if let (Some(h), Some(slot)) = (holder, slot) {
+                held.entry(h.clone()).or_default().insert(slot);
+            }
+        }
+        held
+    }
+
+    /// How often the recorder had to re-list (after an API server restart).
+    pub fn resyncs(&self) -> usize {
+        self.versions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(l, _)| l == "<resync>")
+            .count()
     }
 
     pub fn len(&self) -> usize {

@@ -18,7 +18,10 @@ pub struct Answer {
 
 impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
@@ -26,7 +29,12 @@ impl Answer {
 }
 
 /// Sends one request on a fresh connection (`Connection: close`) and reads the answer.
-pub fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> std::io::Result<Answer> {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Answer> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -48,7 +56,11 @@ pub fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    Ok(Answer { status, headers, body: body.to_string() })
+    Ok(Answer {
+        status,
+        headers,
+        body: body.to_string(),
+    })
 }
 
 pub fn get(addr: SocketAddr, target: &str) -> Answer {
@@ -62,7 +74,10 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -90,7 +105,9 @@ impl SidecarProcess {
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {bin} (faketime {faketime:?}): {e}"));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin} (faketime {faketime:?}): {e}"));
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -99,7 +116,8 @@ impl SidecarProcess {
                 if !sent {
                     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
                         if let Some(listen) = v["fields"]["listen"].as_str() {
-                            let _ = tx.send(Ok(listen.parse::<SocketAddr>().expect("a socket address")));
+                            let _ = tx
+                                .send(Ok(listen.parse::<SocketAddr>().expect("a socket address")));
                             sent = true;
                             continue;
                         }
@@ -124,7 +142,10 @@ impl SidecarProcess {
     }
 
     pub fn signal(&self, signal: &str) {
-        let ok = Command::new("kill").args([&format!("-{signal}"), &self.pid().to_string()]).status().expect("kill runs");
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill runs");
         assert!(ok.success(), "kill -{signal} failed");
     }
 
@@ -135,7 +156,10 @@ impl SidecarProcess {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status.code();
             }
-            assert!(Instant::now() < deadline, "sidecar did not exit within {limit:?}");
+            assert!(
+                Instant::now() < deadline,
+                "sidecar did not exit within {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -154,7 +178,10 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
         .args(args)
         .output()
         .expect("the sidecar binary runs");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 pub fn write_file(dir: &Path, name: &str, body: &str) -> String {

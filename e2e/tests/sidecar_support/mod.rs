@@ -1,0 +1,323 @@
+//! Helpers for the fault-injection suite: `kubeflake-sidecar cluster` processes carrying
+//! pod identities (optionally under libfaketime with a steppable clock), load generators
+//! that collect every ID issued, and the checker.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kubeflake_crds::{Id, Layout};
+use kubeflake_e2e::Cluster;
+use kubeflake_e2e::process::{Process, ProcessSpec};
+
+use crate::operator_support::workspace_binary;
+
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// A sidecar process for one pod.
+pub struct Sidecar {
+    pub process: Process,
+    pub port: u16,
+    pub pod: String,
+    pub uid: String,
+    /// With a steppable clock: the libfaketime offset file ("+0", "-5", "+3600", ...).
+    pub clock_file: Option<PathBuf>,
+}
+
+impl Sidecar {
+    pub fn start(
+        cluster: &Cluster,
+        ns: &str,
+        pod: &Pod,
+        sequence: &str,
+        fake_clock: bool,
+    ) -> Result<Sidecar> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let name = pod.name_any();
+        let uid = pod.uid().expect("a created pod has a UID");
+        let fence_dir = cluster.dir().join(format!("fence-{ns}-{name}"));
+        let bin = workspace_binary("kubeflake-sidecar");
+        let mut args: Vec<OsString> = Vec::new();
+        let clock_file = fake_clock.then(|| cluster.dir().join(format!("clock-{ns}-{name}")));
+        let program = if let Some(file) = &clock_file {
+            std::fs::write(file, "+0")?;
+            args.extend(
+                [
+                    format!("LD_PRELOAD={LIBFAKETIME}"),
+                    format!("FAKETIME_TIMESTAMP_FILE={}", file.display()),
+                    "FAKETIME_CACHE_DURATION=1".into(),
+                    "FAKETIME_DONT_FAKE_MONOTONIC=1".into(),
+                ]
+                .map(OsString::from),
+            );
+            args.push(bin.into_os_string());
+            PathBuf::from("/usr/bin/env")
+        } else {
+            bin
+        };
+        args.extend(
+            [
+                "cluster",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--sequence",
+                sequence,
+                "--pod-name",
+                &name,
+                "--pod-namespace",
+                ns,
+                "--pod-uid",
+                &uid,
+                "--fence-dir",
+                &fence_dir.to_string_lossy(),
+                "--log-format",
+                "json",
+                "--drain-timeout-secs",
+                "2",
+            ]
+            .map(OsString::from),
+        );
+        // SAFETY: tests only ever set KUBECONFIG to this cluster's kubeconfig.
+        unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        let spec = ProcessSpec {
+            name: format!("sidecar-{name}"),
+            program,
+            args,
+            log: cluster.dir().join(format!("sidecar-{ns}-{name}.log")),
+        };
+        Ok(Sidecar {
+            process: Process::start(spec)?,
+            port,
+            pod: name,
+            uid,
+            clock_file,
+        })
+    }
+
+    /// Sets the libfaketime offset (takes effect within a second).
+    pub fn set_clock(&self, offset: &str) {
+        let file = self.clock_file.as_ref().expect("started with a fake clock");
+        std::fs::write(file, offset).expect("write the clock file");
+    }
+
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.process.pid() {
+            // SAFETY: sending a signal to our own child process.
+            unsafe { libc::kill(pid as i32, signal) };
+        }
+    }
+
+    pub fn ready(&self) -> bool {
+        get(self.port, "/readyz")
+            .map(|(status, _)| status == 200)
+            .unwrap_or(false)
+    }
+}
+
+fn get(port: u16, target: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(
+        format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((
+        status,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+/// One keep-alive connection; `None` when the connection failed.
+fn request(conn: &mut BufReader<TcpStream>, target: &str) -> Option<(u16, String)> {
+    conn.get_mut()
+        .write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut line = String::new();
+    conn.read_line(&mut line).ok()?;
+    let status: u16 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut length = 0usize;
+    loop {
+        line.clear();
+        conn.read_line(&mut line).ok()?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse().ok()?;
+            }
+        }
+    }
+    let mut body = vec![0u8; length];
+    conn.read_exact(&mut body).ok()?;
+    Some((status, String::from_utf8(body).ok()?))
+}
+
+/// Everything one load generator saw from one sidecar.
+#[derive(Default, Debug)]
+pub struct Collected {
+    /// IDs in the order received, split where the connection broke (process restarts).
+    pub segments: Vec<Vec<u64>>,
+    pub refusals: u64,
+    /// Total time between a refusal and the next success.
+    pub refused_for: Duration,
+    pub requests: u64,
+}
+
+/// Calls one sidecar in a loop (9 single IDs, then one batch of 100) until stopped.
+pub struct Collector {
+    pub stop: Arc<AtomicBool>,
+    pub data: Arc<Mutex<Collected>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    pub fn start(port: u16) -> Collector {
+        let stop = Arc::new(AtomicBool::new(false));
+        let data = Arc::new(Mutex::new(Collected::default()));
+        let (s, d) = (stop.clone(), data.clone());
+        let thread = std::thread::spawn(move || {
+            let mut i: u64 = 0;
+            let mut refused_since: Option<Instant> = None;
+            let mut batch: Vec<u64> = Vec::with_capacity(4096);
+            while !s.load(Ordering::Relaxed) {
+                let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = stream.set_nodelay(true);
+                let mut conn = BufReader::new(stream);
+                d.lock().unwrap().segments.push(Vec::new());
+                while !s.load(Ordering::Relaxed) {
+                    i += 1;
+                    let target = if i % 10 == 0 { "/ids?count=100" } else { "/id" };
+                    let Some((status, body)) = request(&mut conn, target) else {
+                        break;
+                    };
+                    // Bounded load: the suite checks correctness under faults, not how a
+                    // CPU-starved machine behaves; ~2,000 requests/s per sidecar at most.
+                    std::thread::sleep(Duration::from_micros(500));
+                    batch.clear();
+                    if status == 200 {
+                        batch.extend(body.lines().filter_map(|l| l.parse::<u64>().ok()));
+                        if let Some(since) = refused_since.take() {
+                            d.lock().unwrap().refused_for += since.elapsed();
+                        }
+                    } else if status == 503 {
+                        refused_since.get_or_insert_with(Instant::now);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let mut data = d.lock().unwrap();
+                    data.requests += 1;
+                    if status == 503 {
+                        data.refusals += 1;
+                    }
+                    data.segments
+                        .last_mut()
+                        .expect("a segment")
+                        .extend_from_slice(&batch);
+                }
+            }
+            if let Some(since) = refused_since {
+                d.lock().unwrap().refused_for += since.elapsed();
+            }
+        });
+        Collector {
+            stop,
+            data,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.data
+            .lock()
+            .unwrap()
+            .segments
+            .iter()
+            .map(Vec::len)
+            .sum()
+    }
+
+    pub fn finish(mut self) -> Collected {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        std::mem::take(&mut *self.data.lock().unwrap())
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub ids: usize,
+    pub duplicates: usize,
+    pub order_violations: usize,
+    pub wrong_worker: usize,
+    pub lines: Vec<String>,
+}
+
+/// Checks every ID collected: unique across all sidecars; strictly increasing per worker
+/// within each connection; worker field one of the slots the pod held.
+pub fn check(
+    layout: &Layout,
+    collected: &[(String, String, Collected)],
+    slots_held: &HashMap<String, HashSet<u32>>,
+) -> Report {
+    let mut report = Report::default();
+    let mut seen: HashSet<u64> = HashSet::new();
+    for (pod, uid, data) in collected {
+        let mut count = 0;
+        for segment in &data.segments {
+            let mut last_per_worker: HashMap<u32, u64> = HashMap::new();
+            for &id in segment {
+                count += 1;
+                if !seen.insert(id) {
+                    report.duplicates += 1;
+                }
+                let worker = layout
+                    .decode(Id::new(id).expect("63-bit ID"))
+                    .expect("fits the layout")
+                    .slot
+                    .0;
+                if !slots_held.get(uid).is_some_and(|s| s.contains(&worker)) {
+                    report.wrong_worker += 1;
+                }
+                if let Some(prev) = last_per_worker.insert(worker, id) {
+                    if id <= prev {
+                        report.order_violations += 1;
+                    }
+                }
+            }
+        }
+        report.ids += count;
+        report.lines.push(format!(
+            "{pod}: {count} IDs in {} requests, {} refused (503), refusing for {:.1} s in all",
+            data.requests,
+            data.refusals,
+            data.refused_for.as_secs_f64()
+        ));
+    }
+    report
+}

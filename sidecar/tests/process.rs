@@ -153,3 +153,22 @@ fn bad_command_line_input_names_the_flag_and_exits_2() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn rule6_a_fence_file_written_for_another_layout_is_refused_not_reused() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap();
+    let mut first = SidecarProcess::start(&["--state-dir", dir], None);
+    ids(&first, 10);
+    first.signal("TERM");
+    assert_eq!(first.wait(Duration::from_secs(15)), Some(0));
+    // Same sequence name and worker, different time unit: the old ticks mean other instants.
+    let coarse = write_file(
+        state.path(),
+        "coarse.yaml",
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: default}\nspec:\n  timeUnit: 10ms\n",
+    );
+    let (code, stderr) = run_to_exit(&["--listen", "127.0.0.1:0", "--state-dir", dir, "--sequence-file", &coarse]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("belongs to") && stderr.contains("IDs could repeat"), "{stderr}");
+}

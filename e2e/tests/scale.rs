@@ -4,7 +4,6 @@
 
 mod operator_support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -12,37 +11,6 @@ use kube::ResourceExt;
 use kubeflake_e2e::Cluster;
 use operator_support::*;
 use serde_json::json;
-
-/// apiserver_request_total summed by (resource, verb), for kubeflake's resources.
-async fn request_counts(client: &kube::Client) -> Result<BTreeMap<(String, String), f64>> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
-    let mut counts = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let label = |name: &str| {
-            line.split(&format!("{name}=\""))
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or("")
-                .to_string()
-        };
-        let resource = label("resource");
-        if !["leases", "idsequences", "events", "pods"].contains(&resource.as_str()) {
-            continue;
-        }
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *counts.entry((resource, label("verb"))).or_insert(0.0) += value;
-    }
-    Ok(counts)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_pods_get_a_thousand_slots_with_about_one_lease_write_each() -> Result<()> {

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::process::{Process, ProcessSpec};
@@ -364,3 +364,35 @@ impl LeaseHistory {
         self.versions.lock().unwrap().len()
     }
 }
+
+/// apiserver_request_total summed by (resource, verb), for kubeflake's resources.
+pub async fn request_counts(client: &kube::Client) -> Result<BTreeMap<(String, String), f64>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut counts = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let resource = label("resource");
+        if !["leases", "idsequences", "events", "pods"].contains(&resource.as_str()) {
+            continue;
+        }
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *counts.entry((resource, label("verb"))).or_insert(0.0) += value;
+    }
+    Ok(counts)
+}
+

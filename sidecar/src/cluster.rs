@@ -32,6 +32,7 @@ use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord, LocalF
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api as HttpApi, serve};
 use crate::metrics::Metrics;
+use crate::skew;
 use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
 use crate::watch::{Notify, watch_clock};
 
@@ -49,6 +50,9 @@ pub struct ClusterConfig {
     pub local_fence_ahead: Duration,
     /// Lease renewal interval; `None`: a third of the lease duration.
     pub renew_every: Option<Duration>,
+    /// Largest clock skew against the API server at which the sidecar starts issuing or
+    /// raises its lease fence.
+    pub max_clock_skew: Duration,
     pub drain: Duration,
 }
 
@@ -167,6 +171,7 @@ pub async fn run(
         found_local: None,
         events,
         stop: stop_rx,
+        sane_at: Default::default(),
     };
     let last = holder.hold_slots().await;
     // Shutting down: let in-flight requests finish, then stop and hand the slot back.
@@ -208,6 +213,8 @@ struct Holder {
     found_local: Option<FenceRecord>,
     events: Arc<dyn Notify>,
     stop: watch::Receiver<bool>,
+    /// Wall and monotonic clock (ms) when the skew was last found acceptable.
+    sane_at: std::sync::Mutex<Option<(u64, u64)>>,
 }
 
 /// A slot being served. The generator may use ticks up to the lower of the lease fence
@@ -278,6 +285,34 @@ impl Holder {
             }
         }
         None
+    }
+
+    /// Measures the clock skew against the API server; an error says why it is too large.
+    /// When it cannot be measured (API server unreachable) nothing is blocked: the fences
+    /// bound what can be issued anyway.
+    async fn check_skew(&self) -> Result<(), String> {
+        let skew = match skew::measure(&self.client, self.clock.as_ref()).await {
+            Ok(skew) => skew,
+            Err(e) => {
+                tracing::debug!(error = %e, "clock skew not measured");
+                return Ok(());
+            }
+        };
+        self.api.metrics.clock_skew_seconds.set(skew.local_minus_server_ms as f64 / 1000.0);
+        if !skew.exceeds(self.config.max_clock_skew) {
+            let sample = (self.clock.wall_micros() / 1000, self.clock.monotonic_micros() / 1000);
+            *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(sample);
+            return Ok(());
+        }
+        let problem = format!(
+            "this clock is {} ms off the API server's (+/- {} ms), beyond --max-clock-skew-ms {}; fix the node's time sync",
+            skew.local_minus_server_ms,
+            skew.uncertainty_ms,
+            self.config.max_clock_skew.as_millis()
+        );
+        tracing::warn!(%problem, "clock skew too large: not issuing past the current fence");
+        self.events.notify(true, "ClockSkew", problem.clone());
+        Err(problem)
     }
 
     async fn read_sequence(&self) -> Option<SequenceParams> {
@@ -363,6 +398,7 @@ impl Holder {
             generator.clone(),
             ahead,
             start,
+            Some(start),
             None,
         ));
         let mut held = Held {
@@ -399,8 +435,20 @@ impl Holder {
         Ok(held)
     }
 
+    /// Whether the wall clock still agrees with where the monotonic clock says it should be
+    /// since the last acceptable skew check (a step in between must not move the fence).
+    fn clock_unstepped_since_check(&self) -> bool {
+        let Some((wall0, mono0)) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else { return true };
+        let expected = wall0 + (self.clock.monotonic_micros() / 1000).saturating_sub(mono0);
+        let wall = self.clock.wall_micros() / 1000;
+        wall.abs_diff(expected) <= self.config.max_clock_skew.as_millis() as u64
+    }
+
     /// Raises the lease fence to a lease duration past the clock (or the generator).
     async fn renew_lease(&self, held: &mut Held, params: &SequenceParams) -> Result<(), SlotError> {
+        if !self.clock_unstepped_since_check() {
+            return Err(SlotError::ClockStepped);
+        }
         let g = &held.generator;
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
         let ahead = params
@@ -441,7 +489,10 @@ impl Holder {
         let mut stop = self.stop.clone();
         let outcome = loop {
             tokio::select! {
-                () = tokio::time::sleep_until(next_renewal) => match self.renew_lease(&mut held, params).await {
+                () = tokio::time::sleep_until(next_renewal) => match self.check_skew().await {
+                    // A clock far off would push the fence far ahead: let it run out instead.
+                    Err(_) => next_renewal = tokio::time::Instant::now() + Duration::from_secs(2),
+                    Ok(()) => match self.renew_lease(&mut held, params).await {
                     Ok(()) => next_renewal = tokio::time::Instant::now() + jittered(renew_every),
                     Err(SlotError::Lost) => break false,
                     Err(e) => {
@@ -449,6 +500,7 @@ impl Holder {
                         tracing::warn!(error = %e, lease_headroom_ms, "lease renewal failed; serving within the fence, retrying");
                         next_renewal = tokio::time::Instant::now() + Duration::from_secs(2);
                     }
+                    },
                 },
                 _ = stop.wait_for(|s| *s) => break true,
             }

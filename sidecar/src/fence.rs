@@ -180,12 +180,15 @@ pub struct LocalFence {
 
 impl LocalFence {
     /// `found` is the fence the generator started above (the file's, or the lease's).
+    /// `cap` is the other fence already written (the lease's in a pod; nothing above it is
+    /// allowed until [`set_cap`](Self::set_cap) raises it), or `None` when there is none.
     pub fn new(
         file: FenceFile,
         identity: FenceIdentity,
         generator: Arc<Generator>,
         ahead_ticks: u64,
         found: Tick,
+        cap: Option<Tick>,
         writes: Option<IntCounterVec>,
     ) -> LocalFence {
         LocalFence {
@@ -194,7 +197,7 @@ impl LocalFence {
             generator,
             ahead_ticks: ahead_ticks.max(1),
             written: AtomicU64::new(found.0),
-            cap: AtomicU64::new(u64::MAX),
+            cap: AtomicU64::new(cap.map_or(u64::MAX, |t| t.0)),
             writes,
         }
     }
@@ -323,5 +326,37 @@ mod tests {
             std::fs::read(dir.path().join("x.fence")).unwrap(),
             b"{not json"
         );
+    }
+
+    fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<crate::clock::ManualClock>) {
+        use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot};
+        let p = IdSequenceSpec::default().params().unwrap();
+        let clock = Arc::new(crate::clock::ManualClock::at_millis(now_ms));
+        let config = crate::generator::WorkerConfig {
+            layout: p.layout,
+            timebase: p.timebase,
+            datacenter: DatacenterId(0),
+            slot: Slot(1),
+            max_drift_ms: 2000,
+        };
+        (Arc::new(Generator::start_above(config, Tick(0), clock.clone())), clock)
+    }
+
+    #[test]
+    fn rule2_the_local_fence_never_lets_the_generator_past_the_lease_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
+        let epoch = 1_735_689_600_000;
+        let (g, clock) = generator_at(epoch + 10_000);
+        let local = LocalFence::new(file, record(0).identity, g.clone(), 1000, Tick(0), Some(Tick(10_100)), None);
+        local.renew().unwrap();
+        assert_eq!(g.fence(), Tick(10_100), "capped by the lease fence written");
+        clock.advance_millis(200); // the API server is down: the lease fence is not raised
+        local.renew().unwrap();
+        assert!(g.next_id().is_err(), "stops at the lease fence though the file could go on");
+        local.set_cap(Tick(20_000));
+        local.renew().unwrap();
+        assert!(g.next_id().is_ok(), "a renewed lease fence lets it go on");
+        assert_eq!(g.fence(), Tick(10_200 + 2000 + 1000), "now the local fence is the lower one");
     }
 }

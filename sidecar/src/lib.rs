@@ -7,6 +7,7 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`standalone`]: one worker without a cluster.
 //! - [`slot`], [`cluster`]: holding a slot lease in a pod, and the mode built on it.
+//! - [`skew`]: clock skew against the API server.
 //! - [`watch`]: clock-step and readiness reporting shared by both modes.
 //!
 //! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
@@ -17,6 +18,7 @@ pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod skew;
 pub mod slot;
 pub mod standalone;
 pub mod watch;

@@ -87,6 +87,10 @@ struct ClusterArgs {
     /// Seconds in-flight requests may take to finish on SIGTERM.
     #[arg(long, default_value_t = 10)]
     drain_timeout_secs: u64,
+    /// Largest skew between this clock and the API server's (milliseconds, measured from
+    /// its Date header) at which the sidecar starts issuing or raises its lease fence.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
+    max_clock_skew_ms: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -205,6 +209,7 @@ async fn run_cluster(args: ClusterArgs) {
         max_batch: args.max_batch,
         local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
         renew_every: args.renew_every_secs.map(Duration::from_secs),
+        max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
         drain: Duration::from_secs(args.drain_timeout_secs),
     };
     if let Err(e) = cluster::run(

@@ -20,6 +20,7 @@ pub struct Metrics {
     pub clock_forward_jumps: IntCounter,
     pub clock_forward_jump_last_seconds: Gauge,
     pub fence_writes: IntCounterVec,
+    pub clock_skew_seconds: Gauge,
     ahead_of_clock_seconds: Gauge,
     fence_headroom_seconds: Gauge,
     fence_tick: IntGauge,
@@ -97,6 +98,10 @@ impl Metrics {
                 "kubeflake_fence_writes_total",
                 "Writes of the fence, by result (ok, error).",
                 &["result"],
+            ),
+            clock_skew_seconds: gauge(
+                "kubeflake_clock_skew_seconds",
+                "Local wall clock minus the API server's, last measured (cluster mode).",
             ),
             ahead_of_clock_seconds: gauge(
                 "kubeflake_generator_ahead_of_clock_seconds",

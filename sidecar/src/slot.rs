@@ -39,6 +39,8 @@ pub enum SlotError {
     WatchEnded,
     #[error(transparent)]
     LocalFence(#[from] crate::fence::FenceFileError),
+    #[error("the wall clock stepped since the skew check; the fence is not raised")]
+    ClockStepped,
 }
 
 fn is_conflict(e: &kube::Error) -> bool {

@@ -153,6 +153,7 @@ impl Standalone {
             generator.clone(),
             ahead_ticks,
             Tick(found_fence),
+            None,
             writes,
         ));
         fencer.renew()?;

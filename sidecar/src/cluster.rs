@@ -227,6 +227,16 @@ struct Held {
     renewer: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// The fence to start above (rules 4 and 6): the local file's, only if it was written for
+/// this very sequence, slot, holder and acquisition; otherwise the lease's. Returns whether
+/// the local one was used.
+fn start_fence(local: Option<&FenceRecord>, identity: &FenceIdentity, lease_fence: Tick) -> (Tick, bool) {
+    match local {
+        Some(record) if record.identity == *identity => (Tick(record.fence_tick), true),
+        _ => (lease_fence, false),
+    }
+}
+
 /// Takes the fence file back from a `LocalFence` once no renewal holds it (a blocking write
 /// may still be finishing after its task was aborted).
 async fn reclaim_file(mut local: Arc<LocalFence>) -> Option<FenceFile> {
@@ -371,12 +381,8 @@ impl Holder {
             holder: self.config.pod.uid.clone(),
             acquisition: slot.slot.acquisition(),
         };
-        let local = self
-            .found_local
-            .take()
-            .filter(|r| r.identity == identity)
-            .map(|r| Tick(r.fence_tick));
-        let start = local.unwrap_or(slot.slot.fence);
+        let local = self.found_local.take();
+        let (start, from_local) = start_fence(local.as_ref(), &identity, slot.slot.fence);
         let worker = WorkerConfig {
             layout: params.layout,
             timebase: params.timebase,
@@ -416,7 +422,7 @@ impl Holder {
         tracing::info!(
             slot = held.slot.slot.slot.0,
             start_above_tick = start.0,
-            from = if local.is_some() {
+            from = if from_local {
                 "local fence file"
             } else {
                 "lease fence"
@@ -531,5 +537,31 @@ impl Holder {
         let _ = held.local.stop_and_lower();
         self.fence_file = reclaim_file(held.local).await;
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(acquisition: &str) -> FenceIdentity {
+        FenceIdentity { sequence: "ns/orders".into(), slot: 0, holder: "uid-p".into(), acquisition: acquisition.into() }
+    }
+
+    #[test]
+    fn rule6_a_restarted_container_starts_above_its_local_fence_for_the_same_acquisition() {
+        let record = FenceRecord { identity: identity("orders-slot-0#1"), fence_tick: 500 };
+        assert_eq!(start_fence(Some(&record), &identity("orders-slot-0#1"), Tick(9_000)), (Tick(500), true));
+    }
+
+    #[test]
+    fn rule6_a_local_fence_from_another_acquisition_is_never_used() {
+        // The pod held slot 0 (acquisition #1), lost it; another pod issued up to tick 9000
+        // (acquisition #2); the slot came back (#3). The old file must not be used.
+        let record = FenceRecord { identity: identity("orders-slot-0#1"), fence_tick: 500 };
+        assert_eq!(start_fence(Some(&record), &identity("orders-slot-0#3"), Tick(9_000)), (Tick(9_000), false));
+        let other_holder = FenceRecord { identity: FenceIdentity { holder: "uid-q".into(), ..identity("orders-slot-0#3") }, fence_tick: 500 };
+        assert_eq!(start_fence(Some(&other_holder), &identity("orders-slot-0#3"), Tick(9_000)).0, Tick(9_000));
+        assert_eq!(start_fence(None, &identity("orders-slot-0#3"), Tick(9_000)), (Tick(9_000), false));
     }
 }

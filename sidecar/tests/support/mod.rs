@@ -82,6 +82,18 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// Where Debian's libfaketime is (package `faketime`, installed by scripts/install-deps.sh).
+fn libfaketime() -> &'static str {
+    const CANDIDATES: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ];
+    CANDIDATES
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("libfaketime is installed (Debian package faketime; scripts/install-deps.sh)")
+}
+
 /// A `kubeflake-sidecar` child process. Killed when dropped.
 pub struct SidecarProcess {
     pub child: Child,
@@ -93,14 +105,12 @@ impl SidecarProcess {
     /// optionally under `faketime OFFSET`, and waits until it logs its address.
     pub fn start(args: &[&str], faketime: Option<&str>) -> SidecarProcess {
         let bin = env!("CARGO_BIN_EXE_kubeflake-sidecar");
-        let mut cmd = match faketime {
-            Some(offset) => {
-                let mut c = Command::new("faketime");
-                c.arg("-f").arg(offset).arg(bin);
-                c
-            }
-            None => Command::new(bin),
-        };
+        // libfaketime is preloaded into the sidecar itself (not through the `faketime`
+        // command, which forks and would leave the sidecar running when it is killed).
+        let mut cmd = Command::new(bin);
+        if let Some(offset) = faketime {
+            cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
+        }
         cmd.args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(args)
             .stdout(Stdio::null())

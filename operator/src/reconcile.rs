@@ -449,13 +449,16 @@ fn released(seq: &IdSequence, name: &str, lease: &SlotLease) -> Lease {
     }
 }
 
-async fn add_finalizer(seq: &IdSequence, ctx: &Context) -> Result<(), Error> {
+/// Writes the sequence's finalizers. The resourceVersion in the merge patch makes it
+/// conditional: a compare-and-swap like every other write (a conflict means someone else
+/// changed the object; the pass repeats).
+async fn write_finalizers(
+    seq: &IdSequence,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
     let api: Api<IdSequence> =
         Api::namespaced(ctx.client.clone(), &seq.namespace().unwrap_or_default());
-    let mut finalizers = seq.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
-    // resourceVersion in a merge patch makes it conditional: a compare-and-swap like every
-    // other write (a conflict means someone else changed the object; the pass repeats).
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
     api.patch(
@@ -465,6 +468,12 @@ async fn add_finalizer(seq: &IdSequence, ctx: &Context) -> Result<(), Error> {
     )
     .await?;
     Ok(())
+}
+
+async fn add_finalizer(seq: &IdSequence, ctx: &Context) -> Result<(), Error> {
+    let mut finalizers = seq.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    write_finalizers(seq, ctx, finalizers).await
 }
 
 /// Rule 10: the sequence goes only when no slot has a holder or a fence in the future;
@@ -513,20 +522,13 @@ async fn finish_deletion(
             Err(e) => return Err(e.into()),
         }
     }
-    let seqs: Api<IdSequence> = Api::namespaced(ctx.client.clone(), ns);
-    let finalizers: Vec<&String> = seq
+    let finalizers = seq
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
+        .cloned()
         .collect();
-    let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": seq.resource_version()}});
-    seqs.patch(
-        &seq.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    write_finalizers(seq, ctx, finalizers).await?;
     ctx.metrics.forget(ns, &seq.name_any());
     tracing::info!(sequence = %seq.name_any(), namespace = ns, leases = leases.len(), "sequence deleted after its slots were released");
     Ok(Action::await_change())

@@ -19,10 +19,17 @@ fn lease(holder: &str, fence: u64) -> Lease {
         metadata: ObjectMeta {
             name: Some("cas-slot-0".into()),
             labels: Some(lease_labels("cas", Slot(0), Some(holder))),
-            annotations: Some(BTreeMap::from([(FENCE_ANNOTATION.to_string(), fence.to_string())])),
+            annotations: Some(BTreeMap::from([(
+                FENCE_ANNOTATION.to_string(),
+                fence.to_string(),
+            )])),
             ..Default::default()
         },
-        spec: Some(LeaseSpec { holder_identity: Some(holder.into()), lease_transitions: Some(1), ..Default::default() }),
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_transitions: Some(1),
+            ..Default::default()
+        }),
     }
 }
 
@@ -31,16 +38,22 @@ async fn rule1_a_holder_with_a_stale_view_cannot_overwrite_the_new_holder() -> R
     let cluster = Cluster::shared();
     let ns = cluster.namespace("lease-cas").await?;
     let api: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
-    let as_read_by_a = api.create(&PostParams::default(), &lease("pod-a", 100)).await?;
+    let as_read_by_a = api
+        .create(&PostParams::default(), &lease("pod-a", 100))
+        .await?;
     let mut a = HeldSlot::new(api.clone(), "pod-a", as_read_by_a.clone())?;
 
     // Meanwhile the slot goes to pod B (as the operator would write it, fence kept).
     let mut to_b = lease("pod-b", 100);
     to_b.metadata.resource_version = as_read_by_a.metadata.resource_version.clone();
-    api.replace("cas-slot-0", &PostParams::default(), &to_b).await?;
+    api.replace("cas-slot-0", &PostParams::default(), &to_b)
+        .await?;
 
     let raised = a.raise_fence(Tick(5_000)).await;
-    assert!(matches!(raised, Err(SlotError::Lost)), "stale holder must learn it lost the slot: {raised:?}");
+    assert!(
+        matches!(raised, Err(SlotError::Lost)),
+        "stale holder must learn it lost the slot: {raised:?}"
+    );
     a.release(Tick(100)).await?;
     let now = SlotLease::parse(&api.get("cas-slot-0").await?)?;
     assert_eq!(now.holder.as_deref(), Some("pod-b"), "the new holder stays");

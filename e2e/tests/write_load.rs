@@ -18,14 +18,22 @@ use sidecar_support::Sidecar;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: about 3 minutes; run it by name"]
 async fn lease_writes_per_second_for_n_sidecars() -> Result<()> {
-    let n: usize = std::env::var("KUBEFLAKE_SIDECARS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let n: usize = std::env::var("KUBEFLAKE_SIDECARS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
     const DURATION_S: u64 = 30;
     const WINDOW: Duration = Duration::from_secs(60);
     let cluster = Cluster::shared();
     install_crd(cluster).await?;
     let ns = cluster.namespace("writes").await?;
     let _operator = Operator::start(cluster, &ns.name, "a")?;
-    create_sequence(&ns, "load", json!({"lease": {"durationSeconds": DURATION_S}})).await?;
+    create_sequence(
+        &ns,
+        "load",
+        json!({"lease": {"durationSeconds": DURATION_S}}),
+    )
+    .await?;
     let pods = create_pods(&ns, "load", "p", n).await?;
     let mut sidecars = Vec::new();
     for pod in &pods {
@@ -51,8 +59,16 @@ async fn lease_writes_per_second_for_n_sidecars() -> Result<()> {
     eprintln!(
         "{n} sidecars, lease.durationSeconds {DURATION_S}: {lease_writes} lease writes in {secs:.0} s = {per_second:.2}/s \
          (formula N*3/duration = {formula:.2}/s); other requests in the window: {:?}",
-        after.iter().filter(|(k, _)| k.0 != "leases" || k.1 != "PUT").map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0))).filter(|(_, d)| *d > 0.0).collect::<Vec<_>>()
+        after
+            .iter()
+            .filter(|(k, _)| k.0 != "leases" || k.1 != "PUT")
+            .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, d)| *d > 0.0)
+            .collect::<Vec<_>>()
     );
-    assert!(per_second <= formula * 1.3 && per_second >= formula * 0.7, "{per_second}/s is far from the formula's {formula}/s");
+    assert!(
+        per_second <= formula * 1.3 && per_second >= formula * 0.7,
+        "{per_second}/s is far from the formula's {formula}/s"
+    );
     Ok(())
 }

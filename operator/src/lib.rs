@@ -4,13 +4,20 @@
 //! - [`slot`]: the pure planning of releases and assignments.
 //! - [`reconcile`]: the controller's `reconcile` and `error_policy`, and their `Context`.
 //! - [`metrics`], [`http`]: Prometheus metrics, health and readiness.
+//! - [`inject`], [`webhook`], [`certs`]: the sidecar-injecting admission webhook, its
+//!   HTTPS server and its certificate.
+//! - [`rbac`]: the RoleBindings that give sidecars their rights.
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
+pub mod certs;
 pub mod http;
+pub mod inject;
 pub mod metrics;
+pub mod rbac;
 pub mod reconcile;
 pub mod slot;
+pub mod webhook;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,6 +47,59 @@ pub struct OperatorConfig {
     pub instance: String,
     /// Namespace of the leader-election Lease; `None` runs without election.
     pub leader_election_namespace: Option<String>,
+    /// The injection webhook; `None` serves none.
+    pub webhook: Option<WebhookConfig>,
+    /// The ClusterRole bound for sidecars in each namespace with IdSequences; `None`
+    /// leaves sidecar RBAC to the cluster's administrator.
+    pub sidecar_cluster_role: Option<String>,
+}
+
+/// Where the webhook listens, what it injects, and where its certificate comes from.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub addr: SocketAddr,
+    pub template: inject::SidecarTemplate,
+    pub certs: CertSource,
+}
+
+/// The webhook certificate's source.
+#[derive(Debug, Clone)]
+pub enum CertSource {
+    /// The operator's own CA and certificate in a Secret (see [`certs`]).
+    SelfManaged(certs::SelfManaged),
+    /// `tls.crt` and `tls.key` in a directory kept by cert-manager.
+    Dir(std::path::PathBuf),
+}
+
+/// Starts the webhook's certificate keeper and HTTPS server; both end with the process.
+async fn start_webhook(
+    client: &Client,
+    config: &WebhookConfig,
+    metrics: Arc<metrics::Metrics>,
+) -> anyhow::Result<()> {
+    let listener = webhook::bind(config.addr).await?;
+    let serving = Arc::new(certs::ServingCert::default());
+    match &config.certs {
+        CertSource::SelfManaged(s) => {
+            tokio::spawn(certs::keep_self_managed(
+                client.clone(),
+                s.clone(),
+                serving.clone(),
+            ));
+        }
+        CertSource::Dir(dir) => {
+            tokio::spawn(certs::keep_from_dir(dir.clone(), serving.clone()));
+        }
+    }
+    let acceptor = webhook::tls_acceptor(serving)?;
+    tracing::info!(webhook_addr = %listener.local_addr()?, path = webhook::PATH, "webhook serving");
+    let handler = Arc::new(webhook::Webhook {
+        client: client.clone(),
+        template: config.template.clone(),
+        metrics,
+    });
+    tokio::spawn(webhook::serve(listener, acceptor, handler));
+    Ok(())
 }
 
 /// Name of the leader-election Lease.
@@ -76,6 +136,10 @@ pub async fn run(
         })?;
     tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
+    // Every replica serves the webhook, leader or not: it only reads.
+    if let Some(webhook) = &config.webhook {
+        start_webhook(&client, webhook, metrics.clone()).await?;
+    }
     let result = match &config.leader_election_namespace {
         None => run_controller(client, &config, metrics, health, shutdown).await,
         Some(ns) => {
@@ -152,6 +216,7 @@ async fn run_controller(
         controller: "kubeflake-operator".into(),
         instance: Some(config.instance.clone()),
     };
+    let ctx_metrics = metrics.clone();
     let ctx = Arc::new(reconcile::Context::new(
         client.clone(),
         pods.clone(),
@@ -171,6 +236,14 @@ async fn run_controller(
     })
     .graceful_shutdown_on(shutdown);
     let sequences = controller.store();
+    let bindings = config.sidecar_cluster_role.clone().map(|role| {
+        tokio::spawn(rbac::keep_sidecar_bindings(
+            client.clone(),
+            config.namespace.clone(),
+            role,
+            ctx_metrics.clone(),
+        ))
+    });
 
     let ready = {
         let health = health.clone();
@@ -197,5 +270,8 @@ async fn run_controller(
         .await;
     health.ready.store(false, Ordering::Release);
     ready.abort();
+    if let Some(bindings) = bindings {
+        bindings.abort();
+    }
     Ok(())
 }

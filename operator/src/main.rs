@@ -1,9 +1,14 @@
 //! `kubeflake-operator`: the command line. Parses flags, sets up logging, runs the controller.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
-use kubeflake_operator::{OperatorConfig, run};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kubeflake_operator::certs::SelfManaged;
+use kubeflake_operator::inject::SidecarTemplate;
+use kubeflake_operator::{CertSource, OperatorConfig, WebhookConfig, run};
 
 /// Reconciles kubeflake IdSequences: assigns worker slots to labelled pods through Leases.
 #[derive(Parser, Debug)]
@@ -25,6 +30,156 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text", env = "KUBEFLAKE_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Keep a RoleBinding to this ClusterRole for the service accounts of every namespace
+    /// that has an IdSequence, so sidecars may renew their Leases (default: none).
+    #[arg(long, env = "KUBEFLAKE_SIDECAR_CLUSTER_ROLE")]
+    sidecar_cluster_role: Option<String>,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+/// The sidecar-injecting admission webhook.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Webhook")]
+struct WebhookArgs {
+    /// Serve the injection webhook over HTTPS on this address (default: no webhook).
+    #[arg(long, env = "KUBEFLAKE_WEBHOOK_ADDR")]
+    webhook_addr: Option<SocketAddr>,
+    /// Read tls.crt and tls.key from this directory (cert-manager) instead of keeping
+    /// a self-managed certificate.
+    #[arg(long, env = "KUBEFLAKE_WEBHOOK_CERT_DIR")]
+    webhook_cert_dir: Option<PathBuf>,
+    /// Secret holding the self-managed CA and certificate.
+    #[arg(
+        long,
+        default_value = "kubeflake-webhook-tls",
+        env = "KUBEFLAKE_WEBHOOK_SECRET"
+    )]
+    webhook_secret: String,
+    /// Namespace of that Secret (the operator's own).
+    #[arg(long, env = "POD_NAMESPACE")]
+    webhook_namespace: Option<String>,
+    /// The webhook's Service; its DNS names go into the certificate.
+    #[arg(long, default_value = "kubeflake-webhook")]
+    webhook_service: String,
+    /// The MutatingWebhookConfiguration whose caBundle is kept equal to the CA.
+    #[arg(long, default_value = "kubeflake")]
+    webhook_config: String,
+    /// More names or IP addresses for the certificate (repeatable).
+    #[arg(long)]
+    webhook_extra_san: Vec<String>,
+    /// Image of the injected sidecar.
+    #[arg(long, default_value = concat!("kubeflake-sidecar:", env!("CARGO_PKG_VERSION")), env = "KUBEFLAKE_SIDECAR_IMAGE")]
+    sidecar_image: String,
+    /// Pull policy of the injected sidecar.
+    #[arg(long, default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
+    sidecar_image_pull_policy: String,
+    /// Port of the ID API on 127.0.0.1 in the pod (apps get KUBEFLAKE_URL).
+    #[arg(long, default_value_t = 7070, value_parser = clap::value_parser!(u16).range(1..))]
+    sidecar_port: u16,
+    /// Port of the sidecar's /healthz and /readyz for kubelet probes.
+    #[arg(long, default_value_t = 7071, value_parser = clap::value_parser!(u16).range(1..))]
+    sidecar_probe_port: u16,
+    /// CPU request of the sidecar (a Kubernetes quantity; empty for none).
+    #[arg(long, default_value = "20m", value_parser = quantity)]
+    sidecar_cpu_request: String,
+    /// Memory request of the sidecar.
+    #[arg(long, default_value = "16Mi", value_parser = quantity)]
+    sidecar_memory_request: String,
+    /// CPU limit of the sidecar (empty for none).
+    #[arg(long, default_value = "", value_parser = quantity)]
+    sidecar_cpu_limit: String,
+    /// Memory limit of the sidecar.
+    #[arg(long, default_value = "64Mi", value_parser = quantity)]
+    sidecar_memory_limit: String,
+}
+
+/// Accepts a Kubernetes quantity such as `50m`, `64Mi`, `1.5`, `1e3` (or empty), so a
+/// typo is a startup error naming the flag instead of every pod being rejected later.
+fn quantity(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    const SUFFIXES: [&str; 16] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
+    ];
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(number_end);
+    let exponent_ok = suffix.strip_prefix(['e', 'E']).is_some_and(|e| {
+        !e.is_empty()
+            && e.trim_start_matches(['+', '-'])
+                .chars()
+                .all(|c| c.is_ascii_digit())
+    });
+    let number_ok = number
+        .trim_start_matches('+')
+        .parse::<f64>()
+        .is_ok_and(|n| n >= 0.0);
+    if number_ok && (SUFFIXES.contains(&suffix) || exponent_ok) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a Kubernetes quantity (examples: 50m, 0.5, 64Mi, 1Gi)"
+        ))
+    }
+}
+
+impl WebhookArgs {
+    fn config(self) -> Result<Option<WebhookConfig>, String> {
+        let Some(addr) = self.webhook_addr else {
+            return Ok(None);
+        };
+        let certs = match self.webhook_cert_dir {
+            Some(dir) => CertSource::Dir(dir),
+            None => {
+                let namespace = self.webhook_namespace.ok_or(
+                    "--webhook-addr without --webhook-cert-dir needs --webhook-namespace \
+                     (or POD_NAMESPACE) for the certificate Secret",
+                )?;
+                CertSource::SelfManaged(SelfManaged {
+                    dns_names: SelfManaged::service_names(
+                        &self.webhook_service,
+                        &namespace,
+                        &self.webhook_extra_san,
+                    ),
+                    namespace,
+                    secret: self.webhook_secret,
+                    webhook_config: self.webhook_config,
+                })
+            }
+        };
+        let resources = |pairs: [(&str, String); 2]| -> BTreeMap<String, Quantity> {
+            pairs
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), Quantity(v)))
+                .collect()
+        };
+        let template = SidecarTemplate {
+            image: self.sidecar_image,
+            image_pull_policy: self.sidecar_image_pull_policy,
+            port: self.sidecar_port,
+            probe_port: self.sidecar_probe_port,
+            requests: resources([
+                ("cpu", self.sidecar_cpu_request),
+                ("memory", self.sidecar_memory_request),
+            ]),
+            limits: resources([
+                ("cpu", self.sidecar_cpu_limit),
+                ("memory", self.sidecar_memory_limit),
+            ]),
+        };
+        if template.port == template.probe_port {
+            return Err("--sidecar-port and --sidecar-probe-port must differ".into());
+        }
+        Ok(Some(WebhookConfig {
+            addr,
+            template,
+            certs,
+        }))
+    }
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -46,13 +201,18 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that completes on
+/// either. Installing eagerly matters: a handler installed only when the future is first
+/// polled leaves a window in which SIGTERM kills the process without a graceful stop.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("can install a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight reconciles"),
-        _ = int.recv() => tracing::info!("SIGINT: finishing in-flight reconciles"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
     }
 }
 
@@ -60,6 +220,14 @@ async fn shutdown_signal() {
 async fn main() {
     let args = Args::parse();
     init_logging(args.log_format);
+    let shutdown = shutdown_signal();
+    let webhook = match args.webhook.config() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("kubeflake-operator: error: {e}");
+            std::process::exit(2);
+        }
+    };
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
@@ -79,8 +247,10 @@ async fn main() {
         metrics_addr: args.metrics_addr,
         instance,
         leader_election_namespace: args.leader_election_namespace,
+        webhook,
+        sidecar_cluster_role: args.sidecar_cluster_role,
     };
-    if let Err(e) = run(client, config, shutdown_signal()).await {
+    if let Err(e) = run(client, config, shutdown).await {
         eprintln!("kubeflake-operator: error: {e:#}");
         std::process::exit(1);
     }

@@ -18,6 +18,9 @@ pub struct Metrics {
     pub reclaims: IntCounterVec,
     pub conflicts: IntCounter,
     pub pod_to_slot: Histogram,
+    pub webhook_requests: IntCounterVec,
+    pub webhook_seconds: Histogram,
+    pub sidecar_bindings: IntCounterVec,
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
@@ -92,6 +95,33 @@ impl Metrics {
                 "Time from a pod's creation to its slot lease being written.",
                 vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
             ),
+            webhook_requests: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_webhook_requests_total",
+                        "Admission reviews answered, by outcome (injected, skipped, denied, error).",
+                    ),
+                    &["outcome"],
+                )
+                .expect("valid metric"),
+            ),
+            webhook_seconds: histogram(
+                "kubeflake_webhook_duration_seconds",
+                "Time to answer one admission review (includes reading the IdSequence).",
+                vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
+            ),
+            sidecar_bindings: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_operator_sidecar_bindings_total",
+                        "Sidecar RoleBindings written, by action (created, deleted).",
+                    ),
+                    &["action"],
+                )
+                .expect("valid metric"),
+            ),
             slots_assigned: gauge(
                 "kubeflake_operator_slots_assigned",
                 "Slots held by pods, summed over all sequences.",
@@ -109,6 +139,12 @@ impl Metrics {
         }
         for reason in ["pod_gone", "silent", "duplicate"] {
             m.reclaims.with_label_values(&[reason]);
+        }
+        for outcome in ["injected", "skipped", "denied", "error"] {
+            m.webhook_requests.with_label_values(&[outcome]);
+        }
+        for action in ["created", "deleted"] {
+            m.sidecar_bindings.with_label_values(&[action]);
         }
         m
     }

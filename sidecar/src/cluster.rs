@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
-use crate::http::{Api as HttpApi, serve};
+use crate::http::{Api as HttpApi, serve, serve_probes};
 use crate::metrics::Metrics;
 use crate::skew;
 use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
@@ -40,6 +40,8 @@ use crate::watch::{Notify, watch_clock};
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub listen: SocketAddr,
+    /// Where `/healthz` and `/readyz` alone are also served (the pod IP, for kubelet).
+    pub probe_listen: Option<SocketAddr>,
     pub pod: PodIdentity,
     /// The IdSequence's name (in the pod's namespace).
     pub sequence: String,
@@ -58,6 +60,11 @@ pub struct ClusterConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    #[error("cannot listen on --probe-listen {addr}: {source}")]
+    ProbeListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot listen on --listen {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -119,6 +126,14 @@ pub async fn run(
             addr: config.listen,
             source,
         })?;
+    let probe_listener = match config.probe_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ClusterError::ProbeListen { addr, source })?,
+        ),
+        None => None,
+    };
     let (fence_file, found) =
         FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
     let fence_file = fence_file.with_record(found);
@@ -144,6 +159,18 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    if let Some(probe_listener) = probe_listener {
+        let mut probe_stop = stop_rx.clone();
+        let stop = async move {
+            let _ = probe_stop.wait_for(|s| *s).await;
+        };
+        tokio::spawn(serve_probes(
+            probe_listener,
+            api.clone(),
+            stop,
+            config.drain,
+        ));
+    }
     let mut serve_stop = stop_rx.clone();
     let server = tokio::spawn(serve(
         listener,
@@ -230,7 +257,11 @@ struct Held {
 /// The fence to start above (rules 4 and 6): the local file's, only if it was written for
 /// this very sequence, slot, holder and acquisition; otherwise the lease's. Returns whether
 /// the local one was used.
-fn start_fence(local: Option<&FenceRecord>, identity: &FenceIdentity, lease_fence: Tick) -> (Tick, bool) {
+fn start_fence(
+    local: Option<&FenceRecord>,
+    identity: &FenceIdentity,
+    lease_fence: Tick,
+) -> (Tick, bool) {
     match local {
         Some(record) if record.identity == *identity => (Tick(record.fence_tick), true),
         _ => (lease_fence, false),
@@ -308,9 +339,15 @@ impl Holder {
                 return Ok(());
             }
         };
-        self.api.metrics.clock_skew_seconds.set(skew.local_minus_server_ms as f64 / 1000.0);
+        self.api
+            .metrics
+            .clock_skew_seconds
+            .set(skew.local_minus_server_ms as f64 / 1000.0);
         if !skew.exceeds(self.config.max_clock_skew) {
-            let sample = (self.clock.wall_micros() / 1000, self.clock.monotonic_micros() / 1000);
+            let sample = (
+                self.clock.wall_micros() / 1000,
+                self.clock.monotonic_micros() / 1000,
+            );
             *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(sample);
             return Ok(());
         }
@@ -444,7 +481,9 @@ impl Holder {
     /// Whether the wall clock still agrees with where the monotonic clock says it should be
     /// since the last acceptable skew check (a step in between must not move the fence).
     fn clock_unstepped_since_check(&self) -> bool {
-        let Some((wall0, mono0)) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else { return true };
+        let Some((wall0, mono0)) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return true;
+        };
         let expected = wall0 + (self.clock.monotonic_micros() / 1000).saturating_sub(mono0);
         let wall = self.clock.wall_micros() / 1000;
         wall.abs_diff(expected) <= self.config.max_clock_skew.as_millis() as u64
@@ -545,23 +584,57 @@ mod tests {
     use super::*;
 
     fn identity(acquisition: &str) -> FenceIdentity {
-        FenceIdentity { sequence: "ns/orders".into(), slot: 0, holder: "uid-p".into(), acquisition: acquisition.into() }
+        FenceIdentity {
+            sequence: "ns/orders".into(),
+            slot: 0,
+            holder: "uid-p".into(),
+            acquisition: acquisition.into(),
+        }
     }
 
     #[test]
     fn rule6_a_restarted_container_starts_above_its_local_fence_for_the_same_acquisition() {
-        let record = FenceRecord { identity: identity("orders-slot-0#1"), fence_tick: 500 };
-        assert_eq!(start_fence(Some(&record), &identity("orders-slot-0#1"), Tick(9_000)), (Tick(500), true));
+        let record = FenceRecord {
+            identity: identity("orders-slot-0#1"),
+            fence_tick: 500,
+        };
+        assert_eq!(
+            start_fence(Some(&record), &identity("orders-slot-0#1"), Tick(9_000)),
+            (Tick(500), true)
+        );
     }
 
     #[test]
     fn rule6_a_local_fence_from_another_acquisition_is_never_used() {
         // The pod held slot 0 (acquisition #1), lost it; another pod issued up to tick 9000
         // (acquisition #2); the slot came back (#3). The old file must not be used.
-        let record = FenceRecord { identity: identity("orders-slot-0#1"), fence_tick: 500 };
-        assert_eq!(start_fence(Some(&record), &identity("orders-slot-0#3"), Tick(9_000)), (Tick(9_000), false));
-        let other_holder = FenceRecord { identity: FenceIdentity { holder: "uid-q".into(), ..identity("orders-slot-0#3") }, fence_tick: 500 };
-        assert_eq!(start_fence(Some(&other_holder), &identity("orders-slot-0#3"), Tick(9_000)).0, Tick(9_000));
-        assert_eq!(start_fence(None, &identity("orders-slot-0#3"), Tick(9_000)), (Tick(9_000), false));
+        let record = FenceRecord {
+            identity: identity("orders-slot-0#1"),
+            fence_tick: 500,
+        };
+        assert_eq!(
+            start_fence(Some(&record), &identity("orders-slot-0#3"), Tick(9_000)),
+            (Tick(9_000), false)
+        );
+        let other_holder = FenceRecord {
+            identity: FenceIdentity {
+                holder: "uid-q".into(),
+                ..identity("orders-slot-0#3")
+            },
+            fence_tick: 500,
+        };
+        assert_eq!(
+            start_fence(
+                Some(&other_holder),
+                &identity("orders-slot-0#3"),
+                Tick(9_000)
+            )
+            .0,
+            Tick(9_000)
+        );
+        assert_eq!(
+            start_fence(None, &identity("orders-slot-0#3"), Tick(9_000)),
+            (Tick(9_000), false)
+        );
     }
 }

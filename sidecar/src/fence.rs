@@ -339,7 +339,10 @@ mod tests {
             slot: Slot(1),
             max_drift_ms: 2000,
         };
-        (Arc::new(Generator::start_above(config, Tick(0), clock.clone())), clock)
+        (
+            Arc::new(Generator::start_above(config, Tick(0), clock.clone())),
+            clock,
+        )
     }
 
     #[test]
@@ -348,15 +351,30 @@ mod tests {
         let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
         let epoch = 1_735_689_600_000;
         let (g, clock) = generator_at(epoch + 10_000);
-        let local = LocalFence::new(file, record(0).identity, g.clone(), 1000, Tick(0), Some(Tick(10_100)), None);
+        let local = LocalFence::new(
+            file,
+            record(0).identity,
+            g.clone(),
+            1000,
+            Tick(0),
+            Some(Tick(10_100)),
+            None,
+        );
         local.renew().unwrap();
         assert_eq!(g.fence(), Tick(10_100), "capped by the lease fence written");
         clock.advance_millis(200); // the API server is down: the lease fence is not raised
         local.renew().unwrap();
-        assert!(g.next_id().is_err(), "stops at the lease fence though the file could go on");
+        assert!(
+            g.next_id().is_err(),
+            "stops at the lease fence though the file could go on"
+        );
         local.set_cap(Tick(20_000));
         local.renew().unwrap();
         assert!(g.next_id().is_ok(), "a renewed lease fence lets it go on");
-        assert_eq!(g.fence(), Tick(10_200 + 2000 + 1000), "now the local fence is the lower one");
+        assert_eq!(
+            g.fence(),
+            Tick(10_200 + 2000 + 1000),
+            "now the local fence is the lower one"
+        );
     }
 }

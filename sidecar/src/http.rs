@@ -365,6 +365,19 @@ impl Api {
     }
 }
 
+impl Api {
+    /// Answers the probes only; anything else is 404.
+    pub fn handle_probe(&self, req: &Request<Incoming>) -> Reply {
+        match req.uri().path() {
+            "/healthz" | "/readyz" => self.handle(req),
+            other => json_reply(
+                StatusCode::NOT_FOUND,
+                json!({ "error": format!("no route {other:?}: this port serves only /healthz and /readyz; IDs are on 127.0.0.1") }),
+            ),
+        }
+    }
+}
+
 /// Serves `api` on `listener` until `shutdown` completes, then stops accepting, lets
 /// in-flight requests finish (up to `drain`), and returns.
 pub async fn serve(
@@ -372,6 +385,27 @@ pub async fn serve(
     api: Arc<Api>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
+) {
+    serve_routes(listener, api, shutdown, drain, Api::handle).await
+}
+
+/// Like [`serve`], answering only `/healthz` and `/readyz`: for a listener on the pod's
+/// address that kubelet probes reach, while IDs stay on localhost.
+pub async fn serve_probes(
+    listener: TcpListener,
+    api: Arc<Api>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
+    serve_routes(listener, api, shutdown, drain, Api::handle_probe).await
+}
+
+async fn serve_routes(
+    listener: TcpListener,
+    api: Arc<Api>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+    handle: fn(&Api, &Request<Incoming>) -> Reply,
 ) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -389,7 +423,7 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let api = api.clone();
                 let service = service_fn(move |req| {
-                    let reply = api.handle(&req);
+                    let reply = handle(&api, &req);
                     async move { Ok::<_, Infallible>(reply) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()

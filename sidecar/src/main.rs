@@ -53,6 +53,10 @@ struct ClusterArgs {
     /// Address to serve HTTP on.
     #[arg(long, default_value = "127.0.0.1:7070", env = "KUBEFLAKE_LISTEN")]
     listen: SocketAddr,
+    /// Also serve /healthz and /readyz (nothing else) here, for kubelet probes, which
+    /// reach the pod IP rather than 127.0.0.1 (for example 0.0.0.0:7071).
+    #[arg(long, env = "KUBEFLAKE_PROBE_LISTEN")]
+    probe_listen: Option<SocketAddr>,
     /// The IdSequence to take part in (in the pod's namespace).
     #[arg(long, env = "KUBEFLAKE_SEQUENCE")]
     sequence: String,
@@ -146,13 +150,18 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that completes on
+/// either. Installing eagerly matters: a handler installed only when the future is first
+/// polled leaves a window in which SIGTERM kills the process without a graceful stop.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("can install a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
     }
 }
 
@@ -162,6 +171,7 @@ fn fail(code: i32, message: impl std::fmt::Display) -> ! {
 }
 
 async fn run_standalone(args: StandaloneArgs) {
+    let shutdown = shutdown_signal();
     let (sequence_name, sequence) = match &args.sequence_file {
         Some(path) => read_sequence_file(path).unwrap_or_else(|e| fail(2, e)),
         None => (
@@ -184,12 +194,13 @@ async fn run_standalone(args: StandaloneArgs) {
     let sidecar = Standalone::start(config, Arc::new(SystemClock::new()))
         .await
         .unwrap_or_else(|e| fail(2, e));
-    if let Err(e) = sidecar.run(shutdown_signal()).await {
+    if let Err(e) = sidecar.run(shutdown).await {
         fail(1, e);
     }
 }
 
 async fn run_cluster(args: ClusterArgs) {
+    let shutdown = shutdown_signal();
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => fail(
@@ -199,6 +210,7 @@ async fn run_cluster(args: ClusterArgs) {
     };
     let config = ClusterConfig {
         listen: args.listen,
+        probe_listen: args.probe_listen,
         pod: PodIdentity {
             name: args.pod_name,
             namespace: args.pod_namespace,
@@ -212,14 +224,7 @@ async fn run_cluster(args: ClusterArgs) {
         max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
         drain: Duration::from_secs(args.drain_timeout_secs),
     };
-    if let Err(e) = cluster::run(
-        client,
-        config,
-        Arc::new(SystemClock::new()),
-        shutdown_signal(),
-    )
-    .await
-    {
+    if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown).await {
         fail(2, e);
     }
 }

@@ -52,11 +52,17 @@ pub enum SkewError {
 
 /// Measures the skew with one `GET /version`.
 pub async fn measure(client: &Client, clock: &dyn Clock) -> Result<Skew, SkewError> {
-    let request = http::Request::get("/version").body(kube::client::Body::from(Vec::new())).map_err(|e| kube::Error::HttpError(e))?;
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::from(Vec::new()))
+        .map_err(|e| kube::Error::HttpError(e))?;
     let sent = clock.wall_micros() / 1000;
     let response = client.send(request).await?;
     let received = clock.wall_micros() / 1000;
-    let date = response.headers().get(http::header::DATE).and_then(|d| d.to_str().ok()).ok_or(SkewError::NoDate)?;
+    let date = response
+        .headers()
+        .get(http::header::DATE)
+        .and_then(|d| d.to_str().ok())
+        .ok_or(SkewError::NoDate)?;
     Skew::from_date_header(date, sent, received).ok_or(SkewError::NoDate)
 }
 
@@ -71,7 +77,13 @@ mod tests {
     #[test]
     fn skew_is_the_local_midpoint_against_the_middle_of_the_servers_second() {
         let s = Skew::from_date_header(DATE, AT + 400, AT + 600).unwrap();
-        assert_eq!(s, Skew { local_minus_server_ms: 0, uncertainty_ms: 600 });
+        assert_eq!(
+            s,
+            Skew {
+                local_minus_server_ms: 0,
+                uncertainty_ms: 600
+            }
+        );
         let ahead = Skew::from_date_header(DATE, AT + 3_600_500, AT + 3_600_500).unwrap();
         assert_eq!(ahead.local_minus_server_ms, 3_600_000);
     }
@@ -80,7 +92,10 @@ mod tests {
     fn only_skews_certainly_beyond_the_bound_count() {
         let bound = Duration::from_secs(10);
         let near = Skew::from_date_header(DATE, AT + 10_900, AT + 10_900).unwrap();
-        assert!(!near.exceeds(bound), "10.4 s off, within 10 s + 0.5 s uncertainty");
+        assert!(
+            !near.exceeds(bound),
+            "10.4 s off, within 10 s + 0.5 s uncertainty"
+        );
         let far = Skew::from_date_header(DATE, AT + 12_000, AT + 12_000).unwrap();
         assert!(far.exceeds(bound));
         let behind = Skew::from_date_header(DATE, AT - 3_600_000, AT - 3_600_000).unwrap();

@@ -78,8 +78,14 @@ fn rule4_restart_after_kill_9_with_the_clock_stepped_back_10s_repeats_no_id() {
         "refuses while behind the fence: {}",
         refused.body
     );
-    let retry_after: u64 = refused.header("retry-after").and_then(|v| v.parse().ok()).unwrap();
-    assert!(retry_after >= 5, "the clock really is 10 s behind the fence (Retry-After {retry_after})");
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        retry_after >= 5,
+        "the clock really is 10 s behind the fence (Retry-After {retry_after})"
+    );
     wait_for(
         Duration::from_secs(30),
         "the restarted sidecar to serve",
@@ -169,7 +175,17 @@ fn rule6_a_fence_file_written_for_another_layout_is_refused_not_reused() {
         "coarse.yaml",
         "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: default}\nspec:\n  timeUnit: 10ms\n",
     );
-    let (code, stderr) = run_to_exit(&["--listen", "127.0.0.1:0", "--state-dir", dir, "--sequence-file", &coarse]);
+    let (code, stderr) = run_to_exit(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        dir,
+        "--sequence-file",
+        &coarse,
+    ]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("belongs to") && stderr.contains("IDs could repeat"), "{stderr}");
+    assert!(
+        stderr.contains("belongs to") && stderr.contains("IDs could repeat"),
+        "{stderr}"
+    );
 }

@@ -12,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::process::{Process, ProcessSpec};
@@ -43,7 +43,7 @@ pub struct Operator {
     pub metrics_port: u16,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -93,6 +93,16 @@ impl Operator {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(name))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// The value of one labelled series, chosen by a `key="value"` fragment of its labels
+    /// (0 when absent or unreachable).
+    pub fn metric_with(&self, name: &str, label: &str) -> f64 {
+        let text = self.metrics();
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0.0)
     }
 
@@ -395,4 +405,3 @@ pub async fn request_counts(client: &kube::Client) -> Result<BTreeMap<(String, S
     }
     Ok(counts)
 }
-

@@ -1,0 +1,378 @@
+//! The injection webhook and the sidecar RoleBindings, against the real API server.
+//!
+//! The operator runs as a local process serving its webhook on 127.0.0.1; a
+//! MutatingWebhookConfiguration points at it by `url` (in a cluster, by Service). The
+//! operator creates its own CA and certificate and writes the `caBundle`; pods created
+//! through the API then come back as the API server stored them.
+
+mod operator_support;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use operator_support::*;
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const SIDECAR: &str = "kubeflake-sidecar";
+
+/// One webhook entry pointing at the local operator; used twice in one configuration so
+/// that the API server calls it twice for every pod (and re-invokes it).
+fn webhook_entry(name: &str, port: u16, ns: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate-v1-pod")},
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+        "objectSelector": {"matchExpressions": [{"key": "kubeflake.io/sequence", "operator": "Exists"}]},
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 10,
+        "reinvocationPolicy": "IfNeeded",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    })
+}
+
+struct Setup {
+    ns: TestNamespace,
+    config_name: String,
+    operator: Operator,
+}
+
+/// An operator with its webhook and a configuration that trusts it (caBundle written).
+async fn setup(cluster: &Cluster, prefix: &str) -> Result<Setup> {
+    install_crd(cluster).await?;
+    let ns = cluster.namespace(prefix).await?;
+    let port = free_port();
+    let config_name = format!("kubeflake-{}", ns.name);
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
+    let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": config_name},
+        "webhooks": [
+            webhook_entry("inject.kubeflake.io", port, &ns.name),
+            webhook_entry("inject-again.kubeflake.io", port, &ns.name),
+        ],
+    }))?;
+    configs.create(&PostParams::default(), &config).await?;
+    let operator = Operator::start_with(
+        cluster,
+        &ns.name,
+        prefix,
+        &[
+            "--webhook-addr",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-namespace",
+            &ns.name,
+            "--webhook-config",
+            &config_name,
+            "--webhook-extra-san",
+            "127.0.0.1",
+            "--sidecar-image",
+            "kubeflake-sidecar:e2e",
+            "--sidecar-cluster-role",
+            "kubeflake-sidecar-e2e",
+        ],
+    )?;
+    wait_for_ca_bundle(&configs, &config_name).await?;
+    Ok(Setup {
+        ns,
+        config_name,
+        operator,
+    })
+}
+
+async fn wait_for_ca_bundle(configs: &Api<MutatingWebhookConfiguration>, name: &str) -> Result<()> {
+    eventually(
+        LIMIT,
+        "the operator to write caBundle into both webhooks",
+        || async {
+            let c = configs.get(name).await?;
+            Ok(c.webhooks
+                .unwrap_or_default()
+                .iter()
+                .all(|w| {
+                    w.client_config
+                        .ca_bundle
+                        .as_ref()
+                        .is_some_and(|b| !b.0.is_empty())
+                })
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+fn pod(name: &str, labels: serde_json::Value, annotations: serde_json::Value) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"containers": [
+            {"name": "app", "image": "example.invalid/app"},
+            {"name": "worker", "image": "example.invalid/worker", "env": [{"name": "MODE", "value": "batch"}]},
+        ]},
+    }))?)
+}
+
+/// Creates a pod, retrying while the API server has not yet picked up the new caBundle
+/// (its webhook configuration cache lags the write by a moment).
+async fn create(ns: &TestNamespace, pod: &Pod) -> Result<Pod, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut tries = 0;
+    loop {
+        match api.create(&PostParams::default(), pod).await {
+            Err(kube::Error::Api(s)) if s.message.contains("x509") && tries < 50 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn sidecars(pod: &Pod) -> usize {
+    let spec = pod.spec.as_ref().expect("spec");
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter(|c| c.name == SIDECAR)
+        .count()
+}
+
+fn url_env(pod: &Pod, container: usize) -> Option<String> {
+    let c = &pod.spec.as_ref()?.containers[container];
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "KUBEFLAKE_URL")?
+        .value
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_pod_gets_the_sidecar_exactly_once_and_others_are_untouched() -> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-inject").await?;
+    create_sequence(&s.ns, "orders", json!({})).await?;
+
+    // Called twice (two webhook entries) and possibly re-invoked: still one sidecar.
+    let injected = create(
+        &s.ns,
+        &pod(
+            "labelled",
+            json!({"kubeflake.io/sequence": "orders"}),
+            json!({}),
+        )?,
+    )
+    .await?;
+    assert_eq!(
+        sidecars(&injected),
+        1,
+        "exactly one sidecar: {:?}",
+        injected.spec
+    );
+    let spec = injected.spec.as_ref().context("spec")?;
+    let init = &spec.init_containers.as_ref().context("init containers")?[0];
+    assert_eq!(init.name, SIDECAR);
+    assert_eq!(
+        init.restart_policy.as_deref(),
+        Some("Always"),
+        "a native sidecar"
+    );
+    assert_eq!(init.image.as_deref(), Some("kubeflake-sidecar:e2e"));
+    assert!(
+        spec.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "kubeflake-state" && v.empty_dir.is_some())
+    );
+    assert_eq!(
+        url_env(&injected, 0).as_deref(),
+        Some("http://127.0.0.1:7070")
+    );
+    assert_eq!(
+        url_env(&injected, 1).as_deref(),
+        Some("http://127.0.0.1:7070")
+    );
+    assert!(injected.annotations().contains_key("kubeflake.io/injected"));
+    // The first entry injected; the second (and any re-invocation) found the sidecar there.
+    let metric = |outcome: &str| {
+        s.operator.metric_with(
+            "kubeflake_webhook_requests_total",
+            &format!("outcome=\"{outcome}\""),
+        )
+    };
+    assert_eq!(metric("injected"), 1.0, "one patch for the labelled pod");
+    assert!(
+        metric("skipped") >= 1.0,
+        "the second webhook entry was called and skipped"
+    );
+
+    let plain = create(&s.ns, &pod("unlabelled", json!({"app": "x"}), json!({}))?).await?;
+    assert_eq!(sidecars(&plain), 0);
+    assert!(
+        plain
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_none_or(|i| i.is_empty())
+    );
+    assert_eq!(url_env(&plain, 0), None);
+
+    let opted_out = create(
+        &s.ns,
+        &pod(
+            "opted-out",
+            json!({"kubeflake.io/sequence": "orders"}),
+            json!({"kubeflake.io/inject": "false"}),
+        )?,
+    )
+    .await?;
+    assert_eq!(
+        sidecars(&opted_out),
+        0,
+        "the opt-out annotation is honoured"
+    );
+
+    assert_eq!(metric("injected"), 1.0, "nothing else was patched");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_naming_a_missing_sequence_is_rejected_with_a_message_saying_so() -> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-missing").await?;
+    let err = create(
+        &s.ns,
+        &pod("lost", json!({"kubeflake.io/sequence": "nope"}), json!({}))?,
+    )
+    .await
+    .expect_err("the pod must be rejected");
+    let message = err.to_string();
+    assert!(
+        message.contains(r#"IdSequence "nope" not found in namespace"#)
+            && message.contains("create it first"),
+        "{message}"
+    );
+    // kubectl shows the same to a person.
+    let manifest = serde_json::to_string(&pod(
+        "lost2",
+        json!({"kubeflake.io/sequence": "nope"}),
+        json!({}),
+    )?)?;
+    let out = cluster
+        .kubectl_with_stdin(&["create", "-n", &s.ns.name, "-f", "-"], Some(&manifest))
+        .await?;
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains("not found in namespace"),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_keeps_its_certificate_in_a_secret_owned_by_the_configuration_and_restores_a_reset_ca_bundle()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-certs").await?;
+    let secrets: Api<Secret> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    let secret = secrets.get("kubeflake-webhook-tls").await?;
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let data = secret.data.clone().unwrap_or_default();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(
+            data.get(key).is_some_and(|v| !v.0.is_empty()),
+            "Secret holds {key}"
+        );
+    }
+    let owners = secret.owner_references();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == "MutatingWebhookConfiguration" && o.name == s.config_name),
+        "owned by the configuration, so deleting it deletes the Secret: {owners:?}"
+    );
+
+    // A `helm upgrade` re-applying the chart resets caBundle; the operator writes it back.
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(s.ns.client.clone());
+    let mut config = configs.get(&s.config_name).await?;
+    for hook in config.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = None;
+    }
+    configs
+        .replace(&s.config_name, &PostParams::default(), &config)
+        .await?;
+    wait_for_ca_bundle(&configs, &s.config_name).await?;
+    let restored = configs.get(&s.config_name).await?;
+    let bundle = restored.webhooks.unwrap_or_default()[0]
+        .client_config
+        .ca_bundle
+        .clone();
+    assert_eq!(bundle.map(|b| b.0), data.get("ca.crt").map(|b| b.0.clone()));
+
+    // Deleting the configuration garbage-collects the Secret (kube-controller-manager runs).
+    configs
+        .delete(&s.config_name, &DeleteParams::default())
+        .await?;
+    eventually(LIMIT, "the Secret to be garbage-collected", || async {
+        Ok(secrets
+            .get_opt("kubeflake-webhook-tls")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_with_a_sequence_gets_the_sidecar_role_binding_and_loses_it_with_the_last_sequence()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-rbac").await?;
+    let bindings: Api<RoleBinding> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    create_sequence(&s.ns, "first", json!({})).await?;
+    create_sequence(&s.ns, "second", json!({})).await?;
+    let binding = eventually(LIMIT, "the sidecar RoleBinding", || async {
+        Ok(bindings.get_opt("kubeflake-sidecar").await?)
+    })
+    .await?;
+    assert_eq!(binding.role_ref.name, "kubeflake-sidecar-e2e");
+    let subjects = binding.subjects.unwrap_or_default();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(
+        subjects[0].name,
+        format!("system:serviceaccounts:{}", s.ns.name)
+    );
+
+    let sequences: Api<kubeflake_crds::IdSequence> =
+        Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    sequences.delete("first", &DeleteParams::default()).await?;
+    eventually(LIMIT, "the first sequence to be gone", || async {
+        Ok(sequences.get_opt("first").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(
+        bindings.get_opt("kubeflake-sidecar").await?.is_some(),
+        "still needed by the second"
+    );
+    sequences.delete("second", &DeleteParams::default()).await?;
+    eventually(
+        LIMIT,
+        "the RoleBinding to go with the last sequence",
+        || async {
+            Ok(bindings
+                .get_opt("kubeflake-sidecar")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await
+}

@@ -1,0 +1,438 @@
+//! What the admission webhook does to a pod, as a pure function: given the pod as
+//! submitted, decide to leave it alone or return the JSON Patch that adds the sidecar.
+//!
+//! The sidecar is a *native sidecar* (an init container with `restartPolicy: Always`):
+//! it starts before the app containers, keeps running beside them and stops after them,
+//! so the app can ask for IDs from its first line to its last.
+//!
+//! Injection is idempotent: a pod that already has the sidecar gets no patch, so a
+//! re-invoked webhook (`reinvocationPolicy: IfNeeded`) never injects twice.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use serde_json::{Value, json};
+
+/// Name of the injected init container (also how a second invocation recognises it).
+pub const SIDECAR_NAME: &str = "kubeflake-sidecar";
+/// Pod annotation that switches injection off: `kubeflake.io/inject: "false"`.
+pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
+/// Pod annotation the webhook sets on pods it changed, with the operator's version.
+pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
+/// Environment variable that tells app containers where the sidecar listens.
+pub const URL_ENV: &str = "KUBEFLAKE_URL";
+/// The emptyDir that keeps the pod-local fence across sidecar restarts (rule 6).
+pub const STATE_VOLUME: &str = "kubeflake-state";
+/// Where the state volume is mounted in the sidecar.
+pub const STATE_DIR: &str = "/var/run/kubeflake";
+/// Numeric non-root user the sidecar runs as (the image's user too).
+pub const SIDECAR_UID: i64 = 65532;
+
+/// How to build the sidecar container; set from the operator's `--sidecar-*` flags.
+#[derive(Debug, Clone)]
+pub struct SidecarTemplate {
+    pub image: String,
+    pub image_pull_policy: String,
+    /// Port of the ID API on 127.0.0.1 (the app calls it).
+    pub port: u16,
+    /// Port of `/healthz` and `/readyz` on all addresses (kubelet probes reach the pod IP).
+    pub probe_port: u16,
+    pub requests: BTreeMap<String, Quantity>,
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// The webhook's answer for one pod.
+#[derive(Debug, PartialEq)]
+pub enum Decision {
+    /// Admit unchanged, for the stated reason.
+    Skip(&'static str),
+    /// Admit with this JSON Patch (RFC 6902) applied, after checking that the sequence
+    /// named by the label exists.
+    Inject { sequence: String, patch: Value },
+}
+
+/// Decides what to do with `pod` (as it will be created).
+pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
+    let Some(sequence) = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SEQUENCE_LABEL))
+    else {
+        return Decision::Skip("pod has no kubeflake.io/sequence label");
+    };
+    let opted_out = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INJECT_ANNOTATION))
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    if opted_out {
+        return Decision::Skip("pod opted out with kubeflake.io/inject: \"false\"");
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Decision::Skip("pod has no spec");
+    };
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    if init
+        .iter()
+        .chain(&spec.containers)
+        .any(|c| c.name == SIDECAR_NAME)
+    {
+        return Decision::Skip("sidecar already injected");
+    }
+    Decision::Inject {
+        sequence: sequence.clone(),
+        patch: patch(pod, sequence, template),
+    }
+}
+
+/// Adds the value at `path`, creating the array or map `parent` first when it is absent.
+fn add_to(ops: &mut Vec<Value>, parent_exists: bool, parent: &str, key: &str, value: Value) {
+    if parent_exists {
+        ops.push(json!({"op": "add", "path": format!("{parent}/{key}"), "value": value}));
+    } else if key == "-" || key == "0" {
+        ops.push(json!({"op": "add", "path": parent, "value": [value]}));
+    } else {
+        ops.push(json!({"op": "add", "path": parent, "value": {unescape(key): value}}));
+    }
+}
+
+/// Undoes JSON Pointer escaping for a map key written as a path segment.
+fn unescape(key: &str) -> String {
+    key.replace("~1", "/").replace("~0", "~")
+}
+
+fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Value {
+    let mut ops = Vec::new();
+    let spec = pod.spec.as_ref();
+    let has_init = spec.is_some_and(|s| s.init_containers.is_some());
+    // First, so that other init containers can already ask for IDs.
+    let sidecar = serde_json::to_value(sidecar(sequence, template)).unwrap_or(Value::Null);
+    add_to(&mut ops, has_init, "/spec/initContainers", "0", sidecar);
+
+    let volume = serde_json::to_value(Volume {
+        name: STATE_VOLUME.into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    })
+    .unwrap_or(Value::Null);
+    let has_volumes = spec.is_some_and(|s| s.volumes.is_some());
+    add_to(&mut ops, has_volumes, "/spec/volumes", "-", volume);
+
+    let url = json!({"name": URL_ENV, "value": format!("http://127.0.0.1:{}", template.port)});
+    for (i, container) in spec
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let env = container.env.as_deref().unwrap_or_default();
+        if env.iter().any(|e| e.name == URL_ENV) {
+            continue; // the app chose its own address; keep it
+        }
+        let parent = format!("/spec/containers/{i}/env");
+        add_to(&mut ops, container.env.is_some(), &parent, "-", url.clone());
+    }
+
+    let has_annotations = pod.metadata.annotations.is_some();
+    add_to(
+        &mut ops,
+        has_annotations,
+        "/metadata/annotations",
+        "kubeflake.io~1injected",
+        json!(env!("CARGO_PKG_VERSION")),
+    );
+    Value::Array(ops)
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn plain_env(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, port: u16, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(port.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        ..Default::default()
+    }
+}
+
+/// The sidecar container: the downward API gives it the pod's identity, the emptyDir
+/// its local fence; it runs as a numeric non-root user with nothing it does not need.
+fn sidecar(sequence: &str, t: &SidecarTemplate) -> Container {
+    Container {
+        name: SIDECAR_NAME.into(),
+        image: Some(t.image.clone()),
+        image_pull_policy: Some(t.image_pull_policy.clone()),
+        restart_policy: Some("Always".into()),
+        args: Some(vec!["cluster".into()]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("POD_UID", "metadata.uid"),
+            plain_env("KUBEFLAKE_SEQUENCE", sequence.into()),
+            plain_env("KUBEFLAKE_LISTEN", format!("127.0.0.1:{}", t.port)),
+            plain_env(
+                "KUBEFLAKE_PROBE_LISTEN",
+                format!("0.0.0.0:{}", t.probe_port),
+            ),
+            plain_env("KUBEFLAKE_FENCE_DIR", STATE_DIR.into()),
+            plain_env("KUBEFLAKE_LOG_FORMAT", "json".into()),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("kubeflake-probe".into()),
+            container_port: t.probe_port.into(),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(http_probe("/readyz", t.probe_port, 2)),
+        liveness_probe: Some(http_probe("/healthz", t.probe_port, 10)),
+        resources: Some(ResourceRequirements {
+            requests: Some(t.requests.clone()).filter(|r| !r.is_empty()),
+            limits: Some(t.limits.clone()).filter(|l| !l.is_empty()),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(SIDECAR_UID),
+            run_as_group: Some(SIDECAR_UID),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: STATE_VOLUME.into(),
+            mount_path: STATE_DIR.into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> SidecarTemplate {
+        SidecarTemplate {
+            image: "kubeflake-sidecar:test".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            port: 7070,
+            probe_port: 7071,
+            requests: [("cpu".to_string(), Quantity("50m".into()))].into(),
+            limits: [("memory".to_string(), Quantity("64Mi".into()))].into(),
+        }
+    }
+
+    fn pod(value: Value) -> Pod {
+        serde_json::from_value(value).expect("valid pod")
+    }
+
+    fn labelled() -> Value {
+        json!({
+            "metadata": {"name": "app", "labels": {"kubeflake.io/sequence": "orders"}},
+            "spec": {"containers": [
+                {"name": "app", "image": "app"},
+                {"name": "helper", "image": "helper", "env": [{"name": "A", "value": "1"}]}
+            ]}
+        })
+    }
+
+    /// Applies the decision's patch the way the API server would.
+    fn apply(original: &Value, decision: &Decision) -> Value {
+        let Decision::Inject { patch, .. } = decision else {
+            panic!("expected an injection, got {decision:?}");
+        };
+        let mut doc = original.clone();
+        let patch: json_patch::Patch = serde_json::from_value(patch.clone()).expect("a patch");
+        json_patch::patch(&mut doc, &patch).expect("patch applies");
+        doc
+    }
+
+    #[test]
+    fn a_labelled_pod_gets_a_native_sidecar_the_state_volume_and_the_url() {
+        let original = labelled();
+        let decision = decide(&pod(original.clone()), &template());
+        let patched = pod(apply(&original, &decision));
+        let spec = patched.spec.expect("spec");
+        let init = spec.init_containers.expect("init containers");
+        assert_eq!(init.len(), 1);
+        let sidecar = &init[0];
+        assert_eq!(sidecar.name, SIDECAR_NAME);
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        let env = sidecar.env.as_deref().expect("env");
+        let value = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(value("KUBEFLAKE_SEQUENCE").as_deref(), Some("orders"));
+        assert_eq!(value("KUBEFLAKE_LISTEN").as_deref(), Some("127.0.0.1:7070"));
+        let uid = env.iter().find(|e| e.name == "POD_UID").expect("POD_UID");
+        let field = uid.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+        assert_eq!(field.map(|f| f.field_path.as_str()), Some("metadata.uid"));
+        assert_eq!(spec.volumes.expect("volumes")[0].name, STATE_VOLUME);
+        for c in &spec.containers {
+            let env = c.env.as_deref().expect("env added");
+            let url = env
+                .iter()
+                .find(|e| e.name == URL_ENV)
+                .expect("KUBEFLAKE_URL");
+            assert_eq!(url.value.as_deref(), Some("http://127.0.0.1:7070"));
+        }
+        assert_eq!(
+            spec.containers[1].env.as_ref().map(Vec::len),
+            Some(2),
+            "existing env kept"
+        );
+        let annotations = patched.metadata.annotations.expect("annotations");
+        assert!(annotations.contains_key(INJECTED_ANNOTATION));
+    }
+
+    #[test]
+    fn the_sidecar_runs_under_the_restricted_pod_security_profile() {
+        let original = labelled();
+        let patched = pod(apply(
+            &original,
+            &decide(&pod(original.clone()), &template()),
+        ));
+        let init = patched.spec.and_then(|s| s.init_containers).expect("init");
+        let sc = init[0].security_context.clone().expect("security context");
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_string()])
+        );
+        assert_eq!(
+            sc.seccomp_profile.map(|p| p.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+        let probe = init[0]
+            .readiness_probe
+            .clone()
+            .and_then(|p| p.http_get)
+            .expect("probe");
+        assert_eq!(probe.port, IntOrString::Int(7071));
+        let resources = init[0].resources.clone().expect("resources");
+        assert!(resources.requests.is_some() && resources.limits.is_some());
+    }
+
+    #[test]
+    fn injection_is_idempotent_a_second_invocation_changes_nothing() {
+        let original = labelled();
+        let once = apply(&original, &decide(&pod(original.clone()), &template()));
+        assert_eq!(
+            decide(&pod(once), &template()),
+            Decision::Skip("sidecar already injected")
+        );
+    }
+
+    #[test]
+    fn existing_init_containers_volumes_and_annotations_are_kept_and_the_sidecar_goes_first() {
+        let mut original = labelled();
+        original["metadata"]["annotations"] = json!({"team": "orders"});
+        original["spec"]["initContainers"] = json!([{"name": "migrate", "image": "m"}]);
+        original["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+        let patched = pod(apply(
+            &original,
+            &decide(&pod(original.clone()), &template()),
+        ));
+        let spec = patched.spec.expect("spec");
+        let names: Vec<_> = spec
+            .init_containers
+            .expect("init")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, [SIDECAR_NAME, "migrate"]);
+        let volumes: Vec<_> = spec
+            .volumes
+            .expect("volumes")
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        assert_eq!(volumes, ["data", STATE_VOLUME]);
+        let annotations = patched.metadata.annotations.expect("annotations");
+        assert_eq!(annotations.get("team").map(String::as_str), Some("orders"));
+        assert!(annotations.contains_key(INJECTED_ANNOTATION));
+    }
+
+    #[test]
+    fn an_app_that_sets_its_own_kubeflake_url_keeps_it() {
+        let mut original = labelled();
+        original["spec"]["containers"][0]["env"] = json!([{"name": URL_ENV, "value": "http://x"}]);
+        let patched = pod(apply(
+            &original,
+            &decide(&pod(original.clone()), &template()),
+        ));
+        let env = patched.spec.expect("spec").containers[0]
+            .env
+            .clone()
+            .expect("env");
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0].value.as_deref(), Some("http://x"));
+    }
+
+    #[test]
+    fn unlabelled_and_opted_out_pods_are_left_alone() {
+        let mut unlabelled = labelled();
+        unlabelled["metadata"]["labels"] = json!({"app": "x"});
+        assert!(matches!(
+            decide(&pod(unlabelled), &template()),
+            Decision::Skip(_)
+        ));
+        let mut opted_out = labelled();
+        opted_out["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "false"});
+        assert!(matches!(
+            decide(&pod(opted_out), &template()),
+            Decision::Skip(_)
+        ));
+        let mut opted_in = labelled();
+        opted_in["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "true"});
+        assert!(matches!(
+            decide(&pod(opted_in), &template()),
+            Decision::Inject { .. }
+        ));
+    }
+}

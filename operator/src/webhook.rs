@@ -1,0 +1,235 @@
+//! The mutating admission webhook: HTTPS on `--webhook-addr`, path [`PATH`].
+//!
+//! The API server sends an `AdmissionReview` for each pod created with the
+//! `kubeflake.io/sequence` label (the configuration's `objectSelector`); we answer with
+//! the patch from [`crate::inject`], or deny the pod when the sequence it names does not
+//! exist: a pod without IDs would only fail later and less clearly.
+//!
+//! Every replica serves the webhook (it needs no leadership: it only reads), so a rolling
+//! update or a lost leader never blocks pod creation.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::{Api, Client};
+use kubeflake_crds::IdSequence;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::certs::ServingCert;
+use crate::inject::{Decision, SidecarTemplate, decide};
+use crate::metrics::Metrics;
+
+/// The URL path the MutatingWebhookConfiguration points at.
+pub const PATH: &str = "/mutate-v1-pod";
+/// Largest AdmissionReview accepted (pods are at most about 1.5 MiB in etcd).
+const MAX_BODY: usize = 4 << 20;
+
+/// What the webhook handlers share.
+pub struct Webhook {
+    pub client: Client,
+    pub template: SidecarTemplate,
+    pub metrics: Arc<Metrics>,
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn json(status: StatusCode, body: Vec<u8>) -> Reply {
+    let mut reply = Response::new(Full::new(Bytes::from(body)));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    reply
+}
+
+fn error(status: StatusCode, message: &str) -> Reply {
+    json(
+        status,
+        serde_json::json!({ "error": message })
+            .to_string()
+            .into_bytes(),
+    )
+}
+
+impl Webhook {
+    /// Answers one HTTP request; never panics, every error is a JSON body.
+    async fn answer(&self, req: Request<Incoming>) -> Reply {
+        if req.uri().path() != PATH {
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!("no route {:?}; the webhook is at {PATH}", req.uri().path()),
+            );
+        }
+        if req.method() != Method::POST {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "use POST with an AdmissionReview",
+            );
+        }
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("cannot read the body: {e}"),
+                );
+            }
+        };
+        let review: AdmissionReview<Pod> = match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("not an AdmissionReview of a Pod: {e}"),
+                );
+            }
+        };
+        let request: AdmissionRequest<Pod> = match review.try_into() {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("AdmissionReview without a request: {e}"),
+                );
+            }
+        };
+        let started = Instant::now();
+        let (response, outcome) = self.review(&request).await;
+        self.metrics
+            .webhook_requests
+            .with_label_values(&[outcome])
+            .inc();
+        self.metrics
+            .webhook_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let review: AdmissionReview<DynamicObject> = response.into_review();
+        match serde_json::to_vec(&review) {
+            Ok(body) => json(StatusCode::OK, body),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot encode the answer: {e}"),
+            ),
+        }
+    }
+
+    /// The admission decision, and its outcome label for metrics.
+    async fn review(&self, request: &AdmissionRequest<Pod>) -> (AdmissionResponse, &'static str) {
+        let allow = AdmissionResponse::from(request);
+        let Some(pod) = request.object.as_ref() else {
+            return (allow, "skipped");
+        };
+        let (sequence, patch) = match decide(pod, &self.template) {
+            Decision::Skip(reason) => {
+                tracing::debug!(pod = ?pod.metadata.name, reason, "not injecting");
+                return (allow, "skipped");
+            }
+            Decision::Inject { sequence, patch } => (sequence, patch),
+        };
+        let namespace = request
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let sequences: Api<IdSequence> = Api::namespaced(self.client.clone(), &namespace);
+        match sequences.get_opt(&sequence).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let message = format!(
+                    "IdSequence {sequence:?} not found in namespace {namespace:?}: create it first \
+                     (kubectl apply -f idsequence.yaml), or fix the pod's kubeflake.io/sequence label"
+                );
+                return (allow.deny(message), "denied");
+            }
+            Err(e) => {
+                let message = format!(
+                    "cannot check IdSequence {sequence:?} in namespace {namespace:?}: {e}; retry"
+                );
+                return (allow.deny(message), "error");
+            }
+        }
+        let patch: json_patch::Patch = match serde_json::from_value(patch) {
+            Ok(p) => p,
+            Err(e) => {
+                return (
+                    allow.deny(format!("internal error building the patch: {e}")),
+                    "error",
+                );
+            }
+        };
+        match allow.clone().with_patch(patch) {
+            Ok(r) => {
+                tracing::info!(
+                    namespace,
+                    pod = pod
+                        .metadata
+                        .name
+                        .as_deref()
+                        .or(pod.metadata.generate_name.as_deref()),
+                    sequence,
+                    "sidecar injected"
+                );
+                (r, "injected")
+            }
+            Err(e) => (
+                allow.deny(format!("internal error encoding the patch: {e}")),
+                "error",
+            ),
+        }
+    }
+}
+
+/// The TLS settings: HTTP/1.1 only, the certificate from `serving` on every handshake.
+pub fn tls_acceptor(serving: Arc<ServingCert>) -> Result<TlsAcceptor, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(serving);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Binds `addr`; the error names the flag.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on --webhook-addr {addr}: {e}"))
+}
+
+/// Serves the webhook until the task is dropped.
+pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, webhook: Arc<Webhook>) {
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else {
+            continue;
+        };
+        let (acceptor, webhook) = (acceptor.clone(), webhook.clone());
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(stream).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let service = service_fn(move |req| {
+                let webhook = webhook.clone();
+                async move { Ok::<_, Infallible>(webhook.answer(req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}

@@ -15,7 +15,6 @@ use crate::error::EXIT_CODES_HELP;
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-kubeflake",
-    bin_name = "kubectl kubeflake",
     version,
     after_help = EXIT_CODES_HELP,
     propagate_version = true
@@ -114,6 +113,7 @@ pub struct SlotsArgs {
 
 /// Where the cluster is: kubeconfig, context and namespace (kubectl's defaults otherwise).
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Cluster")]
 pub struct ClusterArgs {
     /// Namespace of the IdSequence (default: the kubeconfig context's namespace).
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
@@ -129,6 +129,7 @@ pub struct ClusterArgs {
 /// Where the layout comes from: a sequence in the cluster, a manifest, or flags. Flags not
 /// given take the IdSequence defaults (41/0/10/12, 1ms, 2025-01-01T00:00:00Z).
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Layout (one of --sequence, -f, or the bit flags)")]
 pub struct LayoutArgs {
     /// Read the layout from this IdSequence in the cluster.
     #[arg(long, value_name = "NAME", conflicts_with_all = LAYOUT_FLAGS)]

@@ -575,3 +575,50 @@ fn completion_scripts_name_the_binary_and_its_commands() {
     }
     assert_eq!(run(&["completion", "tcsh"]).code, 2);
 }
+
+#[test]
+fn bash_completion_completes_commands_and_the_flags_of_a_command() {
+    if Command::new("bash").arg("-c").arg("true").status().is_err() {
+        eprintln!("bash is not installed: skipping the bash completion check");
+        return;
+    }
+    let script = run(&["completion", "bash"]);
+    assert_eq!(script.code, 0, "{}", script.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubectl-kubeflake.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash does on TAB: set COMP_WORDS/COMP_CWORD and call the registered function.
+    let complete = |words: &[&str]| {
+        let function = script
+            .stdout
+            .lines()
+            .find_map(|l| {
+                l.trim_start()
+                    .strip_prefix("complete -F ")?
+                    .split_whitespace()
+                    .next()
+            })
+            .expect("a complete -F line")
+            .to_string();
+        let cword = words.len() - 1;
+        let program = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={cword}; {function} kubectl-kubeflake '{}' '{}'; echo \"${{COMPREPLY[@]}}\"",
+            path.display(),
+            words.join(" "),
+            words[cword],
+            words[cword - 1],
+        );
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(program)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let commands = complete(&["kubectl-kubeflake", "de"]);
+    assert_eq!(commands.split_whitespace().collect::<Vec<_>>(), ["decode"]);
+    let flags = complete(&["kubectl-kubeflake", "plan", "--tim"]);
+    let mut flags: Vec<&str> = flags.split_whitespace().collect();
+    flags.sort();
+    assert_eq!(flags, ["--time-unit", "--timestamp-bits"]);
+}

@@ -123,6 +123,13 @@ async fn run_plugin(cluster: &Cluster, args: &[&str]) -> Result<Run> {
     finish(command).await
 }
 
+/// Runs the plugin, expects exit 0, and parses its json output.
+async fn plugin_json(cluster: &Cluster, args: &[&str]) -> Result<Value> {
+    let r = run_plugin(cluster, args).await?;
+    ensure!(r.code == 0, "{args:?}: exit {}: {}", r.code, r.stderr);
+    serde_json::from_str(&r.stdout).with_context(|| format!("{args:?}: {}", r.stdout))
+}
+
 /// Pods labelled for `sequence`, each scheduled to its own (fictional) node.
 async fn create_scheduled_pods(
     ns: &TestNamespace,
@@ -181,9 +188,7 @@ async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waitin
     let leases = slot_leases(&ns, "orders").await?;
 
     // json: every field as the leases and pods say.
-    let r = run_plugin(cluster, &["slots", "orders", "-n", &ns.name, "-o", "json"]).await?;
-    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
-    let out: Value = serde_json::from_str(&r.stdout)?;
+    let out = plugin_json(cluster, &["slots", "orders", "-n", &ns.name, "-o", "json"]).await?;
     ensure!(out["capacity"] == 4 && out["held"] == 4, "{out}");
     let rows = out["slots"].as_array().context("slots array")?;
     ensure!(rows.len() == 4, "{out}");
@@ -321,22 +326,8 @@ async fn decode_and_compose_read_the_layout_of_a_sequence_in_the_cluster() -> Re
         sequence: 9_999,
     };
     let id = layout.encode(parts)?.to_string();
-    let r = run_plugin(
-        cluster,
-        &[
-            "decode",
-            &id,
-            "--sequence",
-            "dc",
-            "-n",
-            &ns.name,
-            "-o",
-            "json",
-        ],
-    )
-    .await?;
-    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
-    let out: Value = serde_json::from_str(&r.stdout)?;
+    let from_cluster = ["--sequence", "dc", "-n", &ns.name, "-o", "json"];
+    let out = plugin_json(cluster, &[&["decode", &id][..], &from_cluster].concat()).await?;
     let d = &out["ids"][0];
     ensure!(
         d["tick"] == 1_000_000
@@ -352,23 +343,8 @@ async fn decode_and_compose_read_the_layout_of_a_sequence_in_the_cluster() -> Re
         "{out}"
     );
 
-    let r = run_plugin(
-        cluster,
-        &[
-            "compose",
-            "--time",
-            "2020-01-12T13:46:40.500Z",
-            "--sequence",
-            "dc",
-            "-n",
-            &ns.name,
-            "-o",
-            "json",
-        ],
-    )
-    .await?;
-    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
-    let out: Value = serde_json::from_str(&r.stdout)?;
+    let compose = ["compose", "--time", "2020-01-12T13:46:40.500Z"];
+    let out = plugin_json(cluster, &[&compose[..], &from_cluster].concat()).await?;
     let (lo, hi) = layout.id_range_of_tick(Tick(1_000_000))?;
     ensure!(
         out["min"] == lo.to_string().as_str() && out["max"] == hi.to_string().as_str(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use kubeflake_crds::IdSequence;
+use kubeflake_crds::sequence::SequenceParams;
 
 use crate::cli::ClusterArgs;
 use crate::error::CliError;
@@ -68,4 +69,19 @@ pub async fn get_sequence(
             source,
         }),
     }
+}
+
+/// Reads an IdSequence and validates its spec into generator parameters.
+pub async fn get_params(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<SequenceParams, CliError> {
+    let seq = get_sequence(client, namespace, name).await?;
+    seq.spec
+        .params()
+        .map_err(|reason| CliError::BadSequenceInCluster {
+            name: format!("{namespace}/{name}"),
+            reason,
+        })
 }

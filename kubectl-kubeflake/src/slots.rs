@@ -298,14 +298,7 @@ pub async fn fetch(
 ) -> Result<SlotsReport, CliError> {
     let (client, namespace): (Client, String) = cluster::connect(&args.cluster).await?;
     let name = &args.sequence;
-    let seq = cluster::get_sequence(&client, &namespace, name).await?;
-    let params = seq
-        .spec
-        .params()
-        .map_err(|reason| CliError::BadSequenceInCluster {
-            name: format!("{namespace}/{name}"),
-            reason,
-        })?;
+    let params = cluster::get_params(&client, &namespace, name).await?;
     let selector = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={name}"));
     let api_error = |what: &str| {
         let what = format!("list {what} of idsequence {name} in namespace {namespace}");

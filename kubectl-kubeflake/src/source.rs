@@ -62,14 +62,7 @@ pub async fn resolve(
 ) -> Result<Resolved, CliError> {
     if let Some(name) = &args.sequence {
         let (client, namespace) = cluster::connect(cluster_args).await?;
-        let seq = cluster::get_sequence(&client, &namespace, name).await?;
-        let params = seq
-            .spec
-            .params()
-            .map_err(|reason| CliError::BadSequenceInCluster {
-                name: format!("{namespace}/{name}"),
-                reason,
-            })?;
+        let params = cluster::get_params(&client, &namespace, name).await?;
         return Ok(Resolved {
             name: format!("idsequence {namespace}/{name}"),
             params,

@@ -1,0 +1,363 @@
+//! The kubectl plugin against a real API server: `slots` shows what the slot leases say,
+//! joined with the pods, in table and json form; `--sequence` reads a layout from the
+//! cluster; an unknown sequence exits 3; and `kubectl kubeflake` finds the plugin on PATH.
+//!
+//! The plugin binary is `target/debug/kubectl-kubeflake` (a cargo test cannot depend on
+//! another package's binary). `cargo test --workspace`, which scripts/test.sh runs, builds
+//! it for the plugin's own tests; when it is missing or older than the plugin's or the API
+//! crate's sources (this file run alone), [`plugin`] builds it with `cargo build -p
+//! kubectl-kubeflake` first, so a stale binary is never tested.
+
+mod operator_support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use kubeflake_crds::{DatacenterId, IdParts, Layout, Slot, Tick};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use operator_support::*;
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(90);
+/// Upper bound for one plugin run (it talks to a local API server).
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Newest modification time of the files the plugin binary is built from.
+fn newest_source(paths: &[PathBuf]) -> std::time::SystemTime {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    let mut stack: Vec<PathBuf> = paths.to_vec();
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                stack.extend(entries.filter_map(|e| Some(e.ok()?.path())));
+            }
+        } else if let Ok(modified) = meta.modified() {
+            newest = newest.max(modified);
+        }
+    }
+    newest
+}
+
+/// The plugin binary next to this test binary, built first if missing or stale.
+fn plugin() -> PathBuf {
+    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
+    PLUGIN
+        .get_or_init(|| {
+            // The test binary is target/debug/deps/plugin-<hash>; the plugin target/debug/.
+            let exe = std::env::current_exe().expect("test binary path");
+            let debug_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("target/debug");
+            let binary = debug_dir.join("kubectl-kubeflake");
+            let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+            let sources = [
+                "kubectl-kubeflake",
+                "crds/src",
+                "crds/Cargo.toml",
+                "Cargo.lock",
+            ]
+            .map(|p| workspace.join(p));
+            let fresh = std::fs::metadata(&binary)
+                .and_then(|m| m.modified())
+                .is_ok_and(|built| built >= newest_source(&sources));
+            if !fresh {
+                let status = std::process::Command::new(env!("CARGO"))
+                    .args([
+                        "build",
+                        "-q",
+                        "-p",
+                        "kubectl-kubeflake",
+                        "--bin",
+                        "kubectl-kubeflake",
+                    ])
+                    .current_dir(&workspace)
+                    .status()
+                    .expect("cargo runs");
+                assert!(status.success(), "cargo build -p kubectl-kubeflake failed");
+            }
+            binary
+        })
+        .clone()
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn finish(mut command: tokio::process::Command) -> Result<Run> {
+    command
+        .kill_on_drop(true)
+        .stdin(std::process::Stdio::null());
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = tokio::time::timeout(RUN_LIMIT, command.output())
+        .await
+        .context("the plugin did not finish in time")??;
+    Ok(Run {
+        code: status.code().context("killed by a signal")?,
+        stdout: String::from_utf8(stdout)?,
+        stderr: String::from_utf8(stderr)?,
+    })
+}
+
+/// `kubectl-kubeflake <args>` with the test cluster's kubeconfig.
+async fn run_plugin(cluster: &Cluster, args: &[&str]) -> Result<Run> {
+    let mut command = tokio::process::Command::new(plugin());
+    command.args(args).env("KUBECONFIG", cluster.kubeconfig());
+    finish(command).await
+}
+
+/// Runs the plugin, expects exit 0, and parses its json output.
+async fn plugin_json(cluster: &Cluster, args: &[&str]) -> Result<Value> {
+    let r = run_plugin(cluster, args).await?;
+    ensure!(r.code == 0, "{args:?}: exit {}: {}", r.code, r.stderr);
+    serde_json::from_str(&r.stdout).with_context(|| format!("{args:?}: {}", r.stdout))
+}
+
+/// Pods labelled for `sequence`, each scheduled to its own (fictional) node.
+async fn create_scheduled_pods(
+    ns: &TestNamespace,
+    sequence: &str,
+    count: usize,
+) -> Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut pods = Vec::new();
+    for i in 0..count {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("app-{i}"), "labels": {SEQUENCE_LABEL: sequence}},
+            "spec": {
+                "nodeName": format!("node-{i}"),
+                "containers": [{"name": "app", "image": "example.invalid/app"}],
+            },
+        }))?;
+        pods.push(api.create(&PostParams::default(), &pod).await?);
+    }
+    Ok(pods)
+}
+
+/// Slot number -> holder UID, once `held` slots are held.
+async fn holders(ns: &TestNamespace, sequence: &str, held: usize) -> Result<HashMap<u32, String>> {
+    eventually(LIMIT, "the operator to fill the slots", || async {
+        let leases = slot_leases(ns, sequence).await?;
+        let map: HashMap<u32, String> = leases
+            .iter()
+            .filter_map(|l| Some((l.slot.0, l.holder.clone()?)))
+            .collect();
+        Ok((map.len() == held).then_some(map))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waiting() -> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("plugin-slots").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    // workerBits 2: four slots for five pods, so one pod waits.
+    create_sequence(
+        &ns,
+        "orders",
+        json!({"layout": {"timestampBits": 49, "workerBits": 2, "sequenceBits": 12}}),
+    )
+    .await?;
+    let pods = create_scheduled_pods(&ns, "orders", 5).await?;
+    let held = holders(&ns, "orders", 4).await?;
+    let by_uid: HashMap<String, &Pod> = pods.iter().map(|p| (p.uid().unwrap(), p)).collect();
+    let waiting: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| !held.values().any(|u| Some(u) == p.uid().as_ref()))
+        .collect();
+    ensure!(waiting.len() == 1, "one pod waits");
+    let leases = slot_leases(&ns, "orders").await?;
+
+    // json: every field as the leases and pods say.
+    let out = plugin_json(cluster, &["slots", "orders", "-n", &ns.name, "-o", "json"]).await?;
+    ensure!(out["capacity"] == 4 && out["held"] == 4, "{out}");
+    let rows = out["slots"].as_array().context("slots array")?;
+    ensure!(rows.len() == 4, "{out}");
+    for lease in &leases {
+        let row = rows
+            .iter()
+            .find(|r| r["slot"] == lease.slot.0)
+            .with_context(|| format!("slot {} listed", lease.slot.0))?;
+        let uid = lease.holder.clone().context("held")?;
+        let pod = by_uid[&uid];
+        ensure!(row["status"] == "held", "{row}");
+        ensure!(row["holderUid"] == uid.as_str(), "{row}");
+        ensure!(row["holderPod"] == pod.name_any().as_str(), "{row}");
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        ensure!(row["node"] == node.as_deref().unwrap_or("?"), "{row}");
+        ensure!(row["fence"] == lease.fence.0, "{row}");
+        ensure!(row["lease"] == lease.name.as_str(), "{row}");
+        ensure!(
+            row["renewTime"].is_string(),
+            "the operator set renewTime: {row}"
+        );
+    }
+    let listed_waiting = out["waiting"].as_array().context("waiting array")?;
+    ensure!(listed_waiting.len() == 1, "{out}");
+    ensure!(
+        listed_waiting[0]["pod"] == waiting[0].name_any().as_str(),
+        "{out}"
+    );
+
+    // table: one row per slot with its holder, and the waiting pod below.
+    let r = run_plugin(cluster, &["slots", "orders", "-n", &ns.name]).await?;
+    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
+    ensure!(
+        r.stdout.contains("4 slots, 4 held, 1 pod waiting"),
+        "{}",
+        r.stdout
+    );
+    for (slot, uid) in &held {
+        let pod = by_uid[uid];
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(slot.to_string().as_str()))
+            .with_context(|| format!("a row for slot {slot}: {}", r.stdout))?;
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        ensure!(cells[1] == "held" && cells[2] == pod.name_any(), "{line}");
+        ensure!(
+            cells[3] == format!("node-{}", &pod.name_any()[4..]),
+            "{line}"
+        );
+    }
+    let after = r
+        .stdout
+        .split("Waiting for a slot:")
+        .nth(1)
+        .context("a waiting section")?;
+    ensure!(after.contains(&waiting[0].name_any()), "{}", r.stdout);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_finds_the_plugin_on_path_and_an_unknown_sequence_exits_3() -> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("plugin-path").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    create_sequence(&ns, "orders", json!({})).await?;
+    let pods = create_pods(&ns, "orders", "app", 2).await?;
+    let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap()).collect();
+    let assigned = all_assigned(&ns, "orders", &uids, LIMIT).await?;
+
+    let plugin_dir = plugin().parent().context("plugin dir")?.to_path_buf();
+    let path = std::env::join_paths(
+        [plugin_dir, cluster.bin_dir().to_path_buf()]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )?;
+    let kubectl = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(cluster.kubectl_path());
+        command
+            .args(args)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .env("PATH", &path);
+        finish(command)
+    };
+    let listed = kubectl(&["plugin", "list"]).await?;
+    ensure!(
+        listed.stdout.contains("kubectl-kubeflake"),
+        "{}{}",
+        listed.stdout,
+        listed.stderr
+    );
+
+    let r = kubectl(&["kubeflake", "slots", "orders", "-n", &ns.name, "-o", "json"]).await?;
+    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
+    let out: Value = serde_json::from_str(&r.stdout)?;
+    let shown: HashMap<String, u64> = out["slots"]
+        .as_array()
+        .context("slots")?
+        .iter()
+        .filter_map(|s| Some((s["holderUid"].as_str()?.to_string(), s["slot"].as_u64()?)))
+        .collect();
+    for (uid, slot) in &assigned {
+        ensure!(shown.get(uid) == Some(&u64::from(*slot)), "{uid}: {out}");
+    }
+
+    let r = kubectl(&["kubeflake", "slots", "missing", "-n", &ns.name]).await?;
+    ensure!(r.code == 3, "exit {}: {}", r.code, r.stderr);
+    let expected = format!("idsequence missing not found in namespace {}", ns.name);
+    ensure!(r.stderr.contains(&expected), "{}", r.stderr);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_and_compose_read_the_layout_of_a_sequence_in_the_cluster() -> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("plugin-layout").await?;
+    create_sequence(
+        &ns,
+        "dc",
+        json!({
+            "layout": {"timestampBits": 39, "datacenterBits": 5, "workerBits": 5, "sequenceBits": 14},
+            "timeUnit": "1s", "epoch": "2020-01-01T00:00:00Z", "datacenterId": 17,
+        }),
+    )
+    .await?;
+    let layout = Layout::new(39, 5, 5, 14, 63)?;
+    let parts = IdParts {
+        tick: Tick(1_000_000),
+        datacenter: DatacenterId(17),
+        slot: Slot(30),
+        sequence: 9_999,
+    };
+    let id = layout.encode(parts)?.to_string();
+    let from_cluster = ["--sequence", "dc", "-n", &ns.name, "-o", "json"];
+    let out = plugin_json(cluster, &[&["decode", &id][..], &from_cluster].concat()).await?;
+    let d = &out["ids"][0];
+    ensure!(
+        d["tick"] == 1_000_000
+            && d["datacenter"] == 17
+            && d["worker"] == 30
+            && d["sequence"] == 9_999,
+        "{out}"
+    );
+    // Tick 1,000,000 of one second after 2020-01-01T00:00:00Z: 11 days, 13:46:40 later.
+    ensure!(d["time"] == "2020-01-12T13:46:40.000Z", "{out}");
+    ensure!(
+        out["layout"]["source"] == format!("idsequence {}/dc", ns.name),
+        "{out}"
+    );
+
+    let compose = ["compose", "--time", "2020-01-12T13:46:40.500Z"];
+    let out = plugin_json(cluster, &[&compose[..], &from_cluster].concat()).await?;
+    let (lo, hi) = layout.id_range_of_tick(Tick(1_000_000))?;
+    ensure!(
+        out["min"] == lo.to_string().as_str() && out["max"] == hi.to_string().as_str(),
+        "{out}"
+    );
+
+    let r = run_plugin(
+        cluster,
+        &["decode", "1", "--sequence", "nope", "-n", &ns.name],
+    )
+    .await?;
+    if r.code != 3 {
+        bail!("an unknown sequence exits 3, got {}: {}", r.code, r.stderr);
+    }
+    Ok(())
+}

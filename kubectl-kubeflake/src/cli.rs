@@ -1,0 +1,239 @@
+//! The command line: subcommands and flags (clap derive).
+//!
+//! Flags shared by several commands are grouped ([`ClusterArgs`], [`LayoutArgs`]) so that
+//! every command spells them the same way. kubectl passes everything after
+//! `kubectl kubeflake` through unchanged, so `-n`, `--context` and `--kubeconfig` are ours.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kubeflake_crds::TimeUnit;
+
+use crate::error::EXIT_CODES_HELP;
+
+/// kubeflake at the terminal: decode and compose Snowflake IDs, plan layouts, inspect slots.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-kubeflake",
+    version,
+    after_help = EXIT_CODES_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Output format: a table for people, json or yaml for scripts (shapes documented in
+    /// docs/kubectl-plugin.md).
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+
+    /// Log details (Kubernetes requests) on stderr; RUST_LOG overrides the filter.
+    #[arg(short = 'v', long, global = true)]
+    pub verbose: bool,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Split IDs into time, datacenter, worker and sequence.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Decode(DecodeArgs),
+    /// The smallest and largest ID an instant can produce (bounds for range queries).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Compose(ComposeArgs),
+    /// What a layout gives: workers, IDs per second, lifetime, JavaScript safety.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Plan(PlanArgs),
+    /// Every slot of a sequence with its holder pod, node, fence and renewal, and the
+    /// pods waiting for a slot.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Slots(SlotsArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// The IDs to decode (decimal).
+    #[arg(required = true, value_name = "ID", allow_negative_numbers = true)]
+    pub ids: Vec<String>,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ComposeArgs {
+    /// The instant, in RFC 3339 (2025-06-01T12:00:00Z, 2025-06-01T14:00:00+02:00) or "now".
+    #[arg(long, value_name = "RFC3339")]
+    pub time: String,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Replicas of the workload that will take part: warns when they exceed or near (80% or
+    /// more) the number of slots.
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<u64>,
+    /// Exit with code 4 when a warning is raised (warnings always go to stderr).
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SlotsArgs {
+    /// The IdSequence's name.
+    pub sequence: String,
+    /// Also list slots that were never used (they have no lease yet).
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Where the cluster is: kubeconfig, context and namespace (kubectl's defaults otherwise).
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Cluster")]
+pub struct ClusterArgs {
+    /// Namespace of the IdSequence (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Where the layout comes from: a sequence in the cluster, a manifest, or flags. Flags not
+/// given take the IdSequence defaults (41/0/10/12, 1ms, 2025-01-01T00:00:00Z).
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Layout (one of --sequence, -f, or the bit flags)")]
+pub struct LayoutArgs {
+    /// Read the layout from this IdSequence in the cluster.
+    #[arg(long, value_name = "NAME", conflicts_with_all = LAYOUT_FLAGS)]
+    pub sequence: Option<String>,
+    /// Read the layout from an IdSequence manifest (YAML or JSON; "-" for stdin).
+    #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with_all = LAYOUT_FLAGS, conflicts_with = "sequence")]
+    pub file: Option<PathBuf>,
+    /// Bits of the tick count (30-55) [default: 41]
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub timestamp_bits: Option<i32>,
+    /// Bits of the datacenter ID (0-10) [default: 0]
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub datacenter_bits: Option<i32>,
+    /// Bits of the worker slot (1-16) [default: 10]
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub worker_bits: Option<i32>,
+    /// Bits of the per-tick counter (0-22) [default: 12]
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub sequence_bits: Option<i32>,
+    /// What the four fields add up to: 63, or 53 for JavaScript-safe IDs [default: 63]
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub total_bits: Option<i32>,
+    /// Length of one tick: 1ms, 10ms, 100ms or 1s [default: 1ms]
+    #[arg(long, value_name = "UNIT", value_parser = parse_time_unit)]
+    pub time_unit: Option<TimeUnit>,
+    /// Tick 0, in RFC 3339 [default: 2025-01-01T00:00:00Z]
+    #[arg(long, value_name = "RFC3339")]
+    pub epoch: Option<String>,
+    /// The datacenter field of the sequence [default: 0]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub datacenter_id: Option<i64>,
+}
+
+/// The flags that describe a layout directly (they conflict with --sequence and -f).
+const LAYOUT_FLAGS: [&str; 8] = [
+    "timestamp_bits",
+    "datacenter_bits",
+    "worker_bits",
+    "sequence_bits",
+    "total_bits",
+    "time_unit",
+    "epoch",
+    "datacenter_id",
+];
+
+/// Parses `--time-unit` with the spellings an IdSequence uses.
+pub fn parse_time_unit(text: &str) -> Result<TimeUnit, String> {
+    match text {
+        "1ms" => Ok(TimeUnit::Millisecond),
+        "10ms" => Ok(TimeUnit::TenMilliseconds),
+        "100ms" => Ok(TimeUnit::HundredMilliseconds),
+        "1s" => Ok(TimeUnit::Second),
+        other => Err(format!(
+            "{other:?} is not a time unit: use 1ms, 10ms, 100ms or 1s"
+        )),
+    }
+}
+
+/// The spelling an IdSequence uses for a time unit.
+pub fn time_unit_name(unit: TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Millisecond => "1ms",
+        TimeUnit::TenMilliseconds => "10ms",
+        TimeUnit::HundredMilliseconds => "100ms",
+        TimeUnit::Second => "1s",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn time_units_round_trip_and_others_are_refused_with_the_choices() {
+        for unit in [
+            TimeUnit::Millisecond,
+            TimeUnit::TenMilliseconds,
+            TimeUnit::HundredMilliseconds,
+            TimeUnit::Second,
+        ] {
+            assert_eq!(parse_time_unit(time_unit_name(unit)), Ok(unit));
+        }
+        let err = parse_time_unit("5ms").unwrap_err();
+        assert!(err.contains("1ms, 10ms, 100ms or 1s"), "{err}");
+    }
+
+    #[test]
+    fn a_sequence_and_layout_flags_cannot_be_mixed() {
+        let err = Cli::try_parse_from([
+            "kubectl-kubeflake",
+            "decode",
+            "1",
+            "--sequence",
+            "orders",
+            "--worker-bits",
+            "8",
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+}

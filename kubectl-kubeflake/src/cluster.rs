@@ -1,0 +1,87 @@
+//! Talking to the cluster: a client from the kubeconfig (as kubectl would pick it), and
+//! reading an IdSequence with a clear "not found".
+//!
+//! Timeouts are short because a person is waiting at the terminal: an unreachable API
+//! server should be reported in seconds, not after kube's default of several minutes.
+
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::sequence::SequenceParams;
+
+use crate::cli::ClusterArgs;
+use crate::error::CliError;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client and the namespace to use (`-n`, else the context's namespace).
+pub async fn connect(args: &ClusterArgs) -> Result<(Client, String), CliError> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        cluster: None,
+        user: None,
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(|e| {
+                CliError::Kubeconfig(format!("--kubeconfig {}: {e}", path.display()))
+            })?;
+            Config::from_custom_kubeconfig(file, &options).await
+        }
+        None => Config::from_kubeconfig(&options).await,
+    };
+    let mut config = config.map_err(|e| CliError::Kubeconfig(e.to_string()))?;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.read_timeout = Some(READ_TIMEOUT);
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    tracing::debug!(server = %config.cluster_url, %namespace, "connecting");
+    let client = Client::try_from(config).map_err(|e| CliError::Kubeconfig(e.to_string()))?;
+    Ok((client, namespace))
+}
+
+/// Reads an IdSequence; a missing one is [`CliError::SequenceNotFound`] (exit code 3).
+pub async fn get_sequence(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<IdSequence, CliError> {
+    let api: Api<IdSequence> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(seq)) => Ok(seq),
+        Ok(None) => Err(CliError::SequenceNotFound {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        }),
+        // Without the CRD installed the resource itself is unknown: for the user that is
+        // the same answer, the sequence is not there.
+        Err(kube::Error::Api(status)) if status.is_not_found() => Err(CliError::SequenceNotFound {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        }),
+        Err(source) => Err(CliError::Api {
+            what: format!("read idsequence {name} in namespace {namespace}"),
+            source,
+        }),
+    }
+}
+
+/// Reads an IdSequence and validates its spec into generator parameters.
+pub async fn get_params(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<SequenceParams, CliError> {
+    let seq = get_sequence(client, namespace, name).await?;
+    seq.spec
+        .params()
+        .map_err(|reason| CliError::BadSequenceInCluster {
+            name: format!("{namespace}/{name}"),
+            reason,
+        })
+}

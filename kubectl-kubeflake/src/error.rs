@@ -1,0 +1,152 @@
+//! Every way a command can fail, each with the exit code scripts can rely on.
+//!
+//! Exit codes are part of the plugin's interface (documented in `--help` and
+//! `docs/kubectl-plugin.md`), so they live in one place: [`CliError::exit_code`].
+
+use kubeflake_crds::LayoutError;
+use kubeflake_crds::sequence::SpecError;
+
+/// Success.
+pub const EXIT_OK: i32 = 0;
+/// The cluster could not be reached or answered with an error; output could not be written.
+pub const EXIT_RUNTIME: i32 = 1;
+/// Bad input: a flag, an ID, a time, a layout or a file (clap uses 2 for usage errors too).
+pub const EXIT_USAGE: i32 = 2;
+/// The named IdSequence does not exist in the namespace.
+pub const EXIT_NOT_FOUND: i32 = 3;
+/// `plan --strict` raised at least one warning.
+pub const EXIT_WARNINGS: i32 = 4;
+
+/// What `--help` says about exit codes.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success (warnings, if any, went to stderr)
+  1  runtime error: the cluster could not be reached or refused a request
+  2  bad input: unknown flag, bad ID, bad time, a layout whose bits do not add up, bad file
+  3  the IdSequence was not found in the namespace
+  4  plan --strict: a warning was raised";
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{text:?} is not an ID: expected a decimal number such as 250096622069874688")]
+    NotAnId { text: String },
+    #[error("ID {id} does not fit the layout of {source_name}: {reason}")]
+    IdOutsideLayout {
+        id: String,
+        source_name: String,
+        reason: LayoutError,
+    },
+    #[error("{text:?} is not an RFC 3339 time such as 2025-06-01T12:00:00Z (or \"now\")")]
+    NotATime { text: String },
+    #[error("{time} is before the epoch {epoch} of {source_name}: no ID carries it")]
+    TimeBeforeEpoch {
+        time: String,
+        epoch: String,
+        source_name: String,
+    },
+    #[error(
+        "{time} is at or after {exhausts_at}, when the {bits} timestamp bits of {source_name} run out: no ID carries it"
+    )]
+    TimeBeyondLayout {
+        time: String,
+        exhausts_at: String,
+        bits: u8,
+        source_name: String,
+    },
+    #[error("invalid layout given by {source_name}: {reason}")]
+    BadLayout {
+        source_name: String,
+        reason: SpecError,
+    },
+    #[error("-f {path}: {reason}")]
+    BadFile { path: String, reason: String },
+    #[error(
+        "idsequence {name} not found in namespace {namespace}; list them with `kubectl get idsequences -n {namespace}` or pass -n NAMESPACE"
+    )]
+    SequenceNotFound { name: String, namespace: String },
+    #[error(
+        "cannot load the kubeconfig: {0}; set KUBECONFIG, or pass --kubeconfig PATH and --context NAME"
+    )]
+    Kubeconfig(String),
+    #[error(
+        "cannot {what}: {source}; check that the cluster is reachable (kubectl cluster-info) and that you may read it"
+    )]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("idsequence {name} in the cluster has an unusable spec: {reason}")]
+    BadSequenceInCluster { name: String, reason: SpecError },
+    #[error("{count} warning(s) and --strict was given")]
+    StrictWarnings { count: usize },
+    #[error("cannot render the output: {0}")]
+    Render(String),
+    #[error("cannot write the output: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// The process exit code for this error (see [`EXIT_CODES_HELP`]).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::NotAnId { .. }
+            | CliError::IdOutsideLayout { .. }
+            | CliError::NotATime { .. }
+            | CliError::TimeBeforeEpoch { .. }
+            | CliError::TimeBeyondLayout { .. }
+            | CliError::BadLayout { .. }
+            | CliError::BadFile { .. } => EXIT_USAGE,
+            CliError::SequenceNotFound { .. } => EXIT_NOT_FOUND,
+            CliError::StrictWarnings { .. } => EXIT_WARNINGS,
+            CliError::Kubeconfig(_)
+            | CliError::Api { .. }
+            | CliError::BadSequenceInCluster { .. }
+            | CliError::Render(_)
+            | CliError::Write(_) => EXIT_RUNTIME,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_2_not_found_is_3_strict_warnings_are_4_and_cluster_trouble_is_1() {
+        assert_eq!(
+            CliError::NotAnId { text: "x".into() }.exit_code(),
+            EXIT_USAGE
+        );
+        assert_eq!(
+            CliError::SequenceNotFound {
+                name: "a".into(),
+                namespace: "b".into()
+            }
+            .exit_code(),
+            EXIT_NOT_FOUND
+        );
+        assert_eq!(
+            CliError::StrictWarnings { count: 1 }.exit_code(),
+            EXIT_WARNINGS
+        );
+        assert_eq!(
+            CliError::Kubeconfig("none".into()).exit_code(),
+            EXIT_RUNTIME
+        );
+    }
+
+    #[test]
+    fn not_found_names_the_sequence_and_the_namespace() {
+        let text = CliError::SequenceNotFound {
+            name: "orders".into(),
+            namespace: "shop".into(),
+        }
+        .to_string();
+        assert!(
+            text.starts_with("idsequence orders not found in namespace shop"),
+            "{text}"
+        );
+    }
+}

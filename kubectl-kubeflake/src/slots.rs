@@ -1,0 +1,466 @@
+//! `slots <sequence>`: who holds which worker slot, and who waits for one.
+//!
+//! Read-only: it lists the sequence's slot leases and its labelled pods once and joins them
+//! by pod UID (the lease's `holderIdentity`). The join is done by a pure function
+//! ([`build`]) so it can be tested without a cluster; the e2e test runs the whole command
+//! against a real API server.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kubeflake_crds::sequence::SequenceParams;
+use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease, lease_name};
+use kubeflake_crds::timebase::rfc3339;
+use kubeflake_crds::{Slot, Tick};
+use serde::Serialize;
+
+use crate::cluster;
+use crate::error::CliError;
+use crate::output::{Report, age, table};
+
+/// The state of one slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotStatus {
+    /// A pod that exists holds it.
+    Held,
+    /// Its holder pod no longer exists; the operator will release it (fence kept).
+    Orphaned,
+    /// It has a lease but no holder.
+    Free,
+    /// Never used: no lease exists yet (listed only with `--all`).
+    Unused,
+}
+
+/// One slot. Times are RFC 3339 UTC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotRow {
+    pub slot: u32,
+    pub lease: String,
+    pub status: SlotStatus,
+    pub holder_uid: Option<String>,
+    pub holder_pod: Option<String>,
+    /// The holder pod's `spec.nodeName`, when the pod exists and is scheduled.
+    pub node: Option<String>,
+    /// Highest tick any holder of the slot may have used (0: none yet).
+    pub fence: u64,
+    /// Start of the fence tick; null when the fence is 0.
+    pub fence_time: Option<String>,
+    /// The lease's `renewTime`: the holder's last renewal.
+    pub renew_time: Option<String>,
+    /// The lease's `acquireTime`: when the slot was last assigned.
+    pub acquire_time: Option<String>,
+    /// When the slot was last released, if ever.
+    pub released_at: Option<String>,
+    /// How many times the slot was assigned (`leaseTransitions`).
+    pub transitions: i32,
+}
+
+/// A labelled pod that holds no slot and is not leaving.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingPod {
+    pub pod: String,
+    pub uid: String,
+    pub node: Option<String>,
+    pub created: Option<String>,
+}
+
+/// What `slots` prints.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotsReport {
+    pub sequence: String,
+    pub namespace: String,
+    /// Slots in the layout: 2^workerBits.
+    pub capacity: u64,
+    /// Slots whose lease names a holder (held or orphaned).
+    pub held: u64,
+    pub slots: Vec<SlotRow>,
+    pub waiting: Vec<WaitingPod>,
+    /// Leases that could not be read as slot leases (they are skipped).
+    pub warnings: Vec<String>,
+    /// When the report was made (Unix ms), for the ages in the table.
+    #[serde(skip)]
+    pub now_unix_ms: i64,
+}
+
+fn ms_ago(now: i64, at: &Option<String>) -> String {
+    at.as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| age((now - t.timestamp_millis()) / 1000))
+        .unwrap_or_else(|| "-".to_string())
+}
+
+impl Report for SlotsReport {
+    fn table(&self) -> String {
+        let now = self.now_unix_ms;
+        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+        let rows: Vec<Vec<String>> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let renewed = match &s.renew_time {
+                    Some(_) if s.holder_uid.is_some() => {
+                        format!("{} ago", ms_ago(now, &s.renew_time))
+                    }
+                    _ => "-".to_string(),
+                };
+                let held_for = if s.holder_uid.is_some() {
+                    ms_ago(now, &s.acquire_time)
+                } else {
+                    "-".to_string()
+                };
+                vec![
+                    s.slot.to_string(),
+                    format!("{:?}", s.status).to_lowercase(),
+                    dash(&s.holder_pod),
+                    dash(&s.node),
+                    dash(&s.fence_time),
+                    renewed,
+                    held_for,
+                ]
+            })
+            .collect();
+        let waiting = self.waiting.len();
+        let mut out = format!(
+            "idsequence {}/{}: {} slots, {} held, {} pod{} waiting\n\n",
+            self.namespace,
+            self.sequence,
+            self.capacity,
+            self.held,
+            waiting,
+            if waiting == 1 { "" } else { "s" }
+        );
+        if rows.is_empty() {
+            out.push_str("No slot has been used yet.\n");
+        } else {
+            out.push_str(&table(
+                &[
+                    "SLOT",
+                    "STATUS",
+                    "POD",
+                    "NODE",
+                    "FENCE",
+                    "LAST RENEWAL",
+                    "AGE",
+                ],
+                &rows,
+            ));
+        }
+        if !self.waiting.is_empty() {
+            let rows: Vec<Vec<String>> = self
+                .waiting
+                .iter()
+                .map(|w| vec![w.pod.clone(), dash(&w.node), ms_ago(now, &w.created)])
+                .collect();
+            out.push_str("\nWaiting for a slot:\n");
+            out.push_str(&table(&["POD", "NODE", "AGE"], &rows));
+        }
+        out
+    }
+}
+
+fn micro_time(
+    t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
+) -> Option<String> {
+    t.as_ref()
+        .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
+        .map(rfc3339)
+}
+
+/// Whether a pod is going away or finished (the operator gives such pods no new slot).
+fn leaving(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// Joins a sequence's slot leases with its pods.
+pub fn build(
+    sequence: &str,
+    namespace: &str,
+    params: &SequenceParams,
+    leases: &[Lease],
+    pods: &[Pod],
+    all: bool,
+    now_unix_ms: i64,
+) -> SlotsReport {
+    let by_uid: HashMap<&str, &Pod> = pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
+    let mut warnings = Vec::new();
+    let mut rows: Vec<SlotRow> = Vec::new();
+    for lease in leases {
+        let parsed = match SlotLease::parse(lease) {
+            Ok(p) => p,
+            Err(e) => {
+                warnings.push(e.to_string());
+                continue;
+            }
+        };
+        let spec = lease.spec.as_ref();
+        let pod = parsed.holder.as_deref().and_then(|uid| by_uid.get(uid));
+        let status = match (&parsed.holder, pod) {
+            (Some(_), Some(_)) => SlotStatus::Held,
+            (Some(_), None) => SlotStatus::Orphaned,
+            (None, _) => SlotStatus::Free,
+        };
+        rows.push(SlotRow {
+            slot: parsed.slot.0,
+            lease: parsed.name.clone(),
+            status,
+            holder_pod: pod
+                .and_then(|p| p.metadata.name.clone())
+                .or_else(|| parsed.holder.as_ref().and(parsed.holder_pod.clone())),
+            node: pod.and_then(|p| p.spec.as_ref()?.node_name.clone()),
+            holder_uid: parsed.holder.clone(),
+            fence: parsed.fence.0,
+            fence_time: (parsed.fence > Tick(0))
+                .then(|| rfc3339(params.timebase.start_of(parsed.fence))),
+            renew_time: micro_time(&spec.and_then(|s| s.renew_time.clone())),
+            acquire_time: micro_time(&spec.and_then(|s| s.acquire_time.clone())),
+            released_at: parsed.released_at.clone(),
+            transitions: parsed.transitions,
+        });
+    }
+    if all {
+        let used: std::collections::HashSet<u32> = rows.iter().map(|r| r.slot).collect();
+        let capacity = params.layout.slot_count();
+        for n in (0..capacity)
+            .map(|n| n as u32)
+            .filter(|n| !used.contains(n))
+        {
+            rows.push(SlotRow {
+                slot: n,
+                lease: lease_name(sequence, Slot(n)),
+                status: SlotStatus::Unused,
+                holder_uid: None,
+                holder_pod: None,
+                node: None,
+                fence: 0,
+                fence_time: None,
+                renew_time: None,
+                acquire_time: None,
+                released_at: None,
+                transitions: 0,
+            });
+        }
+    }
+    rows.sort_by_key(|r| r.slot);
+    let holders: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter_map(|r| r.holder_uid.as_deref())
+        .collect();
+    let mut waiting: Vec<WaitingPod> = pods
+        .iter()
+        .filter(|p| !leaving(p))
+        .filter_map(|p| {
+            let uid = p.metadata.uid.as_deref()?;
+            (!holders.contains(uid)).then(|| WaitingPod {
+                pod: p.metadata.name.clone().unwrap_or_default(),
+                uid: uid.to_string(),
+                node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                created: p
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
+                    .map(rfc3339),
+            })
+        })
+        .collect();
+    waiting.sort_by(|a, b| (&a.created, &a.pod).cmp(&(&b.created, &b.pod)));
+    SlotsReport {
+        sequence: sequence.to_string(),
+        namespace: namespace.to_string(),
+        capacity: params.layout.slot_count(),
+        held: rows.iter().filter(|r| r.holder_uid.is_some()).count() as u64,
+        slots: rows,
+        waiting,
+        warnings,
+        now_unix_ms,
+    }
+}
+
+/// Reads the sequence, its leases and its pods, and builds the report.
+pub async fn fetch(
+    args: &crate::cli::SlotsArgs,
+    now_unix_ms: i64,
+) -> Result<SlotsReport, CliError> {
+    let (client, namespace): (Client, String) = cluster::connect(&args.cluster).await?;
+    let name = &args.sequence;
+    let params = cluster::get_params(&client, &namespace, name).await?;
+    let selector = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={name}"));
+    let api_error = |what: &str| {
+        let what = format!("list {what} of idsequence {name} in namespace {namespace}");
+        move |source| CliError::Api { what, source }
+    };
+    let leases = Api::<Lease>::namespaced(client.clone(), &namespace)
+        .list(&selector)
+        .await
+        .map_err(api_error("the slot leases"))?;
+    let pods = Api::<Pod>::namespaced(client, &namespace)
+        .list(&selector)
+        .await
+        .map_err(api_error("the pods"))?;
+    Ok(build(
+        name,
+        &namespace,
+        &params,
+        &leases.items,
+        &pods.items,
+        args.all,
+        now_unix_ms,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+    use kubeflake_crds::sequence::IdSequenceSpec;
+    use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, HOLDER_POD_ANNOTATION, lease_labels};
+    use std::collections::BTreeMap;
+
+    fn params(worker_bits: i32) -> SequenceParams {
+        let mut spec = IdSequenceSpec::default();
+        spec.layout.worker_bits = worker_bits;
+        spec.layout.sequence_bits = 22 - worker_bits;
+        spec.params().unwrap()
+    }
+
+    fn pod(name: &str, uid: &str, node: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                creation_timestamp: Some(Time(
+                    k8s_openapi::jiff::Timestamp::from_millisecond(1_767_225_600_000).unwrap(),
+                )),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn lease(slot: u32, holder: Option<(&str, &str)>, fence: u64) -> Lease {
+        let mut annotations = BTreeMap::from([(FENCE_ANNOTATION.to_string(), fence.to_string())]);
+        if let Some((_, name)) = holder {
+            annotations.insert(HOLDER_POD_ANNOTATION.to_string(), name.to_string());
+        }
+        let renew =
+            MicroTime(k8s_openapi::jiff::Timestamp::from_millisecond(1_767_225_660_000).unwrap());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(lease_name("orders", Slot(slot))),
+                labels: Some(lease_labels("orders", Slot(slot), holder.map(|h| h.0))),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(|h| h.0.to_string()),
+                renew_time: Some(renew.clone()),
+                acquire_time: Some(renew),
+                lease_transitions: Some(1),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn holders_are_joined_to_their_pods_and_nodes_and_pods_without_a_slot_wait() {
+        let p = params(2);
+        let pods = [
+            pod("app-0", "u0", Some("node-a")),
+            pod("app-1", "u1", None),
+            pod("app-2", "u2", None),
+        ];
+        let leases = [
+            lease(1, Some(("u0", "app-0")), 500),
+            lease(0, Some(("u1", "app-1")), 0),
+            lease(2, Some(("gone", "old-pod")), 7),
+            lease(3, None, 9),
+        ];
+        let r = build(
+            "orders",
+            "shop",
+            &p,
+            &leases,
+            &pods,
+            false,
+            1_767_225_700_000,
+        );
+        assert_eq!(r.capacity, 4);
+        assert_eq!(r.held, 3);
+        let by_slot: Vec<(u32, SlotStatus, Option<&str>, Option<&str>)> = r
+            .slots
+            .iter()
+            .map(|s| (s.slot, s.status, s.holder_pod.as_deref(), s.node.as_deref()))
+            .collect();
+        assert_eq!(
+            by_slot,
+            vec![
+                (0, SlotStatus::Held, Some("app-1"), None),
+                (1, SlotStatus::Held, Some("app-0"), Some("node-a")),
+                (2, SlotStatus::Orphaned, Some("old-pod"), None),
+                (3, SlotStatus::Free, None, None),
+            ]
+        );
+        assert_eq!(
+            r.slots[1].fence_time,
+            Some(rfc3339(p.timebase.start_of(Tick(500))))
+        );
+        assert_eq!(r.slots[0].fence_time, None, "fence 0 has no time");
+        let waiting: Vec<&str> = r.waiting.iter().map(|w| w.pod.as_str()).collect();
+        assert_eq!(waiting, vec!["app-2"]);
+        let text = r.table();
+        assert!(text.contains("4 slots, 3 held, 1 pod waiting"), "{text}");
+        assert!(text.contains("Waiting for a slot:"), "{text}");
+    }
+
+    #[test]
+    fn leaving_pods_do_not_wait_and_all_lists_unused_slots() {
+        let p = params(2);
+        let mut done = pod("done", "u9", None);
+        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        let r = build("orders", "shop", &p, &[lease(2, None, 0)], &[done], true, 0);
+        assert!(r.waiting.is_empty());
+        let statuses: Vec<SlotStatus> = r.slots.iter().map(|s| s.status).collect();
+        assert_eq!(
+            statuses,
+            vec![
+                SlotStatus::Unused,
+                SlotStatus::Unused,
+                SlotStatus::Free,
+                SlotStatus::Unused
+            ]
+        );
+    }
+
+    #[test]
+    fn a_garbled_lease_is_skipped_with_a_warning() {
+        let mut bad = lease(1, None, 0);
+        bad.metadata.labels = Some(BTreeMap::new());
+        let r = build("orders", "shop", &params(2), &[bad], &[], false, 0);
+        assert!(r.slots.is_empty());
+        assert_eq!(r.warnings.len(), 1);
+    }
+}

@@ -1,0 +1,624 @@
+//! The built `kubectl-kubeflake` binary, command by command: output, bad input and exit
+//! codes. Expected values are computed with `kubeflake-crds` (the same encode/decode the
+//! sidecar uses), never copied from a previous run. `slots` and `--sequence` need a cluster
+//! and are tested in `e2e/tests/plugin.rs`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use kubeflake_crds::timebase::rfc3339;
+use kubeflake_crds::{DatacenterId, Id, IdParts, Layout, Slot, Tick, TimeUnit, Timebase};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubectl-kubeflake");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_with(args: &[&str], kubeconfig: Option<&Path>) -> Run {
+    let mut command = Command::new(BIN);
+    command.args(args).env_remove("RUST_LOG");
+    match kubeconfig {
+        Some(path) => command.env("KUBECONFIG", path),
+        // No cluster unless a test gives one: a developer's own must never be used.
+        None => command.env("KUBECONFIG", "/nonexistent/kubeconfig"),
+    };
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().expect("the plugin binary runs");
+    Run {
+        code: status.code().expect("exited, not killed by a signal"),
+        stdout: String::from_utf8(stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(stderr).expect("utf-8 stderr"),
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    run_with(args, None)
+}
+
+fn json(args: &[&str]) -> Value {
+    let r = run(args);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", r.stdout))
+}
+
+/// A layout, its timebase, datacenter ID, and the flags that describe it.
+struct Case {
+    layout: Layout,
+    timebase: Timebase,
+    datacenter: u32,
+    flags: Vec<String>,
+}
+
+fn cases() -> Vec<Case> {
+    let make = |bits: [i64; 5], unit: TimeUnit, unit_name: &str, epoch: &str, dc: u32| Case {
+        layout: Layout::new(bits[0], bits[1], bits[2], bits[3], bits[4]).unwrap(),
+        timebase: Timebase::parse(epoch, unit).unwrap(),
+        datacenter: dc,
+        flags: [
+            ("--timestamp-bits", bits[0].to_string()),
+            ("--datacenter-bits", bits[1].to_string()),
+            ("--worker-bits", bits[2].to_string()),
+            ("--sequence-bits", bits[3].to_string()),
+            ("--total-bits", bits[4].to_string()),
+            ("--time-unit", unit_name.to_string()),
+            ("--epoch", epoch.to_string()),
+            ("--datacenter-id", dc.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(f, v)| [f.to_string(), v])
+        .collect(),
+    };
+    vec![
+        make(
+            [41, 0, 10, 12, 63],
+            TimeUnit::Millisecond,
+            "1ms",
+            "2025-01-01T00:00:00Z",
+            0,
+        ),
+        make(
+            [36, 0, 7, 10, 53],
+            TimeUnit::TenMilliseconds,
+            "10ms",
+            "2024-06-01T00:00:00Z",
+            0,
+        ),
+        make(
+            [39, 5, 5, 14, 63],
+            TimeUnit::Second,
+            "1s",
+            "2020-02-29T12:00:00+01:00",
+            17,
+        ),
+    ]
+}
+
+fn with_flags<'a>(head: &[&'a str], case: &'a Case) -> Vec<&'a str> {
+    head.iter()
+        .copied()
+        .chain(case.flags.iter().map(String::as_str))
+        .collect()
+}
+
+#[test]
+fn decode_returns_the_fields_that_the_crds_encode_put_in() {
+    for case in cases() {
+        let max_slot = (1u32 << case.layout.worker_bits()) - 1;
+        let max_seq = (1u32 << case.layout.sequence_bits()) - 1;
+        let parts = [
+            IdParts {
+                tick: Tick(12_345),
+                datacenter: DatacenterId(case.datacenter),
+                slot: Slot(max_slot),
+                sequence: max_seq / 2,
+            },
+            IdParts {
+                tick: case.layout.max_tick(),
+                datacenter: DatacenterId(case.datacenter),
+                slot: Slot(0),
+                sequence: max_seq,
+            },
+        ];
+        let ids: Vec<String> = parts
+            .iter()
+            .map(|p| case.layout.encode(*p).unwrap().to_string())
+            .collect();
+        let mut args = vec!["decode", ids[0].as_str(), ids[1].as_str(), "-o", "json"];
+        args.extend(case.flags.iter().map(String::as_str));
+        let out = json(&args);
+        let decoded = out["ids"].as_array().expect("ids array");
+        assert_eq!(decoded.len(), 2);
+        for ((d, p), id) in decoded.iter().zip(&parts).zip(&ids) {
+            assert_eq!(d["id"], id.as_str(), "IDs are strings");
+            assert_eq!(d["tick"], p.tick.0);
+            assert_eq!(d["datacenter"], p.datacenter.0);
+            assert_eq!(d["worker"], p.slot.0);
+            assert_eq!(d["sequence"], p.sequence);
+            assert_eq!(d["time"], rfc3339(case.timebase.start_of(p.tick)).as_str());
+        }
+        assert_eq!(out["layout"]["workerBits"], case.layout.worker_bits());
+        assert_eq!(out["layout"]["source"], "flags");
+    }
+}
+
+#[test]
+fn decode_prints_a_table_with_one_row_per_id() {
+    let layout = Layout::default();
+    let id = layout
+        .encode(IdParts {
+            tick: Tick(1000),
+            datacenter: DatacenterId(0),
+            slot: Slot(513),
+            sequence: 7,
+        })
+        .unwrap();
+    let r = run(&["decode", &id.to_string()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["ID", "TIME", "TICK", "DATACENTER", "WORKER", "SEQUENCE"]
+    );
+    // Tick 1000 at 1 ms after the default epoch 2025-01-01T00:00:00Z is one second later.
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            id.to_string().as_str(),
+            "2025-01-01T00:00:01.000Z",
+            "1000",
+            "0",
+            "513",
+            "7"
+        ]
+    );
+}
+
+#[test]
+fn decode_refuses_text_that_is_not_an_id_with_exit_2_and_prints_nothing() {
+    let r = run(&["decode", "1", "12abc", "-7"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(r.stderr.contains("\"12abc\" is not an ID"), "{}", r.stderr);
+    assert!(r.stderr.contains("\"-7\" is not an ID"), "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn decode_refuses_an_id_wider_than_the_layout() {
+    // 2^53 needs 54 bits: too wide for a 53-bit layout, fine for the default 63 bits.
+    let wide = (1u64 << 53).to_string();
+    let r = run(&[
+        "decode",
+        &wide,
+        "--timestamp-bits",
+        "36",
+        "--worker-bits",
+        "7",
+        "--sequence-bits",
+        "10",
+        "--total-bits",
+        "53",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let reason = Layout::new(36, 0, 7, 10, 53)
+        .unwrap()
+        .decode(Id::new(1 << 53).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(r.stderr.contains(&reason), "{}", r.stderr);
+    assert_eq!(run(&["decode", &wide]).code, 0);
+    let r = run(&["decode", &u64::MAX.to_string()]);
+    assert_eq!(r.code, 2, "bit 63 is never set: {}", r.stderr);
+}
+
+#[test]
+fn layout_flags_that_do_not_add_up_exit_2_with_the_layout_validation_message() {
+    let r = run(&["decode", "1", "--worker-bits", "8"]);
+    assert_eq!(r.code, 2);
+    let message = Layout::new(41, 0, 8, 12, 63).unwrap_err().to_string();
+    assert!(r.stderr.contains(&message), "{}", r.stderr);
+    let r = run(&["plan", "--timestamp-bits", "29", "--sequence-bits", "24"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("timestampBits is 29"), "{}", r.stderr);
+    let r = run(&["plan", "--epoch", "yesterday"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("not an RFC 3339 time"), "{}", r.stderr);
+}
+
+#[test]
+fn a_manifest_given_with_f_supplies_the_layout_and_a_missing_one_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("js.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata:\n  name: js\nspec:\n  \
+         layout: {timestampBits: 36, workerBits: 7, sequenceBits: 10, totalBits: 53}\n  timeUnit: 10ms\n",
+    )
+    .unwrap();
+    let layout = Layout::new(36, 0, 7, 10, 53).unwrap();
+    let parts = IdParts {
+        tick: Tick(99),
+        datacenter: DatacenterId(0),
+        slot: Slot(100),
+        sequence: 1000,
+    };
+    let id = layout.encode(parts).unwrap().to_string();
+    let path_text = path.to_str().unwrap();
+    let out = json(&["decode", &id, "-f", path_text, "-o", "json"]);
+    assert_eq!(out["ids"][0]["worker"], 100);
+    assert_eq!(out["ids"][0]["sequence"], 1000);
+    assert_eq!(out["layout"]["timeUnit"], "10ms");
+
+    let missing = dir.path().join("nope.yaml");
+    let r = run(&["decode", &id, "-f", missing.to_str().unwrap()]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("cannot read it"), "{}", r.stderr);
+    std::fs::write(&path, "spec: {layout: {workerBits: 40}}\n").unwrap();
+    let r = run(&["decode", &id, "-f", path_text]);
+    assert_eq!(r.code, 2);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn compose_bounds_exactly_the_ids_of_the_tick_containing_the_time() {
+    for case in cases() {
+        let time = "2025-03-04T05:06:07.089Z";
+        let args = with_flags(&["compose", "--time", time, "-o", "json"], &case);
+        let out = json(&args);
+        let unix_ms = chrono::DateTime::parse_from_rfc3339(time)
+            .unwrap()
+            .timestamp_millis() as u64;
+        let tick = case.timebase.tick_at(unix_ms).unwrap();
+        assert_eq!(out["tick"], tick.0);
+        let id = |key: &str| Id::new(out[key].as_str().unwrap().parse().unwrap()).unwrap();
+        let (min, max) = (id("min"), id("max"));
+        assert_eq!((min, max), case.layout.id_range_of_tick(tick).unwrap());
+        let tick_of = |raw: u64| case.layout.decode(Id::new(raw).unwrap()).unwrap().tick;
+        assert_eq!(
+            tick_of(min.get() - 1),
+            Tick(tick.0 - 1),
+            "just below is earlier"
+        );
+        assert_eq!(
+            tick_of(max.get() + 1),
+            Tick(tick.0 + 1),
+            "just above is later"
+        );
+        assert_eq!(
+            out["tickStart"],
+            rfc3339(case.timebase.start_of(tick)).as_str()
+        );
+    }
+}
+
+#[test]
+fn compose_prints_min_and_max_for_people_and_accepts_offsets() {
+    let utc = run(&["compose", "--time", "2025-06-01T12:00:00Z"]);
+    let offset = run(&["compose", "--time", "2025-06-01T14:00:00+02:00"]);
+    assert_eq!(utc.code, 0, "{}", utc.stderr);
+    assert_eq!(utc.stdout, offset.stdout, "the same instant");
+    let (lo, hi) = Layout::default()
+        .id_range_of_tick(
+            Timebase::parse("2025-01-01T00:00:00Z", TimeUnit::Millisecond)
+                .unwrap()
+                .tick_at(
+                    chrono::DateTime::parse_from_rfc3339("2025-06-01T12:00:00Z")
+                        .unwrap()
+                        .timestamp_millis() as u64,
+                )
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(
+        utc.stdout.contains(&format!("MIN ID      {lo}")),
+        "{}",
+        utc.stdout
+    );
+    assert!(
+        utc.stdout.contains(&format!("MAX ID      {hi}")),
+        "{}",
+        utc.stdout
+    );
+}
+
+#[test]
+fn compose_refuses_bad_times_and_times_outside_the_layout_with_exit_2() {
+    let bad = run(&["compose", "--time", "2025-13-01"]);
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr.contains("not an RFC 3339 time"),
+        "{}",
+        bad.stderr
+    );
+    let before = run(&["compose", "--time", "2024-12-31T23:59:59.999Z"]);
+    assert_eq!(before.code, 2);
+    assert!(
+        before
+            .stderr
+            .contains("before the epoch 2025-01-01T00:00:00.000Z"),
+        "{}",
+        before.stderr
+    );
+    let before_1970 = run(&["compose", "--time", "1969-07-20T20:17:00Z"]);
+    assert_eq!(before_1970.code, 2, "{}", before_1970.stderr);
+    let tb = Timebase::parse("2025-01-01T00:00:00Z", TimeUnit::Millisecond).unwrap();
+    let end = rfc3339(tb.exhausts_at_ms(&Layout::default()));
+    let beyond = run(&["compose", "--time", &end]);
+    assert_eq!(beyond.code, 2);
+    assert!(
+        beyond.stderr.contains(&format!("at or after {end}")),
+        "{}",
+        beyond.stderr
+    );
+    let missing = run(&["compose"]);
+    assert_eq!(missing.code, 2, "--time is required");
+}
+
+#[test]
+fn plan_reports_workers_throughput_lifetime_and_javascript_safety() {
+    for case in cases() {
+        let out = json(&with_flags(&["plan", "-o", "json"], &case));
+        assert_eq!(out["workers"], case.layout.slot_count());
+        assert_eq!(
+            out["idsPerSecondPerWorker"],
+            case.timebase.ids_per_second_per_worker(&case.layout)
+        );
+        assert_eq!(
+            out["idsPerSecondTotal"],
+            case.timebase.ids_per_second_per_worker(&case.layout) * case.layout.slot_count()
+        );
+        assert_eq!(
+            out["exhaustsAt"],
+            rfc3339(case.timebase.exhausts_at_ms(&case.layout)).as_str()
+        );
+        assert_eq!(out["javascriptSafe"], case.layout.total_bits() <= 53);
+        assert_eq!(
+            out["maxId"],
+            ((1u64 << case.layout.total_bits()) - 1)
+                .to_string()
+                .as_str()
+        );
+        assert!(out["yearsLeft"].is_number());
+    }
+    let table = run(&["plan"]);
+    assert_eq!(table.code, 0);
+    // 2^12 IDs per 1 ms tick: 4,096,000 per second per worker.
+    assert!(table.stdout.contains("4,096,000"), "{}", table.stdout);
+    assert!(table.stdout.contains("JAVASCRIPT SAFE"), "{}", table.stdout);
+}
+
+#[test]
+fn plan_warns_on_stderr_when_replicas_exceed_or_near_the_slots_and_strict_exits_4() {
+    // workerBits 3: 8 slots. 80% of 8 is 6.4, so 7 replicas are near the limit.
+    let small = ["--worker-bits", "3", "--sequence-bits", "19"];
+    let plan = |replicas: &str, strict: bool| {
+        let mut args = vec!["plan", "--replicas", replicas];
+        args.extend(small);
+        if strict {
+            args.push("--strict");
+        }
+        run(&args)
+    };
+    let over = plan("9", false);
+    assert_eq!(over.code, 0, "warnings alone do not fail: {}", over.stderr);
+    assert!(
+        over.stderr
+            .contains("warning: 9 replicas exceed the 8 worker slots"),
+        "{}",
+        over.stderr
+    );
+    assert!(!over.stdout.contains("warning"), "warnings stay off stdout");
+    let near = plan("7", true);
+    assert_eq!(near.code, 4, "{}", near.stderr);
+    assert!(
+        near.stderr
+            .contains("7 replicas use 87% of the 8 worker slots"),
+        "{}",
+        near.stderr
+    );
+    let fine = plan("6", true);
+    assert_eq!(fine.code, 0, "{}", fine.stderr);
+    assert!(fine.stderr.is_empty(), "{}", fine.stderr);
+    let negative = plan("-1", false);
+    assert_eq!(negative.code, 2, "{}", negative.stderr);
+}
+
+#[test]
+fn yaml_output_is_the_same_document_as_json() {
+    let from_json = json(&[
+        "plan",
+        "-o",
+        "json",
+        "--worker-bits",
+        "6",
+        "--sequence-bits",
+        "16",
+    ]);
+    let r = run(&[
+        "plan",
+        "-o",
+        "yaml",
+        "--worker-bits",
+        "6",
+        "--sequence-bits",
+        "16",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let from_yaml: Value = serde_yaml::from_str(&r.stdout).unwrap();
+    // yearsLeft moves with the clock between the two runs; everything else is fixed.
+    let strip = |mut v: Value| {
+        v.as_object_mut().unwrap().remove("yearsLeft");
+        v
+    };
+    assert_eq!(strip(from_json), strip(from_yaml));
+}
+
+#[test]
+fn usage_errors_exit_2_and_name_the_flag() {
+    let unknown = run(&["decode", "1", "--wroker-bits", "3"]);
+    assert_eq!(unknown.code, 2);
+    assert!(
+        unknown.stderr.contains("--wroker-bits"),
+        "{}",
+        unknown.stderr
+    );
+    let unit = run(&["plan", "--time-unit", "5ms"]);
+    assert_eq!(unit.code, 2);
+    assert!(
+        unit.stderr.contains("use 1ms, 10ms, 100ms or 1s"),
+        "{}",
+        unit.stderr
+    );
+    let mixed = run(&[
+        "decode",
+        "1",
+        "--sequence",
+        "orders",
+        "--epoch",
+        "2025-01-01T00:00:00Z",
+    ]);
+    assert_eq!(mixed.code, 2);
+    assert!(
+        mixed.stderr.contains("cannot be used with"),
+        "{}",
+        mixed.stderr
+    );
+    assert_eq!(run(&["decode"]).code, 2, "an ID is required");
+    assert_eq!(run(&[]).code, 2, "a command is required");
+    let format = run(&["plan", "-o", "xml"]);
+    assert_eq!(format.code, 2);
+    assert!(format.stderr.contains("xml"), "{}", format.stderr);
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    for args in [
+        vec!["--help"],
+        vec!["slots", "--help"],
+        vec!["plan", "--help"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, 0);
+        assert!(r.stdout.contains("Exit codes:"), "{args:?}: {}", r.stdout);
+        assert!(
+            r.stdout.contains("3  the IdSequence was not found"),
+            "{}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn without_a_kubeconfig_cluster_commands_exit_1_saying_what_to_set() {
+    let r = run(&["slots", "orders"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot load the kubeconfig"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("KUBECONFIG"), "{}", r.stderr);
+    let r = run(&["decode", "1", "--sequence", "orders"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+}
+
+#[test]
+fn an_unreachable_api_server_exits_1_without_a_panic() {
+    // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: dead\n\
+         clusters: [{name: dead, cluster: {server: 'http://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: dead, context: {cluster: dead, user: u, namespace: shop}}]\n",
+    )
+    .unwrap();
+    let r = run_with(&["slots", "orders"], Some(&kubeconfig));
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("cannot read idsequence orders in namespace shop"),
+        "the context's namespace is used: {}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    let r = run_with(
+        &["slots", "orders", "--context", "missing"],
+        Some(&kubeconfig),
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot load the kubeconfig"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn completion_scripts_name_the_binary_and_its_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let r = run(&["completion", shell]);
+        assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
+        assert!(r.stdout.contains("kubectl-kubeflake"), "{shell}");
+        for command in ["decode", "compose", "plan", "slots"] {
+            assert!(r.stdout.contains(command), "{shell} completes {command}");
+        }
+    }
+    assert_eq!(run(&["completion", "tcsh"]).code, 2);
+}
+
+#[test]
+fn bash_completion_completes_commands_and_the_flags_of_a_command() {
+    if Command::new("bash").arg("-c").arg("true").status().is_err() {
+        eprintln!("bash is not installed: skipping the bash completion check");
+        return;
+    }
+    let script = run(&["completion", "bash"]);
+    assert_eq!(script.code, 0, "{}", script.stderr);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubectl-kubeflake.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash does on TAB: set COMP_WORDS/COMP_CWORD and call the registered function.
+    let complete = |words: &[&str]| {
+        let function = script
+            .stdout
+            .lines()
+            .find_map(|l| {
+                l.trim_start()
+                    .strip_prefix("complete -F ")?
+                    .split_whitespace()
+                    .next()
+            })
+            .expect("a complete -F line")
+            .to_string();
+        let cword = words.len() - 1;
+        let program = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={cword}; {function} kubectl-kubeflake '{}' '{}'; echo \"${{COMPREPLY[@]}}\"",
+            path.display(),
+            words.join(" "),
+            words[cword],
+            words[cword - 1],
+        );
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(program)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let commands = complete(&["kubectl-kubeflake", "de"]);
+    assert_eq!(commands.split_whitespace().collect::<Vec<_>>(), ["decode"]);
+    let flags = complete(&["kubectl-kubeflake", "plan", "--tim"]);
+    let mut flags: Vec<&str> = flags.split_whitespace().collect();
+    flags.sort();
+    assert_eq!(flags, ["--time-unit", "--timestamp-bits"]);
+}

@@ -23,13 +23,14 @@ const RELEASE: &str = "rbac";
 const SIDECAR_BINDING: &str = "kubeflake-sidecar";
 
 /// The release every test here checks, installed once. The webhook's failure policy is
-/// Ignore: nothing serves it here, and the tests create labelled pods.
+/// Ignore with a short timeout: nothing serves it here (the API server cannot reach a
+/// Service without a node network), and the tests create labelled pods.
 async fn release_namespace(cluster: &'static Cluster) -> Result<&'static str> {
     static NS: OnceCell<String> = OnceCell::const_new();
     let ns = NS
         .get_or_try_init(|| async {
             let ns = cluster.namespace("rbac-release").await?;
-            install(cluster, RELEASE, &ns.name, &["webhook.failurePolicy=Ignore"]).await?;
+            install(cluster, RELEASE, &ns.name, &["webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2"]).await?;
             anyhow::Ok(ns.name)
         })
         .await?;
@@ -48,7 +49,7 @@ enum Scope {
     /// Every namespace (`--all-namespaces`).
     All,
     /// A cluster-scoped resource.
-    Cluster,
+    ClusterScoped,
 }
 
 /// One right: `can-i <verb> <resource> [--subresource]` in a scope, and the expected answer.
@@ -82,7 +83,7 @@ async fn can_i(cluster: &Cluster, user: &str, row: &Row, ns: &Namespaces<'_>) ->
             args.push("--all-namespaces");
             None
         }
-        Scope::Cluster => None,
+        Scope::ClusterScoped => None,
     };
     if let Some(namespace) = namespace {
         args.extend(["--namespace", namespace]);
@@ -143,8 +144,8 @@ fn operator_rows() -> Vec<Row> {
         row("may create core Events", "create", "events", App, true),
         row("may create RoleBindings", "create", "rolebindings.rbac.authorization.k8s.io", App, true),
         row("may delete RoleBindings", "delete", "rolebindings.rbac.authorization.k8s.io", App, true),
-        row("may bind the sidecar ClusterRole", "bind", sidecar_role, Cluster, true),
-        row("may patch its webhook configuration", "patch", webhook_config, Cluster, true),
+        row("may bind the sidecar ClusterRole", "bind", sidecar_role, ClusterScoped, true),
+        row("may patch its webhook configuration", "patch", webhook_config, ClusterScoped, true),
         row("may create Secrets in its own namespace", "create", "secrets", Release, true),
         row("may update its webhook Secret", "update", webhook_secret.clone(), Release, true),
         row("may read its webhook Secret", "get", webhook_secret, Release, true),
@@ -157,15 +158,15 @@ fn operator_rows() -> Vec<Row> {
         row("may not update pods", "update", "pods", App, false),
         row("may not create IdSequences", "create", "idsequences.kubeflake.io", App, false),
         row("may not delete IdSequences", "delete", "idsequences.kubeflake.io", App, false),
-        row("may not create ClusterRoles", "create", "clusterroles.rbac.authorization.k8s.io", Cluster, false),
-        row("may not escalate ClusterRoles", "escalate", "clusterroles.rbac.authorization.k8s.io", Cluster, false),
-        row("may not bind cluster-admin", "bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", Cluster, false),
+        row("may not create ClusterRoles", "create", "clusterroles.rbac.authorization.k8s.io", ClusterScoped, false),
+        row("may not escalate ClusterRoles", "escalate", "clusterroles.rbac.authorization.k8s.io", ClusterScoped, false),
+        row("may not bind cluster-admin", "bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", ClusterScoped, false),
         row("may not bind Roles of other apps", "bind", "roles.rbac.authorization.k8s.io", App, false),
-        row("may not create ClusterRoleBindings", "create", "clusterrolebindings.rbac.authorization.k8s.io", Cluster, false),
-        row("may not patch other webhook configurations", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", Cluster, false),
-        row("may not create webhook configurations", "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", Cluster, false),
-        row("may not touch CRDs", "update", "customresourcedefinitions.apiextensions.k8s.io", Cluster, false),
-        row("may not impersonate", "impersonate", "users", Cluster, false),
+        row("may not create ClusterRoleBindings", "create", "clusterrolebindings.rbac.authorization.k8s.io", ClusterScoped, false),
+        row("may not patch other webhook configurations", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", ClusterScoped, false),
+        row("may not create webhook configurations", "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ClusterScoped, false),
+        row("may not touch CRDs", "update", "customresourcedefinitions.apiextensions.k8s.io", ClusterScoped, false),
+        row("may not impersonate", "impersonate", "users", ClusterScoped, false),
         row("may not read ConfigMaps", "get", "configmaps", App, false),
     ]
 }
@@ -205,7 +206,30 @@ async fn operator_service_account_may_do_what_the_operator_does_and_nothing_more
     let other = cluster.namespace("rbac-op-other").await?;
     let user = format!("system:serviceaccount:{release}:{}", fullname(RELEASE));
     let ns = Namespaces { app: &app.name, other: &other.name, release };
-    check_matrix(cluster, "operator", &user, &operator_rows(), &ns).await
+    check_matrix(cluster, "operator", &user, &operator_rows(), &ns).await?;
+
+    // The RoleBinding rights cannot grant more than the operator holds or may bind: the
+    // sidecar role is accepted, cluster-admin refused by the API server's escalation check.
+    let group = format!("--group=system:serviceaccounts:{}", app.name);
+    let sidecar_role = format!("--clusterrole={}-sidecar", fullname(RELEASE));
+    let bind = |name: &'static str, role: String| {
+        let (group, user, ns) = (group.clone(), user.clone(), app.name.clone());
+        async move {
+            cluster
+                .kubectl(&["create", "rolebinding", name, "-n", &ns, &role, &group, "--as", &user])
+                .await
+        }
+    };
+    let allowed = bind("sidecar-by-operator", sidecar_role).await?;
+    assert!(allowed.success(), "the operator binds the sidecar role: {}", allowed.stderr);
+    let refused = bind("admin-by-operator", "--clusterrole=cluster-admin".to_owned()).await?;
+    assert!(
+        !refused.success() && refused.stderr.contains("attempting to grant RBAC permissions not currently held"),
+        "binding cluster-admin must be refused as an escalation: {}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    Ok(())
 }
 
 #[tokio::test]
@@ -231,6 +255,14 @@ async fn impersonating_a_service_account_adds_its_namespace_groups() -> Result<(
 async fn binding_exists(ns: &TestNamespace) -> Result<bool> {
     let api: Api<RoleBinding> = Api::namespaced(ns.client.clone(), &ns.name);
     Ok(api.get_opt(SIDECAR_BINDING).await?.is_some())
+}
+
+/// The default service account of `namespace` may not update Leases there.
+async fn assert_cannot_write_leases(cluster: &Cluster, what: &str, namespace: &str, release: &str) -> Result<()> {
+    let user = format!("system:serviceaccount:{namespace}:default");
+    let ns = Namespaces { app: namespace, other: namespace, release };
+    let rows = [row("may not update leases", "update", "leases.coordination.k8s.io", Scope::App, false)];
+    check_matrix(cluster, &format!("service account of {what}"), &user, &rows, &ns).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,16 +302,7 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
         check_matrix(cluster, &format!("sidecar ({account})"), &user, &sidecar_rows(), &ns).await?;
     }
     // A namespace without an IdSequence has no binding, so its service accounts hold nothing.
-    let bare_user = format!("system:serviceaccount:{}:default", bare.name);
-    let bare_ns = Namespaces { app: &bare.name, other: &other.name, release };
-    check_matrix(
-        cluster,
-        "service account of a namespace without IdSequence",
-        &bare_user,
-        &[row("may not update leases", "update", "leases.coordination.k8s.io", Scope::App, false)],
-        &bare_ns,
-    )
-    .await?;
+    assert_cannot_write_leases(cluster, "a namespace without IdSequence", &bare.name, release).await?;
 
     // The operator really works with nothing but the chart's RBAC.
     let pods = create_pods(&app, "orders", "app", 3).await?;
@@ -296,16 +319,8 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
     })
     .await
     .with_context(|| format!("operator log:\n{}", operator.log()))?;
-    let other_user = format!("system:serviceaccount:{}:default", other.name);
-    let other_ns = Namespaces { app: &other.name, other: &app.name, release };
-    check_matrix(
-        cluster,
-        "service account after its namespace's last IdSequence was deleted",
-        &other_user,
-        &[row("may no longer update leases", "update", "leases.coordination.k8s.io", Scope::App, false)],
-        &other_ns,
-    )
-    .await?;
+    assert_cannot_write_leases(cluster, "a namespace whose last IdSequence was deleted", &other.name, release)
+        .await?;
 
     let forbidden = operator.forbidden_lines();
     assert!(forbidden.is_empty(), "the operator was refused by RBAC:\n{}", forbidden.join("\n"));

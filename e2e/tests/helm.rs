@@ -320,3 +320,43 @@ async fn helm_upgrade_keeps_the_ca_bundle_the_operator_patched_in() -> Result<()
     helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_self_managed_webhook_secret_goes_with_the_release() -> Result<()> {
+    let cluster = Cluster::shared();
+    let ns = cluster.namespace("helm-secret").await?;
+    let release = "tls";
+    install(cluster, release, &ns.name, &[]).await?;
+    let secret = format!("{}-webhook-tls", fullname(release));
+    let config = fullname(release);
+    // The operator as the Deployment would run it, under the chart's RBAC.
+    let operator = ChartOperator::start(cluster, &ns.name, release).await?;
+    let get = |what: &'static str, name: String, path: &'static str| {
+        let ns = ns.name.clone();
+        async move {
+            cluster
+                .kubectl(&["get", what, &name, "-n", &ns, "--ignore-not-found", "-o", &format!("jsonpath={path}")])
+                .await?
+                .ok()
+        }
+    };
+    eventually(LIMIT, "the operator's CA in caBundle and its Secret", || async {
+        operator.process.check_running()?;
+        let bundle = get("mutatingwebhookconfiguration", config.clone(), "{.webhooks[0].clientConfig.caBundle}").await?;
+        let owner = get("secret", secret.clone(), "{.metadata.ownerReferences[0].kind}").await?;
+        Ok((!bundle.is_empty() && !owner.is_empty()).then_some(()))
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    let owner = get("secret", secret.clone(), "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}").await?;
+    assert_eq!(owner, format!("MutatingWebhookConfiguration/{config}"), "the Secret is owned by the webhook configuration");
+
+    // helm uninstall deletes the Deployment; its pods stop a little later.
+    helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
+    drop(operator);
+    eventually(LIMIT, "the garbage collector to remove the webhook Secret", || async {
+        Ok(get("secret", secret.clone(), "{.metadata.name}").await?.is_empty().then_some(()))
+    })
+    .await?;
+    Ok(())
+}

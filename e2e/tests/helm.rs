@@ -259,6 +259,23 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
         .await?
         .ok()
         .context("helm installs the CRD from the chart's crds/")?;
+    // Both FlowSchemas point at a priority level that exists (the sidecars' own, and the
+    // built-in one the operator's requests go to): the API server marks them not dangling.
+    for schema in ["sidecars", "operator"] {
+        let name = format!("{}-{schema}", fullname(release));
+        eventually(LIMIT, "the FlowSchema's Dangling condition to be False", || async {
+            let status = cluster
+                .kubectl(&[
+                    "get", "flowschema", &name,
+                    "-o", "jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}",
+                ])
+                .await?
+                .ok()?;
+            Ok((status == "False").then_some(()))
+        })
+        .await
+        .with_context(|| format!("FlowSchema {name}"))?;
+    }
 
     helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
     // Endpoints and EndpointSlices copy the Services' labels and are removed by the

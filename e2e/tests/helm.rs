@@ -21,7 +21,10 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
     ("defaults", &[]),
     (
         "cert-manager and ServiceMonitor",
-        &["webhook.certManager.enabled=true", "metrics.serviceMonitor.enabled=true"],
+        &[
+            "webhook.certManager.enabled=true",
+            "metrics.serviceMonitor.enabled=true",
+        ],
     ),
     (
         "one watched namespace, no webhook, no flow control, no PDB",
@@ -61,27 +64,75 @@ async fn helm_lint_is_clean_with_every_value_set() -> Result<()> {
     Ok(())
 }
 
+/// `helm template r <chart>` for the test cluster's Kubernetes version, plus `extra`.
+async fn template(cluster: &Cluster, extra: &[&str]) -> Result<kubeflake_e2e::CommandOutput> {
+    let mut args = vec!["template", "r", CHART, "--kube-version", KUBE_VERSION];
+    args.extend_from_slice(extra);
+    helm(cluster, &args).await
+}
+
 #[tokio::test]
 async fn values_schema_rejects_unknown_keys_and_wrong_types_naming_them() -> Result<()> {
     let cluster = Cluster::shared();
     // (case, --set or --set-string argument, what the message must say)
     let cases: &[(&str, &str, &str, &[&str])] = &[
-        ("a misspelt key", "--set", "operator.replcas=3", &["/operator", "'replcas' not allowed"]),
-        ("an unknown top-level key", "--set", "replicas=3", &["'replicas' not allowed"]),
-        ("an unknown nested key", "--set", "webhook.certManager.enabeld=true", &["/webhook/certManager", "'enabeld' not allowed"]),
-        ("a string for an integer", "--set-string", "webhook.timeoutSeconds=five", &["/webhook/timeoutSeconds", "want integer"]),
-        ("a timeout above the API limit", "--set", "webhook.timeoutSeconds=31", &["/webhook/timeoutSeconds", "30"]),
-        ("an unknown failure policy", "--set", "webhook.failurePolicy=Sometimes", &["/webhook/failurePolicy", "Fail", "Ignore"]),
-        ("a quantity that is not one", "--set", "sidecar.resources.limits.cpu=lots", &["/sidecar/resources/limits/cpu"]),
-        ("a port out of range", "--set", "sidecar.port=70000", &["/sidecar/port"]),
-        ("a number for a boolean switch", "--set", "webhook.enabled=1", &["/webhook/enabled", "want boolean"]),
+        (
+            "a misspelt key",
+            "--set",
+            "operator.replcas=3",
+            &["/operator", "'replcas' not allowed"],
+        ),
+        (
+            "an unknown top-level key",
+            "--set",
+            "replicas=3",
+            &["'replicas' not allowed"],
+        ),
+        (
+            "an unknown nested key",
+            "--set",
+            "webhook.certManager.enabeld=true",
+            &["/webhook/certManager", "'enabeld' not allowed"],
+        ),
+        (
+            "a string for an integer",
+            "--set-string",
+            "webhook.timeoutSeconds=five",
+            &["/webhook/timeoutSeconds", "want integer"],
+        ),
+        (
+            "a timeout above the API limit",
+            "--set",
+            "webhook.timeoutSeconds=31",
+            &["/webhook/timeoutSeconds", "30"],
+        ),
+        (
+            "an unknown failure policy",
+            "--set",
+            "webhook.failurePolicy=Sometimes",
+            &["/webhook/failurePolicy", "Fail", "Ignore"],
+        ),
+        (
+            "a quantity that is not one",
+            "--set",
+            "sidecar.resources.limits.cpu=lots",
+            &["/sidecar/resources/limits/cpu"],
+        ),
+        (
+            "a port out of range",
+            "--set",
+            "sidecar.port=70000",
+            &["/sidecar/port"],
+        ),
+        (
+            "a number for a boolean switch",
+            "--set",
+            "webhook.enabled=1",
+            &["/webhook/enabled", "want boolean"],
+        ),
     ];
     for (case, flag, value, expected) in cases {
-        let out = helm(
-            cluster,
-            &["template", "r", CHART, "--kube-version", KUBE_VERSION, flag, value],
-        )
-        .await?;
+        let out = template(cluster, &[flag, value]).await?;
         assert!(!out.success(), "{case} ({value}) was accepted");
         for needle in *expected {
             assert!(
@@ -97,18 +148,20 @@ async fn values_schema_rejects_unknown_keys_and_wrong_types_naming_them() -> Res
 #[tokio::test]
 async fn a_service_monitor_without_the_metrics_service_is_refused_with_the_reason() -> Result<()> {
     let cluster = Cluster::shared();
-    let out = helm(
+    let out = template(
         cluster,
         &[
-            "template", "r", CHART, "--kube-version", KUBE_VERSION,
-            "--set", "metrics.serviceMonitor.enabled=true",
-            "--set", "metrics.service.enabled=false",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.service.enabled=false",
         ],
     )
     .await?;
     assert!(!out.success(), "rendered: {}", out.stdout);
     assert!(
-        out.stderr.contains("metrics.serviceMonitor.enabled needs metrics.service.enabled"),
+        out.stderr
+            .contains("metrics.serviceMonitor.enabled needs metrics.service.enabled"),
         "{}",
         out.stderr
     );
@@ -142,7 +195,12 @@ async fn install_open_crds(cluster: &Cluster) -> Result<()> {
             .await?
             .ok()?;
         cluster
-            .kubectl(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{plural}.{group}")])
+            .kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{plural}.{group}"),
+            ])
             .await?
             .ok()?;
     }
@@ -166,7 +224,8 @@ fn rendered_objects(yaml: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_security() -> Result<()> {
+async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_security()
+-> Result<()> {
     let cluster = Cluster::shared();
     install_open_crds(cluster).await?;
     let ns = cluster.namespace("helm-dry-run").await?;
@@ -174,7 +233,9 @@ async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_s
     // for the Deployment's pod template (the API server checks templates only to warn).
     cluster
         .kubectl(&[
-            "label", "namespace", &ns.name,
+            "label",
+            "namespace",
+            &ns.name,
             "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/warn=restricted",
         ])
@@ -183,8 +244,14 @@ async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_s
     for (name, values) in VALUE_SETS {
         let release = format!("dry{}", name.len());
         let mut args = vec![
-            "template", &release, CHART, "--namespace", &ns.name,
-            "--kube-version", KUBE_VERSION, "--include-crds",
+            "template",
+            &release,
+            CHART,
+            "--namespace",
+            &ns.name,
+            "--kube-version",
+            KUBE_VERSION,
+            "--include-crds",
         ];
         let sets = set_args(values);
         args.extend(sets.iter().map(String::as_str));
@@ -194,13 +261,21 @@ async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_s
         let out = cluster
             .kubectl_with_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered))
             .await?;
-        assert!(out.success(), "{name}: the API server rejected the chart:\n{}", out.stderr);
+        assert!(
+            out.success(),
+            "{name}: the API server rejected the chart:\n{}",
+            out.stderr
+        );
         assert!(
             !out.stderr.contains("PodSecurity"),
             "{name}: a pod would violate the restricted standard:\n{}",
             out.stderr
         );
-        let accepted = out.stdout.lines().filter(|l| l.contains("(server dry run)")).count();
+        let accepted = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count();
         assert_eq!(
             accepted,
             objects.len(),
@@ -224,14 +299,22 @@ async fn objects_of_release(cluster: &Cluster, release: &str) -> Result<BTreeSet
         .collect();
     let out = cluster
         .kubectl(&[
-            "get", &types.join(","), "--all-namespaces",
-            "-l", &format!("app.kubernetes.io/instance={release}"),
-            "-o", "name",
+            "get",
+            &types.join(","),
+            "--all-namespaces",
+            "-l",
+            &format!("app.kubernetes.io/instance={release}"),
+            "-o",
+            "name",
         ])
         .await?
         .ok()
         .context("listing every resource type")?;
-    Ok(out.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect())
+    Ok(out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 #[tokio::test]
@@ -241,7 +324,9 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
     let release = "life";
     install(cluster, release, &ns.name, &[]).await?;
 
-    let manifest = helm(cluster, &["get", "manifest", release, "-n", &ns.name]).await?.ok()?;
+    let manifest = helm(cluster, &["get", "manifest", release, "-n", &ns.name])
+        .await?
+        .ok()?;
     let expected = rendered_objects(&manifest);
     let found = objects_of_release(cluster, release).await?;
     for object in &expected {
@@ -252,7 +337,10 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
                 n == name && (resource == kind || resource.starts_with(&format!("{kind}.")))
             })
         });
-        assert!(present, "{object} from the manifest is not in the cluster: {found:?}");
+        assert!(
+            present,
+            "{object} from the manifest is not in the cluster: {found:?}"
+        );
     }
     cluster
         .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
@@ -263,21 +351,30 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
     // built-in one the operator's requests go to): the API server marks them not dangling.
     for schema in ["sidecars", "operator"] {
         let name = format!("{}-{schema}", fullname(release));
-        eventually(LIMIT, "the FlowSchema's Dangling condition to be False", || async {
-            let status = cluster
-                .kubectl(&[
-                    "get", "flowschema", &name,
-                    "-o", "jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}",
-                ])
-                .await?
-                .ok()?;
-            Ok((status == "False").then_some(()))
-        })
+        eventually(
+            LIMIT,
+            "the FlowSchema's Dangling condition to be False",
+            || async {
+                let status = cluster
+                    .kubectl(&[
+                        "get",
+                        "flowschema",
+                        &name,
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}",
+                    ])
+                    .await?
+                    .ok()?;
+                Ok((status == "False").then_some(()))
+            },
+        )
         .await
         .with_context(|| format!("FlowSchema {name}"))?;
     }
 
-    helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
     // Endpoints and EndpointSlices copy the Services' labels and are removed by the
     // garbage collector shortly after their Services: wait for that, boundedly.
     let left = eventually(LIMIT, "every object of the release to be gone", || async {
@@ -289,7 +386,10 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
         Ok(_) => BTreeSet::new(),
         Err(_) => objects_of_release(cluster, release).await?,
     };
-    assert!(left.is_empty(), "left behind after helm uninstall: {left:?}");
+    assert!(
+        left.is_empty(),
+        "left behind after helm uninstall: {left:?}"
+    );
     cluster
         .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
         .await?
@@ -312,7 +412,14 @@ async fn helm_upgrade_keeps_the_ca_bundle_the_operator_patched_in() -> Result<()
     ])
     .to_string();
     cluster
-        .kubectl(&["patch", "mutatingwebhookconfiguration", &config, "--type=json", "-p", &patch])
+        .kubectl(&[
+            "patch",
+            "mutatingwebhookconfiguration",
+            &config,
+            "--type=json",
+            "-p",
+            &patch,
+        ])
         .await?
         .ok()?;
     let mut args = vec!["upgrade", release, CHART, "--namespace", &ns.name];
@@ -323,18 +430,30 @@ async fn helm_upgrade_keeps_the_ca_bundle_the_operator_patched_in() -> Result<()
         let config = config.clone();
         async move {
             cluster
-                .kubectl(&["get", "mutatingwebhookconfiguration", &config, "-o", &format!("jsonpath={path}")])
+                .kubectl(&[
+                    "get",
+                    "mutatingwebhookconfiguration",
+                    &config,
+                    "-o",
+                    &format!("jsonpath={path}"),
+                ])
                 .await?
                 .ok()
         }
     };
-    assert_eq!(read("{.webhooks[0].timeoutSeconds}").await?, "7", "the upgrade applied");
+    assert_eq!(
+        read("{.webhooks[0].timeoutSeconds}").await?,
+        "7",
+        "the upgrade applied"
+    );
     assert_eq!(
         read("{.webhooks[0].clientConfig.caBundle}").await?,
         bundle,
         "helm upgrade must not wipe the operator's caBundle"
     );
-    helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
     Ok(())
 }
 
@@ -352,28 +471,69 @@ async fn the_self_managed_webhook_secret_goes_with_the_release() -> Result<()> {
         let ns = ns.name.clone();
         async move {
             cluster
-                .kubectl(&["get", what, &name, "-n", &ns, "--ignore-not-found", "-o", &format!("jsonpath={path}")])
+                .kubectl(&[
+                    "get",
+                    what,
+                    &name,
+                    "-n",
+                    &ns,
+                    "--ignore-not-found",
+                    "-o",
+                    &format!("jsonpath={path}"),
+                ])
                 .await?
                 .ok()
         }
     };
-    eventually(LIMIT, "the operator's CA in caBundle and its Secret", || async {
-        operator.process.check_running()?;
-        let bundle = get("mutatingwebhookconfiguration", config.clone(), "{.webhooks[0].clientConfig.caBundle}").await?;
-        let owner = get("secret", secret.clone(), "{.metadata.ownerReferences[0].kind}").await?;
-        Ok((!bundle.is_empty() && !owner.is_empty()).then_some(()))
-    })
+    eventually(
+        LIMIT,
+        "the operator's CA in caBundle and its Secret",
+        || async {
+            operator.process.check_running()?;
+            let bundle = get(
+                "mutatingwebhookconfiguration",
+                config.clone(),
+                "{.webhooks[0].clientConfig.caBundle}",
+            )
+            .await?;
+            let owner = get(
+                "secret",
+                secret.clone(),
+                "{.metadata.ownerReferences[0].kind}",
+            )
+            .await?;
+            Ok((!bundle.is_empty() && !owner.is_empty()).then_some(()))
+        },
+    )
     .await
     .with_context(|| format!("operator log:\n{}", operator.log()))?;
-    let owner = get("secret", secret.clone(), "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}").await?;
-    assert_eq!(owner, format!("MutatingWebhookConfiguration/{config}"), "the Secret is owned by the webhook configuration");
+    let owner = get(
+        "secret",
+        secret.clone(),
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+    )
+    .await?;
+    assert_eq!(
+        owner,
+        format!("MutatingWebhookConfiguration/{config}"),
+        "the Secret is owned by the webhook configuration"
+    );
 
     // helm uninstall deletes the Deployment; its pods stop a little later.
-    helm(cluster, &["uninstall", release, "-n", &ns.name]).await?.ok()?;
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
     drop(operator);
-    eventually(LIMIT, "the garbage collector to remove the webhook Secret", || async {
-        Ok(get("secret", secret.clone(), "{.metadata.name}").await?.is_empty().then_some(()))
-    })
+    eventually(
+        LIMIT,
+        "the garbage collector to remove the webhook Secret",
+        || async {
+            Ok(get("secret", secret.clone(), "{.metadata.name}")
+                .await?
+                .is_empty()
+                .then_some(()))
+        },
+    )
     .await?;
     Ok(())
 }

@@ -38,7 +38,11 @@ pub async fn helm_with_stdin(
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_DATA_HOME", home.join("data"))
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -67,7 +71,12 @@ pub fn set_args(values: &[&str]) -> Vec<String> {
 
 /// `helm install <release> <chart> -n <namespace>` with extra `--set` values. No `--wait`:
 /// without a kubelet the operator's pods never run.
-pub async fn install(cluster: &Cluster, release: &str, namespace: &str, values: &[&str]) -> Result<String> {
+pub async fn install(
+    cluster: &Cluster,
+    release: &str,
+    namespace: &str,
+    values: &[&str],
+) -> Result<String> {
     let mut args = vec!["install", release, CHART, "--namespace", namespace];
     let sets = set_args(values);
     args.extend(sets.iter().map(String::as_str));
@@ -85,12 +94,18 @@ pub fn fullname(release: &str) -> String {
 
 /// A kubeconfig that authenticates with a fresh token of a service account (TokenRequest
 /// API), so a local process acts with exactly that account's RBAC rights.
-pub async fn service_account_kubeconfig(cluster: &Cluster, namespace: &str, account: &str) -> Result<PathBuf> {
+pub async fn service_account_kubeconfig(
+    cluster: &Cluster,
+    namespace: &str,
+    account: &str,
+) -> Result<PathBuf> {
     let token = cluster
         .kubectl(&["create", "token", account, "-n", namespace, "--duration=2h"])
         .await?
         .ok()?;
-    let path = cluster.dir().join(format!("sa-{namespace}-{account}.kubeconfig"));
+    let path = cluster
+        .dir()
+        .join(format!("sa-{namespace}-{account}.kubeconfig"));
     let config = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "test", "cluster": {
@@ -107,11 +122,20 @@ pub async fn service_account_kubeconfig(cluster: &Cluster, namespace: &str, acco
 }
 
 /// The operator container's arguments from the installed Deployment.
-pub async fn deployment_args(cluster: &Cluster, namespace: &str, release: &str) -> Result<Vec<String>> {
+pub async fn deployment_args(
+    cluster: &Cluster,
+    namespace: &str,
+    release: &str,
+) -> Result<Vec<String>> {
     let json = cluster
         .kubectl(&[
-            "get", "deployment", &fullname(release), "-n", namespace,
-            "-o", "jsonpath={.spec.template.spec.containers[0].args}",
+            "get",
+            "deployment",
+            &fullname(release),
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].args}",
         ])
         .await?
         .ok()?;
@@ -127,7 +151,9 @@ pub struct ChartOperator {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl ChartOperator {
@@ -141,14 +167,15 @@ impl ChartOperator {
                 Some(("--metrics-addr", _)) => format!("--metrics-addr=127.0.0.1:{metrics_port}"),
                 Some(("--webhook-addr", _)) => format!("--webhook-addr=127.0.0.1:{webhook_port}"),
                 Some((_, value)) if value.starts_with("0.0.0.0") => {
-                    bail!("the chart passes {arg}: a listen address this test does not know how to move")
+                    bail!(
+                        "the chart passes {arg}: a listen address this test does not know how to move"
+                    )
                 }
                 _ => arg,
             };
             rewritten.push(arg);
         }
-        let kubeconfig =
-            service_account_kubeconfig(cluster, namespace, &fullname(release)).await?;
+        let kubeconfig = service_account_kubeconfig(cluster, namespace, &fullname(release)).await?;
         let binary = crate::operator_support::workspace_binary("kubeflake-operator");
         // The Deployment's environment: its pod name and namespace from the downward API.
         let mut argv: Vec<OsString> = vec![
@@ -163,9 +190,15 @@ impl ChartOperator {
             name: format!("chart-operator-{release}"),
             program: PathBuf::from("/usr/bin/env"),
             args: argv,
-            log: cluster.dir().join(format!("chart-operator-{namespace}-{release}.log")),
+            log: cluster
+                .dir()
+                .join(format!("chart-operator-{namespace}-{release}.log")),
         })?;
-        Ok(ChartOperator { process, metrics_port, webhook_port })
+        Ok(ChartOperator {
+            process,
+            metrics_port,
+            webhook_port,
+        })
     }
 
     /// Everything the operator logged so far.

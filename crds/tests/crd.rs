@@ -5,13 +5,30 @@ use kube::CustomResourceExt;
 use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec, LayoutSpec};
 use serde_json::{Value, json};
 
+/// How to regenerate both checked-in copies of the CRD.
+const REGENERATE: &str = "run `cargo run -p kubeflake-crds --bin crdgen crds/idsequence.yaml charts/kubeflake/crds/idsequence.yaml`";
+
 #[test]
 fn checked_in_crd_yaml_equals_what_the_code_generates() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/idsequence.yaml");
     let checked_in = std::fs::read_to_string(path).expect("crds/idsequence.yaml exists");
     assert!(
         checked_in == kubeflake_crds::crd_yaml(),
-        "crds/idsequence.yaml is stale: run `cargo run -p kubeflake-crds --bin crdgen crds/idsequence.yaml`"
+        "crds/idsequence.yaml is stale: {REGENERATE}"
+    );
+}
+
+#[test]
+fn helm_chart_crd_equals_what_the_code_generates() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../charts/kubeflake/crds/idsequence.yaml"
+    );
+    let in_chart =
+        std::fs::read_to_string(path).expect("charts/kubeflake/crds/idsequence.yaml exists");
+    assert!(
+        in_chart == kubeflake_crds::crd_yaml(),
+        "charts/kubeflake/crds/idsequence.yaml differs from the CRD the code generates: {REGENERATE}"
     );
 }
 

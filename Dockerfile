@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# Images of both binaries, from one build of the workspace:
+#
+#   docker build --target operator -t <your-registry>/kubeflake/operator:0.1.0 .
+#   docker build --target sidecar  -t <your-registry>/kubeflake/sidecar:0.1.0 .
+#
+# Static musl binaries on an empty base: no shell, no package manager, nothing to patch
+# but the binary. Runs as a numeric non-root user, so the pod's runAsNonRoot check works
+# without a passwd file. The images are not published; see docs/install.md.
+
+# Build stage: the workspace's minimum Rust version, on musl.
+FROM rust:1.89-alpine3.22 AS build
+# musl-dev: the C runtime that ring's assembly links against; ca-certificates: copied
+# into the runtime images for HTTPS clients that read the system roots. Not pinned: the
+# base image tag pins the Alpine release, whose repositories carry one version of each.
+# hadolint ignore=DL3018
+RUN apk add --no-cache musl-dev ca-certificates
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY crds crds
+COPY sidecar sidecar
+COPY operator operator
+COPY e2e e2e
+RUN cargo build --release --locked -p kubeflake-operator -p kubeflake-sidecar \
+ && mkdir /out \
+ && cp target/release/kubeflake-operator target/release/kubeflake-sidecar /out/
+
+# Shared runtime base: nothing but CA roots and a non-root user id.
+FROM scratch AS runtime
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+USER 65532:65532
+
+FROM runtime AS operator
+COPY --from=build /out/kubeflake-operator /kubeflake-operator
+EXPOSE 8080 9443
+ENTRYPOINT ["/kubeflake-operator"]
+
+# Listed last so that a plain `docker build .` gives the sidecar.
+FROM runtime AS sidecar
+COPY --from=build /out/kubeflake-sidecar /kubeflake-sidecar
+EXPOSE 7070 7071
+ENTRYPOINT ["/kubeflake-sidecar"]

@@ -1,0 +1,539 @@
+//! The Helm chart (`charts/kubeflake`) against the real API server: lint, the values
+//! schema, server-side validation of every rendered object, install, upgrade and a clean
+//! uninstall. There is no kubelet: `helm install` runs without `--wait` and `helm test`
+//! (its pod needs a node) is only rendered and validated, never run.
+
+mod chart_support;
+mod operator_support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chart_support::*;
+use kubeflake_e2e::Cluster;
+use operator_support::eventually;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Value sets every check runs with: the defaults and each optional part switched on.
+const VALUE_SETS: &[(&str, &[&str])] = &[
+    ("defaults", &[]),
+    (
+        "cert-manager and ServiceMonitor",
+        &[
+            "webhook.certManager.enabled=true",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+    ),
+    (
+        "one watched namespace, no webhook, no flow control, no PDB",
+        &[
+            "operator.watchNamespace=apps",
+            "webhook.enabled=false",
+            "flowControl.enabled=false",
+            "operator.podDisruptionBudget.enabled=false",
+        ],
+    ),
+    (
+        "flow control for listed namespaces, extra SANs and exclusions",
+        &[
+            "flowControl.namespaces={apps,shop}",
+            "webhook.extraSANs={kubeflake.example.com}",
+            "webhook.excludeNamespaces={monitoring}",
+            "webhook.failurePolicy=Ignore",
+        ],
+    ),
+];
+
+#[tokio::test]
+async fn helm_lint_is_clean_with_every_value_set() -> Result<()> {
+    let cluster = Cluster::shared();
+    for (name, values) in VALUE_SETS {
+        let mut args = vec!["lint", "--strict", CHART];
+        let sets = set_args(values);
+        args.extend(sets.iter().map(String::as_str));
+        let out = helm(cluster, &args).await?;
+        let text = format!("{}{}", out.stdout, out.stderr);
+        assert!(out.success(), "helm lint with {name} failed:\n{text}");
+        assert!(
+            !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+            "helm lint with {name} is not clean:\n{text}"
+        );
+    }
+    Ok(())
+}
+
+/// `helm template r <chart>` for the test cluster's Kubernetes version, plus `extra`.
+async fn template(cluster: &Cluster, extra: &[&str]) -> Result<kubeflake_e2e::CommandOutput> {
+    let mut args = vec!["template", "r", CHART, "--kube-version", KUBE_VERSION];
+    args.extend_from_slice(extra);
+    helm(cluster, &args).await
+}
+
+#[tokio::test]
+async fn values_schema_rejects_unknown_keys_and_wrong_types_naming_them() -> Result<()> {
+    let cluster = Cluster::shared();
+    // (case, --set or --set-string argument, what the message must say)
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        (
+            "a misspelt key",
+            "--set",
+            "operator.replcas=3",
+            &["/operator", "'replcas' not allowed"],
+        ),
+        (
+            "an unknown top-level key",
+            "--set",
+            "replicas=3",
+            &["'replicas' not allowed"],
+        ),
+        (
+            "an unknown nested key",
+            "--set",
+            "webhook.certManager.enabeld=true",
+            &["/webhook/certManager", "'enabeld' not allowed"],
+        ),
+        (
+            "a string for an integer",
+            "--set-string",
+            "webhook.timeoutSeconds=five",
+            &["/webhook/timeoutSeconds", "want integer"],
+        ),
+        (
+            "a timeout above the API limit",
+            "--set",
+            "webhook.timeoutSeconds=31",
+            &["/webhook/timeoutSeconds", "30"],
+        ),
+        (
+            "an unknown failure policy",
+            "--set",
+            "webhook.failurePolicy=Sometimes",
+            &["/webhook/failurePolicy", "Fail", "Ignore"],
+        ),
+        (
+            "a quantity that is not one",
+            "--set",
+            "sidecar.resources.limits.cpu=lots",
+            &["/sidecar/resources/limits/cpu"],
+        ),
+        (
+            "a port out of range",
+            "--set",
+            "sidecar.port=70000",
+            &["/sidecar/port"],
+        ),
+        (
+            "a number for a boolean switch",
+            "--set",
+            "webhook.enabled=1",
+            &["/webhook/enabled", "want boolean"],
+        ),
+    ];
+    for (case, flag, value, expected) in cases {
+        let out = template(cluster, &[flag, value]).await?;
+        assert!(!out.success(), "{case} ({value}) was accepted");
+        for needle in *expected {
+            assert!(
+                out.stderr.contains(needle),
+                "{case} ({value}): the error does not say {needle:?}:\n{}",
+                out.stderr
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_service_monitor_without_the_metrics_service_is_refused_with_the_reason() -> Result<()> {
+    let cluster = Cluster::shared();
+    let out = template(
+        cluster,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.service.enabled=false",
+        ],
+    )
+    .await?;
+    assert!(!out.success(), "rendered: {}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("metrics.serviceMonitor.enabled needs metrics.service.enabled"),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
+/// A CRD that accepts any object of a kind, so the server can validate the metadata of
+/// objects whose real CRDs (cert-manager, Prometheus operator) are not installed here.
+fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    })
+}
+
+async fn install_open_crds(cluster: &Cluster) -> Result<()> {
+    for (group, kind, plural) in [
+        ("cert-manager.io", "Issuer", "issuers"),
+        ("cert-manager.io", "Certificate", "certificates"),
+        ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ] {
+        let crd = open_crd(group, kind, plural).to_string();
+        cluster
+            .kubectl_with_stdin(&["apply", "--server-side", "-f", "-"], Some(&crd))
+            .await?
+            .ok()?;
+        cluster
+            .kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{plural}.{group}"),
+            ])
+            .await?
+            .ok()?;
+    }
+    Ok(())
+}
+
+/// `kind/name` of every object in a multi-document YAML stream.
+fn rendered_objects(yaml: &str) -> Vec<String> {
+    let mut objects = Vec::new();
+    for doc in yaml.split("\n---") {
+        let field = |key: &str, indent: &str| {
+            doc.lines()
+                .find_map(|l| l.strip_prefix(&format!("{indent}{key}: ")))
+                .map(|v| v.trim().trim_matches('"').to_owned())
+        };
+        if let (Some(kind), Some(name)) = (field("kind", ""), field("name", "  ")) {
+            objects.push(format!("{kind}/{name}"));
+        }
+    }
+    objects
+}
+
+#[tokio::test]
+async fn every_rendered_object_passes_server_side_dry_run_under_restricted_pod_security()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    install_open_crds(cluster).await?;
+    let ns = cluster.namespace("helm-dry-run").await?;
+    // The restricted Pod Security Standard: enforced on the helm-test pod, and a warning
+    // for the Deployment's pod template (the API server checks templates only to warn).
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            &ns.name,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/warn=restricted",
+        ])
+        .await?
+        .ok()?;
+    for (name, values) in VALUE_SETS {
+        let release = format!("dry{}", name.len());
+        let mut args = vec![
+            "template",
+            &release,
+            CHART,
+            "--namespace",
+            &ns.name,
+            "--kube-version",
+            KUBE_VERSION,
+            "--include-crds",
+        ];
+        let sets = set_args(values);
+        args.extend(sets.iter().map(String::as_str));
+        let rendered = helm(cluster, &args).await?.ok()?;
+        let objects = rendered_objects(&rendered);
+        assert!(objects.len() >= 8, "{name}: only {objects:?}");
+        let out = cluster
+            .kubectl_with_stdin(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered))
+            .await?;
+        assert!(
+            out.success(),
+            "{name}: the API server rejected the chart:\n{}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("PodSecurity"),
+            "{name}: a pod would violate the restricted standard:\n{}",
+            out.stderr
+        );
+        let accepted = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count();
+        assert_eq!(
+            accepted,
+            objects.len(),
+            "{name}: every object is validated\n{}\n{objects:?}",
+            out.stdout
+        );
+    }
+    Ok(())
+}
+
+/// `resource.group/name` of every object carrying the release's instance label, in every
+/// listable resource type, namespaced (all namespaces) and cluster-scoped.
+async fn objects_of_release(cluster: &Cluster, release: &str) -> Result<BTreeSet<String>> {
+    let types = cluster
+        .kubectl(&["api-resources", "--verbs=list", "-o", "name"])
+        .await?
+        .ok()?;
+    let types: Vec<&str> = types
+        .lines()
+        .filter(|t| !t.is_empty() && *t != "componentstatuses")
+        .collect();
+    let out = cluster
+        .kubectl(&[
+            "get",
+            &types.join(","),
+            "--all-namespaces",
+            "-l",
+            &format!("app.kubernetes.io/instance={release}"),
+            "-o",
+            "name",
+        ])
+        .await?
+        .ok()
+        .context("listing every resource type")?;
+    Ok(out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+#[tokio::test]
+async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_crd() -> Result<()> {
+    let cluster = Cluster::shared();
+    let ns = cluster.namespace("helm-install").await?;
+    let release = "life";
+    install(cluster, release, &ns.name, &[]).await?;
+
+    let manifest = helm(cluster, &["get", "manifest", release, "-n", &ns.name])
+        .await?
+        .ok()?;
+    let expected = rendered_objects(&manifest);
+    let found = objects_of_release(cluster, release).await?;
+    for object in &expected {
+        let (kind, name) = object.split_once('/').context("kind/name")?;
+        let kind = kind.to_lowercase();
+        let present = found.iter().any(|f| {
+            f.split_once('/').is_some_and(|(resource, n)| {
+                n == name && (resource == kind || resource.starts_with(&format!("{kind}.")))
+            })
+        });
+        assert!(
+            present,
+            "{object} from the manifest is not in the cluster: {found:?}"
+        );
+    }
+    cluster
+        .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
+        .await?
+        .ok()
+        .context("helm installs the CRD from the chart's crds/")?;
+    // Both FlowSchemas point at a priority level that exists (the sidecars' own, and the
+    // built-in one the operator's requests go to): the API server marks them not dangling.
+    for schema in ["sidecars", "operator"] {
+        let name = format!("{}-{schema}", fullname(release));
+        eventually(
+            LIMIT,
+            "the FlowSchema's Dangling condition to be False",
+            || async {
+                let status = cluster
+                    .kubectl(&[
+                        "get",
+                        "flowschema",
+                        &name,
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}",
+                    ])
+                    .await?
+                    .ok()?;
+                Ok((status == "False").then_some(()))
+            },
+        )
+        .await
+        .with_context(|| format!("FlowSchema {name}"))?;
+    }
+
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
+    // Endpoints and EndpointSlices copy the Services' labels and are removed by the
+    // garbage collector shortly after their Services: wait for that, boundedly.
+    let left = eventually(LIMIT, "every object of the release to be gone", || async {
+        let left = objects_of_release(cluster, release).await?;
+        Ok(left.is_empty().then_some(left))
+    })
+    .await;
+    let left = match left {
+        Ok(_) => BTreeSet::new(),
+        Err(_) => objects_of_release(cluster, release).await?,
+    };
+    assert!(
+        left.is_empty(),
+        "left behind after helm uninstall: {left:?}"
+    );
+    cluster
+        .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
+        .await?
+        .ok()
+        .context("the CRD (and so every IdSequence) survives helm uninstall")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn helm_upgrade_keeps_the_ca_bundle_the_operator_patched_in() -> Result<()> {
+    let cluster = Cluster::shared();
+    let ns = cluster.namespace("helm-upgrade").await?;
+    let release = "upg";
+    install(cluster, release, &ns.name, &[]).await?;
+    let config = fullname(release);
+    // What the operator does with self-managed certificates.
+    let bundle = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
+    let patch = serde_json::json!([
+        {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}
+    ])
+    .to_string();
+    cluster
+        .kubectl(&[
+            "patch",
+            "mutatingwebhookconfiguration",
+            &config,
+            "--type=json",
+            "-p",
+            &patch,
+        ])
+        .await?
+        .ok()?;
+    let mut args = vec!["upgrade", release, CHART, "--namespace", &ns.name];
+    let sets = set_args(&["webhook.timeoutSeconds=7"]);
+    args.extend(sets.iter().map(String::as_str));
+    helm(cluster, &args).await?.ok()?;
+    let read = |path: &'static str| {
+        let config = config.clone();
+        async move {
+            cluster
+                .kubectl(&[
+                    "get",
+                    "mutatingwebhookconfiguration",
+                    &config,
+                    "-o",
+                    &format!("jsonpath={path}"),
+                ])
+                .await?
+                .ok()
+        }
+    };
+    assert_eq!(
+        read("{.webhooks[0].timeoutSeconds}").await?,
+        "7",
+        "the upgrade applied"
+    );
+    assert_eq!(
+        read("{.webhooks[0].clientConfig.caBundle}").await?,
+        bundle,
+        "helm upgrade must not wipe the operator's caBundle"
+    );
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_self_managed_webhook_secret_goes_with_the_release() -> Result<()> {
+    let cluster = Cluster::shared();
+    let ns = cluster.namespace("helm-secret").await?;
+    let release = "tls";
+    install(cluster, release, &ns.name, &[]).await?;
+    let secret = format!("{}-webhook-tls", fullname(release));
+    let config = fullname(release);
+    // The operator as the Deployment would run it, under the chart's RBAC.
+    let operator = ChartOperator::start(cluster, &ns.name, release).await?;
+    let get = |what: &'static str, name: String, path: &'static str| {
+        let ns = ns.name.clone();
+        async move {
+            cluster
+                .kubectl(&[
+                    "get",
+                    what,
+                    &name,
+                    "-n",
+                    &ns,
+                    "--ignore-not-found",
+                    "-o",
+                    &format!("jsonpath={path}"),
+                ])
+                .await?
+                .ok()
+        }
+    };
+    eventually(
+        LIMIT,
+        "the operator's CA in caBundle and its Secret",
+        || async {
+            operator.process.check_running()?;
+            let bundle = get(
+                "mutatingwebhookconfiguration",
+                config.clone(),
+                "{.webhooks[0].clientConfig.caBundle}",
+            )
+            .await?;
+            let owner = get(
+                "secret",
+                secret.clone(),
+                "{.metadata.ownerReferences[0].kind}",
+            )
+            .await?;
+            Ok((!bundle.is_empty() && !owner.is_empty()).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    let owner = get(
+        "secret",
+        secret.clone(),
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+    )
+    .await?;
+    assert_eq!(
+        owner,
+        format!("MutatingWebhookConfiguration/{config}"),
+        "the Secret is owned by the webhook configuration"
+    );
+
+    // helm uninstall deletes the Deployment; its pods stop a little later.
+    helm(cluster, &["uninstall", release, "-n", &ns.name])
+        .await?
+        .ok()?;
+    drop(operator);
+    eventually(
+        LIMIT,
+        "the garbage collector to remove the webhook Secret",
+        || async {
+            Ok(get("secret", secret.clone(), "{.metadata.name}")
+                .await?
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}

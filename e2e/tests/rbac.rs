@@ -1,0 +1,735 @@
+//! What the chart's RBAC lets the operator and a sidecar do, as `kubectl auth can-i`
+//! matrices against the real API server (one named row per right), and the operator
+//! doing its job with nothing but those rights: it runs as a local process with the
+//! chart's own arguments and a token of the chart's ServiceAccount.
+
+mod chart_support;
+mod operator_support;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use chart_support::*;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use operator_support::{all_assigned, create_pods, create_sequence, eventually};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const RELEASE: &str = "rbac";
+/// The RoleBinding the operator keeps in every namespace that has an IdSequence.
+const SIDECAR_BINDING: &str = "kubeflake-sidecar";
+
+/// The release every test here checks, installed once. The webhook's failure policy is
+/// Ignore with a short timeout: nothing serves it here (the API server cannot reach a
+/// Service without a node network), and the tests create labelled pods.
+async fn release_namespace(cluster: &'static Cluster) -> Result<&'static str> {
+    static NS: OnceCell<String> = OnceCell::const_new();
+    let ns = NS
+        .get_or_try_init(|| async {
+            let ns = cluster.namespace("rbac-release").await?;
+            install(
+                cluster,
+                RELEASE,
+                &ns.name,
+                &["webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2"],
+            )
+            .await?;
+            anyhow::Ok(ns.name)
+        })
+        .await?;
+    Ok(ns.as_str())
+}
+
+/// Where a row's request goes.
+#[derive(Clone, Copy, Debug)]
+enum Scope {
+    /// The namespace of the pods and their IdSequence.
+    App,
+    /// Another namespace that also has an IdSequence (and so its own sidecar binding).
+    Other,
+    /// The chart's release namespace.
+    Release,
+    /// Every namespace (`--all-namespaces`).
+    All,
+    /// A cluster-scoped resource.
+    ClusterScoped,
+}
+
+/// One right: `can-i <verb> <resource> [--subresource]` in a scope, and the expected answer.
+struct Row {
+    name: &'static str,
+    verb: &'static str,
+    resource: String,
+    subresource: Option<&'static str>,
+    scope: Scope,
+    allowed: bool,
+}
+
+fn row(
+    name: &'static str,
+    verb: &'static str,
+    resource: impl Into<String>,
+    scope: Scope,
+    allowed: bool,
+) -> Row {
+    Row {
+        name,
+        verb,
+        resource: resource.into(),
+        subresource: None,
+        scope,
+        allowed,
+    }
+}
+
+struct Namespaces<'a> {
+    app: &'a str,
+    other: &'a str,
+    release: &'a str,
+}
+
+/// `kubectl auth can-i` as `user`: true for "yes", false for "no", an error otherwise.
+async fn can_i(cluster: &Cluster, user: &str, row: &Row, ns: &Namespaces<'_>) -> Result<bool> {
+    let mut args = vec![
+        "auth",
+        "can-i",
+        row.verb,
+        row.resource.as_str(),
+        "--as",
+        user,
+    ];
+    let namespace = match row.scope {
+        Scope::App => Some(ns.app),
+        Scope::Other => Some(ns.other),
+        Scope::Release => Some(ns.release),
+        Scope::All => {
+            args.push("--all-namespaces");
+            None
+        }
+        Scope::ClusterScoped => None,
+    };
+    if let Some(namespace) = namespace {
+        args.extend(["--namespace", namespace]);
+    }
+    if let Some(sub) = row.subresource {
+        args.extend(["--subresource", sub]);
+    }
+    let out = cluster.kubectl(&args).await?;
+    match out.stdout.trim() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => bail!(
+            "kubectl {} answered neither yes nor no:\n{}{}",
+            args.join(" "),
+            out.stdout,
+            out.stderr
+        ),
+    }
+}
+
+/// Checks every row and reports all mismatches at once.
+async fn check_matrix(
+    cluster: &Cluster,
+    who: &str,
+    user: &str,
+    rows: &[Row],
+    ns: &Namespaces<'_>,
+) -> Result<()> {
+    let mut wrong = Vec::new();
+    for row in rows {
+        let answer = can_i(cluster, user, row, ns).await?;
+        if answer != row.allowed {
+            wrong.push(format!(
+                "{who} {}: expected {}, got {} ({} {}{} in {:?})",
+                row.name,
+                if row.allowed { "yes" } else { "no" },
+                if answer { "yes" } else { "no" },
+                row.verb,
+                row.resource,
+                row.subresource.map(|s| format!("/{s}")).unwrap_or_default(),
+                row.scope,
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "RBAC matrix mismatches:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
+
+fn operator_rows() -> Vec<Row> {
+    use Scope::*;
+    let full = fullname(RELEASE);
+    let sidecar_role = format!("clusterroles.rbac.authorization.k8s.io/{full}-sidecar");
+    let webhook_secret = format!("secrets/{full}-webhook-tls");
+    let webhook_config =
+        format!("mutatingwebhookconfigurations.admissionregistration.k8s.io/{full}");
+    let mut status = row(
+        "may patch IdSequence status",
+        "patch",
+        "idsequences.kubeflake.io",
+        App,
+        true,
+    );
+    status.subresource = Some("status");
+    let mut finalizers = row(
+        "may update IdSequence finalizers",
+        "update",
+        "idsequences.kubeflake.io",
+        App,
+        true,
+    );
+    finalizers.subresource = Some("finalizers");
+    vec![
+        row(
+            "may watch IdSequences everywhere",
+            "watch",
+            "idsequences.kubeflake.io",
+            All,
+            true,
+        ),
+        row(
+            "may patch IdSequences (its finalizer)",
+            "patch",
+            "idsequences.kubeflake.io",
+            App,
+            true,
+        ),
+        status,
+        finalizers,
+        row(
+            "may create slot leases in any namespace",
+            "create",
+            "leases.coordination.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may delete slot leases (reclaim)",
+            "delete",
+            "leases.coordination.k8s.io",
+            Other,
+            true,
+        ),
+        row(
+            "may update its leader-election lease",
+            "update",
+            "leases.coordination.k8s.io",
+            Release,
+            true,
+        ),
+        row("may watch pods everywhere", "watch", "pods", All, true),
+        row(
+            "may create Events",
+            "create",
+            "events.events.k8s.io",
+            App,
+            true,
+        ),
+        row("may create core Events", "create", "events", App, true),
+        row(
+            "may create RoleBindings",
+            "create",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may delete RoleBindings",
+            "delete",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may bind the sidecar ClusterRole",
+            "bind",
+            sidecar_role,
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may patch its webhook configuration",
+            "patch",
+            webhook_config,
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may create Secrets in its own namespace",
+            "create",
+            "secrets",
+            Release,
+            true,
+        ),
+        row(
+            "may update its webhook Secret",
+            "update",
+            webhook_secret.clone(),
+            Release,
+            true,
+        ),
+        row(
+            "may read its webhook Secret",
+            "get",
+            webhook_secret,
+            Release,
+            true,
+        ),
+        row(
+            "may not read Secrets in other namespaces",
+            "get",
+            "secrets",
+            App,
+            false,
+        ),
+        row(
+            "may not list Secrets in other namespaces",
+            "list",
+            "secrets",
+            App,
+            false,
+        ),
+        row(
+            "may not read other Secrets in its own namespace",
+            "get",
+            "secrets/other",
+            Release,
+            false,
+        ),
+        row(
+            "may not list all Secrets of its own namespace",
+            "list",
+            "secrets",
+            Release,
+            false,
+        ),
+        row("may not delete pods", "delete", "pods", App, false),
+        row("may not create pods", "create", "pods", App, false),
+        row("may not update pods", "update", "pods", App, false),
+        row(
+            "may not create IdSequences",
+            "create",
+            "idsequences.kubeflake.io",
+            App,
+            false,
+        ),
+        row(
+            "may not delete IdSequences",
+            "delete",
+            "idsequences.kubeflake.io",
+            App,
+            false,
+        ),
+        row(
+            "may not create ClusterRoles",
+            "create",
+            "clusterroles.rbac.authorization.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not escalate ClusterRoles",
+            "escalate",
+            "clusterroles.rbac.authorization.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not bind cluster-admin",
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not bind Roles of other apps",
+            "bind",
+            "roles.rbac.authorization.k8s.io",
+            App,
+            false,
+        ),
+        row(
+            "may not create ClusterRoleBindings",
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not patch other webhook configurations",
+            "patch",
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io/other",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not create webhook configurations",
+            "create",
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not touch CRDs",
+            "update",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not impersonate",
+            "impersonate",
+            "users",
+            ClusterScoped,
+            false,
+        ),
+        row("may not read ConfigMaps", "get", "configmaps", App, false),
+    ]
+}
+
+fn sidecar_rows() -> Vec<Row> {
+    use Scope::*;
+    let mut status = row(
+        "may not write IdSequence status",
+        "patch",
+        "idsequences.kubeflake.io",
+        App,
+        false,
+    );
+    status.subresource = Some("status");
+    vec![
+        row(
+            "may read its IdSequence",
+            "get",
+            "idsequences.kubeflake.io",
+            App,
+            true,
+        ),
+        row(
+            "may watch leases in its namespace",
+            "watch",
+            "leases.coordination.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may update leases in its namespace (renew, fence)",
+            "update",
+            "leases.coordination.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may patch leases in its namespace",
+            "patch",
+            "leases.coordination.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may create Events in its namespace",
+            "create",
+            "events.events.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may not update leases in another namespace",
+            "update",
+            "leases.coordination.k8s.io",
+            Other,
+            false,
+        ),
+        row(
+            "may not patch leases in another namespace",
+            "patch",
+            "leases.coordination.k8s.io",
+            Other,
+            false,
+        ),
+        row(
+            "may not read leases in another namespace",
+            "get",
+            "leases.coordination.k8s.io",
+            Other,
+            false,
+        ),
+        row(
+            "may not write leases in the release namespace",
+            "update",
+            "leases.coordination.k8s.io",
+            Release,
+            false,
+        ),
+        row(
+            "may not create leases (the operator assigns slots)",
+            "create",
+            "leases.coordination.k8s.io",
+            App,
+            false,
+        ),
+        row(
+            "may not delete leases",
+            "delete",
+            "leases.coordination.k8s.io",
+            App,
+            false,
+        ),
+        row("may not read Secrets", "get", "secrets", App, false),
+        row("may not list Secrets", "list", "secrets", App, false),
+        row("may not read pods", "get", "pods", App, false),
+        row("may not delete pods", "delete", "pods", App, false),
+        row(
+            "may not change IdSequences",
+            "update",
+            "idsequences.kubeflake.io",
+            App,
+            false,
+        ),
+        status,
+        row(
+            "may not read IdSequences of other namespaces",
+            "get",
+            "idsequences.kubeflake.io",
+            Other,
+            false,
+        ),
+        row(
+            "may not create RoleBindings",
+            "create",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            false,
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_service_account_may_do_what_the_operator_does_and_nothing_more() -> Result<()> {
+    let cluster = Cluster::shared();
+    let release = release_namespace(cluster).await?;
+    let app = cluster.namespace("rbac-op-app").await?;
+    let other = cluster.namespace("rbac-op-other").await?;
+    let user = format!("system:serviceaccount:{release}:{}", fullname(RELEASE));
+    let ns = Namespaces {
+        app: &app.name,
+        other: &other.name,
+        release,
+    };
+    check_matrix(cluster, "operator", &user, &operator_rows(), &ns).await?;
+
+    // The RoleBinding rights cannot grant more than the operator holds or may bind: the
+    // sidecar role is accepted, cluster-admin refused by the API server's escalation check.
+    let group = format!("--group=system:serviceaccounts:{}", app.name);
+    let sidecar_role = format!("--clusterrole={}-sidecar", fullname(RELEASE));
+    let bind = |name: &'static str, role: String| {
+        let (group, user, ns) = (group.clone(), user.clone(), app.name.clone());
+        async move {
+            cluster
+                .kubectl(&[
+                    "create",
+                    "rolebinding",
+                    name,
+                    "-n",
+                    &ns,
+                    &role,
+                    &group,
+                    "--as",
+                    &user,
+                ])
+                .await
+        }
+    };
+    let allowed = bind("sidecar-by-operator", sidecar_role).await?;
+    assert!(
+        allowed.success(),
+        "the operator binds the sidecar role: {}",
+        allowed.stderr
+    );
+    let refused = bind(
+        "admin-by-operator",
+        "--clusterrole=cluster-admin".to_owned(),
+    )
+    .await?;
+    assert!(
+        !refused.success()
+            && refused
+                .stderr
+                .contains("attempting to grant RBAC permissions not currently held"),
+        "binding cluster-admin must be refused as an escalation: {}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn impersonating_a_service_account_adds_its_namespace_groups() -> Result<()> {
+    // The sidecar rows rely on this: the operator binds the group of a namespace's
+    // service accounts, and `can-i --as=system:serviceaccount:...` must carry that group.
+    let cluster = Cluster::shared();
+    let out = cluster
+        .kubectl(&[
+            "auth",
+            "whoami",
+            "--as",
+            "system:serviceaccount:shop:orders",
+            "-o",
+            "json",
+        ])
+        .await?
+        .ok()?;
+    let review: serde_json::Value = serde_json::from_str(&out)?;
+    let groups = &review["status"]["userInfo"]["groups"];
+    for group in [
+        "system:serviceaccounts",
+        "system:serviceaccounts:shop",
+        "system:authenticated",
+    ] {
+        assert!(
+            groups
+                .as_array()
+                .is_some_and(|g| g.iter().any(|x| x == group)),
+            "impersonated groups {groups} lack {group}"
+        );
+    }
+    Ok(())
+}
+
+async fn binding_exists(ns: &TestNamespace) -> Result<bool> {
+    let api: Api<RoleBinding> = Api::namespaced(ns.client.clone(), &ns.name);
+    Ok(api.get_opt(SIDECAR_BINDING).await?.is_some())
+}
+
+/// The default service account of `namespace` may not update Leases there.
+async fn assert_cannot_write_leases(
+    cluster: &Cluster,
+    what: &str,
+    namespace: &str,
+    release: &str,
+) -> Result<()> {
+    let user = format!("system:serviceaccount:{namespace}:default");
+    let ns = Namespaces {
+        app: namespace,
+        other: namespace,
+        release,
+    };
+    let rows = [row(
+        "may not update leases",
+        "update",
+        "leases.coordination.k8s.io",
+        Scope::App,
+        false,
+    )];
+    check_matrix(
+        cluster,
+        &format!("service account of {what}"),
+        &user,
+        &rows,
+        &ns,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_under_chart_rbac()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let release = release_namespace(cluster).await?;
+    let app = cluster.namespace("rbac-sc-app").await?;
+    let other = cluster.namespace("rbac-sc-other").await?;
+    let bare = cluster.namespace("rbac-sc-bare").await?;
+    let operator = ChartOperator::start(cluster, release, RELEASE).await?;
+
+    create_sequence(&app, "orders", json!({})).await?;
+    create_sequence(&other, "orders", json!({})).await?;
+    for ns in [&app, &other] {
+        eventually(LIMIT, "the operator to bind the sidecar role", || async {
+            operator.process.check_running()?;
+            Ok(binding_exists(ns).await?.then_some(()))
+        })
+        .await
+        .with_context(|| format!("namespace {}; operator log:\n{}", ns.name, operator.log()))?;
+    }
+    let binding: RoleBinding = Api::namespaced(app.client.clone(), &app.name)
+        .get(SIDECAR_BINDING)
+        .await?;
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(
+        binding.role_ref.name,
+        format!("{}-sidecar", fullname(RELEASE))
+    );
+    let subjects = binding.subjects.unwrap_or_default();
+    assert!(
+        subjects.len() == 1
+            && subjects[0].kind == "Group"
+            && subjects[0].name == format!("system:serviceaccounts:{}", app.name),
+        "the binding is for this namespace's service accounts only: {subjects:?}"
+    );
+
+    let ns = Namespaces {
+        app: &app.name,
+        other: &other.name,
+        release,
+    };
+    // Any service account of the namespace: the binding is for the group.
+    for account in ["default", "orders-app"] {
+        let user = format!("system:serviceaccount:{}:{account}", app.name);
+        check_matrix(
+            cluster,
+            &format!("sidecar ({account})"),
+            &user,
+            &sidecar_rows(),
+            &ns,
+        )
+        .await?;
+    }
+    // A namespace without an IdSequence has no binding, so its service accounts hold nothing.
+    assert_cannot_write_leases(
+        cluster,
+        "a namespace without IdSequence",
+        &bare.name,
+        release,
+    )
+    .await?;
+
+    // The operator really works with nothing but the chart's RBAC.
+    let pods = create_pods(&app, "orders", "app", 3).await?;
+    let uids: Vec<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    all_assigned(&app, "orders", &uids, LIMIT)
+        .await
+        .with_context(|| format!("operator log:\n{}", operator.log()))?;
+
+    // The last IdSequence of a namespace gone: its binding goes too.
+    let sequences: Api<kubeflake_crds::IdSequence> =
+        Api::namespaced(other.client.clone(), &other.name);
+    sequences.delete("orders", &DeleteParams::default()).await?;
+    eventually(
+        LIMIT,
+        "the sidecar binding to be removed with the last IdSequence",
+        || async { Ok((!binding_exists(&other).await?).then_some(())) },
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    assert_cannot_write_leases(
+        cluster,
+        "a namespace whose last IdSequence was deleted",
+        &other.name,
+        release,
+    )
+    .await?;
+
+    let forbidden = operator.forbidden_lines();
+    assert!(
+        forbidden.is_empty(),
+        "the operator was refused by RBAC:\n{}",
+        forbidden.join("\n")
+    );
+    Ok(())
+}

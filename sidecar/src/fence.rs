@@ -152,9 +152,7 @@ impl FenceFile {
 /// torn one, and the new content survives a crash once this returns: a temporary file is
 /// written and synced, renamed over `path`, and the directory synced.
 pub fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = path.with_extension("tmp");
     let mut file = File::create(&tmp)?;
     file.write_all(body)?;
     file.sync_all()?;

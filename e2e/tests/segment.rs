@@ -353,7 +353,9 @@ async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
     let after = request_counts(&ns.client).await?;
     let values = loads.iter().map(Load::count).sum::<usize>() - values_before;
     let secs = started.elapsed().as_secs_f64();
-    drop(loads.into_iter().map(Load::finish).count());
+    for load in loads {
+        load.finish();
+    }
     let delta = |verb: &str| {
         let key = ("leases".to_string(), verb.to_string());
         after.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)

@@ -171,18 +171,6 @@ impl Segment {
         while taken < want && !s.stopped {
             if s.cursor == s.end {
                 let Some(spare) = s.spare.take() else { break };
-                // The current block is used up: learn from how long it lasted.
-                if s.current_len > 0 {
-                    let took = s.current_since.elapsed();
-                    s.size = next_block_size(
-                        s.size,
-                        s.current_len,
-                        took,
-                        Duration::from_secs(self.params.target_claim_interval_secs),
-                        self.params.block_size,
-                        self.params.max_block_size,
-                    );
-                }
                 s.cursor = spare.start;
                 s.end = spare.end;
                 s.current_len = spare.len();
@@ -195,6 +183,19 @@ impl Segment {
             });
             s.cursor += n;
             taken += n;
+            if s.cursor == s.end && s.current_len > 0 {
+                // The current block is used up: learn from how long it lasted.
+                let took = s.current_since.elapsed();
+                s.size = next_block_size(
+                    s.size,
+                    s.current_len,
+                    took,
+                    Duration::from_secs(self.params.target_claim_interval_secs),
+                    self.params.block_size,
+                    self.params.max_block_size,
+                );
+                s.current_len = 0;
+            }
         }
         let fetch = s.fetch_due_with(self.params.prefetch_percent);
         (taken, fetch)
@@ -530,6 +531,15 @@ mod tests {
         let seg = Segment::start(store.clone(), params(10, 10, 10), Duration::from_secs(1), SegmentMetrics::unregistered());
         assert_eq!(seg.take(3).await.unwrap().len(), 1);
         assert_eq!(seg.take(1).await.unwrap_err(), SegmentRefusal::Exhausted);
+    }
+
+    #[tokio::test]
+    async fn a_block_used_up_quickly_makes_the_next_claim_larger() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        let seg = Segment::start(store.clone(), params(10, 1000, 90), Duration::from_secs(1), SegmentMetrics::unregistered());
+        assert_eq!(values(&seg.take(10).await.unwrap()), (1..11).collect::<Vec<u64>>());
+        settle(&store, 2).await;
+        assert_eq!(store.next(), 11 + 40, "10 values in far less than 60 s: 4 times larger");
     }
 
     #[test]

@@ -417,13 +417,16 @@ pub struct SegmentStatus {
     /// Blocks claimed since the counter was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks_claimed: Option<i64>,
-    /// Block claims per minute between the last two observations (API writes per minute
-    /// caused by this sequence's sidecars).
+    /// Block claims per minute over the last rate window (at least 30 s): the API writes
+    /// per minute caused by this sequence's sidecars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims_per_minute: Option<f64>,
-    /// When blocksClaimed was observed (RFC 3339): the start of the next rate window.
+    /// Start of the current rate window (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+    /// blocksClaimed at observedAt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims_at_observed_at: Option<i64>,
 }
 
 /// Why a spec cannot be turned into a working generator configuration.

@@ -79,46 +79,46 @@ pub async fn reconcile(
     Ok(Action::requeue(RESYNC))
 }
 
-/// The claim rate per minute between the previous observation and `now`, when the window
-/// is long enough; otherwise the previous observation is kept as it is.
-pub fn observe(previous: Option<&SegmentStatus>, claims: u64, now: DateTime<Utc>) -> (Option<i64>, Option<f64>, String) {
+/// The rate window after observing `claims` at `now`: `(claims per minute, window start,
+/// claims at the window start)`. The rate is recomputed when the window is at least
+/// [`RATE_WINDOW_SECS`] long (then a new window starts); otherwise the last rate is kept.
+pub fn observe(
+    previous: Option<&SegmentStatus>,
+    claims: u64,
+    now: DateTime<Utc>,
+) -> (Option<f64>, String, i64) {
     let claims = i64::try_from(claims).unwrap_or(i64::MAX);
     let now_text = now.to_rfc3339_opts(SecondsFormat::Secs, true);
-    let Some(prev) = previous else {
-        return (Some(claims), None, now_text);
+    let window = previous.and_then(|p| {
+        let at = DateTime::parse_from_rfc3339(p.observed_at.as_deref()?).ok()?;
+        Some((p, at.with_timezone(&Utc), p.claims_at_observed_at?))
+    });
+    let Some((prev, start, start_claims)) = window else {
+        return (None, now_text, claims);
     };
-    let (Some(prev_claims), Some(prev_at)) = (
-        prev.blocks_claimed,
-        prev.observed_at
-            .as_deref()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok()),
-    ) else {
-        return (Some(claims), None, now_text);
-    };
-    let elapsed = now.signed_duration_since(prev_at.with_timezone(&Utc)).num_seconds();
+    let elapsed = now.signed_duration_since(start).num_seconds();
     if (0..RATE_WINDOW_SECS).contains(&elapsed) {
-        return (
-            prev.blocks_claimed,
-            prev.claims_per_minute,
-            prev.observed_at.clone().unwrap_or(now_text),
-        );
+        let start_text = prev.observed_at.clone().unwrap_or(now_text);
+        return (prev.claims_per_minute, start_text, start_claims);
     }
     // A counter that went down was re-created by hand: no rate for this window.
-    let rate = (elapsed > 0 && claims >= prev_claims)
-        .then(|| ((claims - prev_claims) as f64 * 60.0 / elapsed as f64 * 100.0).round() / 100.0);
-    (Some(claims), rate, now_text)
+    let rate = (elapsed > 0 && claims >= start_claims).then(|| {
+        ((claims - start_claims) as f64 * 60.0 / elapsed as f64 * 100.0).round() / 100.0
+    });
+    (rate, now_text, claims)
 }
 
 fn segment_status(seq: &IdSequence, counter: &Counter, now: DateTime<Utc>) -> IdSequenceStatus {
     let mut status = seq.status.clone().unwrap_or_default();
     status.observed_generation = seq.meta().generation;
-    let (blocks_claimed, claims_per_minute, observed_at) =
+    let (claims_per_minute, observed_at, claims_at_observed_at) =
         observe(status.segment.as_ref(), counter.claims, now);
     status.segment = Some(SegmentStatus {
         next: Some(i64::try_from(counter.next).unwrap_or(i64::MAX)),
-        blocks_claimed,
+        blocks_claimed: Some(i64::try_from(counter.claims).unwrap_or(i64::MAX)),
         claims_per_minute,
         observed_at: Some(observed_at),
+        claims_at_observed_at: Some(claims_at_observed_at),
     });
     let name = seq.name_any();
     set_condition(
@@ -163,37 +163,38 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
     }
 
-    fn observed(claims: i64, secs: i64, rate: Option<f64>) -> SegmentStatus {
+    fn window(start_claims: i64, secs: i64, rate: Option<f64>) -> SegmentStatus {
         SegmentStatus {
             next: Some(1),
-            blocks_claimed: Some(claims),
+            blocks_claimed: Some(start_claims),
             claims_per_minute: rate,
             observed_at: Some(at(secs).to_rfc3339_opts(SecondsFormat::Secs, true)),
+            claims_at_observed_at: Some(start_claims),
         }
     }
 
     #[test]
-    fn the_claim_rate_is_measured_between_observations_a_window_apart() {
-        let (claims, rate, _) = observe(None, 10, at(0));
-        assert_eq!((claims, rate), (Some(10), None), "no rate from one observation");
-        let (claims, rate, when) = observe(Some(&observed(10, 0, None)), 70, at(60));
-        assert_eq!((claims, rate), (Some(70), Some(60.0)));
+    fn the_claim_rate_is_measured_over_windows_of_at_least_30_s() {
+        let (rate, _, start) = observe(None, 10, at(0));
+        assert_eq!((rate, start), (None, 10), "no rate from one observation");
+        let (rate, when, start) = observe(Some(&window(10, 0, None)), 70, at(60));
+        assert_eq!((rate, start), (Some(60.0), 70), "a new window starts");
         assert_eq!(when, at(60).to_rfc3339_opts(SecondsFormat::Secs, true));
-        let (claims, rate, _) = observe(Some(&observed(10, 0, None)), 25, at(45));
-        assert_eq!((claims, rate), (Some(25), Some(20.0)));
+        let (rate, _, _) = observe(Some(&window(10, 0, None)), 25, at(45));
+        assert_eq!(rate, Some(20.0));
     }
 
     #[test]
-    fn within_a_window_the_previous_observation_is_kept_so_status_writes_stay_rare() {
-        let prev = observed(10, 0, Some(5.0));
-        let (claims, rate, when) = observe(Some(&prev), 99, at(10));
-        assert_eq!((claims, rate), (Some(10), Some(5.0)));
+    fn within_a_window_the_rate_and_window_are_kept_so_status_writes_stay_rare() {
+        let prev = window(10, 0, Some(5.0));
+        let (rate, when, start) = observe(Some(&prev), 99, at(10));
+        assert_eq!((rate, start), (Some(5.0), 10));
         assert_eq!(Some(when), prev.observed_at);
     }
 
     #[test]
     fn a_counter_that_went_down_gives_no_rate() {
-        let (_, rate, _) = observe(Some(&observed(100, 0, Some(3.0))), 5, at(60));
+        let (rate, _, _) = observe(Some(&window(100, 0, Some(3.0))), 5, at(60));
         assert_eq!(rate, None);
     }
 }

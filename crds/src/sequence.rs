@@ -47,6 +47,24 @@ use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
         description = "When the timestamp bits run out"
     ),
     printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.mode",
+        description = "Snowflake (time-based 64-bit IDs) or Segment (dense counter values in blocks)"
+    ),
+    printcolumn(
+        name = "Next",
+        type_ = "integer",
+        json_path = ".status.segment.next",
+        description = "Segment mode: the first counter value not yet claimed (high-water mark)"
+    ),
+    printcolumn(
+        name = "Claims/min",
+        type_ = "number",
+        json_path = ".status.segment.claimsPerMinute",
+        description = "Segment mode: block claims per minute between the last two observations"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -55,8 +73,22 @@ use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
 #[x_kube(validation = Rule::new(
     "self.layout.datacenterBits > 10 || self.datacenterId < [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024][self.layout.datacenterBits]"
 ).message("datacenterId does not fit in layout.datacenterBits: it must be below 2^datacenterBits; raise layout.datacenterBits or choose a smaller datacenterId").field_path(".datacenterId"))]
+#[x_kube(validation = Rule::new("!has(self.segment) || self.mode == 'Segment'").message(
+    "segment is set but mode is Snowflake: set mode: Segment to hand out counter values in blocks, or remove segment"
+).field_path(".segment"))]
 #[serde(rename_all = "camelCase")]
 pub struct IdSequenceSpec {
+    /// Snowflake (default): time-based 64-bit IDs from a worker slot per pod. Segment:
+    /// small dense integers from one counter, handed to each sidecar in blocks (like a
+    /// database SEQUENCE; gaps where a block is abandoned, never duplicates). Immutable.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("mode is immutable: the two modes hand out different values that could collide; create a new IdSequence instead"))]
+    pub mode: Mode,
+
+    /// Segment mode settings (only with mode: Segment; defaults apply when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentSpec>,
+
     /// How the 63 bits of an ID are split between time, datacenter, worker slot and a
     /// per-tick sequence. Immutable.
     #[serde(default)]
@@ -93,6 +125,133 @@ pub struct IdSequenceSpec {
     /// How the generators treat the wall clock.
     #[serde(default)]
     pub clock: ClockSpec,
+}
+
+/// How a sequence hands out values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Mode {
+    /// 64-bit time-based IDs; each pod holds a worker slot.
+    #[default]
+    Snowflake,
+    /// Dense integers from one counter, claimed in blocks by compare-and-swap.
+    Segment,
+}
+
+/// Segment mode: one counter per sequence (a Lease `<name>-segment-counter`), from which
+/// each sidecar claims blocks of consecutive values by compare-and-swap.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("!has(self.maxBlockSize) || self.maxBlockSize >= self.blockSize").message(Message::Expression(
+    "'segment.maxBlockSize (%d) is below segment.blockSize (%d): raise maxBlockSize, lower blockSize, or remove maxBlockSize to keep a fixed block size'.format([self.maxBlockSize, self.blockSize])".into()
+)))]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentSpec {
+    /// The first value handed out (0 or more; default 1). Raising it later moves the
+    /// counter up to it; lowering it has no effect (the counter never goes back).
+    #[serde(default = "default_segment_start")]
+    #[schemars(range(min = 0))]
+    pub start: i64,
+    /// Values per claimed block (1 or more; default 1000): the API server sees about one
+    /// write per block per sidecar. Values of a block not used when a sidecar stops are
+    /// lost (gaps).
+    #[serde(default = "default_block_size")]
+    #[schemars(range(min = 1))]
+    pub block_size: i64,
+    /// Enables adaptive sizing: blocks grow up to this size when they are used up faster
+    /// than targetClaimIntervalSeconds, and shrink back to blockSize when used slowly.
+    /// Must be at least blockSize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_block_size: Option<i64>,
+    /// When this share of the current block is used (1-90 %, default 10), the next block
+    /// is claimed in the background, so callers never wait on the API server.
+    #[serde(default = "default_prefetch_percent")]
+    #[schemars(range(min = 1, max = 90))]
+    pub prefetch_percent: i32,
+    /// Adaptive sizing aims at about one claim per sidecar per this many seconds
+    /// (1-86400, default 60).
+    #[serde(default = "default_claim_interval")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub target_claim_interval_seconds: i32,
+}
+
+fn default_segment_start() -> i64 {
+    1
+}
+fn default_block_size() -> i64 {
+    1000
+}
+fn default_prefetch_percent() -> i32 {
+    10
+}
+fn default_claim_interval() -> i32 {
+    60
+}
+
+impl Default for SegmentSpec {
+    fn default() -> Self {
+        SegmentSpec {
+            start: default_segment_start(),
+            block_size: default_block_size(),
+            max_block_size: None,
+            prefetch_percent: default_prefetch_percent(),
+            target_claim_interval_seconds: default_claim_interval(),
+        }
+    }
+}
+
+/// Segment settings, validated: what a sidecar needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentParams {
+    pub start: u64,
+    pub block_size: u64,
+    /// Equal to `block_size` when adaptive sizing is off.
+    pub max_block_size: u64,
+    pub prefetch_percent: u8,
+    pub target_claim_interval_secs: u64,
+}
+
+impl SegmentSpec {
+    /// Validates the settings the same way the API server does (for files and old objects).
+    pub fn params(&self) -> Result<SegmentParams, SpecError> {
+        let bad = |field: &'static str, value: i64, need: &'static str| SpecError::Segment {
+            field,
+            value,
+            need,
+        };
+        let start = u64::try_from(self.start).map_err(|_| bad("start", self.start, "0 or more"))?;
+        let block_size = u64::try_from(self.block_size)
+            .ok()
+            .filter(|b| *b >= 1)
+            .ok_or_else(|| bad("blockSize", self.block_size, "1 or more"))?;
+        let max_block_size = match self.max_block_size {
+            None => block_size,
+            Some(m) => u64::try_from(m)
+                .ok()
+                .filter(|m| *m >= block_size)
+                .ok_or_else(|| bad("maxBlockSize", m, "at least blockSize"))?,
+        };
+        let prefetch_percent = u8::try_from(self.prefetch_percent)
+            .ok()
+            .filter(|p| (1..=90).contains(p))
+            .ok_or_else(|| bad("prefetchPercent", self.prefetch_percent.into(), "1 to 90"))?;
+        let target_claim_interval_secs = u64::try_from(self.target_claim_interval_seconds)
+            .ok()
+            .filter(|s| (1..=86_400).contains(s))
+            .ok_or_else(|| {
+                bad(
+                    "targetClaimIntervalSeconds",
+                    self.target_claim_interval_seconds.into(),
+                    "1 to 86400",
+                )
+            })?;
+        Ok(SegmentParams {
+            start,
+            block_size,
+            max_block_size,
+            prefetch_percent,
+            target_claim_interval_secs,
+        })
+    }
 }
 
 fn default_epoch() -> String {
@@ -242,6 +401,32 @@ pub struct IdSequenceStatus {
     /// The instant the timestamp bits run out (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exhausts_at: Option<String>,
+    /// Segment mode: the counter as last observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentStatus>,
+}
+
+/// The segment counter as the operator observed it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentStatus {
+    /// The high-water mark: the first value not yet claimed by any sidecar. Every value
+    /// handed out so far is below it; it never goes down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
+    /// Blocks claimed since the counter was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks_claimed: Option<i64>,
+    /// Block claims per minute over the last rate window (at least 30 s): the API writes
+    /// per minute caused by this sequence's sidecars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims_per_minute: Option<f64>,
+    /// Start of the current rate window (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
+    /// blocksClaimed at observedAt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims_at_observed_at: Option<i64>,
 }
 
 /// Why a spec cannot be turned into a working generator configuration.
@@ -253,6 +438,16 @@ pub enum SpecError {
     Epoch(#[from] EpochError),
     #[error("datacenterId is {0}, but it must be 0 or more")]
     NegativeDatacenter(i64),
+    #[error("segment.{field} is {value}, but it must be {need}")]
+    Segment {
+        field: &'static str,
+        value: i64,
+        need: &'static str,
+    },
+    #[error(
+        "segment is set but mode is Snowflake: set mode: Segment to hand out counter values in blocks, or remove segment"
+    )]
+    SegmentWithoutMode,
 }
 
 /// Everything a generator needs from a spec, validated.
@@ -282,9 +477,23 @@ impl IdSequenceSpec {
     }
 }
 
+impl IdSequenceSpec {
+    /// The segment settings when the mode is Segment (defaults when `segment` is absent);
+    /// `None` in Snowflake mode.
+    pub fn segment_params(&self) -> Result<Option<SegmentParams>, SpecError> {
+        match (self.mode, &self.segment) {
+            (Mode::Snowflake, None) => Ok(None),
+            (Mode::Snowflake, Some(_)) => Err(SpecError::SegmentWithoutMode),
+            (Mode::Segment, segment) => segment.clone().unwrap_or_default().params().map(Some),
+        }
+    }
+}
+
 impl Default for IdSequenceSpec {
     fn default() -> Self {
         IdSequenceSpec {
+            mode: Mode::Snowflake,
+            segment: None,
             layout: LayoutSpec::default(),
             time_unit: TimeUnit::default(),
             epoch: default_epoch(),

@@ -2,7 +2,7 @@
 //! (The same rules are checked against a real API server in e2e/tests/.)
 
 use kube::CustomResourceExt;
-use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec, LayoutSpec};
+use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec, LayoutSpec, Mode, SegmentSpec, SpecError};
 use serde_json::{Value, json};
 
 /// How to regenerate both checked-in copies of the CRD.
@@ -160,4 +160,84 @@ fn spec_from_yaml_uses_defaults_for_missing_fields() {
     );
     assert_eq!(seq.spec.epoch, "2025-01-01T00:00:00Z");
     assert!(seq.spec.params().is_ok());
+}
+
+#[test]
+fn mode_defaults_to_snowflake_and_a_segment_spec_gets_its_defaults() {
+    let seq: IdSequence = serde_yaml::from_str(
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec: {}\n",
+    )
+    .unwrap();
+    assert_eq!(seq.spec.mode, Mode::Snowflake);
+    assert_eq!(seq.spec.segment_params().unwrap(), None);
+    let seq: IdSequence = serde_yaml::from_str(
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec: {mode: Segment}\n",
+    )
+    .unwrap();
+    let p = seq.spec.segment_params().unwrap().unwrap();
+    assert_eq!((p.start, p.block_size, p.max_block_size), (1, 1000, 1000));
+    assert_eq!((p.prefetch_percent, p.target_claim_interval_secs), (10, 60));
+}
+
+fn segment_spec(segment: Value) -> Value {
+    let mut spec = full_spec();
+    spec["mode"] = json!("Segment");
+    spec["segment"] = segment;
+    spec
+}
+
+#[test]
+fn cel_accepts_a_full_segment_spec() {
+    let spec = segment_spec(json!({"start": 0, "blockSize": 100, "maxBlockSize": 100000,
+                                   "prefetchPercent": 20, "targetClaimIntervalSeconds": 30}));
+    assert_eq!(cel_errors(object(spec), None), "");
+}
+
+#[test]
+fn cel_rejects_a_segment_spec_while_mode_is_snowflake() {
+    let mut spec = full_spec();
+    spec["segment"] = json!({"blockSize": 100, "start": 1, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60});
+    let errors = cel_errors(object(spec.clone()), None);
+    assert!(errors.contains("segment is set but mode is Snowflake"), "{errors}");
+    let typed: IdSequenceSpec = serde_json::from_value(spec).unwrap();
+    assert!(matches!(typed.segment_params(), Err(SpecError::SegmentWithoutMode)));
+}
+
+#[test]
+fn cel_rejects_max_block_size_below_block_size() {
+    let spec = segment_spec(json!({"start": 1, "blockSize": 1000, "maxBlockSize": 10,
+                                   "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}));
+    let errors = cel_errors(object(spec.clone()), None);
+    assert!(
+        errors.contains("segment.maxBlockSize (10) is below segment.blockSize (1000)"),
+        "{errors}"
+    );
+    let typed: IdSequenceSpec = serde_json::from_value(spec).unwrap();
+    let err = typed.segment_params().unwrap_err().to_string();
+    assert!(err.contains("maxBlockSize is 10, but it must be at least blockSize"), "{err}");
+}
+
+#[test]
+fn schema_bounds_segment_numbers() {
+    let schema = schema();
+    let segment = &schema["properties"]["spec"]["properties"]["segment"]["properties"];
+    assert_eq!(segment["start"]["minimum"], json!(0.0));
+    assert_eq!(segment["blockSize"]["minimum"], json!(1.0));
+    assert_eq!(segment["prefetchPercent"]["minimum"], json!(1.0));
+    assert_eq!(segment["prefetchPercent"]["maximum"], json!(90.0));
+    let typed = SegmentSpec {
+        prefetch_percent: 95,
+        ..SegmentSpec::default()
+    };
+    assert!(typed.params().unwrap_err().to_string().contains("prefetchPercent is 95"));
+}
+
+#[test]
+fn cel_rejects_changing_the_mode() {
+    let old = object(full_spec());
+    let errors = cel_errors(object(segment_spec(json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}))), Some(old));
+    assert!(errors.contains("mode is immutable"), "{errors}");
+    let old = object(segment_spec(json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60})));
+    let new = object(segment_spec(json!({"start": 1, "blockSize": 5000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60})));
+    assert_eq!(cel_errors(new, Some(old)), "", "segment settings may change");
 }

@@ -1,6 +1,7 @@
 //! The kubeflake operator: reconciles `IdSequence`s and hands worker slots to pods through
 //! slot Leases (SAFETY.md rules 1, 9, 10).
 //!
+//! - [`segment`]: Segment-mode sequences: the counter Lease and its status.
 //! - [`slot`]: the pure planning of releases and assignments.
 //! - [`reconcile`]: the controller's `reconcile` and `error_policy`, and their `Context`.
 //! - [`metrics`], [`http`]: Prometheus metrics, health and readiness.
@@ -16,6 +17,7 @@ pub mod inject;
 pub mod metrics;
 pub mod rbac;
 pub mod reconcile;
+pub mod segment;
 pub mod slot;
 pub mod webhook;
 

@@ -79,6 +79,8 @@ pub enum Error {
     BadLease(#[from] SlotLeaseError),
     #[error("invalid spec: {0}")]
     InvalidSpec(#[from] SpecError),
+    #[error(transparent)]
+    Counter(#[from] kubeflake_crds::segment_counter::CounterError),
 }
 
 impl Error {
@@ -89,6 +91,7 @@ impl Error {
             Error::NoNamespace => "no_namespace",
             Error::BadLease(_) => "bad_lease",
             Error::InvalidSpec(_) => "invalid_spec",
+            Error::Counter(_) => "bad_counter",
         }
     }
 }
@@ -101,7 +104,7 @@ fn now_rfc3339() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
@@ -162,6 +165,18 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
     };
     if !deleting && !seq.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(seq, ctx).await?;
+    }
+    // Segment mode has no slots: its own module keeps the counter (deletion below is the
+    // same for both modes: no slot leases, the finalizer goes).
+    match seq.spec.segment_params() {
+        Ok(Some(segment)) if !deleting => {
+            return crate::segment::reconcile(seq, ctx, &ns, &name, &segment).await;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            update_status(seq, ctx, invalid_status(seq, &e.to_string())).await?;
+            return Err(e.into());
+        }
     }
 
     let leases = observed_leases(ctx, &ns, &name)?;
@@ -534,7 +549,7 @@ async fn finish_deletion(
     Ok(Action::await_change())
 }
 
-fn set_condition(
+pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     seq: &IdSequence,
     type_: &str,
@@ -664,7 +679,7 @@ fn invalid_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
 }
 
 /// Writes the status only when it differs from what is stored (no write per pass).
-async fn update_status(
+pub(crate) async fn update_status(
     seq: &IdSequence,
     ctx: &Context,
     status: IdSequenceStatus,

@@ -11,6 +11,10 @@
 //! - rule 5: on SIGTERM, drain, stop, lower the lease fence to the highest tick issued and
 //!   free the slot.
 //!
+//! For a Segment-mode sequence no slot is needed: the sidecar claims blocks from the
+//! sequence's counter Lease (see [`crate::segment`]) and, on SIGTERM, gives the unused top
+//! of its blocks back when nobody claimed after it.
+//!
 //! Lease writes per second for N sidecars: `N * 3 / lease.durationSeconds` (5,000 pods at the
 //! default 120 s: 125/s). The local fence file costs no API calls.
 
@@ -32,7 +36,10 @@ use crate::fence::{FenceFile, FenceFileError, FenceIdentity, FenceRecord, LocalF
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api as HttpApi, serve, serve_probes};
 use crate::metrics::Metrics;
+use crate::segment::lease::LeaseCounter;
+use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Segment};
 use crate::skew;
+use kubeflake_crds::sequence::SegmentParams;
 use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
 use crate::watch::{Notify, watch_clock};
 
@@ -199,11 +206,24 @@ pub async fn run(
         events,
         stop: stop_rx,
         sane_at: Default::default(),
+        segment: None,
     };
     let last = holder.hold_slots().await;
     // Shutting down: let in-flight requests finish, then stop and hand the slot back.
     let _ = server.await;
     watcher.abort();
+    if let Some(segment) = holder.segment.take() {
+        segment.stop();
+        if let Some((unused, given)) = segment.give_back().await {
+            tracing::info!(
+                unused_start = unused.start,
+                unused_end = unused.end,
+                given_back = given,
+                "stopped: unused values {}",
+                if given { "given back to the counter" } else { "left as a gap" }
+            );
+        }
+    }
     if let Some(mut held) = last {
         if let Some(renewer) = held.renewer.take() {
             renewer.abort();
@@ -242,6 +262,8 @@ struct Holder {
     stop: watch::Receiver<bool>,
     /// Wall and monotonic clock (ms) when the skew was last found acceptable.
     sane_at: std::sync::Mutex<Option<(u64, u64)>>,
+    /// The segment source, for a Segment-mode sequence.
+    segment: Option<Arc<Segment>>,
 }
 
 /// A slot being served. The generator may use ticks up to the lower of the lease fence
@@ -307,9 +329,13 @@ impl Holder {
         // acquisition this pod gets.
         self.found_local = self.fence_file.as_ref().and_then(|f| f.record().cloned());
         while !self.stopping() {
-            let Some(params) = self.read_sequence().await else {
+            let Some((params, segment)) = self.read_sequence().await else {
                 continue;
             };
+            if let Some(segment) = segment {
+                self.serve_segment(segment).await;
+                return None;
+            }
             let Some(lease) = self.wait_for_slot().await else {
                 continue;
             };
@@ -362,13 +388,46 @@ impl Holder {
         Err(problem)
     }
 
-    async fn read_sequence(&self) -> Option<SequenceParams> {
+    /// Segment mode: waits for the counter Lease (the operator creates it), then serves
+    /// values from blocks claimed from it until shutdown.
+    async fn serve_segment(&mut self, params: SegmentParams) {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let store = Arc::new(LeaseCounter::new(leases, &self.config.sequence));
+        while !self.stopping() {
+            match store.read().await {
+                Ok(counter) => {
+                    tracing::info!(counter = store.name(), next = counter.next, block_size = params.block_size, max_block_size = params.max_block_size, "segment mode: claiming blocks from the counter");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for the segment counter");
+                    self.api.set_waiting_for(e.to_string());
+                    self.pause(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        if self.stopping() {
+            return;
+        }
+        let segment = Segment::start(store, params, DEFAULT_WAIT_LIMIT, self.api.metrics.segment.clone());
+        self.api.install_segment(segment.clone());
+        self.events.notify(
+            false,
+            "SegmentServing",
+            format!("serving values of segment sequence {} in blocks", self.config.sequence),
+        );
+        self.segment = Some(segment);
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    async fn read_sequence(&self) -> Option<(SequenceParams, Option<SegmentParams>)> {
         let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let name = &self.config.sequence;
         let problem = match api.get_opt(name).await {
-            Ok(Some(seq)) => match seq.spec.params() {
-                Ok(p) => return Some(p),
-                Err(e) => format!("IdSequence {name} is invalid: {e}"),
+            Ok(Some(seq)) => match (seq.spec.params(), seq.spec.segment_params()) {
+                (Ok(p), Ok(segment)) => return Some((p, segment)),
+                (Err(e), _) | (_, Err(e)) => format!("IdSequence {name} is invalid: {e}"),
             },
             Ok(None) => format!(
                 "IdSequence {name} does not exist in namespace {}",

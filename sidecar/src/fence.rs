@@ -140,22 +140,27 @@ impl FenceFile {
 
     /// Durably replaces the record: when this returns `Ok`, the record survives a crash.
     pub fn write(&self, record: &FenceRecord) -> Result<(), FenceFileError> {
-        let tmp = self.path.with_extension("tmp");
         let body = serde_json::to_vec_pretty(record).map_err(|e| FenceFileError::Corrupt {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
-        file.write_all(&body).map_err(io_error(&tmp))?;
-        file.sync_all().map_err(io_error(&tmp))?;
-        std::fs::rename(&tmp, &self.path).map_err(io_error(&self.path))?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_error(dir))?;
-        }
-        Ok(())
+        write_durably(&self.path, &body).map_err(io_error(&self.path))
     }
+}
+
+/// Replaces `path` with `body` so that a crash leaves the old or the new content, never a
+/// torn one, and the new content survives a crash once this returns: a temporary file is
+/// written and synced, renamed over `path`, and the directory synced.
+pub fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(body)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Keeps a fence file ahead of a generator, and lets the generator use only ticks that are

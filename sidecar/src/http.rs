@@ -11,6 +11,10 @@
 //!
 //! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
 //! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
+//!
+//! In segment mode the same routes serve counter values from a [`Segment`]: `/ids` may
+//! span blocks (values increase, but are not always consecutive) and waits for a claim
+//! only when the buffer runs dry; `/decode` says the value carries no fields.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,6 +37,7 @@ use tokio::net::TcpListener;
 
 use crate::generator::{Generator, Refusal};
 use crate::metrics::Metrics;
+use crate::segment::{Segment, SegmentRefusal};
 
 /// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
 pub const DEFAULT_MAX_BATCH: u64 = 10_000;
@@ -41,6 +46,8 @@ pub const DEFAULT_MAX_BATCH: u64 = 10_000;
 pub struct Api {
     /// The generator of the slot held now; none while waiting for one (cluster mode).
     generator: ArcSwapOption<Generator>,
+    /// The segment source, in segment mode (then there is never a generator).
+    segment: ArcSwapOption<Segment>,
     pub metrics: Arc<Metrics>,
     /// Largest `count` accepted by `GET /ids`.
     pub max_batch: u64,
@@ -63,6 +70,8 @@ enum HttpError {
     Refused(#[from] Refusal),
     #[error("not ready: {0}; retry later")]
     NotReady(String),
+    #[error("{0}")]
+    Segment(#[from] SegmentRefusal),
 }
 
 fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
@@ -105,6 +114,20 @@ impl HttpError {
                 reply
                     .headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(1));
+                reply
+            }
+            HttpError::Segment(refusal) => {
+                metrics
+                    .refusals
+                    .with_label_values(&[refusal.reason()])
+                    .inc();
+                let mut reply = json_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({ "error": message, "reason": refusal.reason() }),
+                );
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
                 reply
             }
             HttpError::Refused(refusal) => {
@@ -175,6 +198,7 @@ impl Api {
     pub fn new(generator: Option<Arc<Generator>>, metrics: Arc<Metrics>, max_batch: u64) -> Api {
         Api {
             generator: ArcSwapOption::new(generator),
+            segment: ArcSwapOption::new(None),
             metrics,
             max_batch,
             waiting_for: Mutex::new("starting".into()),
@@ -184,6 +208,16 @@ impl Api {
     /// Starts serving from `generator` (a slot was acquired).
     pub fn install(&self, generator: Arc<Generator>) {
         self.generator.store(Some(generator));
+    }
+
+    /// Starts serving segment values.
+    pub fn install_segment(&self, segment: Arc<Segment>) {
+        self.segment.store(Some(segment));
+    }
+
+    /// The segment source in use, if any.
+    pub fn segment(&self) -> Option<Arc<Segment>> {
+        self.segment.load_full()
     }
 
     /// Stops serving: no generator until the next [`install`](Self::install).
@@ -257,7 +291,73 @@ impl Api {
         }
     }
 
+    /// `/id` and `/ids` in segment mode: values from the block buffer.
+    async fn segment_ids(
+        &self,
+        segment: &Arc<Segment>,
+        count: u64,
+        many: bool,
+        json: bool,
+    ) -> Result<Reply, HttpError> {
+        let runs = segment.take(count).await?;
+        self.metrics.ids_issued.inc_by(count);
+        let mut buf = itoa::Buffer::new();
+        if !many {
+            let digits = buf.format(runs.first().map_or(0, |b| b.start));
+            return Ok(if json {
+                body(StatusCode::OK, "application/json", format!("{{\"id\":\"{digits}\"}}"))
+            } else {
+                body(StatusCode::OK, "text/plain", format!("{digits}\n"))
+            });
+        }
+        let mut out = Vec::with_capacity(count as usize * 21 + 16);
+        let values = runs.iter().flat_map(|b| b.start..b.end);
+        if json {
+            out.extend_from_slice(b"{\"ids\":[");
+            for (i, v) in values.enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'"');
+                out.extend_from_slice(buf.format(v).as_bytes());
+                out.push(b'"');
+            }
+            out.extend_from_slice(b"]}");
+            Ok(body(StatusCode::OK, "application/json", out))
+        } else {
+            for v in values {
+                out.extend_from_slice(buf.format(v).as_bytes());
+                out.push(b'\n');
+            }
+            Ok(body(StatusCode::OK, "text/plain", out))
+        }
+    }
+
+    fn segment_decode(raw: &str) -> Result<Reply, HttpError> {
+        let value = raw
+            .parse::<u64>()
+            .ok()
+            .filter(|v| *v < kubeflake_crds::segment_counter::LIMIT)
+            .ok_or_else(|| {
+                HttpError::BadRequest(format!(
+                    "{raw:?} is not a segment value: expected a decimal number from 0 to 2^63-1"
+                ))
+            })?;
+        Ok(json_reply(
+            StatusCode::OK,
+            json!({
+                "id": value.to_string(),
+                "mode": "Segment",
+                "fields": null,
+                "note": "segment values are plain counter values: they carry no time, datacenter, worker or sequence fields",
+            }),
+        ))
+    }
+
     fn decode(&self, raw: &str) -> Result<Reply, HttpError> {
+        if self.segment.load().is_some() {
+            return Api::segment_decode(raw);
+        }
         let generator = self.current()?;
         let config = generator.config();
         let parsed = raw.parse::<u64>().map_err(|_| {
@@ -280,6 +380,21 @@ impl Api {
     }
 
     fn readyz(&self) -> Reply {
+        if let Some(segment) = self.segment.load_full() {
+            return match segment.check_ready() {
+                Ok(()) => json_reply(StatusCode::OK, json!({ "status": "ready", "mode": "Segment" })),
+                Err(refusal) => {
+                    let mut reply = json_reply(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({ "status": "not ready", "reason": refusal.reason(), "error": refusal.to_string() }),
+                    );
+                    reply
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                    reply
+                }
+            };
+        }
         let generator = match self.current() {
             Ok(g) => g,
             Err(e) => {
@@ -308,8 +423,9 @@ impl Api {
         }
     }
 
-    /// Routes one request. Returns the route label for metrics with the reply.
-    fn route(&self, req: &Request<Incoming>) -> (&'static str, Result<Reply, HttpError>) {
+    /// Routes one request. Returns the route label for metrics with the reply, or with
+    /// what to await (segment values may have to wait for a claim).
+    fn route(&self, req: &Request<Incoming>) -> (&'static str, Result<Planned, HttpError>) {
         let path = req.uri().path();
         let query = req.uri().query();
         let route = match path {
@@ -328,7 +444,40 @@ impl Api {
             };
             return (route, Err(err));
         }
-        let result = match route {
+        let result = match (route, self.segment.load_full()) {
+            ("id", Some(segment)) => query_params(query, &[]).map(|_| Planned::Segment {
+                segment,
+                count: 1,
+                many: false,
+                json: wants_json(req),
+            }),
+            ("ids", Some(segment)) => {
+                parse_count(query, self.max_batch).map(|count| Planned::Segment {
+                    segment,
+                    count,
+                    many: true,
+                    json: wants_json(req),
+                })
+            }
+            ("metrics", Some(segment)) => Ok(Planned::Reply(body(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.metrics
+                    .render_segment(segment.check_ready().is_ok(), segment.buffered()),
+            ))),
+            (route, _) => self.route_sync(route, path, query, req).map(Planned::Reply),
+        };
+        (route, result)
+    }
+
+    fn route_sync(
+        &self,
+        route: &'static str,
+        path: &str,
+        query: Option<&str>,
+        req: &Request<Incoming>,
+    ) -> Result<Reply, HttpError> {
+        match route {
             "id" => query_params(query, &[]).and_then(|_| self.one_id(wants_json(req))),
             "ids" => {
                 parse_count(query, self.max_batch).and_then(|n| self.many_ids(n, wants_json(req)))
@@ -343,39 +492,64 @@ impl Api {
                 "text/plain; version=0.0.4",
                 self.metrics.render(self.generator().as_deref()),
             )),
-        };
-        (route, result)
+        }
     }
 
-    /// Answers one request; never fails (errors become 4xx/5xx replies).
-    pub fn handle(&self, req: &Request<Incoming>) -> Reply {
+    /// Answers one request; never fails (errors become 4xx/5xx replies). The returned
+    /// future does not borrow the request.
+    pub fn handle<'a>(
+        &'a self,
+        req: &Request<Incoming>,
+    ) -> impl Future<Output = Reply> + Send + use<'a> {
         let started = Instant::now();
-        let (route, result) = self.route(req);
-        let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
-        let mut code = itoa::Buffer::new();
-        self.metrics
-            .requests
-            .with_label_values(&[route, code.format(reply.status().as_u16())])
-            .inc();
-        self.metrics
-            .request_duration
-            .with_label_values(&[route])
-            .observe(started.elapsed().as_secs_f64());
-        reply
+        let (route, planned) = self.route(req);
+        async move {
+            let result = match planned {
+                Ok(Planned::Reply(reply)) => Ok(reply),
+                Ok(Planned::Segment {
+                    segment,
+                    count,
+                    many,
+                    json,
+                }) => self.segment_ids(&segment, count, many, json).await,
+                Err(e) => Err(e),
+            };
+            let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
+            let mut code = itoa::Buffer::new();
+            self.metrics
+                .requests
+                .with_label_values(&[route, code.format(reply.status().as_u16())])
+                .inc();
+            self.metrics
+                .request_duration
+                .with_label_values(&[route])
+                .observe(started.elapsed().as_secs_f64());
+            reply
+        }
     }
 }
 
-impl Api {
-    /// Answers the probes only; anything else is 404.
-    pub fn handle_probe(&self, req: &Request<Incoming>) -> Reply {
-        match req.uri().path() {
-            "/healthz" | "/readyz" => self.handle(req),
-            other => json_reply(
-                StatusCode::NOT_FOUND,
-                json!({ "error": format!("no route {other:?}: this port serves only /healthz and /readyz; IDs are on 127.0.0.1") }),
-            ),
-        }
+/// On the probe port only `/healthz` and `/readyz` are answered; this is the reply to
+/// anything else (`None` for the probes themselves).
+fn refuse_non_probe(req: &Request<Incoming>) -> Option<Reply> {
+    match req.uri().path() {
+        "/healthz" | "/readyz" => None,
+        other => Some(json_reply(
+            StatusCode::NOT_FOUND,
+            json!({ "error": format!("no route {other:?}: this port serves only /healthz and /readyz; IDs are on 127.0.0.1") }),
+        )),
     }
+}
+
+/// What answering a request takes: a reply ready now, or segment values to wait for.
+enum Planned {
+    Reply(Reply),
+    Segment {
+        segment: Arc<Segment>,
+        count: u64,
+        many: bool,
+        json: bool,
+    },
 }
 
 /// Serves `api` on `listener` until `shutdown` completes, then stops accepting, lets
@@ -386,7 +560,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, Api::handle).await
+    serve_routes(listener, api, shutdown, drain, false).await
 }
 
 /// Like [`serve`], answering only `/healthz` and `/readyz`: for a listener on the pod's
@@ -397,7 +571,7 @@ pub async fn serve_probes(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, Api::handle_probe).await
+    serve_routes(listener, api, shutdown, drain, true).await
 }
 
 async fn serve_routes(
@@ -405,7 +579,7 @@ async fn serve_routes(
     api: Arc<Api>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
-    handle: fn(&Api, &Request<Incoming>) -> Reply,
+    probes_only: bool,
 ) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -422,9 +596,15 @@ async fn serve_routes(
                 };
                 let _ = stream.set_nodelay(true);
                 let api = api.clone();
-                let service = service_fn(move |req| {
-                    let reply = handle(&api, &req);
-                    async move { Ok::<_, Infallible>(reply) }
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let api = api.clone();
+                    async move {
+                        if probes_only && let Some(reply) = refuse_non_probe(&req) {
+                            return Ok::<_, Infallible>(reply);
+                        }
+                        let reply = api.handle(&req);
+                        Ok::<_, Infallible>(reply.await)
+                    }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service);

@@ -5,6 +5,7 @@
 //! - [`fence`]: the durable fence file (standalone state, and the pod-local fence).
 //! - [`http`]: the HTTP API.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`segment`]: segment mode: dense counter values claimed in blocks.
 //! - [`standalone`]: one worker without a cluster.
 //! - [`slot`], [`cluster`]: holding a slot lease in a pod, and the mode built on it.
 //! - [`skew`]: clock skew against the API server.
@@ -18,6 +19,7 @@ pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod segment;
 pub mod skew;
 pub mod slot;
 pub mod standalone;

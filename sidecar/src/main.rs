@@ -11,7 +11,10 @@ use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
 use kubeflake_sidecar::slot::PodIdentity;
-use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig, read_sequence_file};
+use kubeflake_crds::sequence::{Mode, SegmentParams};
+use kubeflake_sidecar::standalone::{
+    SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig, read_sequence_spec,
+};
 
 /// Serves 64-bit Snowflake IDs that never repeat, over HTTP on localhost.
 ///
@@ -32,6 +35,14 @@ struct Cli {
     command: Option<Command>,
     #[command(flatten)]
     standalone: StandaloneArgs,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// Time-based 64-bit Snowflake IDs (the default).
+    Snowflake,
+    /// Dense counter values handed out in blocks, like a database SEQUENCE.
+    Segment,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -124,6 +135,80 @@ struct StandaloneArgs {
     /// Seconds in-flight requests may take to finish on SIGTERM.
     #[arg(long, default_value_t = 10)]
     drain_timeout_secs: u64,
+    /// snowflake (time-based IDs) or segment (dense counter values claimed in blocks from
+    /// a counter file in --state-dir). Default: the --sequence-file's spec.mode, else
+    /// snowflake.
+    #[arg(long, value_enum, env = "KUBEFLAKE_MODE")]
+    mode: Option<ModeArg>,
+    /// Segment mode: the first value of a new counter (default: the file's segment.start,
+    /// else 1). An existing counter below it is raised; one above it is kept.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
+    segment_start: Option<u64>,
+    /// Segment mode: values per claimed block (default: the file's segment.blockSize, else
+    /// 1000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    block_size: Option<u64>,
+    /// Segment mode: enables adaptive sizing up to this block size (at least --block-size).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    max_block_size: Option<u64>,
+    /// Segment mode: claim the next block when this share (1-90 %) of the current one is
+    /// used (default 10).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=90))]
+    prefetch_percent: Option<u8>,
+}
+
+/// The segment settings from the sequence file overridden by the flags; `None` in
+/// snowflake mode. Errors name the flag to fix.
+fn segment_settings(
+    args: &StandaloneArgs,
+    spec: &mut IdSequenceSpec,
+) -> Result<Option<SegmentParams>, String> {
+    if let Some(mode) = args.mode {
+        spec.mode = match mode {
+            ModeArg::Snowflake => Mode::Snowflake,
+            ModeArg::Segment => Mode::Segment,
+        };
+    }
+    let flags = [
+        ("--segment-start", args.segment_start.is_some()),
+        ("--block-size", args.block_size.is_some()),
+        ("--max-block-size", args.max_block_size.is_some()),
+        ("--prefetch-percent", args.prefetch_percent.is_some()),
+    ];
+    if spec.mode == Mode::Snowflake {
+        if let Some((flag, _)) = flags.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{flag} applies only to segment mode; add --mode segment (or mode: Segment in the --sequence-file)"
+            ));
+        }
+        if spec.segment.is_some() {
+            // A Snowflake file with a segment section is what the API server rejects too.
+            return Err("--sequence-file: segment is set but mode is Snowflake; add --mode segment or set mode: Segment".into());
+        }
+        return Ok(None);
+    }
+    let mut segment = spec.segment.clone().unwrap_or_default();
+    if let Some(v) = args.segment_start {
+        segment.start = v as i64;
+    }
+    if let Some(v) = args.block_size {
+        segment.block_size = v as i64;
+    }
+    if let Some(v) = args.max_block_size {
+        segment.max_block_size = Some(v as i64);
+    }
+    if let Some(v) = args.prefetch_percent {
+        segment.prefetch_percent = v.into();
+    }
+    if let Some(max) = segment.max_block_size.filter(|m| *m < segment.block_size) {
+        return Err(format!(
+            "--max-block-size {max} is below --block-size {}: raise --max-block-size or lower --block-size",
+            segment.block_size
+        ));
+    }
+    spec.segment = Some(segment);
+    spec.segment_params()
+        .map_err(|e| format!("--sequence-file: {e}"))
 }
 
 fn default_state_dir() -> PathBuf {
@@ -172,15 +257,31 @@ fn fail(code: i32, message: impl std::fmt::Display) -> ! {
 
 async fn run_standalone(args: StandaloneArgs) {
     let shutdown = shutdown_signal();
-    let (sequence_name, sequence) = match &args.sequence_file {
-        Some(path) => read_sequence_file(path).unwrap_or_else(|e| fail(2, e)),
-        None => (
-            "default".to_string(),
-            IdSequenceSpec::default()
-                .params()
-                .expect("the default spec is valid"),
-        ),
+    let (sequence_name, mut spec) = match &args.sequence_file {
+        Some(path) => read_sequence_spec(path).unwrap_or_else(|e| fail(2, e)),
+        None => ("default".to_string(), IdSequenceSpec::default()),
     };
+    if let Some(segment) = segment_settings(&args, &mut spec).unwrap_or_else(|e| fail(2, e)) {
+        let config = SegmentStandaloneConfig {
+            listen: args.listen,
+            state_dir: args.state_dir.unwrap_or_else(default_state_dir),
+            sequence_name,
+            segment,
+            max_batch: args.max_batch,
+            drain: Duration::from_secs(args.drain_timeout_secs),
+        };
+        let sidecar = SegmentStandalone::start(config)
+            .await
+            .unwrap_or_else(|e| fail(2, e));
+        if let Err(e) = sidecar.run(shutdown).await {
+            fail(1, e);
+        }
+        return;
+    }
+    let sequence = spec.params().unwrap_or_else(|e| match &args.sequence_file {
+        Some(path) => fail(2, format!("--sequence-file {}: {e}", path.display())),
+        None => fail(2, e),
+    });
     let config = StandaloneConfig {
         listen: args.listen,
         state_dir: args.state_dir.unwrap_or_else(default_state_dir),

@@ -2,8 +2,8 @@
 //! status codes, refusal reasons), never from request data.
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::generator::Generator;
@@ -27,6 +27,51 @@ pub struct Metrics {
     ready: IntGauge,
     worker_slot: IntGauge,
     timestamp_exhausts_at: Gauge,
+    pub segment: SegmentMetrics,
+}
+
+/// Segment mode: block claims against the counter (cluster: API server writes).
+#[derive(Clone)]
+pub struct SegmentMetrics {
+    pub blocks_claimed: IntCounter,
+    pub claim_conflicts: IntCounter,
+    pub claim_errors: IntCounter,
+    pub claim_seconds: Histogram,
+    /// Values taken for a batch that was then refused (a gap).
+    pub values_dropped: IntCounter,
+    pub block_size: IntGauge,
+    pub buffered_values: IntGauge,
+}
+
+impl SegmentMetrics {
+    fn new(r: &Registry) -> SegmentMetrics {
+        let counter = |name: &str, help: &str| {
+            register(r, IntCounter::new(name, help).expect("valid metric"))
+        };
+        let int_gauge =
+            |name: &str, help: &str| register(r, IntGauge::new(name, help).expect("valid metric"));
+        SegmentMetrics {
+            blocks_claimed: counter("kubeflake_segment_blocks_claimed_total", "Blocks of values claimed from the segment counter."),
+            claim_conflicts: counter("kubeflake_segment_claim_conflicts_total", "Claims that lost a compare-and-swap race and were retried."),
+            claim_errors: counter("kubeflake_segment_claim_errors_total", "Claims that failed (counter unreachable, too many conflicts) and were retried later."),
+            claim_seconds: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new("kubeflake_segment_claim_seconds", "Time to claim one block, retries included.")
+                        .buckets(vec![1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0]),
+                )
+                .expect("valid metric"),
+            ),
+            values_dropped: counter("kubeflake_segment_values_dropped_total", "Values taken for a batch that was then refused: gaps."),
+            block_size: int_gauge("kubeflake_segment_block_size", "Size of the block claimed last (adaptive sizing)."),
+            buffered_values: int_gauge("kubeflake_segment_buffered_values", "Values buffered (current block's rest and the spare)."),
+        }
+    }
+
+    /// Metrics that are not exported (tests).
+    pub fn unregistered() -> SegmentMetrics {
+        SegmentMetrics::new(&Registry::new())
+    }
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
@@ -127,6 +172,7 @@ impl Metrics {
                 "kubeflake_timestamp_exhausts_at_seconds",
                 "Unix time at which the layout's timestamp bits run out.",
             ),
+            segment: SegmentMetrics::new(&r),
             registry: r,
         };
         metrics.fence_writes.with_label_values(&["ok"]);
@@ -136,6 +182,15 @@ impl Metrics {
 
     /// Renders the Prometheus text format, first refreshing the values derived from the
     /// generator's state.
+    /// Renders the Prometheus text format in segment mode.
+    pub fn render_segment(&self, ready: bool, buffered: u64) -> String {
+        self.ready.set(i64::from(ready));
+        self.segment
+            .buffered_values
+            .set(i64::try_from(buffered).unwrap_or(i64::MAX));
+        self.encode()
+    }
+
     pub fn render(&self, generator: Option<&Generator>) -> String {
         if let Some(g) = generator {
             let config = g.config();
@@ -152,6 +207,10 @@ impl Metrics {
         } else {
             self.ready.set(0);
         }
+        self.encode()
+    }
+
+    fn encode(&self) -> String {
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)

@@ -16,7 +16,10 @@ use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api, serve};
 use crate::metrics::Metrics;
+use crate::segment::file::{FileCounter, FileCounterError};
+use crate::segment::{DEFAULT_WAIT_LIMIT, Segment};
 use crate::watch::watch_clock;
+use kubeflake_crds::sequence::{IdSequenceSpec, SegmentParams};
 
 /// Everything standalone mode needs, already parsed.
 #[derive(Debug, Clone)]
@@ -57,6 +60,8 @@ pub enum StandaloneError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Counter(#[from] FileCounterError),
 }
 
 fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
@@ -80,16 +85,101 @@ fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
 
 /// Reads a sequence file (the same YAML a user would `kubectl apply`).
 pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequenceParams), String> {
+    let (name, spec) = read_sequence_spec(path)?;
+    let params = spec
+        .params()
+        .map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
+    Ok((name, params))
+}
+
+/// Reads a sequence file's name and spec, unvalidated.
+pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceSpec), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--sequence-file {}: cannot read it: {e}", path.display()))?;
     let seq: IdSequence = serde_yaml::from_str(&text)
         .map_err(|e| format!("--sequence-file {}: not an IdSequence: {e}", path.display()))?;
-    let params = seq
-        .spec
-        .params()
-        .map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
     let name = seq.metadata.name.unwrap_or_else(|| "default".to_string());
-    Ok((name, params))
+    Ok((name, seq.spec))
+}
+
+/// Segment mode standalone: the counter is a file in the state directory.
+#[derive(Debug, Clone)]
+pub struct SegmentStandaloneConfig {
+    pub listen: SocketAddr,
+    pub state_dir: PathBuf,
+    pub sequence_name: String,
+    pub segment: SegmentParams,
+    pub max_batch: u64,
+    pub drain: Duration,
+}
+
+/// A started segment-mode standalone sidecar.
+pub struct SegmentStandalone {
+    api: Arc<Api>,
+    segment: Arc<Segment>,
+    listener: tokio::net::TcpListener,
+    drain: Duration,
+}
+
+impl SegmentStandalone {
+    /// Opens the counter file and binds the listener; the first block is claimed in the
+    /// background at once.
+    pub async fn start(config: SegmentStandaloneConfig) -> Result<SegmentStandalone, StandaloneError> {
+        let (counter, next) =
+            FileCounter::open(&config.state_dir, &config.sequence_name, config.segment.start)?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StandaloneError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let metrics = Arc::new(Metrics::new());
+        let segment = Segment::start(
+            Arc::new(counter.clone()),
+            config.segment,
+            DEFAULT_WAIT_LIMIT,
+            metrics.segment.clone(),
+        );
+        tracing::info!(
+            listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            sequence = %config.sequence_name,
+            mode = "Segment",
+            counter_next = next,
+            block_size = config.segment.block_size,
+            max_block_size = config.segment.max_block_size,
+            counter_file = %counter.path().display(),
+            "standalone sidecar started"
+        );
+        let api = Arc::new(Api::new(None, metrics, config.max_batch));
+        api.install_segment(segment.clone());
+        Ok(SegmentStandalone {
+            api,
+            segment,
+            listener,
+            drain: config.drain,
+        })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serves until `shutdown`; then drains, stops, and gives the unused top of its blocks
+    /// back to the counter when nobody claimed after it (so a clean restart leaves no gap).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
+        serve(self.listener, self.api.clone(), shutdown, self.drain).await;
+        self.segment.stop();
+        if let Some((unused, given)) = self.segment.give_back().await {
+            tracing::info!(
+                unused_start = unused.start,
+                unused_end = unused.end,
+                given_back = given,
+                "stopped: unused values {}",
+                if given { "given back to the counter" } else { "left as a gap" }
+            );
+        }
+        Ok(())
+    }
 }
 
 /// A started standalone sidecar: listening, with its fence written.

@@ -125,7 +125,7 @@ impl Sidecar {
     }
 }
 
-fn get(port: u16, target: &str) -> std::io::Result<(u16, String)> {
+pub fn get(port: u16, target: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(
@@ -147,7 +147,7 @@ fn get(port: u16, target: &str) -> std::io::Result<(u16, String)> {
 }
 
 /// One keep-alive connection; `None` when the connection failed.
-fn request(conn: &mut BufReader<TcpStream>, target: &str) -> Option<(u16, String)> {
+pub fn request(conn: &mut BufReader<TcpStream>, target: &str) -> Option<(u16, String)> {
     conn.get_mut()
         .write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .ok()?;

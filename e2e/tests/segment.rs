@@ -1,0 +1,377 @@
+//! Segment mode against the real control plane: `kubeflake-sidecar cluster` processes claim
+//! blocks from one Segment sequence's counter Lease, created by a real operator, while
+//! load generators collect every value. The checker proves: no value issued twice, each
+//! sidecar's values increasing (per connection), and every gap explained by a block that
+//! was abandoned (still buffered at the end, or dropped with a refused batch).
+//!
+//! Tests of this binary run one at a time (one of them restarts the API server).
+//! The write-load benchmark is ignored by default:
+//! `cargo test -p kubeflake-e2e --test segment -- --ignored --nocapture`
+//! (`KUBEFLAKE_RATE` requests/s, `KUBEFLAKE_SIDECARS`, `KUBEFLAKE_BLOCK` to change it).
+
+mod operator_support;
+mod sidecar_support;
+
+use std::collections::HashSet;
+use std::io::BufReader;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::segment_counter::{Counter, counter_name};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use operator_support::*;
+use serde_json::json;
+use sidecar_support::{Sidecar, get, request};
+
+/// One test at a time: the fault test restarts the API server.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Calls one sidecar in a loop until stopped: one `GET /id`, then `batches` calls of
+/// `GET /ids?count=batch`, optionally paced to `per_second` requests.
+struct Load {
+    stop: Arc<AtomicBool>,
+    /// Values received, split per connection (a new connection after a restart).
+    values: Arc<Mutex<Vec<Vec<u64>>>>,
+    refusals: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(port: u16, batch: u64, per_second: Option<f64>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let values: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
+        let refusals = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU64::new(0));
+        let (s, v, r, q) = (stop.clone(), values.clone(), refusals.clone(), requests.clone());
+        let thread = std::thread::spawn(move || {
+            let pace = per_second.map(|r| Duration::from_secs_f64(1.0 / r));
+            let started = Instant::now();
+            let mut i: u64 = 0;
+            while !s.load(Ordering::Relaxed) {
+                let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let _ = stream.set_nodelay(true);
+                let mut conn = BufReader::new(stream);
+                v.lock().unwrap().push(Vec::new());
+                while !s.load(Ordering::Relaxed) {
+                    i += 1;
+                    if let Some(p) = pace {
+                        let due = started + p.mul_f64(i as f64);
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                    let target = if i % 10 == 0 || batch == 1 {
+                        "/id".to_string()
+                    } else {
+                        format!("/ids?count={batch}")
+                    };
+                    let Some((status, body)) = request(&mut conn, &target) else {
+                        break;
+                    };
+                    q.fetch_add(1, Ordering::Relaxed);
+                    if status == 200 {
+                        let got = body.lines().filter_map(|l| l.parse::<u64>().ok());
+                        v.lock().unwrap().last_mut().expect("a connection").extend(got);
+                    } else {
+                        r.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        });
+        Load {
+            stop,
+            values,
+            refusals,
+            requests,
+            thread: Some(thread),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.values.lock().unwrap().iter().map(Vec::len).sum()
+    }
+
+    fn finish(mut self) -> Vec<Vec<u64>> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        std::mem::take(&mut *self.values.lock().unwrap())
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+struct Checked {
+    values: usize,
+    duplicates: usize,
+    order_violations: usize,
+    lowest: u64,
+    highest: u64,
+}
+
+/// Uniqueness over everything; strictly increasing within each connection.
+fn check(all: &[Vec<Vec<u64>>]) -> Checked {
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut c = Checked {
+        lowest: u64::MAX,
+        ..Checked::default()
+    };
+    for connections in all {
+        for values in connections {
+            for w in values.windows(2) {
+                if w[1] <= w[0] {
+                    c.order_violations += 1;
+                }
+            }
+            for &v in values {
+                c.values += 1;
+                c.lowest = c.lowest.min(v);
+                c.highest = c.highest.max(v);
+                if !seen.insert(v) {
+                    c.duplicates += 1;
+                }
+            }
+        }
+    }
+    c
+}
+
+async fn counter(ns: &TestNamespace, sequence: &str) -> Result<Counter> {
+    let api: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+    Ok(Counter::parse(&api.get(&counter_name(sequence)).await?)?)
+}
+
+/// The value of one unlabelled metric of a sidecar (0 when absent).
+fn metric(port: u16, name: &str) -> u64 {
+    get(port, "/metrics")
+        .map(|(_, text)| {
+            text.lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Creates a Segment sequence, an operator, `n` pods and their sidecars; waits until
+/// every sidecar is ready.
+async fn setup(
+    cluster: &'static Cluster,
+    prefix: &str,
+    sequence: &str,
+    segment: serde_json::Value,
+    n: usize,
+) -> Result<(TestNamespace, Operator, Vec<Sidecar>)> {
+    install_crd(cluster).await?;
+    let ns = cluster.namespace(prefix).await?;
+    let operator = Operator::start(cluster, &ns.name, "a")?;
+    create_sequence(&ns, sequence, json!({"mode": "Segment", "segment": segment})).await?;
+    // Labelled like Snowflake pods: the operator must still not give them slots.
+    let pods = create_pods(&ns, sequence, "app", n).await?;
+    let mut sidecars = Vec::new();
+    for pod in &pods {
+        sidecars.push(Sidecar::start(cluster, &ns.name, pod, sequence, false)?);
+    }
+    eventually(Duration::from_secs(60), "every segment sidecar ready", || async {
+        Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
+    })
+    .await?;
+    Ok((ns, operator, sidecars))
+}
+
+/// Waits until no claim is in flight: the counter stays the same across one second.
+async fn quiet_counter(ns: &TestNamespace, sequence: &str) -> Result<Counter> {
+    let mut last = counter(ns, sequence).await?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = counter(ns, sequence).await?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    anyhow::bail!("the counter kept moving after the load stopped")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_sidecars_claim_a_million_values_with_no_duplicate_and_only_explained_gaps()
+-> Result<()> {
+    let _serial = SERIAL.lock().await;
+    const SEQUENCE: &str = "orders";
+    const TARGET: usize = 1_000_000;
+    let cluster = Cluster::shared();
+    // Adaptive sizing with a 1 s target so that block sizes move within the test.
+    let segment = json!({"start": 1000, "blockSize": 500, "maxBlockSize": 20000,
+                         "prefetchPercent": 10, "targetClaimIntervalSeconds": 1});
+    let (ns, _operator, sidecars) = setup(cluster, "segment", SEQUENCE, segment, 8).await?;
+    let started = Instant::now();
+    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 1000, None)).collect();
+    let deadline = started + Duration::from_secs(120);
+    while loads.iter().map(Load::count).sum::<usize>() < TARGET && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let refusals: u64 = loads.iter().map(|l| l.refusals.load(Ordering::Relaxed)).sum();
+    let requests: u64 = loads.iter().map(|l| l.requests.load(Ordering::Relaxed)).sum();
+    let collected: Vec<Vec<Vec<u64>>> = loads.into_iter().map(Load::finish).collect();
+    let secs = started.elapsed().as_secs_f64();
+    let end = quiet_counter(&ns, SEQUENCE).await?;
+    let buffered: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_buffered_values")).sum();
+    let dropped: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_values_dropped_total")).sum();
+    let claimed: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total")).sum();
+    let conflicts: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total")).sum();
+    let sizes: Vec<u64> = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_block_size")).collect();
+    ensure!(counter(&ns, SEQUENCE).await? == end, "a claim landed while the sidecars were measured");
+    let c = check(&collected);
+    let gaps = (end.next - 1000) - c.values as u64;
+    eprintln!(
+        "segment: {} values from 8 sidecars in {secs:.1} s ({:.0}/s) in {requests} requests, {refusals} refused; \
+         {} duplicates, {} order violations; counter 1000 -> {} after {} claims ({claimed} by the sidecars, \
+         {conflicts} CAS conflicts retried); gaps {gaps} = {buffered} still buffered + {dropped} dropped with refused batches; \
+         last block sizes {sizes:?}",
+        c.values,
+        c.values as f64 / secs,
+        c.duplicates,
+        c.order_violations,
+        end.next,
+        end.claims,
+    );
+    ensure!(c.values >= TARGET, "only {} values in 120 s", c.values);
+    ensure!(c.duplicates == 0, "{} values were issued twice", c.duplicates);
+    ensure!(c.order_violations == 0, "{} values were lower than the one before on the same connection", c.order_violations);
+    ensure!(c.lowest >= 1000 && c.highest < end.next, "values outside [start, counter)");
+    ensure!(gaps == buffered + dropped, "gaps {gaps} are not all abandoned blocks ({buffered} buffered + {dropped} dropped)");
+    ensure!(end.claims == claimed, "every claim in the counter was made by a sidecar");
+    ensure!(sizes.iter().any(|s| *s > 500), "adaptive sizing grew the blocks under load: {sizes:?}");
+    ensure!(slot_leases(&ns, SEQUENCE).await?.is_empty(), "no slot lease for a Segment sequence");
+
+    // The operator reports the high-water mark and the claims.
+    let api: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
+    let status = eventually(Duration::from_secs(40), "status.segment to show the counter", || async {
+        let seq = api.get(SEQUENCE).await?;
+        let s = seq.status.and_then(|s| s.segment);
+        Ok(s.filter(|s| s.next == Some(end.next as i64) && s.blocks_claimed == Some(end.claims as i64)))
+    })
+    .await?;
+    eprintln!("segment: status {status:?}");
+
+    // A graceful stop of every sidecar gives back what the last claimer had left: the
+    // counter ends below where it was, never below a value issued.
+    for s in &sidecars {
+        s.process.stop(Duration::from_secs(10));
+    }
+    let after = counter(&ns, SEQUENCE).await?;
+    eprintln!("segment: counter after SIGTERM of every sidecar: {} (was {})", after.next, end.next);
+    ensure!(after.next > c.highest && after.next <= end.next);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_twice()
+-> Result<()> {
+    let _serial = SERIAL.lock().await;
+    const SEQUENCE: &str = "faulty";
+    let cluster = Cluster::shared();
+    let segment = json!({"blockSize": 200, "maxBlockSize": 5000, "targetClaimIntervalSeconds": 1});
+    let (ns, _operator, sidecars) = setup(cluster, "segfault", SEQUENCE, segment, 6).await?;
+    let started = Instant::now();
+    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 50, Some(100.0))).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for round in 0..2 {
+        let victim = &sidecars[round * 2];
+        eprintln!("segment faults: kill -9 {} and restart it", victim.pod);
+        victim.process.kill();
+        victim.process.restart()?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!("segment faults: kill -9 of the API server, then restart");
+    let before_outage = loads.iter().map(Load::count).sum::<usize>();
+    cluster.kill_apiserver();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during_outage = loads.iter().map(Load::count).sum::<usize>() - before_outage;
+    cluster.start_apiserver().await?;
+    eprintln!("segment faults: kill -9 of a sidecar right after the restart");
+    sidecars[5].process.kill();
+    sidecars[5].process.restart()?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let refusals: u64 = loads.iter().map(|l| l.refusals.load(Ordering::Relaxed)).sum();
+    let collected: Vec<Vec<Vec<u64>>> = loads.into_iter().map(Load::finish).collect();
+    let end = quiet_counter(&ns, SEQUENCE).await?;
+    let c = check(&collected);
+    let gaps = (end.next - 1) - c.values as u64;
+    eprintln!(
+        "segment faults: {} values in {:.1} s ({during_outage} while the API server was down), {refusals} refused; \
+         {} duplicates, {} order violations; counter at {} after {} claims; {gaps} values never issued \
+         (blocks abandoned by the killed sidecars and still buffered)",
+        c.values,
+        started.elapsed().as_secs_f64(),
+        c.duplicates,
+        c.order_violations,
+        end.next,
+        end.claims
+    );
+    ensure!(c.values > 10_000, "too few values to say anything: {}", c.values);
+    ensure!(c.duplicates == 0, "{} values were issued twice", c.duplicates);
+    ensure!(c.order_violations == 0, "{} order violations", c.order_violations);
+    ensure!(c.highest < end.next, "a value above the counter was issued");
+    ensure!(during_outage > 0, "buffered blocks kept serving while the API server was down");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: about 1 minute; run it by name"]
+async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let env = |name: &str, default: f64| -> f64 {
+        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let n = env("KUBEFLAKE_SIDECARS", 8.0) as usize;
+    let rate = env("KUBEFLAKE_RATE", 8000.0);
+    let block = env("KUBEFLAKE_BLOCK", 1000.0) as u64;
+    const WINDOW: Duration = Duration::from_secs(30);
+    let cluster = Cluster::shared();
+    let segment = json!({"blockSize": block});
+    let (ns, _operator, sidecars) = setup(cluster, "segbench", "bench", segment, n).await?;
+    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 1, Some(rate / n as f64))).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = request_counts(&ns.client).await?;
+    let (values_before, started) = (loads.iter().map(Load::count).sum::<usize>(), Instant::now());
+    tokio::time::sleep(WINDOW).await;
+    let after = request_counts(&ns.client).await?;
+    let values = loads.iter().map(Load::count).sum::<usize>() - values_before;
+    let secs = started.elapsed().as_secs_f64();
+    for load in loads {
+        load.finish();
+    }
+    let delta = |verb: &str| {
+        let key = ("leases".to_string(), verb.to_string());
+        after.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
+    };
+    let writes = delta("PATCH");
+    let claims: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total")).sum();
+    let conflicts: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total")).sum();
+    eprintln!(
+        "segment bench: {n} sidecars, blockSize {block}: {:.0} values/s served ({:.0} requested), \
+         {:.2} lease writes/s (PATCH, 409s included) and {:.2} lease reads/s at the API server \
+         (values/s / blockSize = {:.2}/s); over the whole run the sidecars made {claims} claims and met {conflicts} CAS conflicts",
+        values as f64 / secs,
+        rate,
+        writes / secs,
+        delta("GET") / secs,
+        values as f64 / secs / block as f64
+    );
+    ensure!(writes > 0.0);
+    Ok(())
+}

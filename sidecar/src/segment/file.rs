@@ -1,0 +1,263 @@
+//! The counter standalone: a JSON file `<state-dir>/<sequence>.segment`. A claim takes an
+//! exclusive lock on `<file>.lock`, checks the counter is still what was read, and writes
+//! the new one durably (temporary file, fsync, rename, fsync of the directory) before the
+//! block is handed out. So a restart, even after `kill -9`, starts above every value
+//! issued, and several processes on one machine may share one counter.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kubeflake_crds::segment_counter::{Counter, LIMIT};
+use serde::{Deserialize, Serialize};
+
+use super::claim::{CounterStore, StoreError};
+use crate::fence::write_durably;
+
+/// What the file holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterRecord {
+    pub sequence: String,
+    /// The first value not yet claimed.
+    pub next: u64,
+    pub claims: u64,
+}
+
+/// A counter file.
+#[derive(Debug, Clone)]
+pub struct FileCounter {
+    inner: Arc<Paths>,
+}
+
+#[derive(Debug)]
+struct Paths {
+    path: PathBuf,
+    lock: PathBuf,
+    sequence: String,
+}
+
+/// Why the counter file cannot be used; each message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileCounterError {
+    #[error("segment counter {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "segment counter {path} is unreadable ({reason}); it is left untouched. Fix it by hand \
+         (next must stay above every value issued) or use another --state-dir"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("segment counter {path} belongs to sequence {found:?}, not {expected:?}; use another --state-dir")]
+    OtherSequence {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+}
+
+impl Paths {
+    fn io(&self, source: std::io::Error) -> FileCounterError {
+        FileCounterError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn locked(&self) -> Result<File, FileCounterError> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock)
+            .map_err(|e| self.io(e))?;
+        lock.lock().map_err(|e| self.io(e))?;
+        Ok(lock)
+    }
+
+    fn read(&self) -> Result<Option<CounterRecord>, FileCounterError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io(e)),
+        };
+        let record: CounterRecord =
+            serde_json::from_slice(&bytes).map_err(|e| FileCounterError::Corrupt {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })?;
+        if record.next > LIMIT {
+            return Err(FileCounterError::Corrupt {
+                path: self.path.clone(),
+                reason: format!("next {} is above 2^63", record.next),
+            });
+        }
+        if record.sequence != self.sequence {
+            return Err(FileCounterError::OtherSequence {
+                path: self.path.clone(),
+                found: record.sequence,
+                expected: self.sequence.clone(),
+            });
+        }
+        Ok(Some(record))
+    }
+
+    fn write(&self, record: &CounterRecord) -> Result<(), FileCounterError> {
+        let body = serde_json::to_vec_pretty(record).map_err(|e| FileCounterError::Corrupt {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_durably(&self.path, &body).map_err(|e| self.io(e))
+    }
+}
+
+impl FileCounter {
+    /// Opens (creating the directory and the file if needed) the counter of `sequence`.
+    /// A new counter starts at `start`; an existing one below `start` is raised to it,
+    /// never lowered.
+    pub fn open(dir: &Path, sequence: &str, start: u64) -> Result<(FileCounter, u64), FileCounterError> {
+        std::fs::create_dir_all(dir).map_err(|source| FileCounterError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let paths = Paths {
+            path: dir.join(format!("{sequence}.segment")),
+            lock: dir.join(format!("{sequence}.segment.lock")),
+            sequence: sequence.to_string(),
+        };
+        let _lock = paths.locked()?;
+        let found = paths.read()?;
+        let next = match &found {
+            Some(r) if r.next >= start => r.next,
+            _ => {
+                let record = CounterRecord {
+                    sequence: sequence.to_string(),
+                    next: start.min(LIMIT),
+                    claims: found.as_ref().map_or(0, |r| r.claims),
+                };
+                paths.write(&record)?;
+                record.next
+            }
+        };
+        Ok((
+            FileCounter {
+                inner: Arc::new(paths),
+            },
+            next,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+fn as_counter(record: &CounterRecord) -> Counter {
+    Counter {
+        next: record.next,
+        claims: record.claims,
+        resource_version: Some(format!("{}/{}", record.next, record.claims)),
+    }
+}
+
+fn blocking_error(e: tokio::task::JoinError) -> StoreError {
+    StoreError::Unavailable(format!("counter file task failed: {e}"))
+}
+
+impl CounterStore for FileCounter {
+    fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>> {
+        let paths = self.inner.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let _lock = paths.locked().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                match paths.read() {
+                    Ok(Some(record)) => Ok(as_counter(&record)),
+                    Ok(None) => Err(StoreError::NotFound(format!(
+                        "segment counter {} was removed while in use",
+                        paths.path.display()
+                    ))),
+                    Err(e) => Err(StoreError::Corrupt(e.to_string())),
+                }
+            })
+            .await
+            .map_err(blocking_error)?
+        })
+    }
+
+    fn compare_and_swap<'a>(
+        &'a self,
+        seen: &'a Counter,
+        new: Counter,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let paths = self.inner.clone();
+        let seen_version = seen.resource_version.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let _lock = paths.locked().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let now = paths.read().map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                if now.as_ref().map(as_counter).and_then(|c| c.resource_version) != seen_version {
+                    return Err(StoreError::Conflict);
+                }
+                let record = CounterRecord {
+                    sequence: paths.sequence.clone(),
+                    next: new.next,
+                    claims: new.claims,
+                };
+                paths.write(&record).map_err(|e| StoreError::Unavailable(e.to_string()))
+            })
+            .await
+            .map_err(blocking_error)?
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::claim::{Backoff, claim, give_back};
+    use super::*;
+
+    #[tokio::test]
+    async fn the_counter_file_survives_reopen_and_never_goes_backwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let (counter, next) = FileCounter::open(dir.path(), "orders", 5).unwrap();
+        assert_eq!(next, 5);
+        let a = claim(&counter, 100, &Backoff::default()).await.unwrap().block;
+        assert_eq!((a.start, a.end), (5, 105));
+        drop(counter); // like kill -9: nothing but the file remains
+        let (counter, next) = FileCounter::open(dir.path(), "orders", 1).unwrap();
+        assert_eq!(next, 105, "a lower start never lowers the counter");
+        let b = claim(&counter, 100, &Backoff::default()).await.unwrap().block;
+        assert_eq!(b.start, 105);
+        let (_, next) = FileCounter::open(dir.path(), "orders", 1000).unwrap();
+        assert_eq!(next, 1000, "a higher start raises it");
+    }
+
+    #[tokio::test]
+    async fn two_processes_sharing_the_file_get_disjoint_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = FileCounter::open(dir.path(), "s", 0).unwrap();
+        let (b, _) = FileCounter::open(dir.path(), "s", 0).unwrap();
+        let seen = a.read().await.unwrap();
+        claim(&b, 10, &Backoff::default()).await.unwrap();
+        let stale = Counter { next: 10, ..seen.clone() };
+        assert_eq!(a.compare_and_swap(&seen, stale).await, Err(StoreError::Conflict));
+        assert_eq!(claim(&a, 10, &Backoff::default()).await.unwrap().block.start, 10);
+        assert!(give_back(&a, 15, 20).await.unwrap());
+        assert_eq!(a.read().await.unwrap().next, 15);
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_counter_file_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.segment"), b"{oops").unwrap();
+        let err = FileCounter::open(dir.path(), "s", 1).unwrap_err();
+        assert!(err.to_string().contains("unreadable"), "{err}");
+        assert_eq!(std::fs::read(dir.path().join("s.segment")).unwrap(), b"{oops");
+        std::fs::write(dir.path().join("t.segment"), br#"{"sequence":"x","next":3,"claims":0}"#).unwrap();
+        let err = FileCounter::open(dir.path(), "t", 1).unwrap_err();
+        assert!(err.to_string().contains("belongs to sequence"), "{err}");
+    }
+}

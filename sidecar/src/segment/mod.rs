@@ -1,0 +1,23 @@
+//! Segment mode: dense integers like a database `SEQUENCE`, handed out in blocks.
+//!
+//! One counter per sequence holds the first value not yet claimed. A sidecar claims a
+//! block `[next, next + size)` with a compare-and-swap write and only then hands its
+//! values out, so two sidecars never get overlapping blocks whatever the interleaving;
+//! values of a block not used when a sidecar stops are lost (gaps, never duplicates).
+//!
+//! - [`claim`]: the counter store interface, the CAS claim loop with jittered backoff.
+//! - [`buffer`]: the per-sidecar double buffer (prefetch, adaptive block size).
+//! - [`lease`]: the counter as a Lease (cluster mode).
+//! - [`file`]: the counter as a file in the state directory (standalone).
+
+pub mod buffer;
+pub mod claim;
+pub mod file;
+pub mod lease;
+
+pub use buffer::{Segment, SegmentRefusal};
+pub use claim::{Block, CounterStore};
+
+/// How long a request may wait for a block when none is buffered (API server slow or
+/// down, or a burst larger than the buffer) before it is refused with 503.
+pub const DEFAULT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -81,9 +81,8 @@ impl Counter {
                     }),
             }
         };
-        let next = read(NEXT_ANNOTATION)?.ok_or_else(|| CounterError::Missing {
-            name: name.clone(),
-        })?;
+        let next =
+            read(NEXT_ANNOTATION)?.ok_or_else(|| CounterError::Missing { name: name.clone() })?;
         Ok(Counter {
             next,
             claims: read(CLAIMS_ANNOTATION)?.unwrap_or(0),
@@ -131,10 +130,19 @@ mod tests {
     #[test]
     fn a_new_counter_round_trips_and_is_not_labelled_as_a_slot_lease() {
         let lease = new_counter("orders", "ns", 7);
-        assert_eq!(lease.metadata.name.as_deref(), Some("orders-segment-counter"));
+        assert_eq!(
+            lease.metadata.name.as_deref(),
+            Some("orders-segment-counter")
+        );
         let labels = lease.metadata.labels.clone().unwrap();
-        assert!(!labels.contains_key(SEQUENCE_LABEL), "slot code selects on that label");
-        assert_eq!(labels.get(COUNTER_LABEL).map(String::as_str), Some("orders"));
+        assert!(
+            !labels.contains_key(SEQUENCE_LABEL),
+            "slot code selects on that label"
+        );
+        assert_eq!(
+            labels.get(COUNTER_LABEL).map(String::as_str),
+            Some("orders")
+        );
         let c = Counter::parse(&lease).unwrap();
         assert_eq!((c.next, c.claims), (7, 0));
     }
@@ -154,6 +162,9 @@ mod tests {
         }
         let mut lease = new_counter("orders", "ns", 7);
         lease.metadata.annotations = None;
-        assert!(matches!(Counter::parse(&lease), Err(CounterError::Missing { .. })));
+        assert!(matches!(
+            Counter::parse(&lease),
+            Err(CounterError::Missing { .. })
+        ));
     }
 }

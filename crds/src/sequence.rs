@@ -128,7 +128,9 @@ pub struct IdSequenceSpec {
 }
 
 /// How a sequence hands out values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub enum Mode {
     /// 64-bit time-based IDs; each pod holds a worker slot.
     #[default]

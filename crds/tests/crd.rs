@@ -2,7 +2,9 @@
 //! (The same rules are checked against a real API server in e2e/tests/.)
 
 use kube::CustomResourceExt;
-use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec, LayoutSpec, Mode, SegmentSpec, SpecError};
+use kubeflake_crds::sequence::{
+    IdSequence, IdSequenceSpec, LayoutSpec, Mode, SegmentSpec, SpecError,
+};
 use serde_json::{Value, json};
 
 /// How to regenerate both checked-in copies of the CRD.
@@ -198,9 +200,15 @@ fn cel_rejects_a_segment_spec_while_mode_is_snowflake() {
     let mut spec = full_spec();
     spec["segment"] = json!({"blockSize": 100, "start": 1, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60});
     let errors = cel_errors(object(spec.clone()), None);
-    assert!(errors.contains("segment is set but mode is Snowflake"), "{errors}");
+    assert!(
+        errors.contains("segment is set but mode is Snowflake"),
+        "{errors}"
+    );
     let typed: IdSequenceSpec = serde_json::from_value(spec).unwrap();
-    assert!(matches!(typed.segment_params(), Err(SpecError::SegmentWithoutMode)));
+    assert!(matches!(
+        typed.segment_params(),
+        Err(SpecError::SegmentWithoutMode)
+    ));
 }
 
 #[test]
@@ -214,7 +222,10 @@ fn cel_rejects_max_block_size_below_block_size() {
     );
     let typed: IdSequenceSpec = serde_json::from_value(spec).unwrap();
     let err = typed.segment_params().unwrap_err().to_string();
-    assert!(err.contains("maxBlockSize is 10, but it must be at least blockSize"), "{err}");
+    assert!(
+        err.contains("maxBlockSize is 10, but it must be at least blockSize"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -229,15 +240,34 @@ fn schema_bounds_segment_numbers() {
         prefetch_percent: 95,
         ..SegmentSpec::default()
     };
-    assert!(typed.params().unwrap_err().to_string().contains("prefetchPercent is 95"));
+    assert!(
+        typed
+            .params()
+            .unwrap_err()
+            .to_string()
+            .contains("prefetchPercent is 95")
+    );
 }
 
 #[test]
 fn cel_rejects_changing_the_mode() {
     let old = object(full_spec());
-    let errors = cel_errors(object(segment_spec(json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}))), Some(old));
+    let errors = cel_errors(
+        object(segment_spec(
+            json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}),
+        )),
+        Some(old),
+    );
     assert!(errors.contains("mode is immutable"), "{errors}");
-    let old = object(segment_spec(json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60})));
-    let new = object(segment_spec(json!({"start": 1, "blockSize": 5000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60})));
-    assert_eq!(cel_errors(new, Some(old)), "", "segment settings may change");
+    let old = object(segment_spec(
+        json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}),
+    ));
+    let new = object(segment_spec(
+        json!({"start": 1, "blockSize": 5000, "prefetchPercent": 10, "targetClaimIntervalSeconds": 60}),
+    ));
+    assert_eq!(
+        cel_errors(new, Some(old)),
+        "",
+        "segment settings may change"
+    );
 }

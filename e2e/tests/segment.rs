@@ -49,7 +49,12 @@ impl Load {
         let values: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
         let refusals = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(AtomicU64::new(0));
-        let (s, v, r, q) = (stop.clone(), values.clone(), refusals.clone(), requests.clone());
+        let (s, v, r, q) = (
+            stop.clone(),
+            values.clone(),
+            refusals.clone(),
+            requests.clone(),
+        );
         let thread = std::thread::spawn(move || {
             let pace = per_second.map(|r| Duration::from_secs_f64(1.0 / r));
             let started = Instant::now();
@@ -82,7 +87,11 @@ impl Load {
                     q.fetch_add(1, Ordering::Relaxed);
                     if status == 200 {
                         let got = body.lines().filter_map(|l| l.parse::<u64>().ok());
-                        v.lock().unwrap().last_mut().expect("a connection").extend(got);
+                        v.lock()
+                            .unwrap()
+                            .last_mut()
+                            .expect("a connection")
+                            .extend(got);
                     } else {
                         r.fetch_add(1, Ordering::Relaxed);
                         std::thread::sleep(Duration::from_millis(20));
@@ -178,16 +187,23 @@ async fn setup(
     install_crd(cluster).await?;
     let ns = cluster.namespace(prefix).await?;
     let operator = Operator::start(cluster, &ns.name, "a")?;
-    create_sequence(&ns, sequence, json!({"mode": "Segment", "segment": segment})).await?;
+    create_sequence(
+        &ns,
+        sequence,
+        json!({"mode": "Segment", "segment": segment}),
+    )
+    .await?;
     // Labelled like Snowflake pods: the operator must still not give them slots.
     let pods = create_pods(&ns, sequence, "app", n).await?;
     let mut sidecars = Vec::new();
     for pod in &pods {
         sidecars.push(Sidecar::start(cluster, &ns.name, pod, sequence, false)?);
     }
-    eventually(Duration::from_secs(60), "every segment sidecar ready", || async {
-        Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
-    })
+    eventually(
+        Duration::from_secs(60),
+        "every segment sidecar ready",
+        || async { Ok(sidecars.iter().all(Sidecar::ready).then_some(())) },
+    )
     .await?;
     Ok((ns, operator, sidecars))
 }
@@ -218,22 +234,49 @@ async fn eight_sidecars_claim_a_million_values_with_no_duplicate_and_only_explai
                          "prefetchPercent": 10, "targetClaimIntervalSeconds": 1});
     let (ns, _operator, sidecars) = setup(cluster, "segment", SEQUENCE, segment, 8).await?;
     let started = Instant::now();
-    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 1000, None)).collect();
+    let loads: Vec<Load> = sidecars
+        .iter()
+        .map(|s| Load::start(s.port, 1000, None))
+        .collect();
     let deadline = started + Duration::from_secs(120);
     while loads.iter().map(Load::count).sum::<usize>() < TARGET && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let refusals: u64 = loads.iter().map(|l| l.refusals.load(Ordering::Relaxed)).sum();
-    let requests: u64 = loads.iter().map(|l| l.requests.load(Ordering::Relaxed)).sum();
+    let refusals: u64 = loads
+        .iter()
+        .map(|l| l.refusals.load(Ordering::Relaxed))
+        .sum();
+    let requests: u64 = loads
+        .iter()
+        .map(|l| l.requests.load(Ordering::Relaxed))
+        .sum();
     let collected: Vec<Vec<Vec<u64>>> = loads.into_iter().map(Load::finish).collect();
     let secs = started.elapsed().as_secs_f64();
     let end = quiet_counter(&ns, SEQUENCE).await?;
-    let buffered: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_buffered_values")).sum();
-    let dropped: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_values_dropped_total")).sum();
-    let claimed: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total")).sum();
-    let conflicts: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total")).sum();
-    let sizes: Vec<u64> = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_block_size")).collect();
-    ensure!(counter(&ns, SEQUENCE).await? == end, "a claim landed while the sidecars were measured");
+    let buffered: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_buffered_values"))
+        .sum();
+    let dropped: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_values_dropped_total"))
+        .sum();
+    let claimed: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total"))
+        .sum();
+    let conflicts: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total"))
+        .sum();
+    let sizes: Vec<u64> = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_block_size"))
+        .collect();
+    ensure!(
+        counter(&ns, SEQUENCE).await? == end,
+        "a claim landed while the sidecars were measured"
+    );
     let c = check(&collected);
     let gaps = (end.next - 1000) - c.values as u64;
     eprintln!(
@@ -249,21 +292,50 @@ async fn eight_sidecars_claim_a_million_values_with_no_duplicate_and_only_explai
         end.claims,
     );
     ensure!(c.values >= TARGET, "only {} values in 120 s", c.values);
-    ensure!(c.duplicates == 0, "{} values were issued twice", c.duplicates);
-    ensure!(c.order_violations == 0, "{} values were lower than the one before on the same connection", c.order_violations);
-    ensure!(c.lowest >= 1000 && c.highest < end.next, "values outside [start, counter)");
-    ensure!(gaps == buffered + dropped, "gaps {gaps} are not all abandoned blocks ({buffered} buffered + {dropped} dropped)");
-    ensure!(end.claims == claimed, "every claim in the counter was made by a sidecar");
-    ensure!(sizes.iter().any(|s| *s > 500), "adaptive sizing grew the blocks under load: {sizes:?}");
-    ensure!(slot_leases(&ns, SEQUENCE).await?.is_empty(), "no slot lease for a Segment sequence");
+    ensure!(
+        c.duplicates == 0,
+        "{} values were issued twice",
+        c.duplicates
+    );
+    ensure!(
+        c.order_violations == 0,
+        "{} values were lower than the one before on the same connection",
+        c.order_violations
+    );
+    ensure!(
+        c.lowest >= 1000 && c.highest < end.next,
+        "values outside [start, counter)"
+    );
+    ensure!(
+        gaps == buffered + dropped,
+        "gaps {gaps} are not all abandoned blocks ({buffered} buffered + {dropped} dropped)"
+    );
+    ensure!(
+        end.claims == claimed,
+        "every claim in the counter was made by a sidecar"
+    );
+    ensure!(
+        sizes.iter().any(|s| *s > 500),
+        "adaptive sizing grew the blocks under load: {sizes:?}"
+    );
+    ensure!(
+        slot_leases(&ns, SEQUENCE).await?.is_empty(),
+        "no slot lease for a Segment sequence"
+    );
 
     // The operator reports the high-water mark and the claims.
     let api: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
-    let status = eventually(Duration::from_secs(40), "status.segment to show the counter", || async {
-        let seq = api.get(SEQUENCE).await?;
-        let s = seq.status.and_then(|s| s.segment);
-        Ok(s.filter(|s| s.next == Some(end.next as i64) && s.blocks_claimed == Some(end.claims as i64)))
-    })
+    let status = eventually(
+        Duration::from_secs(40),
+        "status.segment to show the counter",
+        || async {
+            let seq = api.get(SEQUENCE).await?;
+            let s = seq.status.and_then(|s| s.segment);
+            Ok(s.filter(|s| {
+                s.next == Some(end.next as i64) && s.blocks_claimed == Some(end.claims as i64)
+            }))
+        },
+    )
     .await?;
     eprintln!("segment: status {status:?}");
 
@@ -273,21 +345,27 @@ async fn eight_sidecars_claim_a_million_values_with_no_duplicate_and_only_explai
         s.process.stop(Duration::from_secs(10));
     }
     let after = counter(&ns, SEQUENCE).await?;
-    eprintln!("segment: counter after SIGTERM of every sidecar: {} (was {})", after.next, end.next);
+    eprintln!(
+        "segment: counter after SIGTERM of every sidecar: {} (was {})",
+        after.next, end.next
+    );
     ensure!(after.next > c.highest && after.next <= end.next);
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_twice()
--> Result<()> {
+async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_twice() -> Result<()>
+{
     let _serial = SERIAL.lock().await;
     const SEQUENCE: &str = "faulty";
     let cluster = Cluster::shared();
     let segment = json!({"blockSize": 200, "maxBlockSize": 5000, "targetClaimIntervalSeconds": 1});
     let (ns, _operator, sidecars) = setup(cluster, "segfault", SEQUENCE, segment, 6).await?;
     let started = Instant::now();
-    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 50, Some(100.0))).collect();
+    let loads: Vec<Load> = sidecars
+        .iter()
+        .map(|s| Load::start(s.port, 50, Some(100.0)))
+        .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
     for round in 0..2 {
         let victim = &sidecars[round * 2];
@@ -306,7 +384,10 @@ async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_
     sidecars[5].process.kill();
     sidecars[5].process.restart()?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let refusals: u64 = loads.iter().map(|l| l.refusals.load(Ordering::Relaxed)).sum();
+    let refusals: u64 = loads
+        .iter()
+        .map(|l| l.refusals.load(Ordering::Relaxed))
+        .sum();
     let collected: Vec<Vec<Vec<u64>>> = loads.into_iter().map(Load::finish).collect();
     let end = quiet_counter(&ns, SEQUENCE).await?;
     let c = check(&collected);
@@ -322,11 +403,26 @@ async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_
         end.next,
         end.claims
     );
-    ensure!(c.values > 10_000, "too few values to say anything: {}", c.values);
-    ensure!(c.duplicates == 0, "{} values were issued twice", c.duplicates);
-    ensure!(c.order_violations == 0, "{} order violations", c.order_violations);
+    ensure!(
+        c.values > 10_000,
+        "too few values to say anything: {}",
+        c.values
+    );
+    ensure!(
+        c.duplicates == 0,
+        "{} values were issued twice",
+        c.duplicates
+    );
+    ensure!(
+        c.order_violations == 0,
+        "{} order violations",
+        c.order_violations
+    );
     ensure!(c.highest < end.next, "a value above the counter was issued");
-    ensure!(during_outage > 0, "buffered blocks kept serving while the API server was down");
+    ensure!(
+        during_outage > 0,
+        "buffered blocks kept serving while the API server was down"
+    );
     Ok(())
 }
 
@@ -335,7 +431,10 @@ async fn kill_9_of_sidecars_and_of_the_api_server_during_claims_issues_no_value_
 async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
     let _serial = SERIAL.lock().await;
     let env = |name: &str, default: f64| -> f64 {
-        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
     let n = env("KUBEFLAKE_SIDECARS", 8.0) as usize;
     let rate = env("KUBEFLAKE_RATE", 8000.0);
@@ -344,7 +443,10 @@ async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
     let cluster = Cluster::shared();
     let segment = json!({"blockSize": block});
     let (ns, _operator, sidecars) = setup(cluster, "segbench", "bench", segment, n).await?;
-    let loads: Vec<Load> = sidecars.iter().map(|s| Load::start(s.port, 1, Some(rate / n as f64))).collect();
+    let loads: Vec<Load> = sidecars
+        .iter()
+        .map(|s| Load::start(s.port, 1, Some(rate / n as f64)))
+        .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = request_counts(&ns.client).await?;
     let (values_before, started) = (loads.iter().map(Load::count).sum::<usize>(), Instant::now());
@@ -360,8 +462,14 @@ async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
         after.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
     };
     let writes = delta("PATCH");
-    let claims: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total")).sum();
-    let conflicts: u64 = sidecars.iter().map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total")).sum();
+    let claims: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_blocks_claimed_total"))
+        .sum();
+    let conflicts: u64 = sidecars
+        .iter()
+        .map(|s| metric(s.port, "kubeflake_segment_claim_conflicts_total"))
+        .sum();
     eprintln!(
         "segment bench: {n} sidecars, blockSize {block}: {:.0} values/s served ({:.0} requested), \
          {:.2} lease writes/s (PATCH, 409s included) and {:.2} lease reads/s at the API server \
@@ -373,5 +481,114 @@ async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
         values as f64 / secs / block as f64
     );
     ensure!(writes > 0.0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_segment_specs_are_rejected_and_a_recreated_sequence_continues_above_its_counter()
+-> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("segspec").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    // Rule 11: the API server rejects what the CEL rules forbid, saying what to fix.
+    let cases = [
+        (
+            json!({"segment": {"blockSize": 10}}),
+            "segment is set but mode is Snowflake",
+        ),
+        (
+            json!({"mode": "Segment", "segment": {"blockSize": 100, "maxBlockSize": 10}}),
+            "segment.maxBlockSize (10) is below segment.blockSize (100)",
+        ),
+        (
+            json!({"mode": "Segment", "segment": {"prefetchPercent": 95}}),
+            "prefetchPercent",
+        ),
+        (json!({"mode": "Sequence"}), "mode"),
+    ];
+    for (i, (spec, expected)) in cases.into_iter().enumerate() {
+        let err = create_sequence(&ns, &format!("bad-{i}"), spec.clone())
+            .await
+            .err();
+        let text = format!("{err:?}");
+        ensure!(
+            text.contains(expected),
+            "{spec}: expected {expected:?}, got {text}"
+        );
+    }
+    let seq = create_sequence(
+        &ns,
+        "ids",
+        json!({"mode": "Segment", "segment": {"start": 42}}),
+    )
+    .await?;
+    let api: Api<IdSequence> = Api::namespaced(ns.client.clone(), &ns.name);
+    let change = json!({"spec": {"mode": "Snowflake", "segment": null}});
+    let err = api
+        .patch(
+            "ids",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&change),
+        )
+        .await
+        .err();
+    ensure!(
+        format!("{err:?}").contains("mode is immutable"),
+        "mode change: {err:?}"
+    );
+    drop(seq);
+
+    // The operator creates the counter at start; a sidecar claims from it.
+    let first = eventually(Duration::from_secs(30), "the counter", || async {
+        Ok(counter(&ns, "ids").await.ok())
+    })
+    .await?;
+    ensure!(first.next == 42 && first.claims == 0, "{first:?}");
+    let pods = create_pods(&ns, "ids", "p", 1).await?;
+    let sidecar = Sidecar::start(cluster, &ns.name, &pods[0], "ids", false)?;
+    eventually(Duration::from_secs(30), "the sidecar ready", || async {
+        Ok(sidecar.ready().then_some(()))
+    })
+    .await?;
+    let (status, body) = get(sidecar.port, "/id")?;
+    ensure!(status == 200 && body.trim() == "42", "{status} {body}");
+    sidecar.process.kill();
+
+    // Deleting the sequence keeps the counter (no owner reference); the same name again
+    // continues above it instead of starting at 42.
+    api.delete("ids", &Default::default()).await?;
+    eventually(
+        Duration::from_secs(30),
+        "the sequence to be gone",
+        || async { Ok(api.get_opt("ids").await?.is_none().then_some(())) },
+    )
+    .await?;
+    let kept = counter(&ns, "ids").await?;
+    ensure!(
+        kept.next > 42,
+        "the counter survived the deletion: {kept:?}"
+    );
+    create_sequence(
+        &ns,
+        "ids",
+        json!({"mode": "Segment", "segment": {"start": 42}}),
+    )
+    .await?;
+    let sidecar = Sidecar::start(cluster, &ns.name, &pods[0], "ids", false)?;
+    eventually(
+        Duration::from_secs(30),
+        "the sidecar ready again",
+        || async { Ok(sidecar.ready().then_some(())) },
+    )
+    .await?;
+    let (_, body) = get(sidecar.port, "/id")?;
+    let again: u64 = body.trim().parse()?;
+    eprintln!(
+        "segment: first value 42; counter kept at {} after deletion; re-created sequence served {again}",
+        kept.next
+    );
+    ensure!(again >= kept.next, "a re-created sequence repeats no value");
     Ok(())
 }

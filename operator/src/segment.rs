@@ -59,11 +59,20 @@ pub async fn reconcile(
                     ..counter
                 };
                 match api
-                    .replace(&lease_name, &PostParams::default(), &raised.write_into(lease))
+                    .replace(
+                        &lease_name,
+                        &PostParams::default(),
+                        &raised.write_into(lease),
+                    )
                     .await
                 {
                     Ok(written) => {
-                        tracing::info!(sequence = name, namespace = ns, next = params.start, "raised the segment counter to spec.segment.start");
+                        tracing::info!(
+                            sequence = name,
+                            namespace = ns,
+                            next = params.start,
+                            "raised the segment counter to spec.segment.start"
+                        );
                         Counter::parse(&written)?
                     }
                     Err(e) if is_conflict(&e) => {
@@ -102,9 +111,8 @@ pub fn observe(
         return (prev.claims_per_minute, start_text, start_claims);
     }
     // A counter that went down was re-created by hand: no rate for this window.
-    let rate = (elapsed > 0 && claims >= start_claims).then(|| {
-        ((claims - start_claims) as f64 * 60.0 / elapsed as f64 * 100.0).round() / 100.0
-    });
+    let rate = (elapsed > 0 && claims >= start_claims)
+        .then(|| ((claims - start_claims) as f64 * 60.0 / elapsed as f64 * 100.0).round() / 100.0);
     (rate, now_text, claims)
 }
 

@@ -39,9 +39,9 @@ use crate::metrics::Metrics;
 use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Segment};
 use crate::skew;
-use kubeflake_crds::sequence::SegmentParams;
 use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
 use crate::watch::{Notify, watch_clock};
+use kubeflake_crds::sequence::SegmentParams;
 
 /// Everything cluster mode needs, already parsed.
 #[derive(Debug, Clone)]
@@ -220,7 +220,11 @@ pub async fn run(
                 unused_end = unused.end,
                 given_back = given,
                 "stopped: unused values {}",
-                if given { "given back to the counter" } else { "left as a gap" }
+                if given {
+                    "given back to the counter"
+                } else {
+                    "left as a gap"
+                }
             );
         }
     }
@@ -396,7 +400,13 @@ impl Holder {
         while !self.stopping() {
             match store.read().await {
                 Ok(counter) => {
-                    tracing::info!(counter = store.name(), next = counter.next, block_size = params.block_size, max_block_size = params.max_block_size, "segment mode: claiming blocks from the counter");
+                    tracing::info!(
+                        counter = store.name(),
+                        next = counter.next,
+                        block_size = params.block_size,
+                        max_block_size = params.max_block_size,
+                        "segment mode: claiming blocks from the counter"
+                    );
                     break;
                 }
                 Err(e) => {
@@ -409,12 +419,20 @@ impl Holder {
         if self.stopping() {
             return;
         }
-        let segment = Segment::start(store, params, DEFAULT_WAIT_LIMIT, self.api.metrics.segment.clone());
+        let segment = Segment::start(
+            store,
+            params,
+            DEFAULT_WAIT_LIMIT,
+            self.api.metrics.segment.clone(),
+        );
         self.api.install_segment(segment.clone());
         self.events.notify(
             false,
             "SegmentServing",
-            format!("serving values of segment sequence {} in blocks", self.config.sequence),
+            format!(
+                "serving values of segment sequence {} in blocks",
+                self.config.sequence
+            ),
         );
         self.segment = Some(segment);
         let mut stop = self.stop.clone();

@@ -305,7 +305,11 @@ impl Api {
         if !many {
             let digits = buf.format(runs.first().map_or(0, |b| b.start));
             return Ok(if json {
-                body(StatusCode::OK, "application/json", format!("{{\"id\":\"{digits}\"}}"))
+                body(
+                    StatusCode::OK,
+                    "application/json",
+                    format!("{{\"id\":\"{digits}\"}}"),
+                )
             } else {
                 body(StatusCode::OK, "text/plain", format!("{digits}\n"))
             });
@@ -382,7 +386,10 @@ impl Api {
     fn readyz(&self) -> Reply {
         if let Some(segment) = self.segment.load_full() {
             return match segment.check_ready() {
-                Ok(()) => json_reply(StatusCode::OK, json!({ "status": "ready", "mode": "Segment" })),
+                Ok(()) => json_reply(
+                    StatusCode::OK,
+                    json!({ "status": "ready", "mode": "Segment" }),
+                ),
                 Err(refusal) => {
                     let mut reply = json_reply(
                         StatusCode::SERVICE_UNAVAILABLE,

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kubeflake_crds::IdSequenceSpec;
+use kubeflake_crds::sequence::{Mode, SegmentParams};
 use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
 use kubeflake_sidecar::slot::PodIdentity;
-use kubeflake_crds::sequence::{Mode, SegmentParams};
 use kubeflake_sidecar::standalone::{
     SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig, read_sequence_spec,
 };

@@ -51,20 +51,43 @@ impl SegmentMetrics {
         let int_gauge =
             |name: &str, help: &str| register(r, IntGauge::new(name, help).expect("valid metric"));
         SegmentMetrics {
-            blocks_claimed: counter("kubeflake_segment_blocks_claimed_total", "Blocks of values claimed from the segment counter."),
-            claim_conflicts: counter("kubeflake_segment_claim_conflicts_total", "Claims that lost a compare-and-swap race and were retried."),
-            claim_errors: counter("kubeflake_segment_claim_errors_total", "Claims that failed (counter unreachable, too many conflicts) and were retried later."),
+            blocks_claimed: counter(
+                "kubeflake_segment_blocks_claimed_total",
+                "Blocks of values claimed from the segment counter.",
+            ),
+            claim_conflicts: counter(
+                "kubeflake_segment_claim_conflicts_total",
+                "Claims that lost a compare-and-swap race and were retried.",
+            ),
+            claim_errors: counter(
+                "kubeflake_segment_claim_errors_total",
+                "Claims that failed (counter unreachable, too many conflicts) and were retried later.",
+            ),
             claim_seconds: register(
                 r,
                 Histogram::with_opts(
-                    HistogramOpts::new("kubeflake_segment_claim_seconds", "Time to claim one block, retries included.")
-                        .buckets(vec![1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0]),
+                    HistogramOpts::new(
+                        "kubeflake_segment_claim_seconds",
+                        "Time to claim one block, retries included.",
+                    )
+                    .buckets(vec![
+                        1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0,
+                    ]),
                 )
                 .expect("valid metric"),
             ),
-            values_dropped: counter("kubeflake_segment_values_dropped_total", "Values taken for a batch that was then refused: gaps."),
-            block_size: int_gauge("kubeflake_segment_block_size", "Size of the block claimed last (adaptive sizing)."),
-            buffered_values: int_gauge("kubeflake_segment_buffered_values", "Values buffered (current block's rest and the spare)."),
+            values_dropped: counter(
+                "kubeflake_segment_values_dropped_total",
+                "Values taken for a batch that was then refused: gaps.",
+            ),
+            block_size: int_gauge(
+                "kubeflake_segment_block_size",
+                "Size of the block claimed last (adaptive sizing).",
+            ),
+            buffered_values: int_gauge(
+                "kubeflake_segment_buffered_values",
+                "Values buffered (current block's rest and the spare).",
+            ),
         }
     }
 

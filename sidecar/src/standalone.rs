@@ -124,9 +124,14 @@ pub struct SegmentStandalone {
 impl SegmentStandalone {
     /// Opens the counter file and binds the listener; the first block is claimed in the
     /// background at once.
-    pub async fn start(config: SegmentStandaloneConfig) -> Result<SegmentStandalone, StandaloneError> {
-        let (counter, next) =
-            FileCounter::open(&config.state_dir, &config.sequence_name, config.segment.start)?;
+    pub async fn start(
+        config: SegmentStandaloneConfig,
+    ) -> Result<SegmentStandalone, StandaloneError> {
+        let (counter, next) = FileCounter::open(
+            &config.state_dir,
+            &config.sequence_name,
+            config.segment.start,
+        )?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| StandaloneError::Listen {
@@ -175,7 +180,11 @@ impl SegmentStandalone {
                 unused_end = unused.end,
                 given_back = given,
                 "stopped: unused values {}",
-                if given { "given back to the counter" } else { "left as a gap" }
+                if given {
+                    "given back to the counter"
+                } else {
+                    "left as a gap"
+                }
             );
         }
         Ok(())

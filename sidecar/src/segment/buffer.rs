@@ -23,7 +23,9 @@ use crate::metrics::SegmentMetrics;
 pub enum SegmentRefusal {
     #[error("no block of values is buffered and claiming one failed or is slow: {0}")]
     NoBlock(String),
-    #[error("the sequence is exhausted: every value up to 2^63-1 was claimed; create a new IdSequence")]
+    #[error(
+        "the sequence is exhausted: every value up to 2^63-1 was claimed; create a new IdSequence"
+    )]
     Exhausted,
     #[error("the sidecar is stopping")]
     Stopping,
@@ -50,7 +52,14 @@ impl SegmentRefusal {
 /// The size of the next block from how fast the last one was used: about one claim per
 /// `target`, within `[min, max]`, and at most 4 times larger or smaller than `current`
 /// per step (one burst does not claim a huge block that is then abandoned).
-pub fn next_block_size(current: u64, used: u64, took: Duration, target: Duration, min: u64, max: u64) -> u64 {
+pub fn next_block_size(
+    current: u64,
+    used: u64,
+    took: Duration,
+    target: Duration,
+    min: u64,
+    max: u64,
+) -> u64 {
     if min >= max {
         return min;
     }
@@ -161,7 +170,9 @@ impl Segment {
             Err(SegmentRefusal::Exhausted)
         } else {
             Err(SegmentRefusal::NoBlock(
-                s.last_error.clone().unwrap_or_else(|| "the first block is being claimed".into()),
+                s.last_error
+                    .clone()
+                    .unwrap_or_else(|| "the first block is being claimed".into()),
             ))
         }
     }
@@ -237,10 +248,9 @@ impl Segment {
                 None => match tokio::time::timeout_at(deadline, refills.changed()).await {
                     Ok(_) => None,
                     Err(_) => Some(SegmentRefusal::NoBlock(
-                        self.lock()
-                            .last_error
-                            .clone()
-                            .unwrap_or_else(|| format!("no block claimed within {:?}", self.wait_limit)),
+                        self.lock().last_error.clone().unwrap_or_else(|| {
+                            format!("no block claimed within {:?}", self.wait_limit)
+                        }),
                     )),
                 },
             };
@@ -262,13 +272,17 @@ impl Segment {
                 let size = self.lock().size;
                 let started = Instant::now();
                 let result = claim(self.store.as_ref(), size, &self.backoff).await;
-                self.metrics.claim_seconds.observe(started.elapsed().as_secs_f64());
+                self.metrics
+                    .claim_seconds
+                    .observe(started.elapsed().as_secs_f64());
                 let retry = {
                     let mut s = self.lock();
                     match result {
                         Ok(claimed) => {
                             self.metrics.blocks_claimed.inc();
-                            self.metrics.claim_conflicts.inc_by(u64::from(claimed.conflicts));
+                            self.metrics
+                                .claim_conflicts
+                                .inc_by(u64::from(claimed.conflicts));
                             metrics_block_size(&self.metrics, claimed.block.len());
                             s.top = s.top.max(claimed.block.end);
                             s.last_error = None;
@@ -283,12 +297,19 @@ impl Segment {
                                 s.end = claimed.block.end;
                                 s.current_len = claimed.block.len();
                                 s.current_since = Instant::now();
-                                s.prefetch_permille = prefetch_threshold(self.params.prefetch_percent);
-                s.prefetch_permille = prefetch_threshold(self.params.prefetch_percent);
+                                s.prefetch_permille =
+                                    prefetch_threshold(self.params.prefetch_percent);
+                                s.prefetch_permille =
+                                    prefetch_threshold(self.params.prefetch_percent);
                             } else {
                                 s.spare = Some(claimed.block);
                             }
-                            tracing::debug!(start = claimed.block.start, end = claimed.block.end, conflicts = claimed.conflicts, "claimed a block");
+                            tracing::debug!(
+                                start = claimed.block.start,
+                                end = claimed.block.end,
+                                conflicts = claimed.conflicts,
+                                "claimed a block"
+                            );
                             s.fetching = false;
                             None
                         }
@@ -296,7 +317,9 @@ impl Segment {
                             s.exhausted = true;
                             s.fetching = false;
                             s.last_error = Some(ClaimError::Exhausted.to_string());
-                            tracing::error!("segment sequence exhausted: no values left below 2^63");
+                            tracing::error!(
+                                "segment sequence exhausted: no values left below 2^63"
+                            );
                             None
                         }
                         Err(e) => {
@@ -392,7 +415,8 @@ impl State {
             return false;
         }
         let used = self.current_len - (self.end - self.cursor);
-        let due = self.cursor == self.end || used * 1000 >= self.current_len * self.prefetch_permille;
+        let due =
+            self.cursor == self.end || used * 1000 >= self.current_len * self.prefetch_permille;
         if due {
             self.fetching = true;
         }
@@ -410,7 +434,9 @@ fn prefetch_threshold(percent: u8) -> u64 {
 }
 
 fn metrics_block_size(metrics: &SegmentMetrics, size: u64) {
-    metrics.block_size.set(i64::try_from(size).unwrap_or(i64::MAX));
+    metrics
+        .block_size
+        .set(i64::try_from(size).unwrap_or(i64::MAX));
 }
 
 #[cfg(test)]
@@ -458,32 +484,64 @@ mod tests {
     #[tokio::test]
     async fn the_next_block_is_prefetched_when_the_configured_share_is_used() {
         let store = Arc::new(FakeStore::starting_at(1));
-        let seg = Segment::start(store.clone(), params(100, 100, 20), Duration::from_secs(1), SegmentMetrics::unregistered());
+        let seg = Segment::start(
+            store.clone(),
+            params(100, 100, 20),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
         assert_eq!(values(&seg.take(1).await.unwrap()), vec![1]);
         settle(&store, 1).await;
-        assert_eq!(seg.take(8).await.unwrap().len(), 1, "one run within the block");
+        assert_eq!(
+            seg.take(8).await.unwrap().len(),
+            1,
+            "one run within the block"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(store.writes.load(Ordering::SeqCst), 1, "9% used: below half of 20%, no prefetch yet");
+        assert_eq!(
+            store.writes.load(Ordering::SeqCst),
+            1,
+            "9% used: below half of 20%, no prefetch yet"
+        );
         seg.take(21).await.unwrap();
         settle(&store, 2).await;
-        assert_eq!(seg.buffered(), 70 + 100, "30% used (1.5 x 20%): the spare was claimed");
+        assert_eq!(
+            seg.buffered(),
+            70 + 100,
+            "30% used (1.5 x 20%): the spare was claimed"
+        );
         assert_eq!(store.next(), 201);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(store.writes.load(Ordering::SeqCst), 2, "only one spare at a time");
+        assert_eq!(
+            store.writes.load(Ordering::SeqCst),
+            2,
+            "only one spare at a time"
+        );
     }
 
     #[test]
     fn prefetch_thresholds_are_spread_around_the_configured_share() {
         let t: Vec<u64> = (0..1000).map(|_| prefetch_threshold(10)).collect();
-        assert!(t.iter().all(|p| (50..150).contains(p)), "within half and 1.5 x 10%");
-        assert!(t.iter().any(|p| *p < 80) && t.iter().any(|p| *p > 120), "spread");
+        assert!(
+            t.iter().all(|p| (50..150).contains(p)),
+            "within half and 1.5 x 10%"
+        );
+        assert!(
+            t.iter().any(|p| *p < 80) && t.iter().any(|p| *p > 120),
+            "spread"
+        );
         assert!((0..100).all(|_| prefetch_threshold(90) <= 950));
     }
 
     #[tokio::test]
     async fn a_batch_spans_blocks_in_increasing_order() {
         let store = Arc::new(FakeStore::starting_at(10));
-        let seg = Segment::start(store.clone(), params(7, 7, 10), Duration::from_secs(2), SegmentMetrics::unregistered());
+        let seg = Segment::start(
+            store.clone(),
+            params(7, 7, 10),
+            Duration::from_secs(2),
+            SegmentMetrics::unregistered(),
+        );
         let got = values(&seg.take(50).await.unwrap());
         assert_eq!(got.len(), 50);
         assert!(got.windows(2).all(|w| w[0] < w[1]));
@@ -494,39 +552,67 @@ mod tests {
     async fn a_failed_claim_never_issues_values_and_callers_get_a_refusal() {
         let store = Arc::new(FakeStore::starting_at(1));
         store.fail_writes.store(true, Ordering::SeqCst);
-        let seg = Segment::start(store.clone(), params(10, 10, 10), Duration::from_millis(200), SegmentMetrics::unregistered());
+        let seg = Segment::start(
+            store.clone(),
+            params(10, 10, 10),
+            Duration::from_millis(200),
+            SegmentMetrics::unregistered(),
+        );
         let err = seg.take(1).await.unwrap_err();
         assert_eq!(err.reason(), "no_block");
         assert!(err.to_string().contains("down"), "{err}");
         assert!(seg.check_ready().is_err());
         store.fail_writes.store(false, Ordering::SeqCst);
         ready_within_5s(&seg).await;
-        assert_eq!(values(&seg.take(1).await.unwrap()), vec![1], "recovers once writes work");
+        assert_eq!(
+            values(&seg.take(1).await.unwrap()),
+            vec![1],
+            "recovers once writes work"
+        );
     }
 
     #[tokio::test]
     async fn a_lost_claim_reply_leaves_a_gap_never_a_duplicate() {
         let store = Arc::new(FakeStore::starting_at(1));
         store.apply_then_fail.store(true, Ordering::SeqCst);
-        let seg = Segment::start(store.clone(), params(10, 10, 10), Duration::from_millis(100), SegmentMetrics::unregistered());
+        let seg = Segment::start(
+            store.clone(),
+            params(10, 10, 10),
+            Duration::from_millis(100),
+            SegmentMetrics::unregistered(),
+        );
         assert!(seg.take(1).await.is_err());
         store.apply_then_fail.store(false, Ordering::SeqCst);
         ready_within_5s(&seg).await;
         let first = values(&seg.take(1).await.unwrap())[0];
-        assert!(first > 10, "blocks whose write reply was lost are skipped, got {first}");
+        assert!(
+            first > 10,
+            "blocks whose write reply was lost are skipped, got {first}"
+        );
     }
 
     #[tokio::test]
     async fn stop_refuses_and_gives_back_the_unused_top() {
         let store = Arc::new(FakeStore::starting_at(1));
-        let seg = Segment::start(store.clone(), params(100, 100, 10), Duration::from_secs(1), SegmentMetrics::unregistered());
+        let seg = Segment::start(
+            store.clone(),
+            params(100, 100, 10),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
         seg.take(30).await.unwrap();
         settle(&store, 2).await;
         assert_eq!(store.next(), 201);
         seg.stop();
         assert_eq!(seg.take(1).await.unwrap_err(), SegmentRefusal::Stopping);
         let (unused, given) = seg.give_back().await.unwrap();
-        assert_eq!(unused, Block { start: 31, end: 201 });
+        assert_eq!(
+            unused,
+            Block {
+                start: 31,
+                end: 201
+            }
+        );
         assert!(given);
         assert_eq!(store.next(), 31, "a clean stop leaves no gap");
     }
@@ -534,9 +620,19 @@ mod tests {
     #[tokio::test]
     async fn give_back_never_lowers_the_counter_below_another_sidecars_block() {
         let store = Arc::new(FakeStore::starting_at(1));
-        let a = Segment::start(store.clone(), params(100, 100, 90), Duration::from_secs(1), SegmentMetrics::unregistered());
+        let a = Segment::start(
+            store.clone(),
+            params(100, 100, 90),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
         a.take(1).await.unwrap();
-        let b = Segment::start(store.clone(), params(100, 100, 90), Duration::from_secs(1), SegmentMetrics::unregistered());
+        let b = Segment::start(
+            store.clone(),
+            params(100, 100, 90),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
         assert_eq!(values(&b.take(1).await.unwrap()), vec![101]);
         a.stop();
         let (unused, given) = a.give_back().await.unwrap();
@@ -546,8 +642,15 @@ mod tests {
 
     #[tokio::test]
     async fn the_exhausted_sequence_is_refused_with_its_own_reason() {
-        let store = Arc::new(FakeStore::starting_at(kubeflake_crds::segment_counter::LIMIT - 3));
-        let seg = Segment::start(store.clone(), params(10, 10, 10), Duration::from_secs(1), SegmentMetrics::unregistered());
+        let store = Arc::new(FakeStore::starting_at(
+            kubeflake_crds::segment_counter::LIMIT - 3,
+        ));
+        let seg = Segment::start(
+            store.clone(),
+            params(10, 10, 10),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
         assert_eq!(seg.take(3).await.unwrap().len(), 1);
         assert_eq!(seg.take(1).await.unwrap_err(), SegmentRefusal::Exhausted);
     }
@@ -555,25 +658,61 @@ mod tests {
     #[tokio::test]
     async fn a_block_used_up_quickly_makes_the_next_claim_larger() {
         let store = Arc::new(FakeStore::starting_at(1));
-        let seg = Segment::start(store.clone(), params(10, 1000, 90), Duration::from_secs(1), SegmentMetrics::unregistered());
-        assert_eq!(values(&seg.take(10).await.unwrap()), (1..11).collect::<Vec<u64>>());
+        let seg = Segment::start(
+            store.clone(),
+            params(10, 1000, 90),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
+        assert_eq!(
+            values(&seg.take(10).await.unwrap()),
+            (1..11).collect::<Vec<u64>>()
+        );
         settle(&store, 2).await;
-        assert_eq!(store.next(), 11 + 40, "10 values in far less than 60 s: 4 times larger");
+        assert_eq!(
+            store.next(),
+            11 + 40,
+            "10 values in far less than 60 s: 4 times larger"
+        );
     }
 
     #[test]
     fn adaptive_size_aims_at_one_claim_per_interval_within_bounds() {
         let t = Duration::from_secs(60);
         // 1000 values used in 1 s: 60,000 per interval, but at most 4x per step.
-        assert_eq!(next_block_size(1000, 1000, Duration::from_secs(1), t, 1000, 100_000), 4000);
-        assert_eq!(next_block_size(40_000, 40_000, Duration::from_secs(10), t, 1000, 100_000), 100_000, "capped at max");
+        assert_eq!(
+            next_block_size(1000, 1000, Duration::from_secs(1), t, 1000, 100_000),
+            4000
+        );
+        assert_eq!(
+            next_block_size(40_000, 40_000, Duration::from_secs(10), t, 1000, 100_000),
+            100_000,
+            "capped at max"
+        );
         // 1000 values in 120 s: half a block per interval: shrink, never below min.
-        assert_eq!(next_block_size(1000, 1000, Duration::from_secs(120), t, 1000, 100_000), 1000);
-        assert_eq!(next_block_size(8000, 8000, Duration::from_secs(120), t, 1000, 100_000), 4000);
-        assert_eq!(next_block_size(5, 5, Duration::ZERO, t, 5, 5), 5, "fixed size without maxBlockSize");
+        assert_eq!(
+            next_block_size(1000, 1000, Duration::from_secs(120), t, 1000, 100_000),
+            1000
+        );
+        assert_eq!(
+            next_block_size(8000, 8000, Duration::from_secs(120), t, 1000, 100_000),
+            4000
+        );
+        assert_eq!(
+            next_block_size(5, 5, Duration::ZERO, t, 5, 5),
+            5,
+            "fixed size without maxBlockSize"
+        );
         for took_ms in [0u64, 1, 10, 1000, 60_000, 10_000_000] {
             for current in [1000u64, 3000, 100_000] {
-                let n = next_block_size(current, current, Duration::from_millis(took_ms), t, 1000, 100_000);
+                let n = next_block_size(
+                    current,
+                    current,
+                    Duration::from_millis(took_ms),
+                    t,
+                    1000,
+                    100_000,
+                );
                 assert!((1000..=100_000).contains(&n), "{current} {took_ms}: {n}");
             }
         }

@@ -54,7 +54,9 @@ pub trait CounterStore: Send + Sync + 'static {
 /// Why no block was claimed. No value of a failed claim is ever handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimError {
-    #[error("the sequence is exhausted: every value up to 2^63-1 was claimed; create a new IdSequence")]
+    #[error(
+        "the sequence is exhausted: every value up to 2^63-1 was claimed; create a new IdSequence"
+    )]
     Exhausted,
     #[error("{conflicts} conflicting claims in a row; retrying later")]
     TooManyConflicts { conflicts: u32 },
@@ -140,7 +142,11 @@ pub async fn claim(
 /// Gives back the unused top of the counter: sets `next` from `top` down to `lowest`, but
 /// only if nobody claimed after us (the counter still reads `top`). Used on a graceful
 /// stop, after the last value was issued, so a clean restart leaves no gap.
-pub async fn give_back(store: &dyn CounterStore, lowest: u64, top: u64) -> Result<bool, StoreError> {
+pub async fn give_back(
+    store: &dyn CounterStore,
+    lowest: u64,
+    top: u64,
+) -> Result<bool, StoreError> {
     let seen = store.read().await?;
     if seen.next != top || lowest >= top {
         return Ok(false);
@@ -214,7 +220,9 @@ pub(crate) mod fake {
                     tokio::task::yield_now().await;
                 }
                 if self.fail_writes.load(Ordering::SeqCst) {
-                    return Err(StoreError::Unavailable("the fake API server is down".into()));
+                    return Err(StoreError::Unavailable(
+                        "the fake API server is down".into(),
+                    ));
                 }
                 let mut c = self.counter.lock().unwrap();
                 if Some(c.2.to_string()) != seen.resource_version {
@@ -260,35 +268,73 @@ mod tests {
         let mut all = Vec::new();
         for t in tasks {
             let blocks = t.await.unwrap();
-            assert!(blocks.windows(2).all(|w| w[0].end <= w[1].start), "one claimer's blocks increase");
+            assert!(
+                blocks.windows(2).all(|w| w[0].end <= w[1].start),
+                "one claimer's blocks increase"
+            );
             all.extend(blocks);
         }
         all.sort_by_key(|b| b.start);
         assert_eq!(all.len(), 640);
-        assert!(all.windows(2).all(|w| w[0].end <= w[1].start), "no two blocks overlap");
+        assert!(
+            all.windows(2).all(|w| w[0].end <= w[1].start),
+            "no two blocks overlap"
+        );
         assert_eq!(all[0].start, 1);
-        assert_eq!(all.last().unwrap().end, store.next(), "the counter is the high-water mark");
+        assert_eq!(
+            all.last().unwrap().end,
+            store.next(),
+            "the counter is the high-water mark"
+        );
         let claimed: u64 = all.iter().map(Block::len).sum();
-        assert_eq!(claimed, store.next() - 1, "and without gaps when nobody abandons a block");
+        assert_eq!(
+            claimed,
+            store.next() - 1,
+            "and without gaps when nobody abandons a block"
+        );
     }
 
     #[tokio::test]
     async fn a_failed_claim_hands_out_nothing_and_the_next_claim_starts_above_it() {
         let store = FakeStore::starting_at(100);
-        store.apply_then_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        store
+            .apply_then_fail
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(claim(&store, 50, &Backoff::default()).await.is_err());
-        assert_eq!(store.next(), 150, "the write went through though its reply was lost");
-        store.apply_then_fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            store.next(),
+            150,
+            "the write went through though its reply was lost"
+        );
+        store
+            .apply_then_fail
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         let c = claim(&store, 50, &Backoff::default()).await.unwrap();
-        assert_eq!(c.block, Block { start: 150, end: 200 }, "the lost block is a gap, never reused");
+        assert_eq!(
+            c.block,
+            Block {
+                start: 150,
+                end: 200
+            },
+            "the lost block is a gap, never reused"
+        );
     }
 
     #[tokio::test]
     async fn the_last_block_is_cut_at_2_pow_63_and_then_the_sequence_is_exhausted() {
         let store = FakeStore::starting_at(LIMIT - 5);
         let c = claim(&store, 1000, &Backoff::default()).await.unwrap();
-        assert_eq!(c.block, Block { start: LIMIT - 5, end: LIMIT });
-        assert_eq!(claim(&store, 1000, &Backoff::default()).await, Err(ClaimError::Exhausted));
+        assert_eq!(
+            c.block,
+            Block {
+                start: LIMIT - 5,
+                end: LIMIT
+            }
+        );
+        assert_eq!(
+            claim(&store, 1000, &Backoff::default()).await,
+            Err(ClaimError::Exhausted)
+        );
     }
 
     #[tokio::test]
@@ -298,7 +344,10 @@ mod tests {
         assert!(give_back(&store, 40, 100).await.unwrap());
         assert_eq!(store.next(), 40);
         claim(&store, 100, &Backoff::default()).await.unwrap(); // someone else: 40..140
-        assert!(!give_back(&store, 90, 100).await.unwrap(), "100 is no longer the top");
+        assert!(
+            !give_back(&store, 90, 100).await.unwrap(),
+            "100 is no longer the top"
+        );
         assert_eq!(store.next(), 140);
     }
 

@@ -51,7 +51,9 @@ pub enum FileCounterError {
          (next must stay above every value issued) or use another --state-dir"
     )]
     Corrupt { path: PathBuf, reason: String },
-    #[error("segment counter {path} belongs to sequence {found:?}, not {expected:?}; use another --state-dir")]
+    #[error(
+        "segment counter {path} belongs to sequence {found:?}, not {expected:?}; use another --state-dir"
+    )]
     OtherSequence {
         path: PathBuf,
         found: String,
@@ -118,7 +120,11 @@ impl FileCounter {
     /// Opens (creating the directory and the file if needed) the counter of `sequence`.
     /// A new counter starts at `start`; an existing one below `start` is raised to it,
     /// never lowered.
-    pub fn open(dir: &Path, sequence: &str, start: u64) -> Result<(FileCounter, u64), FileCounterError> {
+    pub fn open(
+        dir: &Path,
+        sequence: &str,
+        start: u64,
+    ) -> Result<(FileCounter, u64), FileCounterError> {
         std::fs::create_dir_all(dir).map_err(|source| FileCounterError::Io {
             path: dir.to_path_buf(),
             source,
@@ -172,7 +178,9 @@ impl CounterStore for FileCounter {
         let paths = self.inner.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let _lock = paths.locked().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let _lock = paths
+                    .locked()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 match paths.read() {
                     Ok(Some(record)) => Ok(as_counter(&record)),
                     Ok(None) => Err(StoreError::NotFound(format!(
@@ -196,9 +204,18 @@ impl CounterStore for FileCounter {
         let seen_version = seen.resource_version.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                let _lock = paths.locked().map_err(|e| StoreError::Unavailable(e.to_string()))?;
-                let now = paths.read().map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                if now.as_ref().map(as_counter).and_then(|c| c.resource_version) != seen_version {
+                let _lock = paths
+                    .locked()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let now = paths
+                    .read()
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                if now
+                    .as_ref()
+                    .map(as_counter)
+                    .and_then(|c| c.resource_version)
+                    != seen_version
+                {
                     return Err(StoreError::Conflict);
                 }
                 let record = CounterRecord {
@@ -206,7 +223,9 @@ impl CounterStore for FileCounter {
                     next: new.next,
                     claims: new.claims,
                 };
-                paths.write(&record).map_err(|e| StoreError::Unavailable(e.to_string()))
+                paths
+                    .write(&record)
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))
             })
             .await
             .map_err(blocking_error)?
@@ -224,12 +243,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (counter, next) = FileCounter::open(dir.path(), "orders", 5).unwrap();
         assert_eq!(next, 5);
-        let a = claim(&counter, 100, &Backoff::default()).await.unwrap().block;
+        let a = claim(&counter, 100, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
         assert_eq!((a.start, a.end), (5, 105));
         drop(counter); // like kill -9: nothing but the file remains
         let (counter, next) = FileCounter::open(dir.path(), "orders", 1).unwrap();
         assert_eq!(next, 105, "a lower start never lowers the counter");
-        let b = claim(&counter, 100, &Backoff::default()).await.unwrap().block;
+        let b = claim(&counter, 100, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
         assert_eq!(b.start, 105);
         let (_, next) = FileCounter::open(dir.path(), "orders", 1000).unwrap();
         assert_eq!(next, 1000, "a higher start raises it");
@@ -242,9 +267,22 @@ mod tests {
         let (b, _) = FileCounter::open(dir.path(), "s", 0).unwrap();
         let seen = a.read().await.unwrap();
         claim(&b, 10, &Backoff::default()).await.unwrap();
-        let stale = Counter { next: 10, ..seen.clone() };
-        assert_eq!(a.compare_and_swap(&seen, stale).await, Err(StoreError::Conflict));
-        assert_eq!(claim(&a, 10, &Backoff::default()).await.unwrap().block.start, 10);
+        let stale = Counter {
+            next: 10,
+            ..seen.clone()
+        };
+        assert_eq!(
+            a.compare_and_swap(&seen, stale).await,
+            Err(StoreError::Conflict)
+        );
+        assert_eq!(
+            claim(&a, 10, &Backoff::default())
+                .await
+                .unwrap()
+                .block
+                .start,
+            10
+        );
         assert!(give_back(&a, 15, 20).await.unwrap());
         assert_eq!(a.read().await.unwrap().next, 15);
     }
@@ -255,8 +293,15 @@ mod tests {
         std::fs::write(dir.path().join("s.segment"), b"{oops").unwrap();
         let err = FileCounter::open(dir.path(), "s", 1).unwrap_err();
         assert!(err.to_string().contains("unreadable"), "{err}");
-        assert_eq!(std::fs::read(dir.path().join("s.segment")).unwrap(), b"{oops");
-        std::fs::write(dir.path().join("t.segment"), br#"{"sequence":"x","next":3,"claims":0}"#).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("s.segment")).unwrap(),
+            b"{oops"
+        );
+        std::fs::write(
+            dir.path().join("t.segment"),
+            br#"{"sequence":"x","next":3,"claims":0}"#,
+        )
+        .unwrap();
         let err = FileCounter::open(dir.path(), "t", 1).unwrap_err();
         assert!(err.to_string().contains("belongs to sequence"), "{err}");
     }

@@ -286,3 +286,24 @@ fn health_readiness_and_metrics_answer() {
         assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
     }
 }
+
+#[test]
+fn every_id_answer_and_refusal_is_counted_by_route_and_status() {
+    let s = Server::start();
+    for _ in 0..3 {
+        assert_eq!(get(s.addr, "/id").status, 200);
+    }
+    let json = request(s.addr, "GET", "/id", &[("Accept", "application/json")]).unwrap();
+    assert_eq!(json.status, 200);
+    assert!(json.json()["id"].is_string(), "{}", json.body);
+    assert_eq!(get(s.addr, "/id?x=1").status, 400);
+    let metrics = get(s.addr, "/metrics").body;
+    for needle in [
+        "kubeflake_ids_issued_total 4",
+        "kubeflake_http_requests_total{code=\"200\",route=\"id\"} 4",
+        "kubeflake_http_requests_total{code=\"400\",route=\"id\"} 1",
+        "kubeflake_http_request_duration_seconds_count{route=\"id\"} 5",
+    ] {
+        assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
+    }
+}

@@ -1,0 +1,160 @@
+//! `kubeflake-loadgen`: drives one peer (kubeflake, the hyper ceiling, Redis or
+//! PostgreSQL) with N closed-loop connections and prints one JSON line per run.
+//!
+//! Example: `kubeflake-loadgen --connections 16 --secs 5 http --addr 127.0.0.1:7070 --path /id`
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kubeflake_bench::load::{self, Peer, Plan, RedisOp};
+
+/// Closed-loop load on one ID server; prints a JSON summary line per run.
+#[derive(Parser, Debug)]
+#[command(about)]
+struct Cli {
+    /// Label of the peer in the output.
+    #[arg(long, default_value = "peer")]
+    name: String,
+    /// Concurrent connections, each with one request in flight.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    connections: u64,
+    /// Seconds of warm-up (requests not counted) before each run.
+    #[arg(long, default_value_t = 1.0)]
+    warmup_secs: f64,
+    /// Seconds measured in each run (at most 600).
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+    /// Runs, one JSON line each.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
+    /// Client threads (the rest of the machine is the server's).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    threads: u64,
+    #[command(subcommand)]
+    peer: PeerArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum PeerArgs {
+    /// Keep-alive HTTP/1.1 GETs (kubeflake or the ceiling server).
+    Http {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value = "/id")]
+        path: String,
+        /// IDs in one 200 answer (the count of /ids?count=N).
+        #[arg(long, default_value_t = 1)]
+        ids_per_answer: u64,
+    },
+    /// Redis INCR / INCRBY, one round trip at a time per connection.
+    Redis {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value = "kubeflake:bench")]
+        key: String,
+        /// incr | incrby:N (a block of N per call) | pipeline:N (N INCRs per round trip).
+        #[arg(long, default_value = "incr", value_parser = parse_redis_op)]
+        op: RedisOp,
+    },
+    /// PostgreSQL nextval() as a prepared statement over a unix socket.
+    Postgres {
+        /// Directory holding the server's unix socket.
+        #[arg(long)]
+        socket_dir: PathBuf,
+        #[arg(long, default_value_t = 5432)]
+        port: u16,
+        #[arg(long, default_value = "postgres")]
+        user: String,
+        /// IDs per statement (nextval over generate_series when above 1).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        batch: u64,
+    },
+}
+
+fn parse_redis_op(raw: &str) -> Result<RedisOp, String> {
+    let count = |n: &str| match n.parse::<u64>() {
+        Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+        _ => Err(format!("{raw:?}: N must be a whole number from 1 to 100000")),
+    };
+    match raw.split_once(':') {
+        None if raw == "incr" => Ok(RedisOp::Incr),
+        Some(("incrby", n)) => count(n).map(RedisOp::IncrBy),
+        Some(("pipeline", n)) => count(n).map(RedisOp::PipelinedIncr),
+        _ => Err(format!(
+            "unknown op {raw:?}; use incr, incrby:N or pipeline:N"
+        )),
+    }
+}
+
+fn seconds(flag: &str, secs: f64) -> Duration {
+    if !(0.0..=600.0).contains(&secs) {
+        eprintln!("kubeflake-loadgen: error: --{flag} must be between 0 and 600, got {secs}");
+        std::process::exit(2);
+    }
+    Duration::from_secs_f64(secs)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let plan = Plan {
+        connections: cli.connections as usize,
+        warmup: seconds("warmup-secs", cli.warmup_secs),
+        measure: seconds("secs", cli.secs),
+    };
+    let peer = match cli.peer {
+        PeerArgs::Http {
+            addr,
+            path,
+            ids_per_answer,
+        } => Peer::Http {
+            addr,
+            path,
+            ids_per_answer,
+        },
+        PeerArgs::Redis { addr, key, op } => Peer::Redis { addr, key, op },
+        PeerArgs::Postgres {
+            socket_dir,
+            port,
+            user,
+            batch,
+        } => Peer::Postgres {
+            socket_dir,
+            port,
+            user,
+            batch,
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.threads as usize)
+        .enable_all()
+        .build()
+        .expect("can start the tokio runtime");
+    for _ in 0..cli.runs {
+        match runtime.block_on(load::run(&peer, &cli.name, plan)) {
+            Ok(summary) => println!(
+                "{}",
+                serde_json::to_string(&summary).expect("a summary serializes")
+            ),
+            Err(e) => {
+                eprintln!("kubeflake-loadgen: error: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_ops_are_parsed_and_bad_ones_name_the_accepted_forms() {
+        assert_eq!(parse_redis_op("incr"), Ok(RedisOp::Incr));
+        assert_eq!(parse_redis_op("incrby:1000"), Ok(RedisOp::IncrBy(1000)));
+        assert_eq!(parse_redis_op("pipeline:10"), Ok(RedisOp::PipelinedIncr(10)));
+        assert!(parse_redis_op("pipeline:0").unwrap_err().contains("from 1 to"));
+        assert!(parse_redis_op("get").unwrap_err().contains("incrby:N"));
+    }
+}

@@ -175,6 +175,14 @@ def cluster_section(res):
                      f"{(f['hwm_kb'] or 0) / 1024:.1f} MiB); {f['cpu_s_assigning']:.2f} CPU "
                      f"seconds to assign them all, then {f['cpu_s_per_s_steady'] * 1000:.1f} ms "
                      f"of CPU per second in steady state.")
+    if f := figs.get("segment_api_writes"):
+        lines.append(f"- **Segment mode, API server writes**: {f['sidecars']} sidecars on one "
+                     f"segment sequence (`blockSize: {f['block_size']}`) asked for "
+                     f"{f['requested_per_s']:.0f} values/s and served {f['values_per_s']:.0f}/s; "
+                     f"the API server saw **{f['lease_writes_per_s']:.2f} counter writes/s** "
+                     f"(409 conflicts included) and {f['lease_reads_per_s']:.2f} reads/s, i.e. "
+                     f"about values/s ÷ blockSize; {f['claims']} block claims and "
+                     f"{f['conflicts']} compare-and-swap conflicts over the run.")
     if not cl["ok"]:
         lines.append("- **The cluster benchmark failed in this run**; its output ends with:\n\n```\n"
                      + (cl["error"] or "")[-1500:] + "\n```")

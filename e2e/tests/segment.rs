@@ -480,6 +480,21 @@ async fn api_server_writes_per_second_at_a_given_request_rate() -> Result<()> {
         delta("GET") / secs,
         values as f64 / secs / block as f64
     );
+    // For bench/run, which collects `BENCH {json}` lines from stdout.
+    println!(
+        "BENCH {}",
+        json!({
+            "figure": "segment_api_writes",
+            "sidecars": n,
+            "block_size": block,
+            "requested_per_s": rate,
+            "values_per_s": values as f64 / secs,
+            "lease_writes_per_s": writes / secs,
+            "lease_reads_per_s": delta("GET") / secs,
+            "claims": claims,
+            "conflicts": conflicts,
+        })
+    );
     ensure!(writes > 0.0);
     Ok(())
 }

@@ -64,19 +64,24 @@ mod tests {
 
     #[test]
     fn an_answer_is_complete_only_when_its_whole_body_has_arrived() {
-        let whole = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\n1234\n";
+        let whole =
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\n1234\n";
         for cut in 0..whole.len() {
             assert_eq!(parse_answer(&whole[..cut]), Ok(None), "cut at {cut}");
         }
         assert_eq!(
             parse_answer(whole),
-            Ok(Some(Answer { status: 200, len: whole.len() }))
+            Ok(Some(Answer {
+                status: 200,
+                len: whole.len()
+            }))
         );
     }
 
     #[test]
     fn bytes_after_an_answer_are_not_part_of_it() {
-        let two = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n";
+        let two =
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n";
         let answer = parse_answer(two).unwrap().unwrap();
         assert_eq!(answer.status, 503);
         assert_eq!(&two[answer.len..answer.len + 8], b"HTTP/1.1");

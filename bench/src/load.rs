@@ -37,10 +37,7 @@ pub enum LoadError {
     #[error("no answer from {peer} within {REQUEST_TIMEOUT:?}")]
     Timeout { peer: String },
     #[error("bad HTTP answer from {peer}: {source}")]
-    Http {
-        peer: String,
-        source: ResponseError,
-    },
+    Http { peer: String, source: ResponseError },
     #[error("bad reply from {peer}: {source}")]
     Redis { peer: String, source: ReplyError },
     #[error("PostgreSQL at {peer}: {source}")]
@@ -164,7 +161,9 @@ async fn connect(peer: &Peer) -> Result<Conn, LoadError> {
             let (request, replies, ids_per_round) = match op {
                 RedisOp::Incr => (resp::command(&["INCR", key]), 1, 1),
                 RedisOp::IncrBy(n) => (resp::command(&["INCRBY", key, &n.to_string()]), 1, *n),
-                RedisOp::PipelinedIncr(n) => (resp::command(&["INCR", key]).repeat(*n as usize), *n, *n),
+                RedisOp::PipelinedIncr(n) => {
+                    (resp::command(&["INCR", key]).repeat(*n as usize), *n, *n)
+                }
             };
             Ok(Conn::Redis {
                 stream: tcp(*addr).await?,
@@ -308,20 +307,26 @@ impl Conn {
                 Ok(*ids_per_round)
             }
             Conn::Postgres { client, statement } => {
-                let rows = client
-                    .query(&*statement, &[])
-                    .await
-                    .map_err(|source| LoadError::Postgres {
-                        peer: peer.to_string(),
-                        source,
-                    })?;
+                let rows =
+                    client
+                        .query(&*statement, &[])
+                        .await
+                        .map_err(|source| LoadError::Postgres {
+                            peer: peer.to_string(),
+                            source,
+                        })?;
                 Ok(rows.len() as u64)
             }
         }
     }
 }
 
-async fn drive(mut conn: Conn, peer: String, start: Instant, plan: Plan) -> Result<Tally, LoadError> {
+async fn drive(
+    mut conn: Conn,
+    peer: String,
+    start: Instant,
+    plan: Plan,
+) -> Result<Tally, LoadError> {
     let measure_from = start + plan.warmup;
     let end = measure_from + plan.measure;
     let mut tally = Tally {

@@ -65,6 +65,9 @@ mod tests {
             integer_reply(b"-ERR value is not an integer\r\n"),
             Err(ReplyError::Server("ERR value is not an integer".into()))
         );
-        assert!(matches!(integer_reply(b"+OK\r\n"), Err(ReplyError::Unexpected(_))));
+        assert!(matches!(
+            integer_reply(b"+OK\r\n"),
+            Err(ReplyError::Unexpected(_))
+        ));
     }
 }

@@ -97,7 +97,10 @@ mod tests {
 
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
-        assert_eq!(median_min_max(vec![4.0, 1.0, 3.0, 2.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(
+            median_min_max(vec![4.0, 1.0, 3.0, 2.0]),
+            Some((2.5, 1.0, 4.0))
+        );
         assert_eq!(median_min_max(vec![5.0, 1.0, 3.0]), Some((3.0, 1.0, 5.0)));
         assert_eq!(median_min_max(vec![f64::NAN]), None);
     }

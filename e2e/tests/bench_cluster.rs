@@ -90,7 +90,10 @@ async fn create_pods_timed(
         .buffer_unordered(16)
         .collect()
         .await;
-    created.into_iter().collect::<Result<_>>().context("creating pods")
+    created
+        .into_iter()
+        .collect::<Result<_>>()
+        .context("creating pods")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +106,12 @@ async fn bench_hundred_pods_to_ready_and_api_load_of_n_sidecars() -> Result<()> 
     install_crd(cluster).await?;
     let ns = cluster.namespace("bench").await?;
     let operator = Operator::start(cluster, &ns.name, "a")?;
-    create_sequence(&ns, "ids", json!({"lease": {"durationSeconds": LEASE_SECONDS}})).await?;
+    create_sequence(
+        &ns,
+        "ids",
+        json!({"lease": {"durationSeconds": LEASE_SECONDS}}),
+    )
+    .await?;
 
     // Pods are created at once, and each pod's sidecar is started as soon as the pod
     // exists (as a kubelet would start its containers; there is no kubelet here).
@@ -134,7 +142,9 @@ async fn bench_hundred_pods_to_ready_and_api_load_of_n_sidecars() -> Result<()> 
     let mut secs: Vec<f64> = pods
         .iter()
         .zip(&ready_at)
-        .filter_map(|((_, created), ready)| Some(ready.as_ref()?.duration_since(*created).as_secs_f64()))
+        .filter_map(|((_, created), ready)| {
+            Some(ready.as_ref()?.duration_since(*created).as_secs_f64())
+        })
         .collect();
     secs.sort_by(f64::total_cmp);
     report(json!({
@@ -196,9 +206,11 @@ async fn bench_hundred_pods_to_ready_and_api_load_of_n_sidecars() -> Result<()> 
         sidecar.process.stop(Duration::from_secs(5));
         let spawned = Instant::now();
         sidecar.process.restart()?;
-        eventually(Duration::from_secs(60), "the restarted sidecar ready", || async {
-            Ok(sidecar.ready().then_some(()))
-        })
+        eventually(
+            Duration::from_secs(60),
+            "the restarted sidecar ready",
+            || async { Ok(sidecar.ready().then_some(())) },
+        )
         .await?;
         restarts.push(spawned.elapsed().as_secs_f64());
     }

@@ -92,7 +92,10 @@ fn main() {
         let listener = match TcpListener::bind(cli.listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("kubeflake-ceiling: error: cannot listen on {}: {e}", cli.listen);
+                eprintln!(
+                    "kubeflake-ceiling: error: cannot listen on {}: {e}",
+                    cli.listen
+                );
                 std::process::exit(2);
             }
         };

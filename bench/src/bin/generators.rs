@@ -173,7 +173,10 @@ fn contenders() -> Vec<Contender> {
 fn main() {
     let cli = Cli::parse();
     if !(0.01..=60.0).contains(&cli.secs) {
-        eprintln!("kubeflake-generators: error: --secs must be between 0.01 and 60, got {}", cli.secs);
+        eprintln!(
+            "kubeflake-generators: error: --secs must be between 0.01 and 60, got {}",
+            cli.secs
+        );
         std::process::exit(2);
     }
     if cli.threads.iter().any(|&t| !(1..=64).contains(&t)) {
@@ -194,7 +197,10 @@ fn main() {
                     ids_per_s: ids as f64 / cli.secs,
                     ns_per_id_per_thread: cli.secs * 1e9 * threads as f64 / ids.max(1) as f64,
                 };
-                println!("{}", serde_json::to_string(&line).expect("a line serializes"));
+                println!(
+                    "{}",
+                    serde_json::to_string(&line).expect("a line serializes")
+                );
             }
         }
     }

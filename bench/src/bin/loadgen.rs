@@ -76,7 +76,9 @@ enum PeerArgs {
 fn parse_redis_op(raw: &str) -> Result<RedisOp, String> {
     let count = |n: &str| match n.parse::<u64>() {
         Ok(n) if (1..=100_000).contains(&n) => Ok(n),
-        _ => Err(format!("{raw:?}: N must be a whole number from 1 to 100000")),
+        _ => Err(format!(
+            "{raw:?}: N must be a whole number from 1 to 100000"
+        )),
     };
     match raw.split_once(':') {
         None if raw == "incr" => Ok(RedisOp::Incr),
@@ -153,8 +155,15 @@ mod tests {
     fn redis_ops_are_parsed_and_bad_ones_name_the_accepted_forms() {
         assert_eq!(parse_redis_op("incr"), Ok(RedisOp::Incr));
         assert_eq!(parse_redis_op("incrby:1000"), Ok(RedisOp::IncrBy(1000)));
-        assert_eq!(parse_redis_op("pipeline:10"), Ok(RedisOp::PipelinedIncr(10)));
-        assert!(parse_redis_op("pipeline:0").unwrap_err().contains("from 1 to"));
+        assert_eq!(
+            parse_redis_op("pipeline:10"),
+            Ok(RedisOp::PipelinedIncr(10))
+        );
+        assert!(
+            parse_redis_op("pipeline:0")
+                .unwrap_err()
+                .contains("from 1 to")
+        );
         assert!(parse_redis_op("get").unwrap_err().contains("incrby:N"));
     }
 }

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 LAYOUT_CEILING = 4_096_000  # 2^12 IDs per 1 ms tick per worker (the default layout)
 KUBEFLAKE = "kubeflake GET /id"
+SEGMENT = "kubeflake segment mode GET /id"
+DB_PEERS = ("Redis INCR", "PostgreSQL nextval()")
 
 
 def med(values):
@@ -62,6 +64,32 @@ def single_table(res):
                 f"{num(med([r['p50_us'] for r in rs]), 1)} | {num(p99, 1)} | "
                 f"{num(med([r['p999_us'] for r in rs]), 1)} | "
                 f"{'—' if same else ratio(kf_rps, rps)} | {'—' if same else ratio(kf_p99, p99)} |")
+    return "\n".join(out)
+
+
+def segment_table(res):
+    """Segment mode is the database-sequence replacement, so its fair peers are Redis INCR
+    and PostgreSQL nextval(): dense integers from one counter. This table compares it with
+    them (the single-ID table compares everything with Snowflake mode)."""
+    runs = index(res["single"])
+    conns = sorted({c for p, c in runs if p == SEGMENT})
+    if not conns:
+        return None
+    out = ["| connections | segment mode requests/s, median (min–max) | p99 µs | "
+           "÷ Redis INCR, throughput | ÷ PostgreSQL nextval(), throughput | "
+           "÷ Redis INCR, p99 | ÷ PostgreSQL nextval(), p99 |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in conns:
+        seg = runs[(SEGMENT, c)]
+        rps = med([r["requests_per_s"] for r in seg])
+        p99 = med([r["p99_us"] for r in seg])
+        cells = []
+        for key in ("requests_per_s", "p99_us"):
+            for peer in DB_PEERS:
+                v = med([r[key] for r in runs.get((peer, c), [])])
+                cells.append(ratio(rps if key == "requests_per_s" else p99, v))
+        out.append(f"| {c} | {num(rps)} ({spread([r['requests_per_s'] for r in seg])}) | "
+                   f"{num(p99, 1)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -204,6 +232,13 @@ def headline(res):
         kf99 = med([r["p99_us"] for r in runs.get((KUBEFLAKE, c), [])])
         out.append(f"- Single ID over HTTP, {c} connection{'s' if c > 1 else ''}: kubeflake "
                    f"{kf:,.0f} requests/s (p99 {kf99:,.0f} µs) = " + ", ".join(parts) + ".")
+    for c in (16,):
+        seg = med([r["requests_per_s"] for r in runs.get((SEGMENT, c), [])])
+        if seg:
+            parts = [f"{ratio(seg, med([r['requests_per_s'] for r in runs.get((p, c), [])]))} {p}"
+                     for p in DB_PEERS]
+            out.append(f"- Segment mode (dense integers, the database-sequence replacement), "
+                       f"{c} connections: {seg:,.0f} requests/s = " + ", ".join(parts) + ".")
     b = index(res["batches"])
     kf = med([r["ids_per_s"] for r in b.get(("kubeflake GET /ids?count=1000", 1), [])])
     rd = med([r["ids_per_s"] for r in b.get(("Redis INCRBY 1000 (a block per call)", 1), [])])
@@ -245,9 +280,22 @@ def chart(res, path):
     axes[2].set_title("Batches, 1 connection: million IDs/s (log)", fontsize=10)
     axes[2].legend(fontsize=8)
     fig.suptitle(f"kubeflake side by side ({res['started']}, {res['machine']['nproc']} cores, "
-                 f"shared machine; medians of {res['reps']} runs)", fontsize=11)
+                 f"medians of {res['reps']} runs)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def machine_note(res):
+    """How busy the machine was: the 1-minute load average before and after the run."""
+    busy = max(float(res["load_before"][0]), float(res["load_after"][0])) >= 0.5
+    loads = (f"load average {' / '.join(res['load_before'])} (1/5/15 min) before, "
+             f"{' / '.join(res['load_after'])} after")
+    if busy:
+        return (f"**The run shared the machine** with other work: {loads}. Absolute figures "
+                "are therefore a floor; the ratios compare peers measured minutes apart under "
+                "the same conditions, with repetitions interleaved (every peer once, then again).")
+    return (f"Nothing else ran on the machine ({loads}). Repetitions are interleaved "
+            "(every peer once, then again), so drift over the run affects every peer alike.")
 
 
 def main():
@@ -258,11 +306,17 @@ def main():
     m = res["machine"]
     v = m["versions"]
     findings = Path(__file__).with_name("findings.md")
-    segment = ("The segment-mode row is included (this build has `standalone --mode segment`)."
-               if res.get("segment_mode") else
-               "Segment mode (issue 8) was not in this build, so its row (`--mode segment` /id "
-               "against PostgreSQL nextval() and Redis INCR) was skipped; `bench/run` adds it "
-               "by itself once `kubeflake-sidecar standalone --help` lists `--mode`.")
+    seg_table = segment_table(res)
+    segment = (f"""### Segment mode against the database sequences it replaces
+
+The segment-mode row above is a standalone sidecar started with
+`kubeflake-sidecar {' '.join(res.get('segment_args', ['standalone', '--mode', 'segment']))}`: its counter lives in a file in the
+state directory, and each block claim is a locked, fsynced write of that file (in a cluster
+the counter is a Lease in the API server instead; the cluster section below has its write
+rate). Redis `INCR` and PostgreSQL `nextval()` are its fair peers: dense integers from one
+counter, one round trip per value.
+
+{seg_table}""" if seg_table else "(segment mode was not measured in this run)")
     doc = f"""# Benchmarks
 
 Generated by `{res['command']}` on {res['started']} in {res['seconds'] // 60} min; do not edit by
@@ -279,10 +333,7 @@ assert on timings; this file is the only place speed is stated.
 
 - {m['nproc']} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB, {m.get('os', '?')},
   kernel {m['kernel']}. {v['rustc']}; {v['redis']}; {v['postgres']}; {v['wrk']}.
-- **The run shared the machine** with other engineers' builds: load average
-  {' / '.join(res['load_before'])} (1/5/15 min) before, {' / '.join(res['load_after'])} after.
-  Absolute figures are therefore a floor; the ratios compare peers measured minutes apart
-  under the same conditions, with repetitions interleaved (every peer once, then again).
+- {machine_note(res)}
 - Every server binds 127.0.0.1 (PostgreSQL: a unix socket only) and is started by the run:
   kubeflake standalone (release build, default layout 41/0/10/12 bits, 1 ms ticks); a bare
   hyper 1 server answering a constant ID with the sidecar's exact tokio/hyper setup

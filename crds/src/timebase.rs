@@ -1,5 +1,8 @@
 //! Epoch and time unit: the mapping between wall-clock instants and [`Tick`]s.
 
+use std::fmt;
+use std::str::FromStr;
+
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,6 +28,24 @@ pub enum TimeUnit {
 }
 
 impl TimeUnit {
+    /// Every unit, shortest first.
+    pub const ALL: [TimeUnit; 4] = [
+        TimeUnit::Millisecond,
+        TimeUnit::TenMilliseconds,
+        TimeUnit::HundredMilliseconds,
+        TimeUnit::Second,
+    ];
+
+    /// The spelling an IdSequence uses (its serde name): "1ms", "10ms", "100ms" or "1s".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeUnit::Millisecond => "1ms",
+            TimeUnit::TenMilliseconds => "10ms",
+            TimeUnit::HundredMilliseconds => "100ms",
+            TimeUnit::Second => "1s",
+        }
+    }
+
     pub fn millis(self) -> u64 {
         match self {
             TimeUnit::Millisecond => 1,
@@ -32,6 +53,29 @@ impl TimeUnit {
             TimeUnit::HundredMilliseconds => 100,
             TimeUnit::Second => 1000,
         }
+    }
+}
+
+impl fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A time unit spelled other than an IdSequence spells it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a time unit: use 1ms, 10ms, 100ms or 1s")]
+pub struct UnknownTimeUnit(pub String);
+
+impl FromStr for TimeUnit {
+    type Err = UnknownTimeUnit;
+
+    /// Parses the spelling an IdSequence uses (the inverse of [`TimeUnit::as_str`]).
+    fn from_str(text: &str) -> Result<TimeUnit, UnknownTimeUnit> {
+        TimeUnit::ALL
+            .into_iter()
+            .find(|u| u.as_str() == text)
+            .ok_or_else(|| UnknownTimeUnit(text.to_string()))
     }
 }
 
@@ -142,6 +186,17 @@ mod tests {
             "2094-09-07T15:47:35.552Z"
         );
         assert_eq!(tb.ids_per_second_per_worker(&layout), 4_096_000);
+    }
+
+    #[test]
+    fn time_unit_text_is_the_serde_name_and_parses_back() {
+        for unit in TimeUnit::ALL {
+            let serde_name = serde_json::to_value(unit).unwrap();
+            assert_eq!(serde_name.as_str(), Some(unit.as_str()));
+            assert_eq!(unit.to_string().parse::<TimeUnit>(), Ok(unit));
+        }
+        let err = "5ms".parse::<TimeUnit>().unwrap_err().to_string();
+        assert!(err.contains("1ms, 10ms, 100ms or 1s"), "{err}");
     }
 
     #[test]

@@ -16,11 +16,16 @@ FROM rust:1.89-alpine3.22 AS build
 # hadolint ignore=DL3018
 RUN apk add --no-cache musl-dev ca-certificates
 WORKDIR /src
+# Every workspace member (Cargo.toml `members`), even those not built here: cargo loads
+# the whole workspace before it builds two packages of it. A test checks this list and
+# .dockerignore against the members (operator/tests/docker_build_context.rs).
 COPY Cargo.toml Cargo.lock ./
 COPY crds crds
 COPY sidecar sidecar
 COPY operator operator
 COPY e2e e2e
+COPY kubectl-kubeflake kubectl-kubeflake
+COPY bench bench
 RUN cargo build --release --locked -p kubeflake-operator -p kubeflake-sidecar \
  && mkdir /out \
  && cp target/release/kubeflake-operator target/release/kubeflake-sidecar /out/

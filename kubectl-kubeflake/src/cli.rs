@@ -153,7 +153,7 @@ pub struct LayoutArgs {
     #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
     pub total_bits: Option<i32>,
     /// Length of one tick: 1ms, 10ms, 100ms or 1s [default: 1ms]
-    #[arg(long, value_name = "UNIT", value_parser = parse_time_unit)]
+    #[arg(long, value_name = "UNIT")]
     pub time_unit: Option<TimeUnit>,
     /// Tick 0, in RFC 3339 [default: 2025-01-01T00:00:00Z]
     #[arg(long, value_name = "RFC3339")]
@@ -175,29 +175,6 @@ const LAYOUT_FLAGS: [&str; 8] = [
     "datacenter_id",
 ];
 
-/// Parses `--time-unit` with the spellings an IdSequence uses.
-pub fn parse_time_unit(text: &str) -> Result<TimeUnit, String> {
-    match text {
-        "1ms" => Ok(TimeUnit::Millisecond),
-        "10ms" => Ok(TimeUnit::TenMilliseconds),
-        "100ms" => Ok(TimeUnit::HundredMilliseconds),
-        "1s" => Ok(TimeUnit::Second),
-        other => Err(format!(
-            "{other:?} is not a time unit: use 1ms, 10ms, 100ms or 1s"
-        )),
-    }
-}
-
-/// The spelling an IdSequence uses for a time unit.
-pub fn time_unit_name(unit: TimeUnit) -> &'static str {
-    match unit {
-        TimeUnit::Millisecond => "1ms",
-        TimeUnit::TenMilliseconds => "10ms",
-        TimeUnit::HundredMilliseconds => "100ms",
-        TimeUnit::Second => "1s",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,16 +186,19 @@ mod tests {
     }
 
     #[test]
-    fn time_units_round_trip_and_others_are_refused_with_the_choices() {
-        for unit in [
-            TimeUnit::Millisecond,
-            TimeUnit::TenMilliseconds,
-            TimeUnit::HundredMilliseconds,
-            TimeUnit::Second,
-        ] {
-            assert_eq!(parse_time_unit(time_unit_name(unit)), Ok(unit));
+    fn time_units_are_parsed_with_the_idsequence_spelling_and_others_name_the_choices() {
+        for unit in TimeUnit::ALL {
+            let cli =
+                Cli::try_parse_from(["kubectl-kubeflake", "plan", "--time-unit", unit.as_str()])
+                    .unwrap();
+            let Command::Plan(args) = cli.command else {
+                panic!("plan parsed as another command");
+            };
+            assert_eq!(args.layout.time_unit, Some(unit));
         }
-        let err = parse_time_unit("5ms").unwrap_err();
+        let err = Cli::try_parse_from(["kubectl-kubeflake", "plan", "--time-unit", "5ms"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("1ms, 10ms, 100ms or 1s"), "{err}");
     }
 

@@ -1,5 +1,6 @@
 //! Talking to the cluster: a client from the kubeconfig (as kubectl would pick it), and
-//! reading an IdSequence with a clear "not found".
+//! reading an IdSequence with a clear "not found" (and a clear "this is a Segment
+//! sequence" where a Snowflake layout is needed).
 //!
 //! Timeouts are short because a person is waiting at the terminal: an unreachable API
 //! server should be reported in seconds, not after kube's default of several minutes.
@@ -9,7 +10,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use kubeflake_crds::IdSequence;
-use kubeflake_crds::sequence::SequenceParams;
+use kubeflake_crds::sequence::{Mode, SequenceParams};
 
 use crate::cli::ClusterArgs;
 use crate::error::CliError;
@@ -71,13 +72,19 @@ pub async fn get_sequence(
     }
 }
 
-/// Reads an IdSequence and validates its spec into generator parameters.
-pub async fn get_params(
-    client: &Client,
+/// The Snowflake parameters of a sequence read from the cluster. A Segment sequence is
+/// refused (exit 2): its values are counter values with no fields to decode.
+pub fn snowflake_params(
+    seq: &IdSequence,
     namespace: &str,
     name: &str,
 ) -> Result<SequenceParams, CliError> {
-    let seq = get_sequence(client, namespace, name).await?;
+    if seq.spec.mode == Mode::Segment {
+        return Err(CliError::SegmentSequence {
+            source_name: format!("idsequence {namespace}/{name}"),
+            name: format!("{name} -n {namespace}"),
+        });
+    }
     seq.spec
         .params()
         .map_err(|reason| CliError::BadSequenceInCluster {

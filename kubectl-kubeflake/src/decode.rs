@@ -54,31 +54,53 @@ impl Report for DecodeReport {
     }
 }
 
-/// Parses the decimal text of an ID (surrounding spaces are ignored).
-pub fn parse_id(text: &str) -> Result<u64, CliError> {
+/// Parses the decimal text of an ID (surrounding spaces are ignored). Whether it has bit 63
+/// set does not depend on the layout, so that is checked here too.
+pub fn parse_id(text: &str) -> Result<Id, CliError> {
     let trimmed = text.trim();
     if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return Err(CliError::NotAnId {
             text: text.to_string(),
         });
     }
-    trimmed.parse::<u64>().map_err(|_| CliError::NotAnId {
-        text: text.to_string(),
-    })
+    let above = || CliError::IdAboveLargest {
+        text: trimmed.to_string(),
+    };
+    // All digits, so the only way parsing fails is a number above u64::MAX.
+    let raw = trimmed.parse::<u64>().map_err(|_| above())?;
+    Id::new(raw).map_err(|_| above())
 }
 
-fn decode_one(text: &str, source: &Resolved) -> Result<Decoded, CliError> {
-    let raw = parse_id(text)?;
+/// Parses every argument before the layout is looked up, so bad input is reported (exit 2)
+/// even when the layout would come from an unreachable cluster.
+pub fn parse_ids(texts: &[String]) -> Result<Vec<Id>, Vec<CliError>> {
+    collect_all(texts.iter().map(|t| parse_id(t)))
+}
+
+/// All values, or every error.
+fn collect_all<T>(
+    results: impl Iterator<Item = Result<T, CliError>>,
+) -> Result<Vec<T>, Vec<CliError>> {
+    let (good, bad): (Vec<_>, Vec<_>) = results.partition(Result::is_ok);
+    if bad.is_empty() {
+        Ok(good.into_iter().filter_map(Result::ok).collect())
+    } else {
+        Err(bad.into_iter().filter_map(Result::err).collect())
+    }
+}
+
+fn decode_one(id: Id, source: &Resolved) -> Result<Decoded, CliError> {
     let layout: &Layout = &source.params.layout;
-    let parts = Id::new(raw)
-        .and_then(|id| layout.decode(id))
-        .map_err(|reason| CliError::IdOutsideLayout {
-            id: raw.to_string(),
-            source_name: source.name.clone(),
-            reason,
-        })?;
+    let parts = layout.decode(id).map_err(|_| CliError::IdOutsideLayout {
+        id: id.get(),
+        source_name: source.name.clone(),
+        total_bits: layout.total_bits(),
+        max_id: layout
+            .id_range_of_tick(layout.max_tick())
+            .map_or_else(|e| e.to_string(), |(_, max)| max.to_string()),
+    })?;
     Ok(Decoded {
-        id: raw.to_string(),
+        id: id.to_string(),
         time: rfc3339(source.params.timebase.start_of(parts.tick)),
         tick: parts.tick.0,
         datacenter: parts.datacenter.0,
@@ -87,18 +109,11 @@ fn decode_one(text: &str, source: &Resolved) -> Result<Decoded, CliError> {
     })
 }
 
-/// Decodes every ID, or fails with the errors of all bad ones (first error's exit code).
-pub fn decode(texts: &[String], source: &Resolved) -> Result<DecodeReport, Vec<CliError>> {
-    let (good, bad): (Vec<_>, Vec<_>) = texts
-        .iter()
-        .map(|t| decode_one(t, source))
-        .partition(Result::is_ok);
-    if !bad.is_empty() {
-        return Err(bad.into_iter().filter_map(Result::err).collect());
-    }
+/// Decodes every ID, or fails with the errors of all that do not fit the layout.
+pub fn decode(ids: &[Id], source: &Resolved) -> Result<DecodeReport, Vec<CliError>> {
     Ok(DecodeReport {
         layout: source.view(),
-        ids: good.into_iter().filter_map(Result::ok).collect(),
+        ids: collect_all(ids.iter().map(|id| decode_one(*id, source)))?,
     })
 }
 
@@ -119,7 +134,7 @@ mod tests {
             sequence: 4000,
         };
         let id = source.params.layout.encode(parts).unwrap();
-        let report = decode(&[id.to_string()], &source).unwrap();
+        let report = decode(&[id], &source).unwrap();
         let d = &report.ids[0];
         assert_eq!((d.tick, d.worker, d.sequence), (123_456_789, 517, 4000));
         assert_eq!(
@@ -130,21 +145,61 @@ mod tests {
 
     #[test]
     fn ids_that_are_not_decimal_numbers_are_refused() {
-        for text in ["", "abc", "-5", "1.5", "0x10", "99999999999999999999"] {
+        for text in ["", "abc", "-5", "+5", "1.5", "0x10"] {
             assert!(
                 matches!(parse_id(text), Err(CliError::NotAnId { .. })),
                 "{text:?}"
             );
         }
-        assert_eq!(parse_id(" 42 ").unwrap(), 42);
+        assert_eq!(parse_id(" 42 ").unwrap().get(), 42);
+    }
+
+    #[test]
+    fn ids_at_or_above_2_to_the_63_are_called_too_large_not_malformed() {
+        let largest = i64::MAX.to_string();
+        assert_eq!(parse_id(&largest).unwrap().get(), i64::MAX as u64);
+        for text in [
+            (1u64 << 63).to_string(),
+            u64::MAX.to_string(),
+            "99999999999999999999".to_string(),
+        ] {
+            let err = parse_id(&text).unwrap_err();
+            assert!(matches!(err, CliError::IdAboveLargest { .. }), "{text}");
+            let message = err.to_string();
+            assert!(
+                message.contains("above the largest 63-bit ID, 9223372036854775807"),
+                "{message}"
+            );
+            assert_eq!(message.matches(&text).count(), 1, "{message}");
+        }
     }
 
     #[test]
     fn every_bad_id_is_reported_and_nothing_is_decoded() {
-        let source = from_flags(&LayoutArgs::default()).unwrap();
-        let errs = decode(&["1".into(), "x".into(), u64::MAX.to_string()], &source).unwrap_err();
+        let errs = parse_ids(&["1".into(), "x".into(), u64::MAX.to_string()]).unwrap_err();
         assert_eq!(errs.len(), 2);
         assert!(matches!(errs[0], CliError::NotAnId { .. }));
-        assert!(matches!(errs[1], CliError::IdOutsideLayout { .. }));
+        assert!(matches!(errs[1], CliError::IdAboveLargest { .. }));
+        let js = from_flags(&LayoutArgs {
+            timestamp_bits: Some(36),
+            worker_bits: Some(7),
+            sequence_bits: Some(10),
+            total_bits: Some(53),
+            ..Default::default()
+        })
+        .unwrap();
+        let ids = parse_ids(&[
+            "1".into(),
+            (1u64 << 53).to_string(),
+            (1u64 << 60).to_string(),
+        ])
+        .unwrap();
+        let errs = decode(&ids, &js).unwrap_err();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        let message = errs[0].to_string();
+        assert!(
+            message.contains("its IDs have 53 bits, so the largest is 9007199254740991"),
+            "{message}"
+        );
     }
 }

@@ -3,7 +3,6 @@
 //! Exit codes are part of the plugin's interface (documented in `--help` and
 //! `docs/kubectl-plugin.md`), so they live in one place: [`CliError::exit_code`].
 
-use kubeflake_crds::LayoutError;
 use kubeflake_crds::sequence::SpecError;
 
 /// Success.
@@ -22,7 +21,8 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success (warnings, if any, went to stderr)
   1  runtime error: the cluster could not be reached or refused a request
-  2  bad input: unknown flag, bad ID, bad time, a layout whose bits do not add up, bad file
+  2  bad input: unknown flag, bad ID, bad time, a layout whose bits do not add up, bad file,
+     decode/compose/plan of a Segment sequence
   3  the IdSequence was not found in the namespace
   4  plan --strict: a warning was raised";
 
@@ -31,13 +31,20 @@ Exit codes:
 pub enum CliError {
     #[error("{text:?} is not an ID: expected a decimal number such as 250096622069874688")]
     NotAnId { text: String },
-    #[error("ID {id} does not fit the layout of {source_name}: {reason}")]
+    #[error(
+        "{text} is above the largest 63-bit ID, 9223372036854775807: no kubeflake ID sets bit 63"
+    )]
+    IdAboveLargest { text: String },
+    #[error(
+        "ID {id} does not fit the layout of {source_name}: its IDs have {total_bits} bits, so the largest is {max_id}"
+    )]
     IdOutsideLayout {
-        id: String,
+        id: u64,
         source_name: String,
-        reason: LayoutError,
+        total_bits: u32,
+        max_id: String,
     },
-    #[error("{text:?} is not an RFC 3339 time such as 2025-06-01T12:00:00Z (or \"now\")")]
+    #[error("--time {text:?} is not an RFC 3339 time such as 2025-06-01T12:00:00Z (or \"now\")")]
     NotATime { text: String },
     #[error("{time} is before the epoch {epoch} of {source_name}: no ID carries it")]
     TimeBeforeEpoch {
@@ -59,6 +66,14 @@ pub enum CliError {
         source_name: String,
         reason: SpecError,
     },
+    #[error("invalid layout flags: {0}")]
+    BadLayoutFlags(String),
+    #[error(
+        "{source_name} is a Segment sequence: its values are plain counter values with no time, \
+         datacenter, worker or sequence fields, so they cannot be decoded, composed or planned \
+         as Snowflake IDs; `kubectl kubeflake slots {name}` shows its counter"
+    )]
+    SegmentSequence { source_name: String, name: String },
     #[error("-f {path}: {reason}")]
     BadFile { path: String, reason: String },
     #[error(
@@ -92,11 +107,14 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::NotAnId { .. }
+            | CliError::IdAboveLargest { .. }
             | CliError::IdOutsideLayout { .. }
             | CliError::NotATime { .. }
             | CliError::TimeBeforeEpoch { .. }
             | CliError::TimeBeyondLayout { .. }
             | CliError::BadLayout { .. }
+            | CliError::BadLayoutFlags(_)
+            | CliError::SegmentSequence { .. }
             | CliError::BadFile { .. } => EXIT_USAGE,
             CliError::SequenceNotFound { .. } => EXIT_NOT_FOUND,
             CliError::StrictWarnings { .. } => EXIT_WARNINGS,

@@ -73,10 +73,12 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
     let one = |e: CliError| vec![e];
     match &cli.command {
         Command::Decode(args) => {
+            // Bad IDs are reported (exit 2) before the cluster is asked for the layout.
+            let ids = decode::parse_ids(&args.ids)?;
             let source = source::resolve(&args.layout, &args.cluster)
                 .await
                 .map_err(one)?;
-            let report = decode::decode(&args.ids, &source)?;
+            let report = decode::decode(&ids, &source)?;
             print(cli, &report).map_err(one)?;
         }
         Command::Compose(args) => {

@@ -2,6 +2,7 @@
 //! immutable once created): workers, throughput, lifetime, JavaScript safety, and warnings
 //! when a workload would run out of slots or the timestamp bits are about to run out.
 
+use kubeflake_crds::layout::JS_SAFE_TOTAL_BITS;
 use kubeflake_crds::timebase::rfc3339;
 use serde::Serialize;
 
@@ -90,8 +91,12 @@ pub fn plan(source: &Resolved, replicas: Option<u64>, now_unix_ms: i64) -> PlanR
     let per_worker = p.timebase.ids_per_second_per_worker(&p.layout);
     let exhausts_ms = p.timebase.exhausts_at_ms(&p.layout);
     let years_left = (exhausts_ms as f64 - now_unix_ms as f64) / MS_PER_YEAR;
-    let total_bits = p.layout.total_bits();
-    let max_id = (1u64 << total_bits) - 1;
+    // The largest ID is the top of the range of the last tick (that call cannot fail for
+    // max_tick; its error text would show if it ever did).
+    let max_id = p
+        .layout
+        .id_range_of_tick(p.layout.max_tick())
+        .map_or_else(|e| e.to_string(), |(_, max)| max.to_string());
     let mut warnings = Vec::new();
     if let Some(n) = replicas {
         if n > workers {
@@ -134,8 +139,8 @@ pub fn plan(source: &Resolved, replicas: Option<u64>, now_unix_ms: i64) -> PlanR
         ids_per_second_total: per_worker.saturating_mul(workers),
         exhausts_at: rfc3339(exhausts_ms),
         years_left: (years_left * 100.0).round() / 100.0,
-        max_id: max_id.to_string(),
-        javascript_safe: total_bits <= 53,
+        max_id,
+        javascript_safe: p.layout.total_bits() <= u32::from(JS_SAFE_TOTAL_BITS),
         replicas,
         warnings,
     }

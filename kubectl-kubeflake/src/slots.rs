@@ -4,6 +4,10 @@
 //! by pod UID (the lease's `holderIdentity`). The join is done by a pure function
 //! ([`build`]) so it can be tested without a cluster; the e2e test runs the whole command
 //! against a real API server.
+//!
+//! A Segment sequence has no slots: its sidecars claim blocks from one counter Lease. For
+//! it the report says so, with zero slots and nobody waiting (so scripts reading `slots`
+//! keep working), and shows the counter instead ([`build_segment`]); exit code 0.
 
 use std::collections::HashMap;
 
@@ -11,7 +15,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use kubeflake_crds::sequence::SequenceParams;
+use kubeflake_crds::segment_counter::{Counter, counter_name};
+use kubeflake_crds::sequence::{IdSequence, Mode, SegmentParams, SequenceParams};
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease, lease_name};
 use kubeflake_crds::timebase::rfc3339;
 use kubeflake_crds::{Slot, Tick};
@@ -19,7 +24,7 @@ use serde::Serialize;
 
 use crate::cluster;
 use crate::error::CliError;
-use crate::output::{Report, age, table};
+use crate::output::{Report, age, fields, table};
 
 /// The state of one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,12 +75,39 @@ pub struct WaitingPod {
     pub created: Option<String>,
 }
 
+/// The counter of a Segment sequence, instead of slots.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentView {
+    /// The counter Lease, `<sequence>-segment-counter`.
+    pub counter_lease: String,
+    /// The first value not yet claimed (every value issued is below it), as the counter
+    /// Lease says now; null while the Lease does not exist (or cannot be read as a counter).
+    pub next: Option<u64>,
+    /// Blocks claimed so far, from the counter Lease.
+    pub blocks_claimed: Option<u64>,
+    /// Claims per minute, as the operator last measured it (`status.segment`).
+    pub claims_per_minute: Option<f64>,
+    /// `spec.segment`, defaults filled in.
+    pub start: u64,
+    pub block_size: u64,
+    pub max_block_size: u64,
+    /// Labelled pods that are not leaving: they get values through their sidecars and
+    /// never wait for a slot.
+    pub pods: u64,
+}
+
 /// What `slots` prints.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotsReport {
     pub sequence: String,
     pub namespace: String,
+    /// `Snowflake`, or `Segment` (then `capacity` is 0, `slots` and `waiting` are empty,
+    /// and `segment` shows the counter).
+    pub mode: Mode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentView>,
     /// Slots in the layout: 2^workerBits.
     pub capacity: u64,
     /// Slots whose lease names a holder (held or orphaned).
@@ -96,8 +128,56 @@ fn ms_ago(now: i64, at: &Option<String>) -> String {
         .unwrap_or_else(|| "-".to_string())
 }
 
+/// The table of a Segment sequence: what it is, and its counter.
+fn segment_table(report: &SlotsReport, seg: &SegmentView) -> String {
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    let next = match seg.next {
+        Some(n) => format!("{n} (every value issued so far is below it)"),
+        None => format!(
+            "- (no counter yet: the operator creates {} at start = {})",
+            seg.counter_lease, seg.start
+        ),
+    };
+    let block = if seg.max_block_size > seg.block_size {
+        format!(
+            "{} (adaptive, up to {})",
+            seg.block_size, seg.max_block_size
+        )
+    } else {
+        seg.block_size.to_string()
+    };
+    let pods = seg.pods;
+    format!(
+        "idsequence {}/{} is a Segment sequence: it has no worker slots; its sidecars claim \
+         blocks of values from one counter.\n\n",
+        report.namespace, report.sequence
+    ) + &fields(&[
+        ("COUNTER LEASE", seg.counter_lease.clone()),
+        ("NEXT VALUE", next),
+        (
+            "BLOCKS CLAIMED",
+            or_dash(seg.blocks_claimed.map(|n| n.to_string())),
+        ),
+        (
+            "CLAIMS/MIN",
+            or_dash(seg.claims_per_minute.map(|n| n.to_string())),
+        ),
+        ("BLOCK SIZE", block),
+        (
+            "PODS",
+            format!(
+                "{pods} labelled pod{} (none waits: segment pods need no slot)",
+                if pods == 1 { "" } else { "s" }
+            ),
+        ),
+    ])
+}
+
 impl Report for SlotsReport {
     fn table(&self) -> String {
+        if let Some(seg) = &self.segment {
+            return segment_table(self, seg);
+        }
         let now = self.now_unix_ms;
         let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
         let rows: Vec<Vec<String>> = self
@@ -282,6 +362,8 @@ pub fn build(
     SlotsReport {
         sequence: sequence.to_string(),
         namespace: namespace.to_string(),
+        mode: Mode::Snowflake,
+        segment: None,
         capacity: params.layout.slot_count(),
         held: rows.iter().filter(|r| r.holder_uid.is_some()).count() as u64,
         slots: rows,
@@ -291,27 +373,100 @@ pub fn build(
     }
 }
 
-/// Reads the sequence, its leases and its pods, and builds the report.
+/// The report for a Segment sequence: no slots, nobody waiting, and its counter
+/// (`counter` is its Lease, if it exists).
+pub fn build_segment(
+    seq: &IdSequence,
+    namespace: &str,
+    params: &SegmentParams,
+    counter: Option<&Lease>,
+    pods: &[Pod],
+    now_unix_ms: i64,
+) -> SlotsReport {
+    let sequence = seq.metadata.name.clone().unwrap_or_default();
+    let mut warnings = Vec::new();
+    let parsed = counter.and_then(|lease| match Counter::parse(lease) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warnings.push(e.to_string());
+            None
+        }
+    });
+    let claims_per_minute = seq
+        .status
+        .as_ref()
+        .and_then(|s| s.segment.as_ref())
+        .and_then(|s| s.claims_per_minute);
+    SlotsReport {
+        namespace: namespace.to_string(),
+        mode: Mode::Segment,
+        segment: Some(SegmentView {
+            counter_lease: counter_name(&sequence),
+            next: parsed.as_ref().map(|c| c.next),
+            blocks_claimed: parsed.as_ref().map(|c| c.claims),
+            claims_per_minute,
+            start: params.start,
+            block_size: params.block_size,
+            max_block_size: params.max_block_size,
+            pods: pods.iter().filter(|p| !leaving(p)).count() as u64,
+        }),
+        sequence,
+        capacity: 0,
+        held: 0,
+        slots: Vec::new(),
+        waiting: Vec::new(),
+        warnings,
+        now_unix_ms,
+    }
+}
+
+/// Reads the sequence, its leases (or its counter) and its pods, and builds the report.
 pub async fn fetch(
     args: &crate::cli::SlotsArgs,
     now_unix_ms: i64,
 ) -> Result<SlotsReport, CliError> {
     let (client, namespace): (Client, String) = cluster::connect(&args.cluster).await?;
     let name = &args.sequence;
-    let params = cluster::get_params(&client, &namespace, name).await?;
+    let seq = cluster::get_sequence(&client, &namespace, name).await?;
     let selector = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={name}"));
     let api_error = |what: &str| {
-        let what = format!("list {what} of idsequence {name} in namespace {namespace}");
+        let what = format!("{what} of idsequence {name} in namespace {namespace}");
         move |source| CliError::Api { what, source }
     };
-    let leases = Api::<Lease>::namespaced(client.clone(), &namespace)
-        .list(&selector)
-        .await
-        .map_err(api_error("the slot leases"))?;
+    let leases = Api::<Lease>::namespaced(client.clone(), &namespace);
     let pods = Api::<Pod>::namespaced(client, &namespace)
         .list(&selector)
         .await
-        .map_err(api_error("the pods"))?;
+        .map_err(api_error("list the pods"))?;
+    if seq.spec.mode == Mode::Segment {
+        let params = seq
+            .spec
+            .segment
+            .clone()
+            .unwrap_or_default()
+            .params()
+            .map_err(|reason| CliError::BadSequenceInCluster {
+                name: format!("{namespace}/{name}"),
+                reason,
+            })?;
+        let counter = leases
+            .get_opt(&counter_name(name))
+            .await
+            .map_err(api_error("read the counter lease"))?;
+        return Ok(build_segment(
+            &seq,
+            &namespace,
+            &params,
+            counter.as_ref(),
+            &pods.items,
+            now_unix_ms,
+        ));
+    }
+    let params = cluster::snowflake_params(&seq, &namespace, name)?;
+    let leases = leases
+        .list(&selector)
+        .await
+        .map_err(api_error("list the slot leases"))?;
     Ok(build(
         name,
         &namespace,
@@ -462,5 +617,57 @@ mod tests {
         let r = build("orders", "shop", &params(2), &[bad], &[], false, 0);
         assert!(r.slots.is_empty());
         assert_eq!(r.warnings.len(), 1);
+    }
+
+    #[test]
+    fn a_segment_sequence_has_no_slots_nobody_waits_and_the_counter_is_shown() {
+        let seq: IdSequence = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+            "metadata": {"name": "invoices"},
+            "spec": {"mode": "Segment", "segment": {"blockSize": 500, "maxBlockSize": 8000}},
+            "status": {"segment": {"next": 4001, "claimsPerMinute": 2.5}},
+        }))
+        .unwrap();
+        let params = seq.spec.segment_params().unwrap().unwrap();
+        let mut counter = kubeflake_crds::segment_counter::new_counter("invoices", "shop", 1);
+        counter = Counter {
+            next: 5001,
+            claims: 10,
+            resource_version: None,
+        }
+        .write_into(counter);
+        let pods = [pod("app-0", "u0", None), pod("app-1", "u1", None)];
+        let r = build_segment(&seq, "shop", &params, Some(&counter), &pods, 0);
+        assert_eq!((r.mode, r.capacity, r.held), (Mode::Segment, 0, 0));
+        assert!(r.slots.is_empty() && r.waiting.is_empty(), "{r:?}");
+        let seg = r.segment.clone().unwrap();
+        assert_eq!(seg.counter_lease, "invoices-segment-counter");
+        assert_eq!(
+            (seg.next, seg.blocks_claimed),
+            (Some(5001), Some(10)),
+            "the live counter, not the status"
+        );
+        assert_eq!(seg.claims_per_minute, Some(2.5));
+        assert_eq!(
+            (seg.block_size, seg.max_block_size, seg.pods),
+            (500, 8000, 2)
+        );
+        let text = r.table();
+        assert!(
+            text.starts_with(
+                "idsequence shop/invoices is a Segment sequence: it has no worker slots"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("NEXT VALUE       5001"), "{text}");
+        assert!(text.contains("500 (adaptive, up to 8000)"), "{text}");
+        assert!(!text.contains("Waiting for a slot"), "{text}");
+
+        let missing = build_segment(&seq, "shop", &params, None, &pods, 0);
+        assert_eq!(missing.segment.unwrap().next, None);
+        assert!(missing.warnings.is_empty());
+        counter.metadata.annotations = None;
+        let garbled = build_segment(&seq, "shop", &params, Some(&counter), &pods, 0);
+        assert_eq!(garbled.warnings.len(), 1, "{:?}", garbled.warnings);
     }
 }

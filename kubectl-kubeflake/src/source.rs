@@ -1,17 +1,20 @@
 //! Where a command's layout comes from: flags, an IdSequence manifest, or the cluster.
 //!
 //! All three end in `IdSequenceSpec::params()`, the same validation the sidecar applies to
-//! its `--sequence-file`, so a layout the plugin accepts is one a sequence can have.
+//! its `--sequence-file`, so a layout the plugin accepts is one a sequence can have. Its
+//! errors are worded after what the user wrote: spec fields (`layout.workerBits`) for a
+//! manifest or a sequence, flags (`--worker-bits`) for flags. A Segment sequence has no
+//! layout to speak of (its values are plain counter values) and is refused.
 
 use std::io::Read;
 use std::path::Path;
 
-use kubeflake_crds::IdSequence;
-use kubeflake_crds::sequence::{IdSequenceSpec, SequenceParams};
-use kubeflake_crds::timebase::rfc3339;
+use kubeflake_crds::sequence::{IdSequenceSpec, Mode, SequenceParams, SpecError};
+use kubeflake_crds::timebase::{EpochError, rfc3339};
+use kubeflake_crds::{IdSequence, LayoutError};
 use serde::Serialize;
 
-use crate::cli::{LayoutArgs, time_unit_name};
+use crate::cli::LayoutArgs;
 use crate::cluster;
 use crate::error::CliError;
 
@@ -48,7 +51,7 @@ impl Resolved {
             worker_bits: p.layout.worker_bits(),
             sequence_bits: p.layout.sequence_bits(),
             total_bits: p.layout.total_bits(),
-            time_unit: time_unit_name(p.timebase.unit()),
+            time_unit: p.timebase.unit().as_str(),
             epoch: rfc3339(p.timebase.epoch_unix_ms()),
             datacenter_id: p.datacenter.0,
         }
@@ -62,7 +65,8 @@ pub async fn resolve(
 ) -> Result<Resolved, CliError> {
     if let Some(name) = &args.sequence {
         let (client, namespace) = cluster::connect(cluster_args).await?;
-        let params = cluster::get_params(&client, &namespace, name).await?;
+        let seq = cluster::get_sequence(&client, &namespace, name).await?;
+        let params = cluster::snowflake_params(&seq, &namespace, name)?;
         return Ok(Resolved {
             name: format!("idsequence {namespace}/{name}"),
             params,
@@ -88,12 +92,70 @@ pub fn from_flags(args: &LayoutArgs) -> Result<Resolved, CliError> {
         spec.epoch = epoch.clone();
     }
     spec.datacenter_id = args.datacenter_id.unwrap_or(spec.datacenter_id);
-    let name = "flags".to_string();
-    let params = spec.params().map_err(|reason| CliError::BadLayout {
-        source_name: name.clone(),
-        reason,
-    })?;
-    Ok(Resolved { name, params })
+    let params = spec
+        .params()
+        .map_err(|reason| CliError::BadLayoutFlags(in_flag_words(&spec, &reason)))?;
+    Ok(Resolved {
+        name: "flags".to_string(),
+        params,
+    })
+}
+
+/// The command-line flag that sets a layout field of the spec.
+fn flag_of(field: &str) -> &'static str {
+    match field {
+        "timestampBits" => "--timestamp-bits",
+        "datacenterBits" => "--datacenter-bits",
+        "workerBits" => "--worker-bits",
+        "sequenceBits" => "--sequence-bits",
+        "totalBits" => "--total-bits",
+        "datacenterId" => "--datacenter-id",
+        _ => "a layout flag",
+    }
+}
+
+/// A spec validation error reworded for a layout given by flags (the spec built from them
+/// is `spec`, defaults filled in), naming the flags rather than spec fields.
+fn in_flag_words(spec: &IdSequenceSpec, reason: &SpecError) -> String {
+    let l = &spec.layout;
+    match reason {
+        SpecError::Layout(LayoutError::BitsOutOfRange {
+            field,
+            value,
+            min,
+            max,
+        }) => format!(
+            "{} is {value}, but it must be between {min} and {max}",
+            flag_of(field)
+        ),
+        SpecError::Layout(LayoutError::BadTotal(total)) => format!(
+            "--total-bits is {total}, but it must be 63 (full 64-bit range) or 53 (JavaScript-safe IDs)"
+        ),
+        SpecError::Layout(LayoutError::BadSum { sum, total }) => format!(
+            "--timestamp-bits {} + --datacenter-bits {} + --worker-bits {} + --sequence-bits {} \
+             add up to {sum}, but they must add up to --total-bits {total}; change one of them \
+             (flags not given take the defaults 41, 0, 10, 12 and 63)",
+            l.timestamp_bits, l.datacenter_bits, l.worker_bits, l.sequence_bits
+        ),
+        SpecError::Layout(LayoutError::FieldTooLarge { field, value, max }) => format!(
+            "{} is {value}, but --datacenter-bits {} allows at most {max}; raise \
+             --datacenter-bits or choose a smaller {}",
+            flag_of(field),
+            l.datacenter_bits,
+            flag_of(field)
+        ),
+        SpecError::NegativeDatacenter(value) => {
+            format!("--datacenter-id is {value}, but it must be 0 or more")
+        }
+        SpecError::Epoch(EpochError::NotRfc3339(text)) => {
+            format!("--epoch {text:?} is not an RFC 3339 time such as 2025-01-01T00:00:00Z")
+        }
+        SpecError::Epoch(EpochError::BeforeUnixEpoch(text)) => {
+            format!("--epoch {text} is before 1970-01-01T00:00:00Z")
+        }
+        // Not reachable from flags (no flag sets them); the spec's own words then.
+        other => other.to_string(),
+    }
 }
 
 /// The layout of an IdSequence manifest ("-" reads standard input).
@@ -118,6 +180,12 @@ pub fn from_file(path: &Path) -> Result<Resolved, CliError> {
         Some(n) => format!("-f {shown} (idsequence {n})"),
         None => format!("-f {shown}"),
     };
+    if seq.spec.mode == Mode::Segment {
+        return Err(CliError::SegmentSequence {
+            source_name: name,
+            name: seq.metadata.name.unwrap_or_else(|| "NAME".to_string()),
+        });
+    }
     let params = seq.spec.params().map_err(|reason| CliError::BadLayout {
         source_name: name.clone(),
         reason,
@@ -138,27 +206,123 @@ mod tests {
     }
 
     #[test]
-    fn flags_that_do_not_add_up_give_the_layout_validation_message() {
+    fn flags_that_do_not_add_up_are_refused_naming_the_flags_and_their_values() {
         let args = LayoutArgs {
             worker_bits: Some(8),
             ..Default::default()
         };
         let err = from_flags(&args).unwrap_err();
-        let expected = Layout::new(41, 0, 8, 12, 63).unwrap_err().to_string();
-        assert!(err.to_string().contains(&expected), "{err}");
         assert_eq!(err.exit_code(), crate::error::EXIT_USAGE);
+        let text = err.to_string();
+        assert!(
+            text.contains(
+                "--timestamp-bits 41 + --datacenter-bits 0 + --worker-bits 8 + --sequence-bits 12 \
+                 add up to 61, but they must add up to --total-bits 63"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("workerBits"), "no spec field names: {text}");
     }
 
     #[test]
-    fn a_datacenter_id_too_large_for_its_bits_is_refused() {
-        let args = LayoutArgs {
-            datacenter_bits: Some(2),
-            worker_bits: Some(8),
-            datacenter_id: Some(4),
-            ..Default::default()
-        };
-        let err = from_flags(&args).unwrap_err().to_string();
-        assert!(err.contains("datacenterId is 4"), "{err}");
+    fn each_flag_error_names_the_flag_not_the_spec_field() {
+        let cases = [
+            (
+                LayoutArgs {
+                    timestamp_bits: Some(29),
+                    ..Default::default()
+                },
+                "--timestamp-bits is 29, but it must be between 30 and 55",
+            ),
+            (
+                LayoutArgs {
+                    total_bits: Some(64),
+                    ..Default::default()
+                },
+                "--total-bits is 64, but it must be 63",
+            ),
+            (
+                LayoutArgs {
+                    datacenter_bits: Some(2),
+                    worker_bits: Some(8),
+                    datacenter_id: Some(4),
+                    ..Default::default()
+                },
+                "--datacenter-id is 4, but --datacenter-bits 2 allows at most 3",
+            ),
+            (
+                LayoutArgs {
+                    datacenter_id: Some(-1),
+                    ..Default::default()
+                },
+                "--datacenter-id is -1, but it must be 0 or more",
+            ),
+            (
+                LayoutArgs {
+                    epoch: Some("yesterday".into()),
+                    ..Default::default()
+                },
+                "--epoch \"yesterday\" is not an RFC 3339 time",
+            ),
+            (
+                LayoutArgs {
+                    epoch: Some("1969-12-31T00:00:00Z".into()),
+                    ..Default::default()
+                },
+                "--epoch 1969-12-31T00:00:00Z is before 1970",
+            ),
+        ];
+        for (args, expected) in cases {
+            let text = from_flags(&args).unwrap_err().to_string();
+            assert!(text.starts_with("invalid layout flags: "), "{text}");
+            assert!(text.contains(expected), "{expected:?} in {text}");
+            for field in ["timestampBits", "totalBits", "datacenterId", "layout."] {
+                assert!(!text.contains(field), "{field} in {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_manifest_keeps_the_spec_field_names_in_its_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: wide}\n\
+         spec: {layout: {workerBits: 40}}\n",
+        )
+        .unwrap();
+        let err = from_file(&path).unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::EXIT_USAGE);
+        let text = err.to_string();
+        let expected = Layout::new(41, 0, 40, 12, 63).unwrap_err().to_string();
+        assert!(text.contains(&expected), "{text}");
+        assert!(text.contains("layout.workerBits is 40"), "{text}");
+    }
+
+    #[test]
+    fn a_segment_manifest_is_refused_because_its_values_have_no_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("invoices.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: invoices}\n\
+             spec: {mode: Segment, segment: {blockSize: 500}}\n",
+        )
+        .unwrap();
+        let err = from_file(&path).unwrap_err();
+        assert!(matches!(err, CliError::SegmentSequence { .. }), "{err}");
+        assert_eq!(err.exit_code(), crate::error::EXIT_USAGE);
+        let text = err.to_string();
+        assert!(
+            text.contains("(idsequence invoices) is a Segment sequence"),
+            "{text}"
+        );
+        assert!(text.contains("plain counter values with no time"), "{text}");
+        assert!(
+            text.contains("`kubectl kubeflake slots invoices`"),
+            "{text}"
+        );
     }
 
     #[test]

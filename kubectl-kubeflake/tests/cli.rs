@@ -207,29 +207,100 @@ fn decode_refuses_an_id_wider_than_the_layout() {
         "53",
     ]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    let reason = Layout::new(36, 0, 7, 10, 53)
-        .unwrap()
-        .decode(Id::new(1 << 53).unwrap())
-        .unwrap_err()
-        .to_string();
-    assert!(r.stderr.contains(&reason), "{}", r.stderr);
+    // The crds agree that it does not fit; the message says once which ID and why.
+    assert!(
+        Layout::new(36, 0, 7, 10, 53)
+            .unwrap()
+            .decode(Id::new(1 << 53).unwrap())
+            .is_err()
+    );
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: ID {wide} does not fit the layout of flags: its IDs have 53 bits, so the \
+             largest is {}\n",
+            (1u64 << 53) - 1
+        )
+    );
     assert_eq!(run(&["decode", &wide]).code, 0);
-    let r = run(&["decode", &u64::MAX.to_string()]);
-    assert_eq!(r.code, 2, "bit 63 is never set: {}", r.stderr);
 }
 
 #[test]
-fn layout_flags_that_do_not_add_up_exit_2_with_the_layout_validation_message() {
+fn ids_with_bit_63_or_above_u64_are_called_too_large_once_each() {
+    for text in [
+        (1u64 << 63).to_string(),
+        u64::MAX.to_string(),
+        "123456789012345678901234567890".to_string(),
+    ] {
+        let r = run(&["decode", &text]);
+        assert_eq!(r.code, 2, "bit 63 is never set: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+        assert_eq!(
+            r.stderr,
+            format!(
+                "error: {text} is above the largest 63-bit ID, 9223372036854775807: \
+                 no kubeflake ID sets bit 63\n"
+            )
+        );
+    }
+    let largest = json(&["decode", &i64::MAX.to_string(), "-o", "json"]);
+    assert_eq!(largest["ids"][0]["id"], i64::MAX.to_string().as_str());
+}
+
+#[test]
+fn decode_checks_the_ids_before_asking_the_cluster_for_the_layout() {
+    // No kubeconfig: reaching the cluster would exit 1; the bad ID is found first.
+    let r = run(&["decode", "abc", "--sequence", "orders"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("\"abc\" is not an ID"), "{}", r.stderr);
+    assert!(!r.stderr.contains("kubeconfig"), "{}", r.stderr);
+}
+
+#[test]
+fn layout_flags_that_do_not_fit_exit_2_naming_the_flags() {
     let r = run(&["decode", "1", "--worker-bits", "8"]);
     assert_eq!(r.code, 2);
-    let message = Layout::new(41, 0, 8, 12, 63).unwrap_err().to_string();
-    assert!(r.stderr.contains(&message), "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        "error: invalid layout flags: --timestamp-bits 41 + --datacenter-bits 0 + \
+         --worker-bits 8 + --sequence-bits 12 add up to 61, but they must add up to \
+         --total-bits 63; change one of them (flags not given take the defaults 41, 0, 10, 12 \
+         and 63)\n"
+    );
     let r = run(&["plan", "--timestamp-bits", "29", "--sequence-bits", "24"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("timestampBits is 29"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("--timestamp-bits is 29, but it must be between 30 and 55"),
+        "{}",
+        r.stderr
+    );
     let r = run(&["plan", "--epoch", "yesterday"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("not an RFC 3339 time"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("--epoch \"yesterday\" is not an RFC 3339 time"),
+        "{}",
+        r.stderr
+    );
+    let r = run(&[
+        "compose",
+        "--time",
+        "now",
+        "--datacenter-bits",
+        "2",
+        "--worker-bits",
+        "8",
+        "--datacenter-id",
+        "4",
+    ]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("--datacenter-id is 4, but --datacenter-bits 2 allows at most 3"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -260,10 +331,130 @@ fn a_manifest_given_with_f_supplies_the_layout_and_a_missing_one_exits_2() {
     let r = run(&["decode", &id, "-f", missing.to_str().unwrap()]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("cannot read it"), "{}", r.stderr);
-    std::fs::write(&path, "spec: {layout: {workerBits: 40}}\n").unwrap();
+    std::fs::write(
+        &path,
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: wide}\n\
+         spec: {layout: {workerBits: 40}}\n",
+    )
+    .unwrap();
     let r = run(&["decode", &id, "-f", path_text]);
     assert_eq!(r.code, 2);
-    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    // A manifest is spelled in spec fields, so its errors are too.
+    let reason = Layout::new(41, 0, 40, 12, 63).unwrap_err().to_string();
+    assert_eq!(
+        r.stderr,
+        format!("error: invalid layout given by -f {path_text} (idsequence wide): {reason}\n")
+    );
+    assert!(reason.contains("layout.workerBits is 40"), "{reason}");
+}
+
+/// Runs the plugin with `stdin` as its standard input.
+fn run_with_stdin(args: &[&str], stdin: &str) -> Run {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plugin binary runs");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(stdin.as_bytes())
+        .expect("stdin written");
+    let out = child.wait_with_output().expect("the plugin finishes");
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+    }
+}
+
+#[test]
+fn f_dash_reads_the_manifest_from_standard_input() {
+    let manifest = "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: js}\n\
+                    spec: {layout: {timestampBits: 36, workerBits: 7, sequenceBits: 10, totalBits: 53}, timeUnit: 10ms}\n";
+    let r = run_with_stdin(&["plan", "-f", "-", "-o", "json"], manifest);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(out["workers"], 128);
+    assert_eq!(out["layout"]["source"], "-f - (idsequence js)");
+    assert_eq!(out["javascriptSafe"], true);
+    let r = run_with_stdin(&["plan", "-f", "-"], "kind: [");
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .starts_with("error: -f -: not an IdSequence manifest"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_segment_manifest_is_refused_by_decode_compose_and_plan_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("invoices.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: invoices}\n\
+         spec: {mode: Segment}\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    for args in [
+        vec!["decode", "1001", "-f", file],
+        vec!["compose", "--time", "2025-06-01T12:00:00Z", "-f", file],
+        vec!["plan", "-f", file],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "no invented fields: {}", r.stdout);
+        assert!(
+            r.stderr.starts_with(&format!(
+                "error: -f {file} (idsequence invoices) is a Segment sequence: its values are \
+                 plain counter values with no time, datacenter, worker or sequence fields"
+            )),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr
+                .contains("`kubectl kubeflake slots invoices` shows its counter"),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn decode_prints_yaml_with_ids_as_strings() {
+    let id = Layout::default()
+        .encode(IdParts {
+            tick: Tick(5),
+            datacenter: DatacenterId(0),
+            slot: Slot(3),
+            sequence: 2,
+        })
+        .unwrap()
+        .to_string();
+    let r = run(&["decode", &id, "-o", "yaml"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("- id: '{id}'")), "{}", r.stdout);
+    let out: Value = serde_yaml::from_str(&r.stdout).unwrap();
+    assert_eq!(out["ids"][0]["id"], id.as_str());
+    assert_eq!(
+        (
+            &out["ids"][0]["tick"],
+            &out["ids"][0]["worker"],
+            &out["ids"][0]["sequence"]
+        ),
+        (&Value::from(5), &Value::from(3), &Value::from(2))
+    );
+    assert_eq!(out["layout"]["source"], "flags");
 }
 
 #[test]
@@ -332,10 +523,10 @@ fn compose_prints_min_and_max_for_people_and_accepts_offsets() {
 fn compose_refuses_bad_times_and_times_outside_the_layout_with_exit_2() {
     let bad = run(&["compose", "--time", "2025-13-01"]);
     assert_eq!(bad.code, 2);
-    assert!(
-        bad.stderr.contains("not an RFC 3339 time"),
-        "{}",
-        bad.stderr
+    assert_eq!(
+        bad.stderr,
+        "error: --time \"2025-13-01\" is not an RFC 3339 time such as 2025-06-01T12:00:00Z \
+         (or \"now\")\n"
     );
     let before = run(&["compose", "--time", "2024-12-31T23:59:59.999Z"]);
     assert_eq!(before.code, 2);
@@ -362,6 +553,22 @@ fn compose_refuses_bad_times_and_times_outside_the_layout_with_exit_2() {
 }
 
 #[test]
+fn compose_now_is_the_tick_of_the_current_instant() {
+    let before = chrono::Utc::now().timestamp_millis() as u64;
+    let out = json(&["compose", "--time", "now", "-o", "json"]);
+    let after = chrono::Utc::now().timestamp_millis() as u64;
+    let tb = Timebase::parse("2025-01-01T00:00:00Z", TimeUnit::Millisecond).unwrap();
+    let tick = out["tick"].as_u64().unwrap();
+    assert!(
+        (tb.tick_at(before).unwrap().0..=tb.tick_at(after).unwrap().0).contains(&tick),
+        "{out}"
+    );
+    let (lo, hi) = Layout::default().id_range_of_tick(Tick(tick)).unwrap();
+    assert_eq!(out["min"], lo.to_string().as_str());
+    assert_eq!(out["max"], hi.to_string().as_str());
+}
+
+#[test]
 fn plan_reports_workers_throughput_lifetime_and_javascript_safety() {
     for case in cases() {
         let out = json(&with_flags(&["plan", "-o", "json"], &case));
@@ -385,6 +592,9 @@ fn plan_reports_workers_throughput_lifetime_and_javascript_safety() {
                 .to_string()
                 .as_str()
         );
+        let max_id: u64 = out["maxId"].as_str().unwrap().parse().unwrap();
+        let top = case.layout.decode(Id::new(max_id).unwrap()).unwrap();
+        assert_eq!(top.tick, case.layout.max_tick(), "the last tick");
         assert!(out["yearsLeft"].is_number());
     }
     let table = run(&["plan"]);
@@ -527,6 +737,11 @@ fn without_a_kubeconfig_cluster_commands_exit_1_saying_what_to_set() {
     assert!(r.stderr.contains("KUBECONFIG"), "{}", r.stderr);
     let r = run(&["decode", "1", "--sequence", "orders"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot load the kubeconfig"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

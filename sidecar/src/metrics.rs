@@ -41,6 +41,10 @@ pub struct SegmentMetrics {
     pub values_dropped: IntCounter,
     pub block_size: IntGauge,
     pub buffered_values: IntGauge,
+    /// Claims refused because the counter was below this sidecar's own top.
+    pub counter_behind: IntCounter,
+    /// End of the highest block claimed (a recovery hint when the counter is lost).
+    pub claimed_top: IntGauge,
 }
 
 impl SegmentMetrics {
@@ -87,6 +91,16 @@ impl SegmentMetrics {
             buffered_values: int_gauge(
                 "kubeflake_segment_buffered_values",
                 "Values buffered (current block's rest and the spare).",
+            ),
+            counter_behind: counter(
+                "kubeflake_segment_counter_behind_total",
+                "Claims refused because the counter was below this sidecar's own claimed top \
+                 (the counter was deleted and re-created, or restored from an older copy).",
+            ),
+            claimed_top: int_gauge(
+                "kubeflake_segment_claimed_top",
+                "End of the highest block this sidecar claimed: every value it issued is below. \
+                 Exact below 2^53; the log has the exact value.",
             ),
         }
     }

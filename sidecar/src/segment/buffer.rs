@@ -120,6 +120,17 @@ impl Segment {
         wait_limit: Duration,
         metrics: SegmentMetrics,
     ) -> Arc<Segment> {
+        Segment::start_with(store, params, wait_limit, Backoff::default(), metrics)
+    }
+
+    /// [`start`](Self::start) with its own claim pacing and store call timeout.
+    pub fn start_with(
+        store: Arc<dyn CounterStore>,
+        params: SegmentParams,
+        wait_limit: Duration,
+        backoff: Backoff,
+        metrics: SegmentMetrics,
+    ) -> Arc<Segment> {
         let segment = Arc::new(Segment {
             state: Mutex::new(State {
                 cursor: 0,
@@ -137,7 +148,7 @@ impl Segment {
             }),
             store,
             params,
-            backoff: Backoff::default(),
+            backoff,
             wait_limit,
             refilled: watch::channel(0).0,
             metrics,
@@ -269,9 +280,13 @@ impl Segment {
         tokio::spawn(async move {
             let mut failures: u32 = 0;
             loop {
-                let size = self.lock().size;
+                // The top of our own blocks is a floor: the counter cannot be below it.
+                let (size, floor) = {
+                    let s = self.lock();
+                    (s.size, s.top)
+                };
                 let started = Instant::now();
-                let result = claim(self.store.as_ref(), size, &self.backoff).await;
+                let result = claim(self.store.as_ref(), size, floor, &self.backoff).await;
                 self.metrics
                     .claim_seconds
                     .observe(started.elapsed().as_secs_f64());
@@ -285,6 +300,9 @@ impl Segment {
                                 .inc_by(u64::from(claimed.conflicts));
                             metrics_block_size(&self.metrics, claimed.block.len());
                             s.top = s.top.max(claimed.block.end);
+                            self.metrics
+                                .claimed_top
+                                .set(i64::try_from(s.top).unwrap_or(i64::MAX));
                             s.last_error = None;
                             if s.stopped {
                                 // Never served (takes are refused); kept as the spare only
@@ -297,8 +315,6 @@ impl Segment {
                                 s.end = claimed.block.end;
                                 s.current_len = claimed.block.len();
                                 s.current_since = Instant::now();
-                                s.prefetch_permille =
-                                    prefetch_threshold(self.params.prefetch_percent);
                                 s.prefetch_permille =
                                     prefetch_threshold(self.params.prefetch_percent);
                             } else {
@@ -322,6 +338,31 @@ impl Segment {
                             );
                             None
                         }
+                        Err(e @ ClaimError::CounterBehind { .. }) => {
+                            // Other sidecars may now claim the values this one still
+                            // holds: serving them could issue them twice. Drop them.
+                            let dropped = s.buffered();
+                            s.cursor = s.end;
+                            s.spare = None;
+                            s.current_len = 0;
+                            self.metrics.values_dropped.inc_by(dropped);
+                            self.metrics.counter_behind.inc();
+                            self.metrics.claim_errors.inc();
+                            tracing::error!(
+                                error = %e,
+                                dropped,
+                                top = floor,
+                                "the segment counter went backwards: refusing to claim from it \
+                                 and dropping the buffered values"
+                            );
+                            s.last_error = Some(e.to_string());
+                            if s.stopped {
+                                s.fetching = false;
+                                None
+                            } else {
+                                Some(e)
+                            }
+                        }
                         Err(e) => {
                             self.metrics.claim_conflicts.inc_by(match e {
                                 ClaimError::TooManyConflicts { conflicts } => u64::from(conflicts),
@@ -344,7 +385,7 @@ impl Segment {
                 let pause = Backoff {
                     first: Duration::from_millis(100),
                     max: Duration::from_secs(2),
-                    max_conflicts: 0,
+                    ..Backoff::default()
                 }
                 .delay(failures)
                 .max(Duration::from_millis(20));
@@ -638,6 +679,72 @@ mod tests {
         let (unused, given) = a.give_back().await.unwrap();
         assert_eq!((unused, given), (Block { start: 2, end: 101 }, false));
         assert_eq!(store.next(), 201, "b claimed after a: nothing given back");
+    }
+
+    #[tokio::test]
+    async fn a_running_sidecar_refuses_a_counter_below_its_top_and_drops_what_it_holds() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        let metrics = SegmentMetrics::unregistered();
+        let seg = Segment::start(
+            store.clone(),
+            params(100, 100, 10),
+            Duration::from_millis(300),
+            metrics.clone(),
+        );
+        assert_eq!(values(&seg.take(1).await.unwrap()), vec![1]);
+        // The counter Lease is deleted and comes back at start, while 99 values of the
+        // first block are still buffered: another sidecar may claim them now.
+        store.recreate_at(1);
+        seg.take(20).await.unwrap(); // 21% used: the next claim sees the counter at 1
+        for _ in 0..250 {
+            if metrics.counter_behind.get() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(metrics.counter_behind.get() > 0, "the refusal is counted");
+        assert_eq!(
+            store.next(),
+            1,
+            "nothing was claimed from the lowered counter"
+        );
+        assert_eq!(
+            seg.buffered(),
+            0,
+            "the held values are dropped, never served"
+        );
+        assert_eq!(metrics.values_dropped.get(), 79);
+        assert_eq!(metrics.claimed_top.get(), 101);
+        let err = seg.take(1).await.unwrap_err();
+        assert_eq!(err.reason(), "no_block");
+        assert!(err.to_string().contains("below the top"), "{err}");
+        assert!(seg.check_ready().is_err());
+        // Recovered by hand above every value issued: claims resume from there.
+        store.recreate_at(500);
+        ready_within_5s(&seg).await;
+        assert_eq!(values(&seg.take(1).await.unwrap()), vec![500]);
+    }
+
+    #[tokio::test]
+    async fn a_counter_that_never_answers_is_given_up_after_the_call_timeout() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        store.hang.store(true, Ordering::SeqCst);
+        let seg = Segment::start_with(
+            store.clone(),
+            params(10, 10, 10),
+            Duration::from_millis(300),
+            Backoff {
+                call_timeout: Duration::from_millis(50),
+                ..Backoff::default()
+            },
+            SegmentMetrics::unregistered(),
+        );
+        let err = seg.take(1).await.unwrap_err();
+        assert!(err.to_string().contains("did not answer"), "{err}");
+        // The stuck claim was abandoned, so a later attempt can succeed.
+        store.hang.store(false, Ordering::SeqCst);
+        ready_within_5s(&seg).await;
+        assert_eq!(values(&seg.take(1).await.unwrap()), vec![1]);
     }
 
     #[tokio::test]

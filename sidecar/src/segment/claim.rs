@@ -2,6 +2,16 @@
 //! (compare-and-swap), and only then hand out the values. On a conflict (another sidecar
 //! was first) re-read and retry after a capped, jittered exponential backoff, so that many
 //! sidecars contending do not retry in lockstep.
+//!
+//! Two guards keep a claim from ever handing out a value twice when the store misbehaves:
+//! - **The floor**: a running sidecar passes the end of the highest block it has claimed.
+//!   The counter can never legitimately be below it while the sidecar runs (the counter only
+//!   grows, and a graceful give-back lowers it only to the giver's own unused values, which
+//!   lie above every other sidecar's blocks). A counter below the floor was deleted and
+//!   re-created, or restored from a backup: the claim is refused, never served.
+//! - **The call timeout**: each read and each write of the counter is abandoned after a
+//!   bounded time. A write whose outcome is unknown is harmless: it was conditional on the
+//!   version read, so at worst its block is a gap.
 
 use std::time::Duration;
 
@@ -36,6 +46,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("the counter did not answer within {0:?}; if a write was in flight its block is a gap")]
+    TimedOut(Duration),
 }
 
 /// Where the counter lives: a Lease in a cluster, a file standalone, a map in tests.
@@ -60,18 +72,32 @@ pub enum ClaimError {
     Exhausted,
     #[error("{conflicts} conflicting claims in a row; retrying later")]
     TooManyConflicts { conflicts: u32 },
+    #[error(
+        "the counter reads next = {next}, below the top of this sidecar's own blocks ({floor}): \
+         it was deleted and re-created or restored from an older copy, and values from it \
+         may already have been issued. Refusing to claim from it; see the IdSequence's Ready \
+         condition and docs/segment.md (\"The counter was lost\") to recover"
+    )]
+    CounterBehind { next: u64, floor: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// Retry pacing after conflicts: a random delay up to `first * 2^n`, capped at `max`.
+/// Retry pacing after conflicts: a random delay up to `first * 2^n`, capped at `max`; and
+/// how long one call to the store may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     pub first: Duration,
     pub max: Duration,
     /// Conflicts tolerated within one claim before giving up (the caller retries later).
     pub max_conflicts: u32,
+    /// Each read or write of the counter is abandoned after this long (an API server that
+    /// does not answer must not hold the claim, and the buffer, for minutes).
+    pub call_timeout: Duration,
 }
+
+/// Default of [`Backoff::call_timeout`].
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for Backoff {
     fn default() -> Self {
@@ -79,8 +105,19 @@ impl Default for Backoff {
             first: Duration::from_millis(2),
             max: Duration::from_millis(500),
             max_conflicts: 64,
+            call_timeout: CALL_TIMEOUT,
         }
     }
+}
+
+/// Runs one store call, giving up after `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or(Err(StoreError::TimedOut(limit)))
 }
 
 impl Backoff {
@@ -99,15 +136,24 @@ pub struct Claimed {
     pub conflicts: u32,
 }
 
-/// Claims up to `size` values (fewer only at the very end of the value range).
+/// Claims up to `size` values (fewer only at the very end of the value range). `floor` is
+/// the end of the highest block the caller claimed before (0 if none): a counter below it
+/// is refused with [`ClaimError::CounterBehind`].
 pub async fn claim(
     store: &dyn CounterStore,
     size: u64,
+    floor: u64,
     backoff: &Backoff,
 ) -> Result<Claimed, ClaimError> {
     let mut conflicts = 0;
     loop {
-        let seen = store.read().await?;
+        let seen = bounded(backoff.call_timeout, store.read()).await?;
+        if seen.next < floor {
+            return Err(ClaimError::CounterBehind {
+                next: seen.next,
+                floor,
+            });
+        }
         if seen.next >= LIMIT {
             return Err(ClaimError::Exhausted);
         }
@@ -117,7 +163,7 @@ pub async fn claim(
             claims: seen.claims.saturating_add(1),
             resource_version: seen.resource_version.clone(),
         };
-        match store.compare_and_swap(&seen, new).await {
+        match bounded(backoff.call_timeout, store.compare_and_swap(&seen, new)).await {
             Ok(()) => {
                 return Ok(Claimed {
                     block: Block {
@@ -147,7 +193,7 @@ pub async fn give_back(
     lowest: u64,
     top: u64,
 ) -> Result<bool, StoreError> {
-    let seen = store.read().await?;
+    let seen = bounded(CALL_TIMEOUT, store.read()).await?;
     if seen.next != top || lowest >= top {
         return Ok(false);
     }
@@ -156,7 +202,7 @@ pub async fn give_back(
         claims: seen.claims,
         resource_version: seen.resource_version.clone(),
     };
-    match store.compare_and_swap(&seen, new).await {
+    match bounded(CALL_TIMEOUT, store.compare_and_swap(&seen, new)).await {
         Ok(()) => Ok(true),
         Err(StoreError::Conflict) => Ok(false),
         Err(e) => Err(e),
@@ -177,6 +223,8 @@ pub(crate) mod fake {
         /// Fail the write but apply it (a lost reply): the block must still never be used.
         pub apply_then_fail: AtomicBool,
         pub writes: AtomicU64,
+        /// Never answer (a blackholed API server).
+        pub hang: AtomicBool,
         /// Yield between read and write, so concurrent claims interleave.
         pub interleave: bool,
     }
@@ -193,11 +241,24 @@ pub(crate) mod fake {
         pub fn next(&self) -> u64 {
             self.counter.lock().unwrap().0
         }
+
+        /// The counter deleted and re-created at `next` (or restored from a backup).
+        pub fn recreate_at(&self, next: u64) {
+            let mut c = self.counter.lock().unwrap();
+            *c = (next, 0, c.2 + 1);
+        }
+
+        async fn maybe_hang(&self) {
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     impl CounterStore for FakeStore {
         fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>> {
             Box::pin(async move {
+                self.maybe_hang().await;
                 let (next, claims, version) = *self.counter.lock().unwrap();
                 if self.interleave {
                     tokio::task::yield_now().await;
@@ -216,6 +277,7 @@ pub(crate) mod fake {
             new: Counter,
         ) -> BoxFuture<'a, Result<(), StoreError>> {
             Box::pin(async move {
+                self.maybe_hang().await;
                 if self.interleave {
                     tokio::task::yield_now().await;
                 }
@@ -256,9 +318,13 @@ mod tests {
             .map(|i| {
                 let store = store.clone();
                 tokio::spawn(async move {
-                    let mut blocks = Vec::new();
+                    let mut blocks: Vec<Block> = Vec::new();
                     for _ in 0..40 {
-                        let c = claim(store.as_ref(), 10 + i, &backoff).await.unwrap();
+                        // The floor of a running claimer: never a false refusal.
+                        let floor = blocks.last().map_or(0, |b| b.end);
+                        let c = claim(store.as_ref(), 10 + i, floor, &backoff)
+                            .await
+                            .unwrap();
                         blocks.push(c.block);
                     }
                     blocks
@@ -300,7 +366,7 @@ mod tests {
         store
             .apply_then_fail
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        assert!(claim(&store, 50, &Backoff::default()).await.is_err());
+        assert!(claim(&store, 50, 0, &Backoff::default()).await.is_err());
         assert_eq!(
             store.next(),
             150,
@@ -309,7 +375,7 @@ mod tests {
         store
             .apply_then_fail
             .store(false, std::sync::atomic::Ordering::SeqCst);
-        let c = claim(&store, 50, &Backoff::default()).await.unwrap();
+        let c = claim(&store, 50, 0, &Backoff::default()).await.unwrap();
         assert_eq!(
             c.block,
             Block {
@@ -323,7 +389,7 @@ mod tests {
     #[tokio::test]
     async fn the_last_block_is_cut_at_2_pow_63_and_then_the_sequence_is_exhausted() {
         let store = FakeStore::starting_at(LIMIT - 5);
-        let c = claim(&store, 1000, &Backoff::default()).await.unwrap();
+        let c = claim(&store, 1000, 0, &Backoff::default()).await.unwrap();
         assert_eq!(
             c.block,
             Block {
@@ -332,7 +398,7 @@ mod tests {
             }
         );
         assert_eq!(
-            claim(&store, 1000, &Backoff::default()).await,
+            claim(&store, 1000, 0, &Backoff::default()).await,
             Err(ClaimError::Exhausted)
         );
     }
@@ -340,15 +406,82 @@ mod tests {
     #[tokio::test]
     async fn give_back_lowers_the_counter_only_when_nobody_claimed_after() {
         let store = FakeStore::starting_at(0);
-        claim(&store, 100, &Backoff::default()).await.unwrap();
+        claim(&store, 100, 0, &Backoff::default()).await.unwrap();
         assert!(give_back(&store, 40, 100).await.unwrap());
         assert_eq!(store.next(), 40);
-        claim(&store, 100, &Backoff::default()).await.unwrap(); // someone else: 40..140
+        claim(&store, 100, 0, &Backoff::default()).await.unwrap(); // someone else: 40..140
         assert!(
             !give_back(&store, 90, 100).await.unwrap(),
             "100 is no longer the top"
         );
         assert_eq!(store.next(), 140);
+    }
+
+    #[tokio::test]
+    async fn a_counter_below_the_claimers_own_top_is_refused_never_served() {
+        let store = FakeStore::starting_at(1);
+        let a = claim(&store, 100, 0, &Backoff::default()).await.unwrap();
+        assert_eq!(a.block.end, 101);
+        // kubectl delete lease; the counter comes back at start (or from an old backup).
+        store.recreate_at(1);
+        let err = claim(&store, 100, a.block.end, &Backoff::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ClaimError::CounterBehind {
+                next: 1,
+                floor: 101
+            }
+        );
+        assert!(
+            err.to_string().contains("Ready"),
+            "says where to look: {err}"
+        );
+        assert_eq!(store.next(), 1, "nothing was written");
+        store.recreate_at(101);
+        let b = claim(&store, 100, a.block.end, &Backoff::default())
+            .await
+            .unwrap();
+        assert_eq!(b.block.start, 101, "a counter at the floor is fine");
+    }
+
+    #[tokio::test]
+    async fn a_graceful_give_back_never_trips_another_running_claimers_floor() {
+        let store = FakeStore::starting_at(0);
+        let b = Backoff::default();
+        // A claims, then G claims twice right after it; G stops and gives back its unused
+        // top: the counter goes down, but never below A's top.
+        let a = claim(&store, 100, 0, &b).await.unwrap().block;
+        let g1 = claim(&store, 100, 0, &b).await.unwrap().block;
+        let g2 = claim(&store, 100, g1.end, &b).await.unwrap().block;
+        assert!(give_back(&store, g1.start + 10, g2.end).await.unwrap());
+        assert!(store.next() < g2.end);
+        let next = claim(&store, 100, a.end, &b).await.unwrap().block;
+        assert_eq!(next.start, g1.start + 10, "A claims the given-back values");
+        // A stopped sidecar that gave back everything down to where G starts: G's floor
+        // still holds, since what A gave back lies above G's blocks.
+        let g = claim(&store, 100, 0, &b).await.unwrap().block;
+        let a = claim(&store, 100, 0, &b).await.unwrap().block;
+        assert!(give_back(&store, a.start, a.end).await.unwrap());
+        assert!(claim(&store, 100, g.end, &b).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_store_that_never_answers_fails_the_claim_after_the_call_timeout() {
+        let store = FakeStore::starting_at(1);
+        store.hang.store(true, std::sync::atomic::Ordering::SeqCst);
+        let backoff = Backoff {
+            call_timeout: Duration::from_millis(50),
+            ..Backoff::default()
+        };
+        let err = claim(&store, 10, 0, &backoff).await.unwrap_err();
+        assert_eq!(
+            err,
+            ClaimError::Store(StoreError::TimedOut(Duration::from_millis(50)))
+        );
+        store.hang.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(claim(&store, 10, 0, &backoff).await.unwrap().block.start, 1);
     }
 
     #[test]

@@ -243,7 +243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (counter, next) = FileCounter::open(dir.path(), "orders", 5).unwrap();
         assert_eq!(next, 5);
-        let a = claim(&counter, 100, &Backoff::default())
+        let a = claim(&counter, 100, 0, &Backoff::default())
             .await
             .unwrap()
             .block;
@@ -251,7 +251,7 @@ mod tests {
         drop(counter); // like kill -9: nothing but the file remains
         let (counter, next) = FileCounter::open(dir.path(), "orders", 1).unwrap();
         assert_eq!(next, 105, "a lower start never lowers the counter");
-        let b = claim(&counter, 100, &Backoff::default())
+        let b = claim(&counter, 100, 0, &Backoff::default())
             .await
             .unwrap()
             .block;
@@ -266,7 +266,7 @@ mod tests {
         let (a, _) = FileCounter::open(dir.path(), "s", 0).unwrap();
         let (b, _) = FileCounter::open(dir.path(), "s", 0).unwrap();
         let seen = a.read().await.unwrap();
-        claim(&b, 10, &Backoff::default()).await.unwrap();
+        claim(&b, 10, 0, &Backoff::default()).await.unwrap();
         let stale = Counter {
             next: 10,
             ..seen.clone()
@@ -276,7 +276,7 @@ mod tests {
             Err(StoreError::Conflict)
         );
         assert_eq!(
-            claim(&a, 10, &Backoff::default())
+            claim(&a, 10, 0, &Backoff::default())
                 .await
                 .unwrap()
                 .block

@@ -2,6 +2,11 @@
 //! (quorum reads); writes are merge patches carrying the `resourceVersion` read, which the
 //! API server turns into a compare-and-swap in etcd (409 Conflict when it moved on).
 //! Sidecars may already update Leases in their namespace: no new RBAC.
+//!
+//! The sidecar never creates the counter: only the operator does, and only for a sequence
+//! that never had one. A missing counter (404) is an error that is retried, never a reason
+//! to start again. Reads must stay quorum reads (no `resourceVersion=0`): a cached, older
+//! counter would look like one that went backwards.
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -35,7 +40,9 @@ fn store_error(e: kube::Error, name: &str) -> StoreError {
     match e {
         kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
         kube::Error::Api(s) if s.code == 404 => StoreError::NotFound(format!(
-            "counter Lease {name} does not exist yet: the operator creates it for a Segment sequence"
+            "counter Lease {name} does not exist: the operator creates it for a new Segment \
+             sequence; if it was deleted, the IdSequence's Ready condition (CounterLost) says \
+             how to re-create it safely. The sidecar never creates it"
         )),
         e => StoreError::Unavailable(format!("counter Lease {name}: {e}")),
     }

@@ -1,19 +1,28 @@
 //! Segment-mode sequences: no slots. The operator creates the sequence's counter Lease
-//! (`next = start`), raises it when `start` is raised (never lowers it), and reports the
-//! high-water mark and the claim rate in the status. Sidecars claim blocks from the
-//! counter themselves, by compare-and-swap; the operator is not on that path, so its
-//! restarts do not matter.
+//! (`next = start`) for a sequence that never had one, raises it when `start` is raised
+//! (never lowers it), and reports the high-water mark and the claim rate in the status.
+//! Sidecars claim blocks from the counter themselves, by compare-and-swap; the operator is
+//! not on that path, so its restarts do not matter.
 //!
 //! The counter has no owner reference on purpose: deleting the IdSequence leaves it, so a
 //! sequence re-created under the same name continues above every value issued instead of
-//! starting again at `start`. Delete the Lease by hand to really start over.
-
+//! starting again at `start`.
+//!
+//! **A lost counter is never re-created.** Once the status shows a counter (`status.segment`
+//! is set), a missing Lease means it was deleted: creating it again at `start` would hand
+//! out values already issued. The operator then sets `Ready=False` (`CounterLost`), records
+//! a Warning Event and waits for a person to re-create it above every value issued
+//! (docs/segment.md, "The counter was lost"). A counter whose claim count went down (an old
+//! copy restored, or re-created by hand without the count) is `CounterWentBack`: as first
+//! aid it is raised (never lowered) to the last `next` seen, and the status keeps the last
+//! good observation until the counter's claims are at least what was seen again.
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use kubeflake_crds::segment_counter::{Counter, LIMIT, counter_name, new_counter};
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SegmentParams, SegmentStatus};
@@ -36,7 +45,23 @@ pub async fn reconcile(
 ) -> Result<Action, Error> {
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     let lease_name = counter_name(name);
-    let counter = match api.get_opt(&lease_name).await? {
+    let found = api.get_opt(&lease_name).await?;
+    if found.is_none() {
+        // Judge on the freshest status, not the cache: the status written right after the
+        // counter was created must not be missed.
+        let sequences: Api<IdSequence> = Api::namespaced(ctx.client.clone(), ns);
+        let fresh = sequences.get(name).await?;
+        if let Some(last) = counter_existed(fresh.status.as_ref()) {
+            return counter_trouble(&fresh, ctx, &Trouble::Lost { last }).await;
+        }
+    }
+    if let Some(lease) = &found {
+        let counter = Counter::parse(lease)?;
+        if let Some(last) = went_back(seq.status.as_ref(), &counter) {
+            return went_back_first_aid(seq, ctx, &api, lease, counter, last).await;
+        }
+    }
+    let counter = match found {
         None => match api
             .create(&PostParams::default(), &new_counter(name, ns, params.start))
             .await
@@ -84,6 +109,172 @@ pub async fn reconcile(
         }
     };
     let status = segment_status(seq, &counter, Utc::now());
+    update_status(seq, ctx, status).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// What the status last saw of the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastSeen {
+    /// `status.segment.next`: a lower bound of the counter before it was lost, not more.
+    pub next: u64,
+    pub claims: u64,
+}
+
+/// Whether the status shows that this sequence had a counter: then a missing counter was
+/// lost, and must not be created again at `start`.
+pub fn counter_existed(status: Option<&IdSequenceStatus>) -> Option<LastSeen> {
+    let seen = status?.segment.as_ref()?;
+    if seen.next.is_none() && seen.blocks_claimed.is_none() {
+        return None;
+    }
+    let as_u64 = |v: Option<i64>| v.map_or(0, |v| u64::try_from(v).unwrap_or(0));
+    Some(LastSeen {
+        next: as_u64(seen.next),
+        claims: as_u64(seen.blocks_claimed),
+    })
+}
+
+/// Whether `counter` is older than what the status saw: its claim count went down. Claims
+/// only ever grow (a graceful give-back lowers `next` but keeps the count), so fewer claims
+/// means the Lease was re-created or restored from an older copy.
+pub fn went_back(status: Option<&IdSequenceStatus>, counter: &Counter) -> Option<LastSeen> {
+    counter_existed(status).filter(|last| counter.claims < last.claims)
+}
+
+/// Why the counter cannot be trusted.
+enum Trouble {
+    Lost {
+        last: LastSeen,
+    },
+    WentBack {
+        last: LastSeen,
+        found: u64,
+        raised: bool,
+    },
+}
+
+impl Trouble {
+    fn reason(&self) -> &'static str {
+        match self {
+            Trouble::Lost { .. } => "CounterLost",
+            Trouble::WentBack { .. } => "CounterWentBack",
+        }
+    }
+
+    fn message(&self, name: &str) -> String {
+        let lease = counter_name(name);
+        match self {
+            Trouble::Lost { last } => format!(
+                "segment counter Lease {lease} was deleted after it had reached at least {next} \
+                 ({claims} blocks claimed). It is NOT re-created at spec.segment.start, which \
+                 would issue values again; sidecars serve what they hold, then refuse. Re-create \
+                 it by hand with kubeflake.io/next above every value ever issued (at least \
+                 {next}, which is only a lower bound) and kubeflake.io/claims at least {claims}; \
+                 see docs/segment.md, \"The counter was lost\"",
+                next = last.next,
+                claims = last.claims
+            ),
+            Trouble::WentBack {
+                last,
+                found,
+                raised,
+            } => format!(
+                "segment counter Lease {lease} went backwards: it shows fewer claims than the \
+                 {claims} already seen (re-created, or restored from an older copy); values \
+                 from {found} up may be issued twice. {first_aid}Set kubeflake.io/next above \
+                 every value ever issued and kubeflake.io/claims to at least {claims}; see \
+                 docs/segment.md, \"The counter was lost\"",
+                claims = last.claims,
+                first_aid = if *raised {
+                    format!(
+                        "It was raised to {}, the last next seen, as first aid. ",
+                        last.next
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        }
+    }
+}
+
+/// Raises a counter that went back to the last `next` seen (a CAS; never lowers it), then
+/// reports it. The status keeps the last good observation.
+async fn went_back_first_aid(
+    seq: &IdSequence,
+    ctx: &Context,
+    api: &Api<Lease>,
+    lease: &Lease,
+    counter: Counter,
+    last: LastSeen,
+) -> Result<Action, Error> {
+    let found = counter.next;
+    let mut raised = false;
+    if counter.next < last.next {
+        let up = Counter {
+            next: last.next,
+            ..counter
+        };
+        let name = counter_name(&seq.name_any());
+        match api
+            .replace(&name, &PostParams::default(), &up.write_into(lease.clone()))
+            .await
+        {
+            Ok(_) => raised = true,
+            Err(e) if is_conflict(&e) => return Ok(Action::requeue(Duration::from_millis(500))),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    counter_trouble(
+        seq,
+        ctx,
+        &Trouble::WentBack {
+            last,
+            found,
+            raised,
+        },
+    )
+    .await
+}
+
+/// Ready=False with the trouble's reason, a Warning Event when it is new, and the last good
+/// `status.segment` kept as it is (it is the evidence).
+async fn counter_trouble(
+    seq: &IdSequence,
+    ctx: &Context,
+    trouble: &Trouble,
+) -> Result<Action, Error> {
+    let name = seq.name_any();
+    let message = trouble.message(&name);
+    tracing::error!(sequence = %name, namespace = seq.namespace().unwrap_or_default(), reason = trouble.reason(), %message, "segment counter cannot be trusted");
+    let mut status = seq.status.clone().unwrap_or_default();
+    let was = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone());
+    status.observed_generation = seq.meta().generation;
+    set_condition(
+        &mut status.conditions,
+        seq,
+        "Ready",
+        "False",
+        trouble.reason(),
+        &message,
+    );
+    if was.as_deref() != Some(trouble.reason()) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: trouble.reason().into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "CheckCounter".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an Event");
+        }
+    }
     update_status(seq, ctx, status).await?;
     Ok(Action::requeue(RESYNC))
 }
@@ -198,6 +389,113 @@ mod tests {
         let (rate, when, start) = observe(Some(&prev), 99, at(10));
         assert_eq!((rate, start), (Some(5.0), 10));
         assert_eq!(Some(when), prev.observed_at);
+    }
+
+    fn status_with(segment: Option<SegmentStatus>) -> IdSequenceStatus {
+        IdSequenceStatus {
+            segment,
+            ..Default::default()
+        }
+    }
+
+    fn counter(next: u64, claims: u64) -> Counter {
+        Counter {
+            next,
+            claims,
+            resource_version: Some("7".into()),
+        }
+    }
+
+    #[test]
+    fn a_sequence_whose_status_saw_a_counter_never_gets_it_created_again() {
+        let seen = SegmentStatus {
+            next: Some(5000),
+            blocks_claimed: Some(12),
+            ..Default::default()
+        };
+        assert_eq!(
+            counter_existed(Some(&status_with(Some(seen)))),
+            Some(LastSeen {
+                next: 5000,
+                claims: 12
+            })
+        );
+        // Even a counter seen at start with no claim yet: a sidecar may have claimed since.
+        let fresh = SegmentStatus {
+            next: Some(1),
+            blocks_claimed: Some(0),
+            ..Default::default()
+        };
+        assert!(counter_existed(Some(&status_with(Some(fresh)))).is_some());
+    }
+
+    #[test]
+    fn only_a_sequence_that_never_had_a_counter_gets_one_created_at_start() {
+        assert_eq!(counter_existed(None), None);
+        assert_eq!(counter_existed(Some(&status_with(None))), None);
+        assert_eq!(
+            counter_existed(Some(&status_with(Some(SegmentStatus::default())))),
+            None
+        );
+    }
+
+    #[test]
+    fn fewer_claims_than_seen_means_the_counter_went_back_but_a_give_back_does_not() {
+        let seen = status_with(Some(SegmentStatus {
+            next: Some(5000),
+            blocks_claimed: Some(12),
+            ..Default::default()
+        }));
+        let last = LastSeen {
+            next: 5000,
+            claims: 12,
+        };
+        assert_eq!(
+            went_back(Some(&seen), &counter(1, 0)),
+            Some(last),
+            "re-created"
+        );
+        assert_eq!(
+            went_back(Some(&seen), &counter(4000, 9)),
+            Some(last),
+            "old backup"
+        );
+        assert_eq!(
+            went_back(Some(&seen), &counter(4500, 12)),
+            None,
+            "a graceful give-back lowers next but keeps the claim count"
+        );
+        assert_eq!(went_back(Some(&seen), &counter(4800, 13)), None);
+        assert_eq!(went_back(None, &counter(1, 0)), None, "nothing seen yet");
+    }
+
+    #[test]
+    fn the_lost_counter_condition_says_what_happened_and_how_to_recover() {
+        let last = LastSeen {
+            next: 5000,
+            claims: 12,
+        };
+        let lost = Trouble::Lost { last }.message("orders");
+        for needle in [
+            "orders-segment-counter",
+            "NOT re-created",
+            "at least 5000",
+            "lower bound",
+            "kubeflake.io/claims at least 12",
+        ] {
+            assert!(lost.contains(needle), "{needle}: {lost}");
+        }
+        let back = Trouble::WentBack {
+            last,
+            found: 1,
+            raised: true,
+        };
+        assert_eq!(back.reason(), "CounterWentBack");
+        let text = back.message("orders");
+        assert!(
+            text.contains("raised to 5000") && text.contains("from 1 up"),
+            "{text}"
+        );
     }
 
     #[test]

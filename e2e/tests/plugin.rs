@@ -1,6 +1,8 @@
 //! The kubectl plugin against a real API server: `slots` shows what the slot leases say,
-//! joined with the pods, in table and json form; `--sequence` reads a layout from the
-//! cluster; an unknown sequence exits 3; and `kubectl kubeflake` finds the plugin on PATH.
+//! joined with the pods, in table and json form (`--all` adds the unused slots);
+//! `--sequence` reads a layout from the cluster; an unknown sequence exits 3; a Segment
+//! sequence has no slots (`slots` shows its counter) and no fields to decode (exit 2); and
+//! `kubectl kubeflake` finds the plugin on PATH.
 //!
 //! The plugin binary is `target/debug/kubectl-kubeflake` (a cargo test cannot depend on
 //! another package's binary). `cargo test --workspace`, which scripts/test.sh runs, builds
@@ -17,11 +19,15 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
+use kubeflake_crds::segment_counter::{Counter, counter_name};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
-use kubeflake_crds::{DatacenterId, IdParts, Layout, Slot, Tick};
+use kubeflake_crds::timebase::{DEFAULT_EPOCH, rfc3339};
+use kubeflake_crds::{DatacenterId, IdParts, Layout, Slot, Tick, TimeUnit, Timebase};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::*;
 use serde_json::{Value, json};
@@ -164,8 +170,28 @@ async fn holders(ns: &TestNamespace, sequence: &str, held: usize) -> Result<Hash
     .await
 }
 
+/// A Lease time as the plugin prints it (RFC 3339 UTC, milliseconds).
+fn lease_time(t: &Option<MicroTime>) -> Option<String> {
+    t.as_ref()
+        .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
+        .map(rfc3339)
+}
+
+/// Seconds in an age cell as the plugin prints it ("45s", "3m", "2h", "5d"), rounded down.
+fn age_seconds(cell: &str) -> Option<u64> {
+    let unit = match cell.chars().last()? {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    Some(cell[..cell.len() - 1].parse::<u64>().ok()? * unit)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waiting() -> Result<()> {
+    let started = std::time::Instant::now();
     let cluster = Cluster::shared();
     install_crd(cluster).await?;
     let ns = cluster.namespace("plugin-slots").await?;
@@ -186,10 +212,30 @@ async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waitin
         .collect();
     ensure!(waiting.len() == 1, "one pod waits");
     let leases = slot_leases(&ns, "orders").await?;
+    // The raw leases, for the times (no sidecar runs, so nothing renews them afterwards).
+    let raw: HashMap<String, Lease> = Api::<Lease>::namespaced(ns.client.clone(), &ns.name)
+        .list(&ListParams::default().labels(&format!("{SEQUENCE_LABEL}=orders")))
+        .await?
+        .items
+        .into_iter()
+        .map(|l| (l.name_any(), l))
+        .collect();
+    let timebase = Timebase::parse(DEFAULT_EPOCH, TimeUnit::Millisecond)?;
+    let fence_cell = |fence: Tick| {
+        if fence == Tick(0) {
+            "-".to_string()
+        } else {
+            rfc3339(timebase.start_of(fence))
+        }
+    };
 
     // json: every field as the leases and pods say.
     let out = plugin_json(cluster, &["slots", "orders", "-n", &ns.name, "-o", "json"]).await?;
     ensure!(out["capacity"] == 4 && out["held"] == 4, "{out}");
+    ensure!(
+        out["mode"] == "Snowflake" && out.get("segment").is_none(),
+        "{out}"
+    );
     let rows = out["slots"].as_array().context("slots array")?;
     ensure!(rows.len() == 4, "{out}");
     for lease in &leases {
@@ -206,10 +252,22 @@ async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waitin
         ensure!(row["node"] == node.as_deref().unwrap_or("?"), "{row}");
         ensure!(row["fence"] == lease.fence.0, "{row}");
         ensure!(row["lease"] == lease.name.as_str(), "{row}");
+        let spec = raw[&lease.name].spec.clone().context("lease spec")?;
+        let renew = lease_time(&spec.renew_time).context("the operator set renewTime")?;
+        let acquire = lease_time(&spec.acquire_time).context("the operator set acquireTime")?;
+        ensure!(row["renewTime"] == renew.as_str(), "{row}");
+        ensure!(row["acquireTime"] == acquire.as_str(), "{row}");
         ensure!(
-            row["renewTime"].is_string(),
-            "the operator set renewTime: {row}"
+            row["transitions"] == spec.lease_transitions.unwrap_or(0),
+            "{row}"
         );
+        let fence_time = fence_cell(lease.fence);
+        if lease.fence == Tick(0) {
+            ensure!(row["fenceTime"].is_null(), "{row}");
+        } else {
+            ensure!(row["fenceTime"] == fence_time.as_str(), "{row}");
+        }
+        ensure!(row["releasedAt"].is_null(), "never released: {row}");
     }
     let listed_waiting = out["waiting"].as_array().context("waiting array")?;
     ensure!(listed_waiting.len() == 1, "{out}");
@@ -226,6 +284,30 @@ async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waitin
         "{}",
         r.stdout
     );
+    let header: Vec<&str> = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("SLOT"))
+        .context("a header row")?
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    ensure!(
+        header
+            == [
+                "SLOT",
+                "STATUS",
+                "POD",
+                "NODE",
+                "FENCE",
+                "LAST RENEWAL",
+                "AGE"
+            ],
+        "{header:?}"
+    );
+    // Every lease was written in this test, so no age can exceed the test's run time.
+    let elapsed = started.elapsed().as_secs() + 1;
     for (slot, uid) in &held {
         let pod = by_uid[uid];
         let line = r
@@ -233,12 +315,24 @@ async fn slots_shows_each_lease_holder_with_pod_and_node_and_the_pod_left_waitin
             .lines()
             .find(|l| l.split_whitespace().next() == Some(slot.to_string().as_str()))
             .with_context(|| format!("a row for slot {slot}: {}", r.stdout))?;
+        // SLOT STATUS POD NODE FENCE <n>s ago AGE: "LAST RENEWAL" is two words.
         let cells: Vec<&str> = line.split_whitespace().collect();
+        ensure!(cells.len() == 8, "{line}");
         ensure!(cells[1] == "held" && cells[2] == pod.name_any(), "{line}");
         ensure!(
             cells[3] == format!("node-{}", &pod.name_any()[4..]),
             "{line}"
         );
+        let lease = leases
+            .iter()
+            .find(|l| l.slot.0 == *slot)
+            .context("lease of the slot")?;
+        ensure!(cells[4] == fence_cell(lease.fence), "FENCE: {line}");
+        ensure!(cells[6] == "ago", "LAST RENEWAL: {line}");
+        for cell in [cells[5], cells[7]] {
+            let secs = age_seconds(cell).with_context(|| format!("an age: {line}"))?;
+            ensure!(secs <= elapsed, "{cell} is older than the test: {line}");
+        }
     }
     let after = r
         .stdout
@@ -296,6 +390,37 @@ async fn kubectl_finds_the_plugin_on_path_and_an_unknown_sequence_exits_3() -> R
     for (uid, slot) in &assigned {
         ensure!(shown.get(uid) == Some(&u64::from(*slot)), "{uid}: {out}");
     }
+    ensure!(
+        out["slots"].as_array().map(Vec::len) == Some(2),
+        "without --all only leased slots: {out}"
+    );
+
+    // --all: every one of the 1024 slots once, the two held ones and the rest unused.
+    let all = plugin_json(
+        cluster,
+        &["slots", "orders", "--all", "-n", &ns.name, "-o", "json"],
+    )
+    .await?;
+    let rows = all["slots"].as_array().context("slots")?;
+    let numbers: Vec<u64> = rows.iter().filter_map(|r| r["slot"].as_u64()).collect();
+    ensure!(
+        numbers == (0..1024).collect::<Vec<u64>>(),
+        "slots 0..1024 in order"
+    );
+    for row in rows {
+        let held_here = assigned
+            .iter()
+            .any(|(uid, slot)| row["slot"] == *slot && row["holderUid"] == uid.as_str());
+        let expected = if held_here { "held" } else { "unused" };
+        ensure!(row["status"] == expected, "{row}");
+        if !held_here {
+            ensure!(
+                row["lease"] == format!("orders-slot-{}", row["slot"]) && row["fence"] == 0,
+                "{row}"
+            );
+        }
+    }
+    ensure!(all["held"] == 2 && all["capacity"] == 1024, "{all}");
 
     let r = kubectl(&["kubeflake", "slots", "missing", "-n", &ns.name]).await?;
     ensure!(r.code == 3, "exit {}: {}", r.code, r.stderr);
@@ -358,6 +483,112 @@ async fn decode_and_compose_read_the_layout_of_a_sequence_in_the_cluster() -> Re
     .await?;
     if r.code != 3 {
         bail!("an unknown sequence exits 3, got {}: {}", r.code, r.stderr);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_sequence_has_no_slots_so_slots_shows_its_counter_and_decode_exits_2()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("plugin-segment").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    create_sequence(
+        &ns,
+        "invoices",
+        json!({"mode": "Segment", "segment": {"start": 1000, "blockSize": 500}}),
+    )
+    .await?;
+    create_pods(&ns, "invoices", "app", 2).await?;
+    // The operator creates the counter at start; then a "sidecar" claims one block by CAS.
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+    let name = counter_name("invoices");
+    let lease = eventually(LIMIT, "the operator to create the counter", || async {
+        Ok(leases.get_opt(&name).await?)
+    })
+    .await?;
+    let counter = Counter::parse(&lease)?;
+    ensure!(counter.next == 1000, "next = start: {counter:?}");
+    let claimed = Counter {
+        next: 1500,
+        claims: counter.claims + 1,
+        ..counter
+    };
+    leases
+        .replace(&name, &PostParams::default(), &claimed.write_into(lease))
+        .await?;
+
+    let out = plugin_json(
+        cluster,
+        &["slots", "invoices", "-n", &ns.name, "-o", "json"],
+    )
+    .await?;
+    ensure!(out["mode"] == "Segment", "{out}");
+    ensure!(out["capacity"] == 0 && out["held"] == 0, "{out}");
+    ensure!(
+        out["slots"] == json!([]) && out["waiting"] == json!([]),
+        "no slots, and labelled pods do not wait for one: {out}"
+    );
+    let seg = &out["segment"];
+    ensure!(seg["counterLease"] == name.as_str(), "{out}");
+    ensure!(
+        seg["next"] == 1500 && seg["blocksClaimed"] == claimed.claims,
+        "the live counter: {out}"
+    );
+    ensure!(
+        seg["start"] == 1000 && seg["blockSize"] == 500 && seg["maxBlockSize"] == 500,
+        "{out}"
+    );
+    ensure!(seg["pods"] == 2, "{out}");
+
+    let r = run_plugin(cluster, &["slots", "invoices", "-n", &ns.name, "--all"]).await?;
+    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
+    let intro = format!(
+        "idsequence {}/invoices is a Segment sequence: it has no worker slots",
+        ns.name
+    );
+    ensure!(r.stdout.starts_with(&intro), "{}", r.stdout);
+    let next_line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("NEXT VALUE"))
+        .context("a NEXT VALUE line")?;
+    ensure!(
+        next_line.split_whitespace().nth(2) == Some("1500"),
+        "{next_line}"
+    );
+    ensure!(
+        r.stdout.contains(&format!("COUNTER LEASE    {name}")),
+        "{}",
+        r.stdout
+    );
+    ensure!(!r.stdout.contains("SLOT"), "no slot table: {}", r.stdout);
+
+    // Counter values are not Snowflake IDs: nothing to decode, compose or plan.
+    let from_cluster = ["--sequence", "invoices", "-n", &ns.name];
+    for head in [
+        &["decode", "1200"][..],
+        &["compose", "--time", "now"][..],
+        &["plan"][..],
+    ] {
+        let r = run_plugin(cluster, &[head, &from_cluster].concat()).await?;
+        ensure!(r.code == 2, "{head:?}: exit {}: {}", r.code, r.stderr);
+        ensure!(r.stdout.is_empty(), "no invented fields: {}", r.stdout);
+        let expected = format!(
+            "error: idsequence {}/invoices is a Segment sequence: its values are plain counter \
+             values with no time, datacenter, worker or sequence fields",
+            ns.name
+        );
+        ensure!(r.stderr.starts_with(&expected), "{head:?}: {}", r.stderr);
+        ensure!(
+            r.stderr.contains(&format!(
+                "`kubectl kubeflake slots invoices -n {}` shows its counter",
+                ns.name
+            )),
+            "{}",
+            r.stderr
+        );
     }
     Ok(())
 }

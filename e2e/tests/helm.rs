@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use chart_support::*;
 use kubeflake_e2e::Cluster;
-use operator_support::eventually;
+use operator_support::{all_assigned, create_pods, create_sequence, eventually};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -317,12 +317,69 @@ async fn objects_of_release(cluster: &Cluster, release: &str) -> Result<BTreeSet
         .collect())
 }
 
-#[tokio::test]
+/// Whether an object left in a namespace after `helm uninstall` is the user's, not the
+/// release's: IdSequences and what they own (slot and counter Leases, removed with the
+/// sequence through its finalizer), the user's pods, Events (they expire by themselves),
+/// and what Kubernetes puts in every namespace.
+fn is_user_data(object: &serde_json::Value) -> bool {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let owned_by_sequence = object["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|o| o.iter().any(|r| r["kind"] == "IdSequence"));
+    match kind {
+        "IdSequence" | "Event" | "Pod" => true,
+        "Lease" => owned_by_sequence,
+        "ServiceAccount" => name == "default",
+        "ConfigMap" => name == "kube-root-ca.crt",
+        _ => false,
+    }
+}
+
+/// `Kind/name` of every object in `namespace` (every listable namespaced type) that is
+/// not user data.
+async fn not_user_data(cluster: &Cluster, namespace: &str) -> Result<BTreeSet<String>> {
+    let types = cluster
+        .kubectl(&[
+            "api-resources",
+            "--verbs=list",
+            "--namespaced",
+            "-o",
+            "name",
+        ])
+        .await?
+        .ok()?;
+    let types: Vec<&str> = types.lines().filter(|t| !t.is_empty()).collect();
+    let out = cluster
+        .kubectl(&["get", &types.join(","), "-n", namespace, "-o", "json"])
+        .await?
+        .ok()
+        .context("listing every namespaced type")?;
+    let list: serde_json::Value = serde_json::from_str(&out)?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| !is_user_data(o))
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_crd() -> Result<()> {
     let cluster = Cluster::shared();
     let ns = cluster.namespace("helm-install").await?;
+    let app = cluster.namespace("helm-install-app").await?;
     let release = "life";
-    install(cluster, release, &ns.name, &[]).await?;
+    // The app namespace is not injected: nothing serves the webhook's Service here.
+    let exclude = format!("webhook.excludeNamespaces={{{}}}", app.name);
+    install(cluster, release, &ns.name, &[&exclude]).await?;
 
     let manifest = helm(cluster, &["get", "manifest", release, "-n", &ns.name])
         .await?
@@ -372,29 +429,128 @@ async fn install_creates_every_templated_object_and_uninstall_leaves_only_the_cr
         .with_context(|| format!("FlowSchema {name}"))?;
     }
 
+    // The operator as the Deployment runs it (leader election on, under the chart's RBAC)
+    // makes what it makes at run time: it leads through the chart's Lease, writes its
+    // webhook Secret, binds the sidecar role in the app namespace, assigns slots.
+    let operator = ChartOperator::start(cluster, &ns.name, release).await?;
+    let leader_lease = format!("{}-leader", fullname(release));
+    let get = |what: &'static str, name: String, namespace: String, path: &'static str| async move {
+        cluster
+            .kubectl(&[
+                "get",
+                what,
+                &name,
+                "-n",
+                &namespace,
+                "--ignore-not-found",
+                "-o",
+                &format!("jsonpath={path}"),
+            ])
+            .await?
+            .ok()
+    };
+    eventually(
+        LIMIT,
+        "the operator to lead through the chart's Lease",
+        || async {
+            operator.process.check_running()?;
+            let holder = get(
+                "lease",
+                leader_lease.clone(),
+                ns.name.clone(),
+                "{.spec.holderIdentity}",
+            )
+            .await?;
+            Ok((holder == format!("{}-0", fullname(release))).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    create_sequence(&app, "orders", serde_json::json!({})).await?;
+    let pods = create_pods(&app, "orders", "app", 2).await?;
+    let uids: Vec<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    all_assigned(&app, "orders", &uids, LIMIT)
+        .await
+        .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    let secret = format!("{}-webhook-tls", fullname(release));
+    eventually(
+        LIMIT,
+        "the sidecar RoleBinding and the webhook Secret",
+        || async {
+            operator.process.check_running()?;
+            let binding = get(
+                "rolebinding",
+                "kubeflake-sidecar".into(),
+                app.name.clone(),
+                "{.metadata.ownerReferences[0].kind}",
+            )
+            .await?;
+            let tls = get(
+                "secret",
+                secret.clone(),
+                ns.name.clone(),
+                "{.metadata.name}",
+            )
+            .await?;
+            Ok((binding == "ClusterRole" && !tls.is_empty()).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.log()))?;
+
     helm(cluster, &["uninstall", release, "-n", &ns.name])
         .await?
         .ok()?;
-    // Endpoints and EndpointSlices copy the Services' labels and are removed by the
-    // garbage collector shortly after their Services: wait for that, boundedly.
+    // Endpoints and EndpointSlices copy the Services' labels, and the operator's RoleBinding
+    // and Secret are owned by cluster-scoped objects of the release: the garbage collector
+    // removes them shortly after. The operator keeps running meanwhile, as its pods do
+    // while they terminate; it must not write anything back.
+    let clean = || async {
+        let mut left: BTreeSet<String> = objects_of_release(cluster, release).await?;
+        for namespace in [&ns.name, &app.name] {
+            left.extend(
+                not_user_data(cluster, namespace)
+                    .await?
+                    .into_iter()
+                    .map(|o| format!("{namespace}: {o}")),
+            );
+        }
+        anyhow::Ok(left)
+    };
     let left = eventually(LIMIT, "every object of the release to be gone", || async {
-        let left = objects_of_release(cluster, release).await?;
+        let left = clean().await?;
         Ok(left.is_empty().then_some(left))
     })
     .await;
     let left = match left {
         Ok(_) => BTreeSet::new(),
-        Err(_) => objects_of_release(cluster, release).await?,
+        Err(_) => clean().await?,
     };
     assert!(
         left.is_empty(),
-        "left behind after helm uninstall: {left:?}"
+        "left behind after helm uninstall: {left:?}\noperator log:\n{}",
+        operator.log()
+    );
+    drop(operator);
+    let left = clean().await?;
+    assert!(
+        left.is_empty(),
+        "written back by the operator after helm uninstall: {left:?}"
     );
     cluster
         .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
         .await?
         .ok()
         .context("the CRD (and so every IdSequence) survives helm uninstall")?;
+    let sequences = cluster
+        .kubectl(&["get", "idsequences", "-n", &app.name, "-o", "name"])
+        .await?
+        .ok()?;
+    assert_eq!(
+        sequences.trim(),
+        "idsequence.kubeflake.io/orders",
+        "user data stays"
+    );
     Ok(())
 }
 

@@ -177,6 +177,22 @@ fn operator_rows() -> Vec<Row> {
         true,
     );
     status.subresource = Some("status");
+    let mut status_update = row(
+        "may not update IdSequence status (it patches)",
+        "update",
+        "idsequences.kubeflake.io",
+        App,
+        false,
+    );
+    status_update.subresource = Some("status");
+    let mut status_get = row(
+        "may not get IdSequence status (it reads the object)",
+        "get",
+        "idsequences.kubeflake.io",
+        App,
+        false,
+    );
+    status_get.subresource = Some("status");
     let mut finalizers = row(
         "may update IdSequence finalizers",
         "update",
@@ -201,7 +217,16 @@ fn operator_rows() -> Vec<Row> {
             true,
         ),
         status,
+        status_update,
+        status_get,
         finalizers,
+        row(
+            "may not update IdSequences (it patches)",
+            "update",
+            "idsequences.kubeflake.io",
+            App,
+            false,
+        ),
         row(
             "may create slot leases in any namespace",
             "create",
@@ -247,18 +272,60 @@ fn operator_rows() -> Vec<Row> {
             true,
         ),
         row(
+            "may not get RoleBindings (it reads them from its watch)",
+            "get",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            false,
+        ),
+        row(
+            "may not update RoleBindings (roleRef is immutable: delete and create)",
+            "update",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            false,
+        ),
+        row(
+            "may not patch RoleBindings",
+            "patch",
+            "rolebindings.rbac.authorization.k8s.io",
+            App,
+            false,
+        ),
+        row(
             "may bind the sidecar ClusterRole",
             "bind",
+            sidecar_role.clone(),
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may get the sidecar ClusterRole (its uid owns the bindings)",
+            "get",
             sidecar_role,
             ClusterScoped,
             true,
         ),
         row(
-            "may patch its webhook configuration",
+            "may not get other ClusterRoles",
+            "get",
+            "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may update its webhook configuration (caBundle)",
+            "update",
+            webhook_config.clone(),
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may not patch its webhook configuration (it updates)",
             "patch",
             webhook_config,
             ClusterScoped,
-            true,
+            false,
         ),
         row(
             "may create Secrets in its own namespace",
@@ -277,9 +344,30 @@ fn operator_rows() -> Vec<Row> {
         row(
             "may read its webhook Secret",
             "get",
-            webhook_secret,
+            webhook_secret.clone(),
             Release,
             true,
+        ),
+        row(
+            "may not patch its webhook Secret (it updates)",
+            "patch",
+            webhook_secret.clone(),
+            Release,
+            false,
+        ),
+        row(
+            "may not watch its webhook Secret",
+            "watch",
+            webhook_secret.clone(),
+            Release,
+            false,
+        ),
+        row(
+            "may not list its webhook Secret",
+            "list",
+            webhook_secret,
+            Release,
+            false,
         ),
         row(
             "may not read Secrets in other namespaces",

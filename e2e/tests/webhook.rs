@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kubeflake_e2e::{Cluster, TestNamespace};
@@ -21,6 +21,23 @@ use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SIDECAR: &str = "kubeflake-sidecar";
+/// The sidecar ClusterRole the operator binds here (the chart installs its own). It must
+/// exist: the bindings name it as their owner.
+const SIDECAR_ROLE: &str = "kubeflake-sidecar-e2e";
+
+/// Creates [`SIDECAR_ROLE`] unless another test already did.
+async fn ensure_sidecar_role(client: &kube::Client) -> Result<()> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": SIDECAR_ROLE},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"]}],
+    }))?;
+    match roles.create(&PostParams::default(), &role).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// One webhook entry pointing at the local operator; used twice in one configuration so
 /// that the API server calls it twice for every pod (and re-invokes it).
@@ -49,6 +66,7 @@ struct Setup {
 async fn setup(cluster: &Cluster, prefix: &str) -> Result<Setup> {
     install_crd(cluster).await?;
     let ns = cluster.namespace(prefix).await?;
+    ensure_sidecar_role(&ns.client).await?;
     let port = free_port();
     let config_name = format!("kubeflake-{}", ns.name);
     let configs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
@@ -76,7 +94,7 @@ async fn setup(cluster: &Cluster, prefix: &str) -> Result<Setup> {
             "--sidecar-image",
             "kubeflake-sidecar:e2e",
             "--sidecar-cluster-role",
-            "kubeflake-sidecar-e2e",
+            SIDECAR_ROLE,
         ],
     )?;
     wait_for_ca_bundle(&configs, &config_name).await?;
@@ -343,7 +361,12 @@ async fn a_namespace_with_a_sequence_gets_the_sidecar_role_binding_and_loses_it_
         Ok(bindings.get_opt("kubeflake-sidecar").await?)
     })
     .await?;
-    assert_eq!(binding.role_ref.name, "kubeflake-sidecar-e2e");
+    assert_eq!(binding.role_ref.name, SIDECAR_ROLE);
+    let owners = binding.owner_references();
+    assert!(
+        owners.len() == 1 && owners[0].kind == "ClusterRole" && owners[0].name == SIDECAR_ROLE,
+        "owned by the ClusterRole it binds, so deleting the role removes it: {owners:?}"
+    );
     let subjects = binding.subjects.unwrap_or_default();
     assert_eq!(subjects.len(), 1);
     assert_eq!(

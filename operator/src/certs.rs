@@ -72,6 +72,11 @@ pub enum CertError {
     },
     #[error("Secret {0} is missing {1}")]
     Incomplete(String, &'static str),
+    #[error(
+        "MutatingWebhookConfiguration {0} not found: the certificate Secret, which it owns, \
+         is written only while it exists (install the chart, or create it first)"
+    )]
+    NoWebhookConfig(String),
 }
 
 /// The serving certificate the TLS server presents; swapped in place on renewal.
@@ -373,21 +378,35 @@ pub async fn sync_once(
             config.webhook_config
         )))?;
     let what = format!("Secret {}/{}", config.namespace, config.secret);
+    let Some(webhook) = webhook else {
+        // Without its owner a Secret written now would outlive the release (after
+        // `helm uninstall` deleted the configuration, a replica still draining must not
+        // write it again). Serve what is stored, if anything, and write nothing.
+        let stored = secrets
+            .get_opt(&config.secret)
+            .await
+            .map_err(kube_err(&what))?
+            .as_ref()
+            .and_then(read_stored);
+        if let Some(stored) = stored {
+            serving.load_pem(&stored.tls_crt, &stored.tls_key, &what)?;
+        }
+        return Err(CertError::NoWebhookConfig(config.webhook_config.clone()));
+    };
     let secret = loop {
         let current = secrets
             .get_opt(&config.secret)
             .await
             .map_err(kube_err(&what))?;
         let stored = current.as_ref().and_then(read_stored);
-        let owner = webhook.as_ref().map(owner_of);
-        let owner_missing = owner.is_some()
-            && current.as_ref().is_some_and(|s| {
-                s.metadata
-                    .owner_references
-                    .as_deref()
-                    .unwrap_or_default()
-                    .is_empty()
-            });
+        let owner = Some(owner_of(&webhook));
+        let owner_missing = current.as_ref().is_some_and(|s| {
+            s.metadata
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+        });
         let desired = desired_secret(config, stored.as_ref())?;
         let desired = match (desired, current.clone()) {
             (Some(d), _) => d,
@@ -453,9 +472,7 @@ pub async fn sync_once(
         "tls.crt, tls.key, ca.crt or ca.key",
     ))?;
     serving.load_pem(&stored.tls_crt, &stored.tls_key, &what)?;
-    if webhook.is_some() {
-        patch_ca_bundle(&configs, &config.webhook_config, &stored.ca_bundle).await?;
-    }
+    patch_ca_bundle(&configs, &config.webhook_config, &stored.ca_bundle).await?;
     Ok(())
 }
 

@@ -49,6 +49,10 @@ pub struct OperatorConfig {
     pub instance: String,
     /// Namespace of the leader-election Lease; `None` runs without election.
     pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease ([`LEADER_LEASE`] unless set). The chart creates
+    /// it as part of the release, so `helm uninstall` removes it; when absent the
+    /// operator creates it.
+    pub leader_lease: String,
     /// The injection webhook; `None` serves none.
     pub webhook: Option<WebhookConfig>,
     /// The ClusterRole bound for sidecars in each namespace with IdSequences; `None`
@@ -74,11 +78,12 @@ pub enum CertSource {
 }
 
 /// Starts the webhook's certificate keeper and HTTPS server; both end with the process.
+/// Returns the serving certificate, which readiness waits for.
 async fn start_webhook(
     client: &Client,
     config: &WebhookConfig,
     metrics: Arc<metrics::Metrics>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Arc<certs::ServingCert>> {
     let listener = webhook::bind(config.addr).await?;
     let serving = Arc::new(certs::ServingCert::default());
     match &config.certs {
@@ -93,7 +98,7 @@ async fn start_webhook(
             tokio::spawn(certs::keep_from_dir(dir.clone(), serving.clone()));
         }
     }
-    let acceptor = webhook::tls_acceptor(serving)?;
+    let acceptor = webhook::tls_acceptor(serving.clone())?;
     tracing::info!(webhook_addr = %listener.local_addr()?, path = webhook::PATH, "webhook serving");
     let handler = Arc::new(webhook::Webhook {
         client: client.clone(),
@@ -101,10 +106,10 @@ async fn start_webhook(
         metrics,
     });
     tokio::spawn(webhook::serve(listener, acceptor, handler));
-    Ok(())
+    Ok(serving)
 }
 
-/// Name of the leader-election Lease.
+/// Default name of the leader-election Lease.
 pub const LEADER_LEASE: &str = "kubeflake-operator-leader";
 
 fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
@@ -146,7 +151,7 @@ pub async fn run(
         None => run_controller(client, &config, metrics, health, shutdown).await,
         Some(ns) => {
             let manager =
-                kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
+                kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.leader_lease)
                     .with_namespace(ns)
                     .with_identity(&config.instance)
                     .with_duration(15)
@@ -156,7 +161,7 @@ pub async fn run(
             let (mut leading, election) = manager.watch().await;
             // A follower is healthy and ready: it stands by.
             health.ready.store(true, Ordering::Release);
-            tracing::info!(lease = LEADER_LEASE, namespace = %ns, "waiting to become leader");
+            tracing::info!(lease = %config.leader_lease, namespace = %ns, "waiting to become leader");
             let mut shutdown = Box::pin(shutdown);
             let became_leader = loop {
                 if *leading.borrow_and_update() {

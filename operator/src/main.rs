@@ -27,6 +27,10 @@ struct Args {
     /// reconciles at a time (default: no election; correctness never depends on it).
     #[arg(long, env = "KUBEFLAKE_LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease; used as it is when it exists (the chart creates
+    /// it with the release), created otherwise.
+    #[arg(long, default_value = kubeflake_operator::LEADER_LEASE, env = "KUBEFLAKE_LEADER_ELECTION_LEASE")]
+    leader_election_lease: String,
     /// Log format.
     #[arg(long, value_enum, default_value = "text", env = "KUBEFLAKE_LOG_FORMAT")]
     log_format: LogFormat,
@@ -247,6 +251,7 @@ async fn main() {
         metrics_addr: args.metrics_addr,
         instance,
         leader_election_namespace: args.leader_election_namespace,
+        leader_lease: args.leader_election_lease,
         webhook,
         sidecar_cluster_role: args.sidecar_cluster_role,
     };

@@ -8,6 +8,12 @@
 //! namespace, so a sidecar can never touch Leases elsewhere. When the last IdSequence of
 //! a namespace is gone, the binding goes too.
 //!
+//! Each binding is owned (`ownerReferences`) by that ClusterRole: a cluster-scoped owner
+//! of a namespaced dependent, so when `helm uninstall` deletes the role, the garbage
+//! collector deletes every binding with it, in every namespace, even though the operator
+//! is gone by then. While the role does not exist no binding is created (it would grant
+//! nothing, and nothing would ever remove it).
+//!
 //! Like the main reconciler, this is an idempotent function of observed state: [`plan`]
 //! compares the namespaces that have sequences with the bindings that exist; every write
 //! is a create or a delete with a precondition.
@@ -17,12 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
 
 use crate::metrics::Metrics;
@@ -38,28 +45,46 @@ pub enum Change {
     Create {
         namespace: String,
     },
-    /// Delete the binding with this uid (it is unneeded, or binds the wrong role and will be
-    /// created again on the next pass: `roleRef` cannot be changed in place).
+    /// Delete the binding with this uid (it is unneeded, or binds the wrong role or lacks
+    /// the role as its owner, and will be created again on the next pass: `roleRef` cannot
+    /// be changed in place).
     Delete {
         namespace: String,
         uid: String,
     },
 }
 
-/// A binding as observed: its namespace, uid and the ClusterRole it binds.
+/// A binding as observed: its namespace, uid, the ClusterRole it binds, and the uid of
+/// the ClusterRole that owns it (if any).
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub namespace: String,
     pub uid: String,
     pub role: String,
+    pub owner_uid: Option<String>,
 }
 
-/// The writes that make the bindings match the namespaces that have sequences.
-pub fn plan(with_sequences: &BTreeSet<String>, bindings: &[Observed], role: &str) -> Vec<Change> {
+/// The sidecar ClusterRole as found: its name and uid (the bindings' owner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The writes that make the bindings match the namespaces that have sequences. `role` is
+/// `None` while the ClusterRole does not exist: then nothing is created, and bindings are
+/// only deleted when unneeded or bound to another role.
+pub fn plan(
+    with_sequences: &BTreeSet<String>,
+    bindings: &[Observed],
+    role_name: &str,
+    role: Option<&Role>,
+) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut good = BTreeSet::new();
     for b in bindings {
-        if with_sequences.contains(&b.namespace) && b.role == role {
+        let owner_ok = role.is_none_or(|r| b.owner_uid.as_deref() == Some(r.uid.as_str()));
+        if with_sequences.contains(&b.namespace) && b.role == role_name && owner_ok {
             good.insert(b.namespace.clone());
         } else {
             changes.push(Change::Delete {
@@ -67,6 +92,9 @@ pub fn plan(with_sequences: &BTreeSet<String>, bindings: &[Observed], role: &str
                 uid: b.uid.clone(),
             });
         }
+    }
+    if role.is_none() {
+        return changes;
     }
     for ns in with_sequences.difference(&good) {
         let being_replaced = changes
@@ -81,12 +109,20 @@ pub fn plan(with_sequences: &BTreeSet<String>, bindings: &[Observed], role: &str
     changes
 }
 
-/// The binding for `namespace`.
-pub fn binding(namespace: &str, role: &str) -> RoleBinding {
+/// The binding for `namespace`, owned by `role`. No `blockOwnerDeletion`: deleting the
+/// role need not wait for the bindings, and setting it would need more rights.
+pub fn binding(namespace: &str, role: &Role) -> RoleBinding {
     RoleBinding {
         metadata: ObjectMeta {
             name: Some(BINDING.into()),
             namespace: Some(namespace.into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: ClusterRole::api_version(&()).into(),
+                kind: ClusterRole::kind(&()).into(),
+                name: role.name.clone(),
+                uid: role.uid.clone(),
+                ..Default::default()
+            }]),
             labels: Some(BTreeMap::from([
                 (MANAGED_LABEL.to_string(), "true".to_string()),
                 (
@@ -99,7 +135,7 @@ pub fn binding(namespace: &str, role: &str) -> RoleBinding {
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".into(),
             kind: "ClusterRole".into(),
-            name: role.into(),
+            name: role.name.clone(),
         },
         subjects: Some(vec![Subject {
             api_group: Some("rbac.authorization.k8s.io".into()),
@@ -119,8 +155,35 @@ fn observed(store: &Store<RoleBinding>) -> Vec<Observed> {
             namespace: b.namespace().unwrap_or_default(),
             uid: b.uid().unwrap_or_default(),
             role: b.role_ref.name.clone(),
+            owner_uid: b
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "ClusterRole" && o.name == b.role_ref.name)
+                .map(|o| o.uid.clone()),
         })
         .collect()
+}
+
+/// Reads the sidecar ClusterRole (`get` on that one name); `None` when it does not exist
+/// or cannot be read (logged: the pass then creates nothing).
+async fn find_role(roles: &Api<ClusterRole>, name: &str) -> Option<Role> {
+    match roles.get_opt(name).await {
+        Ok(Some(r)) => Some(Role {
+            name: name.to_string(),
+            uid: r.uid().unwrap_or_default(),
+        }),
+        Ok(None) => {
+            tracing::warn!(
+                cluster_role = name,
+                "sidecar ClusterRole not found: no sidecar RoleBinding is created until it exists"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(cluster_role = name, error = %e, "cannot read the sidecar ClusterRole (the operator needs get on it): no sidecar RoleBinding is created");
+            None
+        }
+    }
 }
 
 /// Keeps the bindings right until dropped: a pass whenever sequences or bindings change,
@@ -141,6 +204,7 @@ pub async fn keep_sidecar_bindings(
         }
     };
     let (sequences, bindings) = scoped(&client);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
     let (seq_store, seq_writer) = reflector::store();
     let seq_events = watcher(sequences, watcher::Config::default())
         .default_backoff()
@@ -174,8 +238,15 @@ pub async fn keep_sidecar_bindings(
             .iter()
             .filter_map(|s| s.namespace())
             .collect();
-        for change in plan(&with_sequences, &observed(&binding_store), &role) {
-            apply(&client, &role, &change, &metrics).await;
+        let found = find_role(&roles, &role).await;
+        let changes = plan(
+            &with_sequences,
+            &observed(&binding_store),
+            &role,
+            found.as_ref(),
+        );
+        for change in changes {
+            apply(&client, found.as_ref(), &change, &metrics).await;
         }
         // Wait for a change (then let a burst settle) or a minute.
         tokio::select! {
@@ -190,9 +261,10 @@ pub async fn keep_sidecar_bindings(
     }
 }
 
-async fn apply(client: &Client, role: &str, change: &Change, metrics: &Metrics) {
+async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &Metrics) {
     let result = match change {
         Change::Create { namespace } => {
+            let Some(role) = role else { return };
             let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
             api.create(&PostParams::default(), &binding(namespace, role))
                 .await
@@ -231,17 +303,31 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
-    fn bound(ns: &str, role: &str) -> Observed {
+    fn role() -> Role {
+        Role {
+            name: "sidecar".into(),
+            uid: "role-uid".into(),
+        }
+    }
+
+    /// A binding of `role_name` in `ns`, owned by the current sidecar role.
+    fn bound(ns: &str, role_name: &str) -> Observed {
         Observed {
             namespace: ns.into(),
             uid: format!("uid-{ns}"),
-            role: role.into(),
+            role: role_name.into(),
+            owner_uid: Some("role-uid".into()),
         }
     }
 
     #[test]
     fn every_namespace_with_a_sequence_gets_one_binding() {
-        let changes = plan(&set(&["a", "b"]), &[bound("a", "sidecar")], "sidecar");
+        let changes = plan(
+            &set(&["a", "b"]),
+            &[bound("a", "sidecar")],
+            "sidecar",
+            Some(&role()),
+        );
         assert_eq!(
             changes,
             vec![Change::Create {
@@ -252,7 +338,12 @@ mod tests {
 
     #[test]
     fn a_namespace_whose_last_sequence_is_gone_loses_its_binding() {
-        let changes = plan(&set(&[]), &[bound("a", "sidecar")], "sidecar");
+        let changes = plan(
+            &set(&[]),
+            &[bound("a", "sidecar")],
+            "sidecar",
+            Some(&role()),
+        );
         assert_eq!(
             changes,
             vec![Change::Delete {
@@ -264,7 +355,12 @@ mod tests {
 
     #[test]
     fn a_binding_to_another_role_is_deleted_first_and_recreated_on_the_next_pass() {
-        let changes = plan(&set(&["a"]), &[bound("a", "old-role")], "sidecar");
+        let changes = plan(
+            &set(&["a"]),
+            &[bound("a", "old-role")],
+            "sidecar",
+            Some(&role()),
+        );
         assert_eq!(
             changes,
             vec![Change::Delete {
@@ -273,7 +369,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            plan(&set(&["a"]), &[], "sidecar"),
+            plan(&set(&["a"]), &[], "sidecar", Some(&role())),
             vec![Change::Create {
                 namespace: "a".into()
             }]
@@ -281,18 +377,74 @@ mod tests {
     }
 
     #[test]
+    fn a_binding_not_owned_by_the_current_role_is_replaced_so_uninstall_removes_it() {
+        for owner in [None, Some("uid-of-a-deleted-role".to_string())] {
+            let mut old = bound("a", "sidecar");
+            old.owner_uid = owner.clone();
+            assert_eq!(
+                plan(&set(&["a"]), &[old], "sidecar", Some(&role())),
+                vec![Change::Delete {
+                    namespace: "a".into(),
+                    uid: "uid-a".into()
+                }],
+                "owner {owner:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_the_cluster_role_nothing_is_created_and_unneeded_bindings_still_go() {
+        assert!(plan(&set(&["a"]), &[], "sidecar", None).is_empty());
+        let mut unowned = bound("a", "sidecar");
+        unowned.owner_uid = None;
+        assert!(
+            plan(&set(&["a"]), &[unowned], "sidecar", None).is_empty(),
+            "a binding is not churned while the role cannot be read"
+        );
+        assert_eq!(
+            plan(&set(&[]), &[bound("b", "sidecar")], "sidecar", None),
+            vec![Change::Delete {
+                namespace: "b".into(),
+                uid: "uid-b".into()
+            }]
+        );
+    }
+
+    #[test]
     fn when_all_is_in_place_nothing_is_written() {
-        assert!(plan(&set(&["a"]), &[bound("a", "sidecar")], "sidecar").is_empty());
+        assert!(
+            plan(
+                &set(&["a"]),
+                &[bound("a", "sidecar")],
+                "sidecar",
+                Some(&role())
+            )
+            .is_empty()
+        );
     }
 
     #[test]
     fn the_binding_grants_only_the_namespace_s_own_service_accounts() {
-        let b = binding("shop", "kubeflake-sidecar");
+        let b = binding("shop", &role());
         let subjects = b.subjects.expect("subjects");
         assert_eq!(subjects.len(), 1);
         assert_eq!(subjects[0].kind, "Group");
         assert_eq!(subjects[0].name, "system:serviceaccounts:shop");
         assert_eq!(b.role_ref.kind, "ClusterRole");
+        assert_eq!(b.role_ref.name, "sidecar");
         assert_eq!(b.metadata.namespace.as_deref(), Some("shop"));
+    }
+
+    #[test]
+    fn the_binding_is_owned_by_the_cluster_role_so_the_garbage_collector_removes_it_with_the_role()
+    {
+        let b = binding("shop", &role());
+        let owners = b.metadata.owner_references.expect("owner references");
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].api_version, "rbac.authorization.k8s.io/v1");
+        assert_eq!(owners[0].kind, "ClusterRole");
+        assert_eq!(owners[0].name, "sidecar");
+        assert_eq!(owners[0].uid, "role-uid");
+        assert_eq!(owners[0].block_owner_deletion, None);
     }
 }

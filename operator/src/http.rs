@@ -1,8 +1,8 @@
 //! Health, readiness and metrics endpoints of the operator, on a port of their own.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -12,15 +12,39 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::certs::ServingCert;
 use crate::metrics::Metrics;
 
 /// What the probes report.
 #[derive(Default)]
 pub struct Health {
-    /// The caches have synced and the controller runs.
+    /// The caches have synced and the controller runs (or this replica stands by).
     pub ready: AtomicBool,
     /// The controller loop ended (it should not while the process lives).
     pub failed: AtomicBool,
+    /// The webhook's serving certificate, when this replica serves the webhook. Until it
+    /// is loaded every TLS handshake fails, so the replica must not be in the Service's
+    /// endpoints: with `failurePolicy: Fail` the API server would reject labelled pods.
+    pub webhook_cert: OnceLock<Arc<ServingCert>>,
+    /// Set on SIGTERM: the replica drains (see `--shutdown-drain-seconds`) and reports not
+    /// ready so that the endpoints controller takes it out of the Service first.
+    pub draining: AtomicBool,
+}
+
+impl Health {
+    /// Whether the replica may receive traffic; the reason when not.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err("shutting down");
+        }
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("caches not synced yet");
+        }
+        if self.webhook_cert.get().is_some_and(|c| !c.is_loaded()) {
+            return Err("webhook serving certificate not loaded yet");
+        }
+        Ok(())
+    }
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
@@ -42,14 +66,14 @@ fn answer(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respon
             r#"{"status":"controller stopped"}"#.into(),
         ),
         "/healthz" => reply(StatusCode::OK, json, r#"{"status":"alive"}"#.into()),
-        "/readyz" if health.ready.load(Ordering::Acquire) => {
-            reply(StatusCode::OK, json, r#"{"status":"ready"}"#.into())
-        }
-        "/readyz" => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json,
-            r#"{"status":"not ready","reason":"caches not synced yet"}"#.into(),
-        ),
+        "/readyz" => match health.readiness() {
+            Ok(()) => reply(StatusCode::OK, json, r#"{"status":"ready"}"#.into()),
+            Err(reason) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json,
+                serde_json::json!({"status": "not ready", "reason": reason}).to_string(),
+            ),
+        },
         "/metrics" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4",
@@ -79,5 +103,51 @@ pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metr
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed_pem() -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("a certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_replica_serving_the_webhook_is_not_ready_until_its_certificate_is_loaded() {
+        let health = Health::default();
+        health.ready.store(true, Ordering::Release);
+        let cert = Arc::new(ServingCert::default());
+        assert!(health.webhook_cert.set(cert.clone()).is_ok());
+        assert_eq!(
+            health.readiness(),
+            Err("webhook serving certificate not loaded yet")
+        );
+        let (crt, key) = self_signed_pem();
+        cert.load_pem(crt.as_bytes(), key.as_bytes(), "test")
+            .expect("loads");
+        assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn without_the_webhook_readiness_is_the_caches_alone() {
+        let health = Health::default();
+        assert_eq!(health.readiness(), Err("caches not synced yet"));
+        health.ready.store(true, Ordering::Release);
+        assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn a_draining_replica_is_not_ready() {
+        let health = Health::default();
+        health.ready.store(true, Ordering::Release);
+        health.draining.store(true, Ordering::Release);
+        assert_eq!(health.readiness(), Err("shutting down"));
     }
 }

@@ -145,7 +145,8 @@ pub async fn run(
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     // Every replica serves the webhook, leader or not: it only reads.
     if let Some(webhook) = &config.webhook {
-        start_webhook(&client, webhook, metrics.clone()).await?;
+        let serving = start_webhook(&client, webhook, metrics.clone()).await?;
+        let _ = health.webhook_cert.set(serving);
     }
     let result = match &config.leader_election_namespace {
         None => run_controller(client, &config, metrics, health, shutdown).await,

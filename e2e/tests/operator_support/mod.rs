@@ -19,20 +19,31 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::process::{Process, ProcessSpec};
 use kubeflake_e2e::{Cluster, TestNamespace};
 
-/// The workspace's debug binaries (built by `cargo test`: each has integration tests).
+/// A workspace binary, built for the profile the tests run in (target/debug or
+/// target/release). Built once per test binary before first use, so a test run after a
+/// change to the sidecar or operator never starts a stale binary (`cargo test -p
+/// kubeflake-e2e` alone does not rebuild other packages' binaries).
 pub fn workspace_binary(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let exe = std::env::current_exe().expect("test binary path");
-    let debug_dir = exe
+    let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
-        .expect("target/debug");
-    let path = debug_dir.join(name);
-    if !path.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-q", "--bin", name])
-            .status()
-            .expect("cargo runs");
+        .expect("target/<profile>");
+    let path = profile_dir.join(name);
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        // From the workspace root, where every member's binaries are in reach.
+        cargo
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args(["build", "-q", "--locked", "--bin", name]);
+        if profile_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cargo runs");
         assert!(status.success(), "cannot build {name}");
+        built.push(name.to_string());
     }
     path
 }

@@ -412,8 +412,8 @@ pub struct IdSequenceStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SegmentStatus {
-    /// The high-water mark: the first value not yet claimed by any sidecar. Every value
-    /// handed out so far is below it; it never goes down.
+    /// The counter's next value as last observed (every 15 s): every value handed out
+    /// before is below it. A lower bound only: sidecars may have claimed above it since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<i64>,
     /// Blocks claimed since the counter was created.

@@ -64,6 +64,11 @@ struct Setup {
 
 /// An operator with its webhook and a configuration that trusts it (caBundle written).
 async fn setup(cluster: &Cluster, prefix: &str) -> Result<Setup> {
+    setup_with(cluster, prefix, &[]).await
+}
+
+/// [`setup`] with extra operator arguments.
+async fn setup_with(cluster: &Cluster, prefix: &str, extra: &[&str]) -> Result<Setup> {
     install_crd(cluster).await?;
     let ns = cluster.namespace(prefix).await?;
     ensure_sidecar_role(&ns.client).await?;
@@ -95,7 +100,11 @@ async fn setup(cluster: &Cluster, prefix: &str) -> Result<Setup> {
             "kubeflake-sidecar:e2e",
             "--sidecar-cluster-role",
             SIDECAR_ROLE,
-        ],
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
     )?;
     wait_for_ca_bundle(&configs, &config_name).await?;
     Ok(Setup {
@@ -398,4 +407,62 @@ async fn a_namespace_with_a_sequence_gets_the_sidecar_role_binding_and_loses_it_
         },
     )
     .await
+}
+
+/// `GET /readyz` on the operator's probe port: the status code and body (0 when refused).
+fn readyz(port: u16) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sigterm_the_webhook_is_still_served_while_readiness_says_shutting_down() -> Result<()>
+{
+    let cluster = Cluster::shared();
+    // A drain far longer than this test needs: the checks below run inside it.
+    let s = setup_with(cluster, "wh-drain", &["--shutdown-drain-seconds", "60"]).await?;
+    create_sequence(&s.ns, "orders", json!({})).await?;
+    let port = s.operator.metrics_port;
+    eventually(LIMIT, "the operator to be ready", || async {
+        Ok((readyz(port).0 == 200).then_some(()))
+    })
+    .await?;
+    let pid = s.operator.process.pid().context("the operator runs")?;
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    eventually(LIMIT, "readiness to report shutting down", || async {
+        let (code, body) = readyz(port);
+        Ok((code == 503 && body.contains("shutting down")).then_some(()))
+    })
+    .await?;
+    // The API server may still call a terminating replica: it is answered, not refused.
+    let injected = create(
+        &s.ns,
+        &pod(
+            "during-drain",
+            json!({"kubeflake.io/sequence": "orders"}),
+            json!({}),
+        )?,
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", s.operator.process.log_tail(30)))?;
+    assert_eq!(sidecars(&injected), 1, "injected during the drain");
+    s.operator
+        .process
+        .check_running()
+        .context("the operator still runs during its drain")?;
+    let log = std::fs::read_to_string(&s.operator.process.spec().log).unwrap_or_default();
+    assert!(log.contains("draining"), "the drain is logged:\n{log}");
+    Ok(())
 }

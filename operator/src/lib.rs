@@ -58,6 +58,10 @@ pub struct OperatorConfig {
     /// The ClusterRole bound for sidecars in each namespace with IdSequences; `None`
     /// leaves sidecar RBAC to the cluster's administrator.
     pub sidecar_cluster_role: Option<String>,
+    /// How long after the shutdown signal the webhook keeps being served (and `/readyz`
+    /// reports not ready), so that the API server, which may still hold this replica's
+    /// endpoint, is answered rather than refused. Zero, or no webhook: exit at once.
+    pub shutdown_drain: Duration,
 }
 
 /// Where the webhook listens, what it injects, and where its certificate comes from.
@@ -126,6 +130,9 @@ where
 /// when this replica leads (or at once without election). Losing leadership ends the run,
 /// so the replica restarts as a follower. Election only avoids duplicated work: two
 /// controllers at once stay correct, every write being a compare-and-swap.
+///
+/// On `shutdown` the controller stops at once, `/readyz` turns not ready, and the webhook
+/// is served for `shutdown_drain` more (counted from the signal) before the run ends.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -142,6 +149,26 @@ pub async fn run(
             )
         })?;
     tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
+    // The signal, seen once and shared: it marks the replica draining and stops the
+    // controller (or the wait for leadership).
+    let (signalled_tx, signalled) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
+    {
+        let health = health.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            health.draining.store(true, Ordering::Release);
+            let _ = signalled_tx.send(Some(tokio::time::Instant::now()));
+        });
+    }
+    let stopped = {
+        let signalled = signalled.clone();
+        move || {
+            let mut signalled = signalled.clone();
+            async move {
+                let _ = signalled.wait_for(Option::is_some).await;
+            }
+        }
+    };
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     // Every replica serves the webhook, leader or not: it only reads.
     if let Some(webhook) = &config.webhook {
@@ -149,7 +176,7 @@ pub async fn run(
         let _ = health.webhook_cert.set(serving);
     }
     let result = match &config.leader_election_namespace {
-        None => run_controller(client, &config, metrics, health, shutdown).await,
+        None => run_controller(client, &config, metrics, health.clone(), stopped()).await,
         Some(ns) => {
             let manager =
                 kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.leader_lease)
@@ -163,7 +190,7 @@ pub async fn run(
             // A follower is healthy and ready: it stands by.
             health.ready.store(true, Ordering::Release);
             tracing::info!(lease = %config.leader_lease, namespace = %ns, "waiting to become leader");
-            let mut shutdown = Box::pin(shutdown);
+            let mut shutdown = Box::pin(stopped());
             let became_leader = loop {
                 if *leading.borrow_and_update() {
                     break true;
@@ -186,7 +213,7 @@ pub async fn run(
                 let stop = async move {
                     tokio::select! { () = shutdown => {}, () = lost => {} }
                 };
-                run_controller(client, &config, metrics, health, stop).await
+                run_controller(client, &config, metrics, health.clone(), stop).await
             } else {
                 Ok(())
             };
@@ -194,6 +221,17 @@ pub async fn run(
             result
         }
     };
+    let signalled_at = *signalled.borrow();
+    if let Some(at) = signalled_at
+        && config.webhook.is_some()
+        && !config.shutdown_drain.is_zero()
+    {
+        tracing::info!(
+            seconds = config.shutdown_drain.as_secs_f64(),
+            "draining: still serving the webhook while the API server drops this endpoint"
+        );
+        tokio::time::sleep_until(at + config.shutdown_drain).await;
+    }
     server.abort();
     tracing::info!("operator stopped");
     result

@@ -38,6 +38,12 @@ struct Args {
     /// that has an IdSequence, so sidecars may renew their Leases (default: none).
     #[arg(long, env = "KUBEFLAKE_SIDECAR_CLUSTER_ROLE")]
     sidecar_cluster_role: Option<String>,
+    /// Seconds to keep serving the webhook after SIGTERM (readiness turns false at once),
+    /// so that the API server, which may still send admission requests to this replica
+    /// until its endpoint is removed, is answered. Keep it below the pod's
+    /// terminationGracePeriodSeconds.
+    #[arg(long, default_value_t = 5, env = "KUBEFLAKE_SHUTDOWN_DRAIN_SECONDS")]
+    shutdown_drain_seconds: u64,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -254,6 +260,7 @@ async fn main() {
         leader_lease: args.leader_election_lease,
         webhook,
         sidecar_cluster_role: args.sidecar_cluster_role,
+        shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
     };
     if let Err(e) = run(client, config, shutdown).await {
         eprintln!("kubeflake-operator: error: {e:#}");

@@ -270,21 +270,7 @@ impl Api {
     fn one_id(&self, json: bool) -> Result<Reply, HttpError> {
         let id = self.current()?.next_id()?;
         self.metrics.ids_issued.inc();
-        let mut buf = itoa::Buffer::new();
-        let digits = buf.format(id.get()).as_bytes();
-        // Assembled by hand: `format!` cost about as much as the rest of this handler
-        // (callgrind, see docs/benchmarks.md).
-        let mut out = Vec::with_capacity(digits.len() + 10);
-        Ok(if json {
-            out.extend_from_slice(b"{\"id\":\"");
-            out.extend_from_slice(digits);
-            out.extend_from_slice(b"\"}");
-            body(StatusCode::OK, "application/json", out)
-        } else {
-            out.extend_from_slice(digits);
-            out.push(b'\n');
-            body(StatusCode::OK, "text/plain", out)
-        })
+        Ok(one_value_reply(id.get(), json))
     }
 
     fn many_ids(&self, count: u64, json: bool) -> Result<Reply, HttpError> {
@@ -323,21 +309,14 @@ impl Api {
         many: bool,
         json: bool,
     ) -> Result<Reply, HttpError> {
+        if !many {
+            let value = segment.take_one().await?;
+            self.metrics.ids_issued.inc();
+            return Ok(one_value_reply(value, json));
+        }
         let runs = segment.take(count).await?;
         self.metrics.ids_issued.inc_by(count);
         let mut buf = itoa::Buffer::new();
-        if !many {
-            let digits = buf.format(runs.first().map_or(0, |b| b.start));
-            return Ok(if json {
-                body(
-                    StatusCode::OK,
-                    "application/json",
-                    format!("{{\"id\":\"{digits}\"}}"),
-                )
-            } else {
-                body(StatusCode::OK, "text/plain", format!("{digits}\n"))
-            });
-        }
         let mut out = Vec::with_capacity(count as usize * 21 + 16);
         let values = runs.iter().flat_map(|b| b.start..b.end);
         if json {
@@ -563,6 +542,24 @@ impl Api {
             }
             reply
         }
+    }
+}
+
+/// The reply to `/id`: one value as text or `{"id":"<decimal>"}`. Assembled by hand:
+/// `format!` cost about as much as the rest of the handler (callgrind, docs/benchmarks.md).
+fn one_value_reply(value: u64, json: bool) -> Reply {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(value).as_bytes();
+    let mut out = Vec::with_capacity(digits.len() + 10);
+    if json {
+        out.extend_from_slice(b"{\"id\":\"");
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"\"}");
+        body(StatusCode::OK, "application/json", out)
+    } else {
+        out.extend_from_slice(digits);
+        out.push(b'\n');
+        body(StatusCode::OK, "text/plain", out)
     }
 }
 

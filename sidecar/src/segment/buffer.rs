@@ -78,6 +78,12 @@ struct State {
     current_len: u64,
     current_since: Instant,
     spare: Option<Block>,
+    /// Values that last about two claims' time at the last block's rate: the spare is
+    /// claimed when no more than this is left, even below the prefetch share (a fast
+    /// consumer of small blocks would otherwise wait for each claim).
+    early: u64,
+    /// How long the last claim took (for `early`).
+    last_claim: Duration,
     fetching: bool,
     exhausted: bool,
     stopped: bool,
@@ -109,6 +115,9 @@ pub struct Segment {
     wait_limit: Duration,
     /// Bumped whenever a claim finished (either way): waiters re-check.
     refilled: watch::Sender<u64>,
+    /// Kept so that a waiter's receiver is never the last one: dropping the last receiver
+    /// wakes the sender's waiters, which nobody needs.
+    _refills: watch::Receiver<u64>,
     metrics: SegmentMetrics,
 }
 
@@ -131,6 +140,7 @@ impl Segment {
         backoff: Backoff,
         metrics: SegmentMetrics,
     ) -> Arc<Segment> {
+        let (refilled, refills) = watch::channel(0);
         let segment = Arc::new(Segment {
             state: Mutex::new(State {
                 cursor: 0,
@@ -138,6 +148,8 @@ impl Segment {
                 current_len: 0,
                 current_since: Instant::now(),
                 spare: None,
+                early: 0,
+                last_claim: Duration::ZERO,
                 fetching: false,
                 exhausted: false,
                 stopped: false,
@@ -150,7 +162,8 @@ impl Segment {
             params,
             backoff,
             wait_limit,
-            refilled: watch::channel(0).0,
+            refilled,
+            _refills: refills,
             metrics,
         });
         metrics_block_size(&segment.metrics, params.block_size);
@@ -212,6 +225,8 @@ impl Segment {
             if s.cursor == s.end && s.current_len > 0 {
                 // The current block is used up: learn from how long it lasted.
                 let took = s.current_since.elapsed();
+                let rate = s.current_len as f64 / took.as_secs_f64().max(1e-6);
+                s.early = (rate * s.last_claim.as_secs_f64() * 2.0).min(s.size as f64) as u64;
                 s.size = next_block_size(
                     s.size,
                     s.current_len,
@@ -231,7 +246,48 @@ impl Segment {
     /// dry. On a refusal, values already taken for this request are dropped (a gap).
     pub async fn take(self: &Arc<Self>, want: u64) -> Result<Runs, SegmentRefusal> {
         let mut runs = Runs::with_capacity(2);
-        let mut taken = 0;
+        // Fast path: from the buffer, without subscribing to refills or reading the clock.
+        let (taken, fetch) = self.take_buffered(want, &mut runs);
+        if fetch {
+            self.clone().spawn_fetch();
+        }
+        if taken == want {
+            return Ok(runs);
+        }
+        self.take_waiting(want, taken, runs).await
+    }
+
+    /// Takes one value (the `/id` path): no allocation when it is buffered.
+    pub async fn take_one(self: &Arc<Self>) -> Result<u64, SegmentRefusal> {
+        let (value, fetch) = {
+            let mut s = self.lock();
+            let value = if !s.stopped && s.cursor < s.end && s.end - s.cursor > 1 {
+                // Not the block's last value: nothing to switch or learn.
+                s.cursor += 1;
+                Some(s.cursor - 1)
+            } else {
+                None
+            };
+            let fetch = value.is_some() && s.fetch_due();
+            (value, fetch)
+        };
+        if fetch {
+            self.clone().spawn_fetch();
+        }
+        match value {
+            Some(v) => Ok(v),
+            None => Ok(self.take(1).await?.first().map_or(0, |b| b.start)),
+        }
+    }
+
+    /// The slow path of [`take`](Self::take): `taken` values are in `runs`, the rest must
+    /// wait for claims.
+    async fn take_waiting(
+        self: &Arc<Self>,
+        want: u64,
+        mut taken: u64,
+        mut runs: Runs,
+    ) -> Result<Runs, SegmentRefusal> {
         let deadline = tokio::time::Instant::now() + self.wait_limit;
         loop {
             // Subscribe before looking, so a refill between the look and the wait is seen.
@@ -287,13 +343,13 @@ impl Segment {
                 };
                 let started = Instant::now();
                 let result = claim(self.store.as_ref(), size, floor, &self.backoff).await;
-                self.metrics
-                    .claim_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                let took = started.elapsed();
+                self.metrics.claim_seconds.observe(took.as_secs_f64());
                 let retry = {
                     let mut s = self.lock();
                     match result {
                         Ok(claimed) => {
+                            s.last_claim = took;
                             self.metrics.blocks_claimed.inc();
                             self.metrics
                                 .claim_conflicts
@@ -455,9 +511,11 @@ impl State {
         if self.fetching || self.spare.is_some() || self.exhausted || self.stopped {
             return false;
         }
-        let used = self.current_len - (self.end - self.cursor);
-        let due =
-            self.cursor == self.end || used * 1000 >= self.current_len * self.prefetch_permille;
+        let left = self.end - self.cursor;
+        let used = self.current_len - left;
+        let due = left <= self.early
+            || self.cursor == self.end
+            || used * 1000 >= self.current_len * self.prefetch_permille;
         if due {
             self.fetching = true;
         }
@@ -557,6 +615,30 @@ mod tests {
             store.writes.load(Ordering::SeqCst),
             2,
             "only one spare at a time"
+        );
+    }
+
+    #[tokio::test]
+    async fn take_one_serves_every_value_in_order_across_blocks() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        let seg = Segment::start(
+            store.clone(),
+            params(7, 7, 10),
+            Duration::from_secs(2),
+            SegmentMetrics::unregistered(),
+        );
+        let mut got = Vec::new();
+        for i in 0..50 {
+            got.push(seg.take_one().await.unwrap());
+            if i % 3 == 0 {
+                got.extend(values(&seg.take(2).await.unwrap()));
+            }
+        }
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        assert_eq!(got[0], 1);
+        assert!(
+            got.len() as u64 + seg.buffered() <= store.next() - 1,
+            "nothing served that was not claimed"
         );
     }
 

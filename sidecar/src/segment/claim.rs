@@ -61,6 +61,16 @@ pub trait CounterStore: Send + Sync + 'static {
         seen: &'a Counter,
         new: Counter,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Claims up to `size` values in one step, when the store can do that atomically (a
+    /// local file under one lock: one blocking job instead of two). `None`: the caller
+    /// reads and compares-and-swaps.
+    fn claim_at_once(
+        &self,
+        _size: u64,
+        _floor: u64,
+    ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
+        None
+    }
 }
 
 /// Why no block was claimed. No value of a failed claim is ever handed out.
@@ -145,6 +155,15 @@ pub async fn claim(
     floor: u64,
     backoff: &Backoff,
 ) -> Result<Claimed, ClaimError> {
+    if let Some(at_once) = store.claim_at_once(size, floor) {
+        return match tokio::time::timeout(backoff.call_timeout, at_once).await {
+            Ok(block) => block.map(|block| Claimed {
+                block,
+                conflicts: 0,
+            }),
+            Err(_) => Err(StoreError::TimedOut(backoff.call_timeout).into()),
+        };
+    }
     let mut conflicts = 0;
     loop {
         let seen = bounded(backoff.call_timeout, store.read()).await?;

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use kubeflake_crds::segment_counter::{Counter, LIMIT};
 use serde::{Deserialize, Serialize};
 
-use super::claim::{CounterStore, StoreError};
+use super::claim::{Block, ClaimError, CounterStore, StoreError};
 use crate::fence::write_durably;
 
 /// What the file holds.
@@ -231,6 +231,61 @@ impl CounterStore for FileCounter {
             .map_err(blocking_error)?
         })
     }
+
+    fn claim_at_once(
+        &self,
+        size: u64,
+        floor: u64,
+    ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
+        let paths = self.inner.clone();
+        Some(Box::pin(async move {
+            tokio::task::spawn_blocking(move || FileCounter::claim_locked(&paths, size, floor))
+                .await
+                .map_err(|e| ClaimError::Store(blocking_error(e)))?
+        }))
+    }
+}
+
+impl FileCounter {
+    /// One claim under one lock: read, check, write durably.
+    fn claim_locked(paths: &Paths, size: u64, floor: u64) -> Result<Block, ClaimError> {
+        let _lock = paths
+            .locked()
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let record = match paths.read() {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                return Err(StoreError::NotFound(format!(
+                    "segment counter {} was removed while in use",
+                    paths.path.display()
+                ))
+                .into());
+            }
+            Err(e) => return Err(StoreError::Corrupt(e.to_string()).into()),
+        };
+        if record.next < floor {
+            return Err(ClaimError::CounterBehind {
+                next: record.next,
+                floor,
+            });
+        }
+        if record.next >= LIMIT {
+            return Err(ClaimError::Exhausted);
+        }
+        let end = record.next.saturating_add(size.max(1)).min(LIMIT);
+        let written = CounterRecord {
+            sequence: paths.sequence.clone(),
+            next: end,
+            claims: record.claims.saturating_add(1),
+        };
+        paths
+            .write(&written)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        Ok(Block {
+            start: record.next,
+            end,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -285,6 +340,21 @@ mod tests {
         );
         assert!(give_back(&a, 15, 20).await.unwrap());
         assert_eq!(a.read().await.unwrap().next, 15);
+    }
+
+    #[tokio::test]
+    async fn a_file_claim_in_one_step_refuses_a_counter_below_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let (counter, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        let a = claim(&counter, 10, 0, &Backoff::default()).await.unwrap();
+        assert_eq!((a.block.start, a.block.end), (1, 11));
+        assert_eq!(counter.read().await.unwrap().claims, 1);
+        std::fs::remove_file(dir.path().join("s.segment")).unwrap();
+        let (counter, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        assert_eq!(
+            claim(&counter, 10, a.block.end, &Backoff::default()).await,
+            Err(ClaimError::CounterBehind { next: 1, floor: 11 })
+        );
     }
 
     #[test]

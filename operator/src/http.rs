@@ -89,9 +89,19 @@ fn answer(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respon
 
 /// Serves the probes and metrics until the task is dropped.
 pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
+    let mut backoff = crate::webhook::AcceptBackoff::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff.succeeded();
+                stream
+            }
+            Err(e) => {
+                let pause = backoff.failed();
+                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "probe server accept failed; backing off");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
         };
         let (health, metrics) = (health.clone(), metrics.clone());
         tokio::spawn(async move {
@@ -100,6 +110,8 @@ pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metr
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -109,7 +109,12 @@ async fn start_webhook(
         template: config.template.clone(),
         metrics,
     });
-    tokio::spawn(webhook::serve(listener, acceptor, handler));
+    tokio::spawn(webhook::serve(
+        listener,
+        acceptor,
+        handler,
+        webhook::Timeouts::default(),
+    ));
     Ok(serving)
 }
 

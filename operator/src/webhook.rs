@@ -11,14 +11,14 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -208,18 +208,83 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
         .map_err(|e| anyhow::anyhow!("cannot listen on --webhook-addr {addr}: {e}"))
 }
 
+/// How long a connection may take for each step before it is dropped, so that slow or
+/// stuck clients cannot hold connections (and file descriptors) open forever.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// From TCP accept to a completed TLS handshake.
+    pub handshake: Duration,
+    /// To receive a request's complete headers (hyper's `header_read_timeout`).
+    pub header_read: Duration,
+}
+
+impl Default for Timeouts {
+    /// The API server's webhook timeout is at most 30 s; a well-behaved client needs far
+    /// less than this for either step.
+    fn default() -> Self {
+        Timeouts {
+            handshake: Duration::from_secs(10),
+            header_read: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Backs off after a failed `accept()` (typically EMFILE: out of file descriptors), so
+/// that the loop does not spin at full CPU while the condition lasts.
+#[derive(Debug)]
+pub(crate) struct AcceptBackoff(Duration);
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    pub(crate) fn new() -> Self {
+        AcceptBackoff(Duration::ZERO)
+    }
+
+    /// The pause after one more consecutive failure: 10 ms, doubling, at most 1 s.
+    pub(crate) fn failed(&mut self) -> Duration {
+        self.0 = (self.0 * 2).clamp(Self::FIRST, Self::MAX);
+        self.0
+    }
+
+    pub(crate) fn succeeded(&mut self) {
+        self.0 = Duration::ZERO;
+    }
+}
+
 /// Serves the webhook until the task is dropped.
-pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, webhook: Arc<Webhook>) {
+pub async fn serve(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    webhook: Arc<Webhook>,
+    timeouts: Timeouts,
+) {
+    let mut backoff = AcceptBackoff::new();
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                backoff.succeeded();
+                accepted
+            }
+            Err(e) => {
+                let pause = backoff.failed();
+                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "webhook accept failed; backing off");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
         };
         let (acceptor, webhook) = (acceptor.clone(), webhook.clone());
         tokio::spawn(async move {
-            let tls = match acceptor.accept(stream).await {
-                Ok(tls) => tls,
-                Err(e) => {
+            let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await
+            {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
@@ -228,8 +293,66 @@ pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, webhook: Arc<We
                 async move { Ok::<_, Infallible>(webhook.answer(req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeouts.header_read)
                 .serve_connection(TokioIo::new(tls), service)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn accept_errors_back_off_doubling_up_to_a_second_and_reset_on_success() {
+        let mut b = AcceptBackoff::new();
+        let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
+        assert_eq!(pauses[0], Duration::from_millis(10));
+        assert_eq!(pauses[1], Duration::from_millis(20));
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*pauses.last().expect("pauses"), Duration::from_secs(1));
+        b.succeeded();
+        assert_eq!(b.failed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_completes_the_tls_handshake_is_disconnected() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:1".parse().expect("a URL"),
+        ))
+        .expect("a client");
+        let webhook = Arc::new(Webhook {
+            client,
+            template: crate::inject::SidecarTemplate {
+                image: "x".into(),
+                image_pull_policy: "IfNotPresent".into(),
+                port: 7070,
+                probe_port: 7071,
+                requests: Default::default(),
+                limits: Default::default(),
+            },
+            metrics: Arc::new(Metrics::new()),
+        });
+        let acceptor = tls_acceptor(Arc::new(ServingCert::default())).expect("acceptor");
+        let timeouts = Timeouts {
+            handshake: Duration::from_millis(100),
+            header_read: Duration::from_millis(100),
+        };
+        let server = tokio::spawn(serve(listener, acceptor, webhook, timeouts));
+        let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut buf = [0u8; 16];
+        // Without the timeout the read would wait forever; the bound only keeps a broken
+        // build from hanging the test run.
+        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut buf)).await;
+        server.abort();
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the server closes a silent connection: {read:?}"
+        );
     }
 }

@@ -53,6 +53,8 @@ pub struct SidecarTemplate {
 pub enum Decision {
     /// Admit unchanged, for the stated reason.
     Skip(&'static str),
+    /// Reject the pod, with a message that tells its owner what to fix.
+    Deny(String),
     /// Admit with this JSON Patch (RFC 6902) applied, after checking that the sequence
     /// named by the label exists.
     Inject { sequence: String, patch: Value },
@@ -77,9 +79,22 @@ pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
     if opted_out {
         return Decision::Skip("pod opted out with kubeflake.io/inject: \"false\"");
     }
+    if sequence.is_empty() {
+        return Decision::Deny(format!(
+            "the pod's {SEQUENCE_LABEL} label is empty: set it to the name of an IdSequence in \
+             this namespace (kubectl get idsequences), or remove the label"
+        ));
+    }
     let Some(spec) = pod.spec.as_ref() else {
         return Decision::Skip("pod has no spec");
     };
+    if spec.automount_service_account_token == Some(false) {
+        return Decision::Deny(format!(
+            "the pod sets automountServiceAccountToken: false, but the kubeflake sidecar needs \
+             the service account token to renew its slot Lease: remove that setting, or opt \
+             out of injection with the annotation {INJECT_ANNOTATION}: \"false\""
+        ));
+    }
     let init = spec.init_containers.as_deref().unwrap_or_default();
     if init
         .iter()
@@ -412,6 +427,46 @@ mod tests {
             .expect("env");
         assert_eq!(env.len(), 1);
         assert_eq!(env[0].value.as_deref(), Some("http://x"));
+    }
+
+    #[test]
+    fn an_empty_sequence_label_is_denied_with_a_message_naming_the_label() {
+        let mut empty = labelled();
+        empty["metadata"]["labels"] = json!({SEQUENCE_LABEL: ""});
+        let Decision::Deny(message) = decide(&pod(empty), &template()) else {
+            panic!("an empty label must be denied");
+        };
+        assert!(
+            message.contains("kubeflake.io/sequence label is empty"),
+            "{message}"
+        );
+        assert!(!message.contains("retry"), "{message}");
+    }
+
+    #[test]
+    fn a_pod_without_a_service_account_token_is_denied_because_the_sidecar_needs_it() {
+        let mut no_token = labelled();
+        no_token["spec"]["automountServiceAccountToken"] = json!(false);
+        let Decision::Deny(message) = decide(&pod(no_token.clone()), &template()) else {
+            panic!("a pod without a token must be denied");
+        };
+        assert!(
+            message.contains("automountServiceAccountToken: false"),
+            "{message}"
+        );
+        assert!(message.contains(INJECT_ANNOTATION), "{message}");
+        // Opted out, it is not our business; with the token mounted, it is injected.
+        no_token["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "false"});
+        assert!(matches!(
+            decide(&pod(no_token), &template()),
+            Decision::Skip(_)
+        ));
+        let mut with_token = labelled();
+        with_token["spec"]["automountServiceAccountToken"] = json!(true);
+        assert!(matches!(
+            decide(&pod(with_token), &template()),
+            Decision::Inject { .. }
+        ));
     }
 
     #[test]

@@ -136,6 +136,10 @@ impl Webhook {
                 tracing::debug!(pod = ?pod.metadata.name, reason, "not injecting");
                 return (allow, "skipped");
             }
+            Decision::Deny(message) => {
+                tracing::info!(pod = ?pod.metadata.name, %message, "pod denied");
+                return (allow.deny(message), "denied");
+            }
             Decision::Inject { sequence, patch } => (sequence, patch),
         };
         let namespace = request

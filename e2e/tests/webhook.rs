@@ -227,6 +227,7 @@ async fn a_labelled_pod_gets_the_sidecar_exactly_once_and_others_are_untouched()
         Some("http://127.0.0.1:7070")
     );
     assert!(injected.annotations().contains_key("kubeflake.io/injected"));
+    assert_sidecar_as_stored(init, spec);
     // The first entry injected; the second (and any re-invocation) found the sidecar there.
     let metric = |outcome: &str| {
         s.operator.metric_with(
@@ -267,6 +268,144 @@ async fn a_labelled_pod_gets_the_sidecar_exactly_once_and_others_are_untouched()
     );
 
     assert_eq!(metric("injected"), 1.0, "nothing else was patched");
+    Ok(())
+}
+
+/// What the API server stored for the injected sidecar: its pod identity from the
+/// downward API, its sequence, probes, resources, restricted security context and the
+/// state volume (defaulting by the API server must not have dropped any of it).
+fn assert_sidecar_as_stored(
+    sidecar: &k8s_openapi::api::core::v1::Container,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) {
+    let env = sidecar.env.clone().unwrap_or_default();
+    let field = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+            .map(|f| f.field_path.clone())
+    };
+    assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
+    assert_eq!(
+        field("POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace")
+    );
+    assert_eq!(field("POD_UID").as_deref(), Some("metadata.uid"));
+    let sequence = env.iter().find(|e| e.name == "KUBEFLAKE_SEQUENCE");
+    assert_eq!(
+        sequence.and_then(|e| e.value.as_deref()),
+        Some("orders"),
+        "{env:?}"
+    );
+    for (what, probe, path) in [
+        ("readiness", sidecar.readiness_probe.as_ref(), "/readyz"),
+        ("liveness", sidecar.liveness_probe.as_ref(), "/healthz"),
+    ] {
+        let get = probe
+            .and_then(|p| p.http_get.as_ref())
+            .unwrap_or_else(|| panic!("a {what} probe: {sidecar:?}"));
+        assert_eq!(get.path.as_deref(), Some(path), "{what} probe");
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(7071),
+            "{what} probe port"
+        );
+    }
+    let resources = sidecar.resources.clone().expect("resources");
+    let quantity = |map: &Option<std::collections::BTreeMap<String, _>>, key: &str| {
+        map.as_ref()
+            .and_then(
+                |m: &std::collections::BTreeMap<
+                    String,
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+                >| m.get(key),
+            )
+            .map(|q| q.0.clone())
+    };
+    assert_eq!(quantity(&resources.requests, "cpu").as_deref(), Some("20m"));
+    assert_eq!(
+        quantity(&resources.requests, "memory").as_deref(),
+        Some("16Mi")
+    );
+    assert_eq!(
+        quantity(&resources.limits, "memory").as_deref(),
+        Some("64Mi")
+    );
+    let sc = sidecar.security_context.clone().expect("securityContext");
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert!(sc.run_as_user.is_some_and(|u| u != 0), "non-root uid");
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.privileged, Some(false));
+    assert_eq!(
+        sc.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(
+        sc.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault")
+    );
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "kubeflake-state")
+        .expect("the state volume");
+    assert!(volume.empty_dir.is_some(), "an emptyDir: {volume:?}");
+    let mounts = sidecar.volume_mounts.clone().unwrap_or_default();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.name == "kubeflake-state" && m.mount_path == "/var/run/kubeflake"),
+        "the state volume is mounted: {mounts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_pod_is_admitted_where_the_restricted_pod_security_standard_is_enforced()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-restricted").await?;
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            &s.ns.name,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ])
+        .await?
+        .ok()?;
+    create_sequence(&s.ns, "orders", json!({})).await?;
+    let restricted = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    let compliant: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "restricted", "labels": {"kubeflake.io/sequence": "orders"}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "image": "example.invalid/app", "securityContext": restricted}],
+        },
+    }))?;
+    let admitted = create(&s.ns, &compliant)
+        .await
+        .context("a restricted-compliant pod with the injected sidecar must be admitted")?;
+    assert_eq!(sidecars(&admitted), 1, "admitted with the sidecar");
+    // The namespace really enforces the standard: the same pod without its security
+    // context is refused by Pod Security admission, not by us.
+    let mut lax = compliant.clone();
+    lax.metadata.name = Some("lax".into());
+    if let Some(spec) = lax.spec.as_mut() {
+        spec.security_context = None;
+        spec.containers[0].security_context = None;
+    }
+    let refused = create(&s.ns, &lax)
+        .await
+        .expect_err("a non-compliant pod is refused");
+    assert!(
+        refused.to_string().contains("restricted"),
+        "refused by the restricted standard: {refused}"
+    );
     Ok(())
 }
 
@@ -464,5 +603,76 @@ async fn after_sigterm_the_webhook_is_still_served_while_readiness_says_shutting
         .context("the operator still runs during its drain")?;
     let log = std::fs::read_to_string(&s.operator.process.spec().log).unwrap_or_default();
     assert!(log.contains("draining"), "the drain is logged:\n{log}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_certificate_directory_as_cert_manager_mounts_it_the_webhook_injects() -> Result<()>
+{
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("wh-cert-dir").await?;
+    // What cert-manager would mount: tls.crt and tls.key, here a certificate for 127.0.0.1
+    // signed by the test cluster's CA, which the configuration trusts (cert-manager's CA
+    // injector would set caBundle; here it is set by hand).
+    let pki = cluster.pki();
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(&pki.serving_cert, dir.path().join("tls.crt"))?;
+    std::fs::copy(&pki.serving_key, dir.path().join("tls.key"))?;
+    let ca = std::fs::read(&pki.ca_cert)?;
+    let port = free_port();
+    let config_name = format!("kubeflake-{}", ns.name);
+    let mut entry = webhook_entry("inject.kubeflake.io", port, &ns.name);
+    entry["clientConfig"]["caBundle"] = json!(k8s_openapi::ByteString(ca));
+    let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": config_name},
+        "webhooks": [entry],
+    }))?;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
+    configs.create(&PostParams::default(), &config).await?;
+    let dir_arg = dir.path().display().to_string();
+    let operator = Operator::start_with(
+        cluster,
+        &ns.name,
+        "cert-dir",
+        &[
+            "--webhook-addr",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-cert-dir",
+            &dir_arg,
+            "--sidecar-image",
+            "kubeflake-sidecar:e2e",
+        ],
+    )?;
+    create_sequence(&ns, "orders", json!({})).await?;
+    // Ready once the certificate from the directory is loaded.
+    eventually(LIMIT, "the operator to load the certificate", || async {
+        operator.process.check_running()?;
+        Ok((readyz(operator.metrics_port).0 == 200).then_some(()))
+    })
+    .await?;
+    let injected = create(
+        &ns,
+        &pod(
+            "labelled",
+            json!({"kubeflake.io/sequence": "orders"}),
+            json!({}),
+        )?,
+    )
+    .await
+    .with_context(|| format!("operator log:\n{}", operator.process.log_tail(30)))?;
+    assert_eq!(
+        sidecars(&injected),
+        1,
+        "injected over the mounted certificate"
+    );
+    let secrets: Api<Secret> = Api::namespaced(ns.client.clone(), &ns.name);
+    assert!(
+        secrets.get_opt("kubeflake-webhook-tls").await?.is_none(),
+        "with a certificate directory the operator keeps no Secret of its own"
+    );
+    configs
+        .delete(&config_name, &DeleteParams::default())
+        .await?;
     Ok(())
 }

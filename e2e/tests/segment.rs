@@ -499,6 +499,18 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
     )
     .await?;
 
+    // Delete right after sidecars claimed above what the status shows, so that the first
+    // aid below (raising to status.segment.next) stays under some sidecar's top.
+    eventually(
+        Duration::from_secs(20),
+        "claims after the operator's last look",
+        || async {
+            let seen = seqs.get(SEQUENCE).await?.status.and_then(|s| s.segment);
+            let seen = seen.and_then(|s| s.next).unwrap_or(i64::MAX) as u64;
+            Ok((counter(&ns, SEQUENCE).await?.next > seen).then_some(()))
+        },
+    )
+    .await?;
     // 1. `kubectl delete lease`: the operator must not bring it back at start.
     eprintln!("segment lost: deleting {lease_name} while the sidecars serve");
     leases.delete(&lease_name, &Default::default()).await?;

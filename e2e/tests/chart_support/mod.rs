@@ -139,7 +139,7 @@ pub async fn deployment_args(
         ])
         .await?
         .ok()?;
-    Ok(serde_json::from_str(&json).with_context(|| format!("operator args: {json}"))?)
+    serde_json::from_str(&json).with_context(|| format!("operator args: {json}"))
 }
 
 /// The operator as the chart runs it: the Deployment's own arguments (listen addresses

@@ -54,7 +54,7 @@ pub enum SkewError {
 pub async fn measure(client: &Client, clock: &dyn Clock) -> Result<Skew, SkewError> {
     let request = http::Request::get("/version")
         .body(kube::client::Body::from(Vec::new()))
-        .map_err(|e| kube::Error::HttpError(e))?;
+        .map_err(kube::Error::HttpError)?;
     let sent = clock.wall_micros() / 1000;
     let response = client.send(request).await?;
     let received = clock.wall_micros() / 1000;

@@ -276,7 +276,10 @@ impl Segment {
         }
         match value {
             Some(v) => Ok(v),
-            None => Ok(self.take(1).await?.first().map_or(0, |b| b.start)),
+            // `take(1)` returns exactly one value or a refusal; never invent one.
+            None => self.take(1).await?.first().map(|b| b.start).ok_or_else(|| {
+                SegmentRefusal::NoBlock("no value was taken from the buffer".to_string())
+            }),
         }
     }
 

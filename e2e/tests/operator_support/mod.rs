@@ -19,33 +19,75 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::process::{Process, ProcessSpec};
 use kubeflake_e2e::{Cluster, TestNamespace};
 
-/// A workspace binary, built for the profile the tests run in (target/debug or
-/// target/release). Built once per test binary before first use, so a test run after a
-/// change to the sidecar or operator never starts a stale binary (`cargo test -p
-/// kubeflake-e2e` alone does not rebuild other packages' binaries).
+/// A workspace binary of the profile the tests run in (target/debug or target/release).
+///
+/// `cargo test --workspace` (scripts/test.sh) builds every binary before any test runs, so
+/// normally this only finds it. When the binary is missing, or older than a source file
+/// of the product crates (a developer ran `cargo test -p kubeflake-e2e --test X` after
+/// changing the sidecar), it is built first: an e2e test never starts a stale binary. A
+/// fresh binary is never rebuilt, because a `cargo build` unifies features differently
+/// from `cargo test` and would relink it in the middle of a measured run.
 pub fn workspace_binary(name: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    static CHECKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target/<profile>");
     let path = profile_dir.join(name);
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if !built.iter().any(|b| b == name) {
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        // From the workspace root, where every member's binaries are in reach.
-        cargo
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .args(["build", "-q", "--locked", "--bin", name]);
-        if profile_dir.ends_with("release") {
-            cargo.arg("--release");
+    let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    if !checked.iter().any(|b| b == name) {
+        let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let stale = match built {
+            None => true,
+            Some(built) => ["crds", "sidecar", "operator", "kubectl-kubeflake"]
+                .iter()
+                .any(|krate| newer_source(&root.join(krate), built)),
+        };
+        if stale {
+            let mut cargo = std::process::Command::new(env!("CARGO"));
+            // From the workspace root, where every member's binaries are in reach.
+            cargo
+                .current_dir(root)
+                .args(["build", "-q", "--locked", "--bin", name]);
+            if profile_dir.ends_with("release") {
+                cargo.arg("--release");
+            }
+            let status = cargo.status().expect("cargo runs");
+            assert!(status.success(), "cannot build {name}");
         }
-        let status = cargo.status().expect("cargo runs");
-        assert!(status.success(), "cannot build {name}");
-        built.push(name.to_string());
+        checked.push(name.to_string());
     }
     path
+}
+
+/// Whether a Rust source or manifest under `dir` (its `src` and `Cargo.toml`) was changed
+/// after `than`.
+fn newer_source(dir: &std::path::Path, than: std::time::SystemTime) -> bool {
+    let newer = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m > than)
+    };
+    if newer(&dir.join("Cargo.toml")) {
+        return true;
+    }
+    let mut pending = vec![dir.join("src")];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                pending.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") && newer(&p) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// A `kubeflake-operator` process watching one namespace. Killed when dropped.

@@ -286,16 +286,13 @@ def chart(res, path):
 
 
 def machine_note(res):
-    """How busy the machine was: the 1-minute load average before and after the run."""
-    busy = max(float(res["load_before"][0]), float(res["load_after"][0])) >= 0.5
-    loads = (f"load average {' / '.join(res['load_before'])} (1/5/15 min) before, "
-             f"{' / '.join(res['load_after'])} after")
-    if busy:
-        return (f"**The run shared the machine** with other work: {loads}. Absolute figures "
-                "are therefore a floor; the ratios compare peers measured minutes apart under "
-                "the same conditions, with repetitions interleaved (every peer once, then again).")
-    return (f"Nothing else ran on the machine ({loads}). Repetitions are interleaved "
-            "(every peer once, then again), so drift over the run affects every peer alike.")
+    """The load averages around the measurements, stated without a verdict: the 1-minute
+    figure before still counts the release build bench/run does just before measuring."""
+    return (f"Load average {' / '.join(res['load_before'])} (1/5/15 min) when the measurements "
+            "began (these still count the release build that bench/run does just before "
+            f"them, and anything else running) and {' / '.join(res['load_after'])} at the end. "
+            "Repetitions are interleaved (every peer once, then again), so drift during the "
+            "run affects every peer alike; compare ratios across machines, not absolutes.")
 
 
 def main():

@@ -91,18 +91,7 @@ fn answer(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Respon
 pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
     let mut backoff = crate::webhook::AcceptBackoff::new();
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => {
-                backoff.succeeded();
-                stream
-            }
-            Err(e) => {
-                let pause = backoff.failed();
-                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "probe server accept failed; backing off");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-        };
+        let (stream, _) = backoff.accept(&listener, "probe server").await;
         let (health, metrics) = (health.clone(), metrics.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {

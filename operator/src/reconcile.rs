@@ -159,7 +159,12 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
     let params = match seq.spec.params() {
         Ok(p) => p,
         Err(e) => {
-            update_status(seq, ctx, invalid_status(seq, &e.to_string())).await?;
+            update_status(
+                seq,
+                ctx,
+                not_ready_status(seq, "InvalidSpec", &e.to_string()),
+            )
+            .await?;
             return Err(e.into());
         }
     };
@@ -174,7 +179,12 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
         }
         Ok(_) => {}
         Err(e) => {
-            update_status(seq, ctx, invalid_status(seq, &e.to_string())).await?;
+            update_status(
+                seq,
+                ctx,
+                not_ready_status(seq, "InvalidSpec", &e.to_string()),
+            )
+            .await?;
             return Err(e.into());
         }
     }
@@ -664,7 +674,8 @@ fn ready_status(
     status
 }
 
-fn invalid_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
+/// The sequence's status with `Ready=False` for `reason`; everything else kept.
+pub(crate) fn not_ready_status(seq: &IdSequence, reason: &str, message: &str) -> IdSequenceStatus {
     let mut status = seq.status.clone().unwrap_or_default();
     status.observed_generation = seq.meta().generation;
     set_condition(
@@ -672,7 +683,7 @@ fn invalid_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
         seq,
         "Ready",
         "False",
-        "InvalidSpec",
+        reason,
         message,
     );
     status

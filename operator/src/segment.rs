@@ -27,7 +27,9 @@ use kube::{Resource, ResourceExt};
 use kubeflake_crds::segment_counter::{Counter, LIMIT, counter_name, new_counter};
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SegmentParams, SegmentStatus};
 
-use crate::reconcile::{Context, Error, is_conflict, set_condition, update_status};
+use crate::reconcile::{
+    Context, Error, is_conflict, not_ready_status, set_condition, update_status,
+};
 
 /// How often a Segment sequence is looked at again (the counter is not watched).
 const RESYNC: Duration = Duration::from_secs(15);
@@ -248,21 +250,12 @@ async fn counter_trouble(
     let name = seq.name_any();
     let message = trouble.message(&name);
     tracing::error!(sequence = %name, namespace = seq.namespace().unwrap_or_default(), reason = trouble.reason(), %message, "segment counter cannot be trusted");
-    let mut status = seq.status.clone().unwrap_or_default();
-    let was = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
+    let was = seq
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.reason.clone());
-    status.observed_generation = seq.meta().generation;
-    set_condition(
-        &mut status.conditions,
-        seq,
-        "Ready",
-        "False",
-        trouble.reason(),
-        &message,
-    );
+    let status = not_ready_status(seq, trouble.reason(), &message);
     if was.as_deref() != Some(trouble.reason()) {
         let event = Event {
             type_: EventType::Warning,

@@ -255,6 +255,27 @@ impl AcceptBackoff {
     pub(crate) fn succeeded(&mut self) {
         self.0 = Duration::ZERO;
     }
+
+    /// Accepts the next connection, pausing after each failure (logged as `what`).
+    pub(crate) async fn accept(
+        &mut self,
+        listener: &TcpListener,
+        what: &'static str,
+    ) -> (tokio::net::TcpStream, std::net::SocketAddr) {
+        loop {
+            match listener.accept().await {
+                Ok(accepted) => {
+                    self.succeeded();
+                    return accepted;
+                }
+                Err(e) => {
+                    let pause = self.failed();
+                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "{what} accept failed; backing off");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
 }
 
 /// Serves the webhook until the task is dropped.
@@ -266,18 +287,7 @@ pub async fn serve(
 ) {
     let mut backoff = AcceptBackoff::new();
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => {
-                backoff.succeeded();
-                accepted
-            }
-            Err(e) => {
-                let pause = backoff.failed();
-                tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "webhook accept failed; backing off");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-        };
+        let (stream, peer) = backoff.accept(&listener, "webhook").await;
         let (acceptor, webhook) = (acceptor.clone(), webhook.clone());
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await

@@ -565,6 +565,23 @@ fn readyz(port: u16) -> (u16, String) {
     (code, out)
 }
 
+/// Waits for `/readyz` to answer 200; on time-out the error shows its last answer and the
+/// operator's log.
+async fn wait_ready(operator: &Operator, what: &str) -> Result<()> {
+    eventually(LIMIT, what, || async {
+        operator.process.check_running()?;
+        Ok((readyz(operator.metrics_port).0 == 200).then_some(()))
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "/readyz answered {:?}; operator log:\n{}",
+            readyz(operator.metrics_port).1,
+            operator.process.log_tail(60)
+        )
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_sigterm_the_webhook_is_still_served_while_readiness_says_shutting_down() -> Result<()>
 {
@@ -573,10 +590,7 @@ async fn after_sigterm_the_webhook_is_still_served_while_readiness_says_shutting
     let s = setup_with(cluster, "wh-drain", &["--shutdown-drain-seconds", "60"]).await?;
     create_sequence(&s.ns, "orders", json!({})).await?;
     let port = s.operator.metrics_port;
-    eventually(LIMIT, "the operator to be ready", || async {
-        Ok((readyz(port).0 == 200).then_some(()))
-    })
-    .await?;
+    wait_ready(&s.operator, "the operator to be ready").await?;
     let pid = s.operator.process.pid().context("the operator runs")?;
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
@@ -646,11 +660,7 @@ async fn with_a_certificate_directory_as_cert_manager_mounts_it_the_webhook_inje
     )?;
     create_sequence(&ns, "orders", json!({})).await?;
     // Ready once the certificate from the directory is loaded.
-    eventually(LIMIT, "the operator to load the certificate", || async {
-        operator.process.check_running()?;
-        Ok((readyz(operator.metrics_port).0 == 200).then_some(()))
-    })
-    .await?;
+    wait_ready(&operator, "the operator to load the certificate").await?;
     let injected = create(
         &ns,
         &pod(

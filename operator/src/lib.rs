@@ -242,6 +242,26 @@ pub async fn run(
     result
 }
 
+/// Waits until a reflector store holds its first full list; false if its writer is gone.
+///
+/// kube-runtime's readiness signal remembers only the latest waiter's waker (a oneshot
+/// channel), and the controller itself waits on its own store: a second waiter on that
+/// store may never be woken, which left replicas not ready for good. Asking afresh every
+/// 100 ms does not depend on being woken.
+async fn synced<K>(store: &reflector::Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        if let Ok(ready) =
+            tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await
+        {
+            return ready.is_ok();
+        }
+    }
+}
+
 async fn run_controller(
     client: Client,
     config: &OperatorConfig,
@@ -299,12 +319,8 @@ async fn run_controller(
     let ready = {
         let health = health.clone();
         tokio::spawn(async move {
-            let synced = tokio::try_join!(
-                pods.wait_until_ready(),
-                leases.wait_until_ready(),
-                sequences.wait_until_ready()
-            );
-            if synced.is_ok() {
+            let synced = tokio::join!(synced(&pods), synced(&leases), synced(&sequences));
+            if synced == (true, true, true) {
                 health.ready.store(true, Ordering::Release);
                 tracing::info!("caches synced: ready");
             }
@@ -315,6 +331,10 @@ async fn run_controller(
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(sequence = %object.name, "reconciled"),
+                // A watch that keeps failing holds readiness back: say why.
+                Err(e @ controller::Error::QueueError(_)) => {
+                    tracing::warn!(error = %e, "watch error (retried with back-off)");
+                }
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         })
@@ -325,4 +345,40 @@ async fn run_controller(
         bindings.abort();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// The controller waits on its own store too; a second waiter must still see it synced.
+    #[tokio::test]
+    async fn readiness_sees_a_store_synced_even_when_another_task_waits_on_it_as_well() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let ours = tokio::spawn({
+            let store = store.clone();
+            async move { synced(&store).await }
+        });
+        tokio::task::yield_now().await;
+        // The controller's own wait, registered after ours.
+        let theirs = tokio::spawn({
+            let store = store.clone();
+            async move { store.wait_until_ready().await.is_ok() }
+        });
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let limit = Duration::from_secs(10);
+        assert!(
+            tokio::time::timeout(limit, theirs)
+                .await
+                .is_ok_and(|r| r.is_ok_and(|ok| ok))
+        );
+        assert!(
+            tokio::time::timeout(limit, ours)
+                .await
+                .is_ok_and(|r| r.is_ok_and(|ok| ok)),
+            "our readiness was never told the store synced"
+        );
+    }
 }

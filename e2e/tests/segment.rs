@@ -469,7 +469,6 @@ fn metric_sum(sidecars: &[Sidecar], name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known hole: when the counter is re-created too low by hand, the operator's first aid raises it only to status.segment.next, which can lie below another sidecar's top; runs under load have issued duplicates (279 in one). Run by name; see docs/segment.md"]
 async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_issued_twice()
 -> Result<()> {
     let _serial = SERIAL.lock().await;
@@ -477,10 +476,10 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
     let cluster = Cluster::shared();
     // Small blocks, so that sidecars claim all the time.
     let segment = json!({"blockSize": 100});
-    let (ns, _operator, sidecars) = setup(cluster, "seglost", SEQUENCE, segment, 4).await?;
+    let (ns, _operator, mut sidecars) = setup(cluster, "seglost", SEQUENCE, segment, 4).await?;
     let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
     let lease_name = counter_name(SEQUENCE);
-    let loads: Vec<Load> = sidecars
+    let mut loads: Vec<Load> = sidecars
         .iter()
         .map(|s| Load::start(s.port, 10, Some(50.0)))
         .collect();
@@ -558,6 +557,30 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
         },
     )
     .await?;
+    // A sidecar started now has no blocks, so no floor of its own: the claim count the
+    // status recorded must stop it.
+    let late_pod = create_pods(&ns, SEQUENCE, "late", 1).await?;
+    let late = Sidecar::start(cluster, &ns.name, &late_pod[0], SEQUENCE, false)?;
+    eventually(
+        Duration::from_secs(30),
+        "the sidecar started meanwhile to refuse the counter",
+        || async {
+            late.process.check_running()?;
+            Ok((metric(late.port, "kubeflake_segment_counter_behind_total") > 0).then_some(()))
+        },
+    )
+    .await?;
+    ensure!(
+        get(late.port, "/id").ok().map(|(status, _)| status) != Some(200),
+        "the sidecar started meanwhile served a value from the lowered counter"
+    );
+    let untouched = counter(&ns, SEQUENCE).await?;
+    ensure!(
+        (untouched.next, untouched.claims) == (1, 0),
+        "nobody may claim from the lowered counter (not the operator either): {untouched:?}"
+    );
+    loads.push(Load::start(late.port, 10, Some(50.0)));
+    sidecars.push(late);
 
     // 3. The documented recovery: above status.segment.next and every sidecar's claimed
     // top, with the claims count at least the one last seen.
@@ -572,7 +595,7 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
         .map(|s| metric(s.port, "kubeflake_segment_claimed_top"))
         .max()
         .unwrap_or(0);
-    // Sidecars whose top is below the first aid's value may claim meanwhile: a CAS loop.
+    // A CAS loop all the same: a repair must never overwrite a claim it did not see.
     let recovered = loop {
         let mut lease = leases.get(&lease_name).await?;
         let now = Counter::parse(&lease)?.next;

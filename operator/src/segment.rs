@@ -13,9 +13,11 @@
 //! out values already issued. The operator then sets `Ready=False` (`CounterLost`), records
 //! a Warning Event and waits for a person to re-create it above every value issued
 //! (docs/segment.md, "The counter was lost"). A counter whose claim count went down (an old
-//! copy restored, or re-created by hand without the count) is `CounterWentBack`: as first
-//! aid it is raised (never lowered) to the last `next` seen, and the status keeps the last
-//! good observation until the counter's claims are at least what was seen again.
+//! copy restored, or re-created by hand without the count) is `CounterWentBack`. The
+//! operator does not touch it: the status keeps the last good observation, and every
+//! sidecar, even one started since, refuses to claim from a counter with fewer claims than
+//! `status.segment.blocksClaimed`. Raising it to the last `next` seen would not be enough
+//! (that is only a lower bound: sidecars claim between two looks), so a person repairs it.
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -60,7 +62,8 @@ pub async fn reconcile(
     if let Some(lease) = &found {
         let counter = Counter::parse(lease)?;
         if let Some(last) = went_back(seq.status.as_ref(), &counter) {
-            return went_back_first_aid(seq, ctx, &api, lease, counter, last).await;
+            let found = counter.next;
+            return counter_trouble(seq, ctx, &Trouble::WentBack { last, found }).await;
         }
     }
     let counter = match found {
@@ -146,14 +149,8 @@ pub fn went_back(status: Option<&IdSequenceStatus>, counter: &Counter) -> Option
 
 /// Why the counter cannot be trusted.
 enum Trouble {
-    Lost {
-        last: LastSeen,
-    },
-    WentBack {
-        last: LastSeen,
-        found: u64,
-        raised: bool,
-    },
+    Lost { last: LastSeen },
+    WentBack { last: LastSeen, found: u64 },
 }
 
 impl Trouble {
@@ -177,67 +174,19 @@ impl Trouble {
                 next = last.next,
                 claims = last.claims
             ),
-            Trouble::WentBack {
-                last,
-                found,
-                raised,
-            } => format!(
+            Trouble::WentBack { last, found } => format!(
                 "segment counter Lease {lease} went backwards: it shows fewer claims than the \
-                 {claims} already seen (re-created, or restored from an older copy); values \
-                 from {found} up may be issued twice. {first_aid}Set kubeflake.io/next above \
-                 every value ever issued and kubeflake.io/claims to at least {claims}; see \
-                 docs/segment.md, \"The counter was lost\"",
+                 {claims} already seen (re-created, or restored from an older copy), and values \
+                 from {found} up may already have been issued. Sidecars refuse to claim from it \
+                 and serve what they hold, then refuse. Set kubeflake.io/next above every value \
+                 ever issued (at least {next}, which is only a lower bound) and \
+                 kubeflake.io/claims to at least {claims}; see docs/segment.md, \"The counter \
+                 was lost\"",
                 claims = last.claims,
-                first_aid = if *raised {
-                    format!(
-                        "It was raised to {}, the last next seen, as first aid. ",
-                        last.next
-                    )
-                } else {
-                    String::new()
-                }
+                next = last.next,
             ),
         }
     }
-}
-
-/// Raises a counter that went back to the last `next` seen (a CAS; never lowers it), then
-/// reports it. The status keeps the last good observation.
-async fn went_back_first_aid(
-    seq: &IdSequence,
-    ctx: &Context,
-    api: &Api<Lease>,
-    lease: &Lease,
-    counter: Counter,
-    last: LastSeen,
-) -> Result<Action, Error> {
-    let found = counter.next;
-    let mut raised = false;
-    if counter.next < last.next {
-        let up = Counter {
-            next: last.next,
-            ..counter
-        };
-        let name = counter_name(&seq.name_any());
-        match api
-            .replace(&name, &PostParams::default(), &up.write_into(lease.clone()))
-            .await
-        {
-            Ok(_) => raised = true,
-            Err(e) if is_conflict(&e) => return Ok(Action::requeue(Duration::from_millis(500))),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    counter_trouble(
-        seq,
-        ctx,
-        &Trouble::WentBack {
-            last,
-            found,
-            raised,
-        },
-    )
-    .await
 }
 
 /// Ready=False with the trouble's reason, a Warning Event when it is new, and the last good
@@ -478,17 +427,17 @@ mod tests {
         ] {
             assert!(lost.contains(needle), "{needle}: {lost}");
         }
-        let back = Trouble::WentBack {
-            last,
-            found: 1,
-            raised: true,
-        };
+        let back = Trouble::WentBack { last, found: 1 };
         assert_eq!(back.reason(), "CounterWentBack");
         let text = back.message("orders");
-        assert!(
-            text.contains("raised to 5000") && text.contains("from 1 up"),
-            "{text}"
-        );
+        for needle in [
+            "from 1 up",
+            "Sidecars refuse",
+            "at least 5000",
+            "kubeflake.io/claims to at least 12",
+        ] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
     }
 
     #[test]

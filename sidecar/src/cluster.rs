@@ -395,8 +395,11 @@ impl Holder {
     /// Segment mode: waits for the counter Lease (the operator creates it), then serves
     /// values from blocks claimed from it until shutdown.
     async fn serve_segment(&mut self, params: SegmentParams) {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
-        let store = Arc::new(LeaseCounter::new(leases, &self.config.sequence));
+        let store = Arc::new(LeaseCounter::new(
+            self.client.clone(),
+            &self.config.pod.namespace,
+            &self.config.sequence,
+        ));
         while !self.stopping() {
             match store.read().await {
                 Ok(counter) => {

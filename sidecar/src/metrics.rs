@@ -94,8 +94,9 @@ impl SegmentMetrics {
             ),
             counter_behind: counter(
                 "kubeflake_segment_counter_behind_total",
-                "Claims refused because the counter was below this sidecar's own claimed top \
-                 (the counter was deleted and re-created, or restored from an older copy).",
+                "Claims refused because the counter was below this sidecar's own claimed top, \
+                 or showed fewer claims than the IdSequence's status recorded (the counter was \
+                 deleted and re-created, or restored from an older copy).",
             ),
             claimed_top: int_gauge(
                 "kubeflake_segment_claimed_top",

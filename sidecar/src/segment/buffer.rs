@@ -397,13 +397,23 @@ impl Segment {
                             );
                             None
                         }
-                        Err(e @ ClaimError::CounterBehind { .. }) => {
-                            // Other sidecars may now claim the values this one still
-                            // holds: serving them could issue them twice. Drop them.
-                            let dropped = s.buffered();
-                            s.cursor = s.end;
-                            s.spare = None;
-                            s.current_len = 0;
+                        Err(
+                            e @ (ClaimError::CounterBehind { .. }
+                            | ClaimError::CounterWentBack { .. }),
+                        ) => {
+                            // Below our own top, other sidecars may now claim the values
+                            // this one still holds: serving them could issue them twice, so
+                            // drop them. With only fewer claims than recorded, what we hold
+                            // lies below our top, which the counter is not below: keep it.
+                            let dropped = if matches!(e, ClaimError::CounterBehind { .. }) {
+                                let dropped = s.buffered();
+                                s.cursor = s.end;
+                                s.spare = None;
+                                s.current_len = 0;
+                                dropped
+                            } else {
+                                0
+                            };
                             self.metrics.values_dropped.inc_by(dropped);
                             self.metrics.counter_behind.inc();
                             self.metrics.claim_errors.inc();
@@ -411,8 +421,7 @@ impl Segment {
                                 error = %e,
                                 dropped,
                                 top = floor,
-                                "the segment counter went backwards: refusing to claim from it \
-                                 and dropping the buffered values"
+                                "the segment counter went backwards: refusing to claim from it"
                             );
                             s.last_error = Some(e.to_string());
                             if s.stopped {

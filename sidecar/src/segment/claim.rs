@@ -9,6 +9,11 @@
 //!   grows, and a graceful give-back lowers it only to the giver's own unused values, which
 //!   lie above every other sidecar's blocks). A counter below the floor was deleted and
 //!   re-created, or restored from a backup: the claim is refused, never served.
+//! - **The recorded claim count**: a sidecar that never claimed (just started) has no floor.
+//!   So every claim also reads a lower bound of the counter's claim count kept outside the
+//!   counter (in a cluster, the IdSequence's `status.segment.blocksClaimed`, written by the
+//!   operator). Claims only ever grow (a give-back keeps the count), so a counter with fewer
+//!   claims is an older copy, and is refused until a person repairs it.
 //! - **The call timeout**: each read and each write of the counter is abandoned after a
 //!   bounded time. A write whose outcome is unknown is harmless: it was conditional on the
 //!   version read, so at worst its block is a gap.
@@ -61,6 +66,12 @@ pub trait CounterStore: Send + Sync + 'static {
         seen: &'a Counter,
         new: Counter,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// A lower bound of the counter's claim count recorded outside the counter (the
+    /// IdSequence's status in a cluster); a counter with fewer claims is an older copy.
+    /// Stores with no such record answer 0.
+    fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async { Ok(0) })
+    }
     /// Claims up to `size` values in one step, when the store can do that atomically (a
     /// local file under one lock: one blocking job instead of two). `None`: the caller
     /// reads and compares-and-swaps.
@@ -89,6 +100,13 @@ pub enum ClaimError {
          condition and docs/segment.md (\"The counter was lost\") to recover"
     )]
     CounterBehind { next: u64, floor: u64 },
+    #[error(
+        "the counter shows {claims} claims, fewer than the {known} already recorded in the \
+         IdSequence's status: it was re-created or restored from an older copy, and values \
+         from it may already have been issued. Refusing to claim from it until its \
+         kubeflake.io/claims is at least {known}; see docs/segment.md (\"The counter was lost\")"
+    )]
+    CounterWentBack { claims: u64, known: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -148,7 +166,8 @@ pub struct Claimed {
 
 /// Claims up to `size` values (fewer only at the very end of the value range). `floor` is
 /// the end of the highest block the caller claimed before (0 if none): a counter below it
-/// is refused with [`ClaimError::CounterBehind`].
+/// is refused with [`ClaimError::CounterBehind`]; a counter with fewer claims than the
+/// store's [`CounterStore::known_claims`] with [`ClaimError::CounterWentBack`].
 pub async fn claim(
     store: &dyn CounterStore,
     size: u64,
@@ -164,6 +183,8 @@ pub async fn claim(
             Err(_) => Err(StoreError::TimedOut(backoff.call_timeout).into()),
         };
     }
+    // Read once per claim: it only ever grows, so an older answer is merely less strict.
+    let known = bounded(backoff.call_timeout, store.known_claims()).await?;
     let mut conflicts = 0;
     loop {
         let seen = bounded(backoff.call_timeout, store.read()).await?;
@@ -171,6 +192,12 @@ pub async fn claim(
             return Err(ClaimError::CounterBehind {
                 next: seen.next,
                 floor,
+            });
+        }
+        if seen.claims < known {
+            return Err(ClaimError::CounterWentBack {
+                claims: seen.claims,
+                known,
             });
         }
         if seen.next >= LIMIT {
@@ -246,6 +273,8 @@ pub(crate) mod fake {
         pub hang: AtomicBool,
         /// Yield between read and write, so concurrent claims interleave.
         pub interleave: bool,
+        /// What the IdSequence's status would record (see `CounterStore::known_claims`).
+        pub known_claims: AtomicU64,
     }
 
     impl FakeStore {
@@ -275,6 +304,10 @@ pub(crate) mod fake {
     }
 
     impl CounterStore for FakeStore {
+        fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+            Box::pin(async move { Ok(self.known_claims.load(Ordering::SeqCst)) })
+        }
+
         fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>> {
             Box::pin(async move {
                 self.maybe_hang().await;
@@ -463,6 +496,52 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(b.block.start, 101, "a counter at the floor is fine");
+    }
+
+    #[tokio::test]
+    async fn a_freshly_started_claimer_refuses_a_counter_with_fewer_claims_than_recorded() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = FakeStore::starting_at(1);
+        let b = Backoff::default();
+        for _ in 0..3 {
+            claim(&store, 100, 0, &b).await.unwrap();
+        }
+        // The operator recorded 3 claims; then the counter is re-created at 1 (no claims).
+        store.known_claims.store(3, SeqCst);
+        store.recreate_at(1);
+        // A sidecar that just started has no floor of its own: the record stops it.
+        let err = claim(&store, 100, 0, &b).await.unwrap_err();
+        assert_eq!(
+            err,
+            ClaimError::CounterWentBack {
+                claims: 0,
+                known: 3
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("kubeflake.io/claims is at least 3"),
+            "{err}"
+        );
+        assert_eq!(store.next(), 1, "nothing was written");
+        // Repaired by hand: next above every value issued, claims at least the record.
+        *store.counter.lock().unwrap() = (10_000, 3, 99);
+        let repaired = claim(&store, 100, 0, &b).await.unwrap();
+        assert_eq!(repaired.block.start, 10_000);
+    }
+
+    #[tokio::test]
+    async fn a_graceful_give_back_keeps_the_claim_count_so_the_record_never_refuses_it() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let store = FakeStore::starting_at(0);
+        let b = Backoff::default();
+        let g = claim(&store, 100, 0, &b).await.unwrap().block;
+        store.known_claims.store(1, SeqCst);
+        assert!(give_back(&store, g.start, g.end).await.unwrap());
+        assert_eq!(
+            claim(&store, 100, 0, &b).await.unwrap().block.start,
+            g.start
+        );
     }
 
     #[tokio::test]

@@ -7,12 +7,17 @@
 //! that never had one. A missing counter (404) is an error that is retried, never a reason
 //! to start again. Reads must stay quorum reads (no `resourceVersion=0`): a cached, older
 //! counter would look like one that went backwards.
+//!
+//! Each claim also reads the IdSequence's `status.segment.blocksClaimed` (from the API
+//! server's cache: an older status is only less strict), the claim count the operator last
+//! saw: a counter with fewer claims is an older copy and is refused (see `claim`).
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{GetParams, Patch, PatchParams};
+use kube::{Api, Client};
 use kubeflake_crds::segment_counter::{CLAIMS_ANNOTATION, Counter, NEXT_ANNOTATION, counter_name};
+use kubeflake_crds::sequence::IdSequence;
 use serde_json::json;
 
 use super::claim::{CounterStore, StoreError};
@@ -21,13 +26,18 @@ use super::claim::{CounterStore, StoreError};
 pub struct LeaseCounter {
     api: Api<Lease>,
     name: String,
+    sequences: Api<IdSequence>,
+    sequence: String,
 }
 
 impl LeaseCounter {
-    pub fn new(api: Api<Lease>, sequence: &str) -> LeaseCounter {
+    /// The counter of `sequence` in `namespace`.
+    pub fn new(client: Client, namespace: &str, sequence: &str) -> LeaseCounter {
         LeaseCounter {
-            api,
+            api: Api::namespaced(client.clone(), namespace),
             name: counter_name(sequence),
+            sequences: Api::namespaced(client, namespace),
+            sequence: sequence.to_owned(),
         }
     }
 
@@ -49,6 +59,24 @@ fn store_error(e: kube::Error, name: &str) -> StoreError {
 }
 
 impl CounterStore for LeaseCounter {
+    fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let seq = self
+                .sequences
+                .get_with(&self.sequence, &GetParams::any())
+                .await
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("IdSequence {}: {e}", self.sequence))
+                })?;
+            let known = seq
+                .status
+                .and_then(|s| s.segment)
+                .and_then(|s| s.blocks_claimed)
+                .unwrap_or(0);
+            Ok(u64::try_from(known).unwrap_or(0))
+        })
+    }
+
     fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>> {
         Box::pin(async move {
             let lease = self

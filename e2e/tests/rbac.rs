@@ -256,7 +256,13 @@ fn operator_rows() -> Vec<Row> {
             App,
             true,
         ),
-        row("may create core Events", "create", "events", App, true),
+        row(
+            "may not create core Events (the Recorder writes events.k8s.io)",
+            "create",
+            "events",
+            App,
+            false,
+        ),
         row(
             "may create RoleBindings",
             "create",
@@ -526,6 +532,13 @@ fn sidecar_rows() -> Vec<Row> {
             "events.events.k8s.io",
             App,
             true,
+        ),
+        row(
+            "may not create core Events",
+            "create",
+            "events",
+            App,
+            false,
         ),
         row(
             "may not update leases in another namespace",

@@ -430,6 +430,53 @@ async fn kubectl_finds_the_plugin_on_path_and_an_unknown_sequence_exits_3() -> R
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_completes_the_plugins_commands_and_flags_through_kubectl_complete_kubeflake()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    // What docs/kubectl-plugin.md tells users to do: link the plugin under the completer's
+    // name somewhere on PATH.
+    let links = tempfile::tempdir()?;
+    std::os::unix::fs::symlink(plugin(), links.path().join("kubectl_complete-kubeflake"))?;
+    let plugin_dir = plugin().parent().context("plugin dir")?.to_path_buf();
+    let path = std::env::join_paths(
+        [links.path().to_path_buf(), plugin_dir]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )?;
+    let complete = |words: &[&str]| {
+        let mut command = tokio::process::Command::new(cluster.kubectl_path());
+        command
+            .arg("__complete")
+            .arg("kubeflake")
+            .args(words)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .env("PATH", &path);
+        finish(command)
+    };
+    let candidates = |r: &Run| -> Vec<String> {
+        r.stdout
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    let r = complete(&["pl"]).await?;
+    ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
+    ensure!(candidates(&r) == ["plan", ":4"], "{}{}", r.stdout, r.stderr);
+    let r = complete(&["plan", "--repl"]).await?;
+    ensure!(candidates(&r) == ["--replicas", ":4"], "{}{}", r.stdout, r.stderr);
+    let r = complete(&["decode", "-o", ""]).await?;
+    ensure!(
+        candidates(&r) == ["table", "json", "yaml", ":4"],
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decode_and_compose_read_the_layout_of_a_sequence_in_the_cluster() -> Result<()> {
     let cluster = Cluster::shared();
     install_crd(cluster).await?;

@@ -8,6 +8,7 @@
 
 mod cli;
 mod cluster;
+mod complete;
 mod compose;
 mod decode;
 mod error;
@@ -25,6 +26,20 @@ use crate::error::{CliError, EXIT_OK, EXIT_RUNTIME};
 use crate::output::{Report, render};
 
 fn main() {
+    // Linked or copied as kubectl_complete-kubeflake, the binary answers kubectl's
+    // completion requests for `kubectl kubeflake <TAB>`.
+    let mut args = std::env::args();
+    if args
+        .next()
+        .is_some_and(|argv0| complete::invoked_as_completer(&argv0))
+    {
+        let words: Vec<String> = args.collect();
+        let code = match write_stdout(complete::answer(Cli::command(), &words).as_bytes()) {
+            Ok(()) => EXIT_OK,
+            Err(_) => EXIT_RUNTIME,
+        };
+        std::process::exit(code);
+    }
     // Usage errors exit 2 here (clap's convention, which the documented codes follow).
     let cli = Cli::parse();
     init_logging(cli.verbose);

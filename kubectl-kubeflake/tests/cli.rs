@@ -837,3 +837,49 @@ fn bash_completion_completes_commands_and_the_flags_of_a_command() {
     flags.sort();
     assert_eq!(flags, ["--time-unit", "--timestamp-bits"]);
 }
+
+/// The binary under the name kubectl runs for `kubectl kubeflake <TAB>`, with `words`.
+fn complete_as_kubectl_does(words: &[&str]) -> Run {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let completer = dir.path().join("kubectl_complete-kubeflake");
+    std::os::unix::fs::symlink(BIN, &completer).expect("a symlink");
+    let out = Command::new(&completer)
+        .args(words)
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .expect("the completer runs");
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).expect("utf-8"),
+        stderr: String::from_utf8(out.stderr).expect("utf-8"),
+    }
+}
+
+#[test]
+fn linked_as_kubectl_complete_kubeflake_it_answers_kubectls_completion_protocol() {
+    let r = complete_as_kubectl_does(&["pl"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("plan\t"),
+        "candidate and description: {lines:?}"
+    );
+    assert_eq!(
+        lines.last(),
+        Some(&":4"),
+        "the directive comes last: {lines:?}"
+    );
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
+    let r = complete_as_kubectl_does(&["slots", "orders", "--a"]);
+    assert!(r.stdout.starts_with("--all\t"), "{}", r.stdout);
+    let r = complete_as_kubectl_does(&["compose", "-o", "y"]);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].split('\t').next() == Some("yaml"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[1], ":4");
+    // Under its own name nothing changes: a bare word is a usage error.
+    assert_eq!(run(&["pl"]).code, 2);
+}

@@ -237,6 +237,61 @@ async fn rule1_two_operators_and_a_burst_of_200_pods_never_give_a_slot_two_holde
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule1_two_operators_reassigning_released_leases_never_give_a_slot_two_holders()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("op-two-reuse").await?;
+    let (history, watch) = LeaseHistory::record(ns.client.clone(), &ns.name).await?;
+    let _a = Operator::start(cluster, &ns.name, "a")?;
+    let _b = Operator::start(cluster, &ns.name, "b")?;
+    // 4 slots: after the first round every assignment reuses an existing, released Lease,
+    // and both operators see the same free ones.
+    create_sequence(&ns, "orders", scarce()).await?;
+    let mut reused = 0;
+    let mut deleted: Vec<String> = Vec::new();
+    for round in 0..3 {
+        let pods = create_pods(&ns, "orders", &format!("round{round}"), 4).await?;
+        let held = all_assigned(&ns, "orders", &uids(&pods), LIMIT).await?;
+        assert_eq!(
+            held.values().collect::<HashSet<_>>().len(),
+            4,
+            "round {round}"
+        );
+        if round > 0 {
+            reused += held.len();
+        }
+        let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+        deleted.extend(uids(&pods));
+        delete_pods(&ns, &names).await?;
+        eventually(LIMIT, "every slot released", || async {
+            let leases = slot_leases(&ns, "orders").await?;
+            Ok(leases.iter().all(|l| l.holder.is_none()).then_some(()))
+        })
+        .await?;
+    }
+    assert_eq!(
+        slot_leases(&ns, "orders").await?.len(),
+        4,
+        "no Lease beyond the 4 slots"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await; // let the watch catch up
+    watch.abort();
+    let problems = history.violations(&deleted);
+    assert!(
+        problems.is_empty(),
+        "{} lease versions; violations:\n{}",
+        history.len(),
+        problems.join("\n")
+    );
+    eprintln!(
+        "two operators, released leases: {reused} reassignments, {} lease versions",
+        history.len()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule1_operator_killed_mid_burst_converges_without_giving_a_slot_twice() -> Result<()> {
     let cluster = Cluster::shared();
     install_crd(cluster).await?;

@@ -11,6 +11,7 @@
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
+pub mod backoff;
 pub mod certs;
 pub mod http;
 pub mod inject;
@@ -274,12 +275,12 @@ async fn run_controller(
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
     let (pods, pod_writer) = reflector::store::<Pod>();
     let pod_stream = watcher(api::<Pod>(&client, &config.namespace), selected.clone())
-        .default_backoff()
+        .backoff(backoff::WatchBackoff::default())
         .reflect(pod_writer)
         .touched_objects();
     let (leases, lease_writer) = reflector::store::<Lease>();
     let lease_stream = watcher(api::<Lease>(&client, &config.namespace), selected)
-        .default_backoff()
+        .backoff(backoff::WatchBackoff::default())
         .reflect(lease_writer)
         .touched_objects();
 
@@ -300,6 +301,7 @@ async fn run_controller(
         watcher::Config::default(),
     )
     .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
+    .trigger_backoff(backoff::WatchBackoff::default())
     .owns_stream(lease_stream)
     .watches_stream(pod_stream, |pod: Pod| {
         let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();

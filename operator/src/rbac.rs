@@ -207,12 +207,12 @@ pub async fn keep_sidecar_bindings(
     let roles: Api<ClusterRole> = Api::all(client.clone());
     let (seq_store, seq_writer) = reflector::store();
     let seq_events = watcher(sequences, watcher::Config::default())
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .reflect(seq_writer)
         .map(|_| ());
     let (binding_store, binding_writer) = reflector::store();
     let binding_events = watcher(bindings, watcher::Config::default().labels(MANAGED_LABEL))
-        .default_backoff()
+        .backoff(crate::backoff::WatchBackoff::default())
         .reflect(binding_writer)
         .map(|_| ());
     let mut events = std::pin::pin!(futures::stream::select(seq_events, binding_events));

@@ -438,13 +438,9 @@ async fn kubectl_completes_the_plugins_commands_and_flags_through_kubectl_comple
     let links = tempfile::tempdir()?;
     std::os::unix::fs::symlink(plugin(), links.path().join("kubectl_complete-kubeflake"))?;
     let plugin_dir = plugin().parent().context("plugin dir")?.to_path_buf();
-    let path = std::env::join_paths(
-        [links.path().to_path_buf(), plugin_dir]
-            .into_iter()
-            .chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-    )?;
+    let path = std::env::join_paths([links.path().to_path_buf(), plugin_dir].into_iter().chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))?;
     let complete = |words: &[&str]| {
         let mut command = tokio::process::Command::new(cluster.kubectl_path());
         command
@@ -465,7 +461,12 @@ async fn kubectl_completes_the_plugins_commands_and_flags_through_kubectl_comple
     ensure!(r.code == 0, "exit {}: {}", r.code, r.stderr);
     ensure!(candidates(&r) == ["plan", ":4"], "{}{}", r.stdout, r.stderr);
     let r = complete(&["plan", "--repl"]).await?;
-    ensure!(candidates(&r) == ["--replicas", ":4"], "{}{}", r.stdout, r.stderr);
+    ensure!(
+        candidates(&r) == ["--replicas", ":4"],
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     let r = complete(&["decode", "-o", ""]).await?;
     ensure!(
         candidates(&r) == ["table", "json", "yaml", ":4"],

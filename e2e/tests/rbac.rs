@@ -533,13 +533,7 @@ fn sidecar_rows() -> Vec<Row> {
             App,
             true,
         ),
-        row(
-            "may not create core Events",
-            "create",
-            "events",
-            App,
-            false,
-        ),
+        row("may not create core Events", "create", "events", App, false),
         row(
             "may not update leases in another namespace",
             "update",

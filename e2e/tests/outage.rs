@@ -58,7 +58,9 @@ async fn rule2_an_api_outage_longer_than_the_lease_stops_every_holder_at_its_fen
         )
         .await?;
         let stopped_after = down.elapsed();
-        // Refusing, not issuing: no ID is added while the API server stays down.
+        // Refusing, not issuing: no ID is added while the API server stays down (after a
+        // moment for answers already on the wire to arrive).
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let counts: Vec<usize> = collectors.iter().map(Collector::count).collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let later: Vec<usize> = collectors.iter().map(Collector::count).collect();

@@ -5,17 +5,14 @@
 //! `kubectl kubeflake` finds the plugin on PATH.
 //!
 //! The plugin binary is `target/debug/kubectl-kubeflake` (a cargo test cannot depend on
-//! another package's binary). `cargo test --workspace`, which scripts/test.sh runs, builds
-//! it for the plugin's own tests; when it is missing or older than the plugin's or the API
-//! crate's sources (this file run alone), [`plugin`] builds it with `cargo build -p
-//! kubectl-kubeflake` first, so a stale binary is never tested.
+//! another package's binary): [`plugin`] finds it, or builds it when it is missing or
+//! stale, like the other workspace binaries (`operator_support::workspace_binary`).
 
 mod operator_support;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Output;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -36,66 +33,9 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// Upper bound for one plugin run (it talks to a local API server).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-/// Newest modification time of the files the plugin binary is built from.
-fn newest_source(paths: &[PathBuf]) -> std::time::SystemTime {
-    let mut newest = std::time::SystemTime::UNIX_EPOCH;
-    let mut stack: Vec<PathBuf> = paths.to_vec();
-    while let Some(path) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&path) {
-                stack.extend(entries.filter_map(|e| Some(e.ok()?.path())));
-            }
-        } else if let Ok(modified) = meta.modified() {
-            newest = newest.max(modified);
-        }
-    }
-    newest
-}
-
 /// The plugin binary next to this test binary, built first if missing or stale.
 fn plugin() -> PathBuf {
-    static PLUGIN: OnceLock<PathBuf> = OnceLock::new();
-    PLUGIN
-        .get_or_init(|| {
-            // The test binary is target/debug/deps/plugin-<hash>; the plugin target/debug/.
-            let exe = std::env::current_exe().expect("test binary path");
-            let debug_dir = exe
-                .parent()
-                .and_then(|deps| deps.parent())
-                .expect("target/debug");
-            let binary = debug_dir.join("kubectl-kubeflake");
-            let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-            let sources = [
-                "kubectl-kubeflake",
-                "crds/src",
-                "crds/Cargo.toml",
-                "Cargo.lock",
-            ]
-            .map(|p| workspace.join(p));
-            let fresh = std::fs::metadata(&binary)
-                .and_then(|m| m.modified())
-                .is_ok_and(|built| built >= newest_source(&sources));
-            if !fresh {
-                let status = std::process::Command::new(env!("CARGO"))
-                    .args([
-                        "build",
-                        "-q",
-                        "-p",
-                        "kubectl-kubeflake",
-                        "--bin",
-                        "kubectl-kubeflake",
-                    ])
-                    .current_dir(&workspace)
-                    .status()
-                    .expect("cargo runs");
-                assert!(status.success(), "cargo build -p kubectl-kubeflake failed");
-            }
-            binary
-        })
-        .clone()
+    workspace_binary("kubectl-kubeflake")
 }
 
 struct Run {

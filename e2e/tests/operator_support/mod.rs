@@ -23,8 +23,9 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 ///
 /// `cargo test --workspace` (scripts/test.sh) builds every binary before any test runs, so
 /// normally this only finds it. When the binary is missing, or older than a source file
-/// of the product crates (a developer ran `cargo test -p kubeflake-e2e --test X` after
-/// changing the sidecar), it is built first: an e2e test never starts a stale binary. A
+/// of the product crates or than Cargo.lock (a developer ran `cargo test -p kubeflake-e2e
+/// --test X` after changing the sidecar), it is built first: an e2e test never starts a
+/// stale binary. A
 /// fresh binary is never rebuilt, because a `cargo build` unifies features differently
 /// from `cargo test` and would relink it in the middle of a measured run.
 pub fn workspace_binary(name: &str) -> PathBuf {
@@ -41,9 +42,12 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         let stale = match built {
             None => true,
-            Some(built) => ["crds", "sidecar", "operator", "kubectl-kubeflake"]
-                .iter()
-                .any(|krate| newer_source(&root.join(krate), built)),
+            Some(built) => {
+                ["crds", "sidecar", "operator", "kubectl-kubeflake"]
+                    .iter()
+                    .any(|krate| newer_source(&root.join(krate), built))
+                    || modified_after(&root.join("Cargo.lock"), built)
+            }
         };
         if stale {
             let mut cargo = std::process::Command::new(env!("CARGO"));
@@ -62,14 +66,16 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+fn modified_after(path: &std::path::Path, than: std::time::SystemTime) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| m > than)
+}
+
 /// Whether a Rust source or manifest under `dir` (its `src` and `Cargo.toml`) was changed
 /// after `than`.
 fn newer_source(dir: &std::path::Path, than: std::time::SystemTime) -> bool {
-    let newer = |p: &std::path::Path| {
-        std::fs::metadata(p)
-            .and_then(|m| m.modified())
-            .is_ok_and(|m| m > than)
-    };
+    let newer = |p: &std::path::Path| modified_after(p, than);
     if newer(&dir.join("Cargo.toml")) {
         return true;
     }

@@ -183,11 +183,16 @@ pub async fn claim(
             Err(_) => Err(StoreError::TimedOut(backoff.call_timeout).into()),
         };
     }
-    // Read once per claim: it only ever grows, so an older answer is merely less strict.
-    let known = bounded(backoff.call_timeout, store.known_claims()).await?;
+    // The record is read once per claim, beside the first read of the counter (not one
+    // round trip after it): it only ever grows, so an older answer is merely less strict.
+    let (known, first) = tokio::join!(
+        bounded(backoff.call_timeout, store.known_claims()),
+        bounded(backoff.call_timeout, store.read())
+    );
+    let known = known?;
+    let mut seen = first?;
     let mut conflicts = 0;
     loop {
-        let seen = bounded(backoff.call_timeout, store.read()).await?;
         if seen.next < floor {
             return Err(ClaimError::CounterBehind {
                 next: seen.next,
@@ -225,6 +230,7 @@ pub async fn claim(
                     return Err(ClaimError::TooManyConflicts { conflicts });
                 }
                 tokio::time::sleep(backoff.delay(conflicts)).await;
+                seen = bounded(backoff.call_timeout, store.read()).await?;
             }
             Err(e) => return Err(e.into()),
         }

@@ -247,12 +247,12 @@ impl AcceptBackoff {
     }
 
     /// The pause after one more consecutive failure: 10 ms, doubling, at most 1 s.
-    pub(crate) fn failed(&mut self) -> Duration {
+    fn failed(&mut self) -> Duration {
         self.0 = (self.0 * 2).clamp(Self::FIRST, Self::MAX);
         self.0
     }
 
-    pub(crate) fn succeeded(&mut self) {
+    fn succeeded(&mut self) {
         self.0 = Duration::ZERO;
     }
 

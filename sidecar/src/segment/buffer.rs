@@ -100,6 +100,15 @@ impl State {
     fn buffered(&self) -> u64 {
         (self.end - self.cursor) + self.spare.map_or(0, |b| b.len())
     }
+
+    /// Forgets every buffered value (never to be served); returns how many there were.
+    fn drop_buffered(&mut self) -> u64 {
+        let dropped = self.buffered();
+        self.cursor = self.end;
+        self.spare = None;
+        self.current_len = 0;
+        dropped
+    }
 }
 
 /// Values taken from the buffer: consecutive runs, in increasing order.
@@ -405,14 +414,9 @@ impl Segment {
                             // this one still holds: serving them could issue them twice, so
                             // drop them. With only fewer claims than recorded, what we hold
                             // lies below our top, which the counter is not below: keep it.
-                            let dropped = if matches!(e, ClaimError::CounterBehind { .. }) {
-                                let dropped = s.buffered();
-                                s.cursor = s.end;
-                                s.spare = None;
-                                s.current_len = 0;
-                                dropped
-                            } else {
-                                0
+                            let dropped = match e {
+                                ClaimError::CounterBehind { .. } => s.drop_buffered(),
+                                _ => 0,
                             };
                             self.metrics.values_dropped.inc_by(dropped);
                             self.metrics.counter_behind.inc();

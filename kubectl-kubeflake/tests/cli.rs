@@ -26,15 +26,16 @@ fn run_with(args: &[&str], kubeconfig: Option<&Path>) -> Run {
         // No cluster unless a test gives one: a developer's own must never be used.
         None => command.env("KUBECONFIG", "/nonexistent/kubeconfig"),
     };
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().expect("the plugin binary runs");
-    Run {
-        code: status.code().expect("exited, not killed by a signal"),
-        stdout: String::from_utf8(stdout).expect("utf-8 stdout"),
-        stderr: String::from_utf8(stderr).expect("utf-8 stderr"),
+    command.output().expect("the plugin binary runs").into()
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().expect("exited, not killed by a signal"),
+            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        }
     }
 }
 
@@ -366,12 +367,10 @@ fn run_with_stdin(args: &[&str], stdin: &str) -> Run {
         .expect("piped stdin")
         .write_all(stdin.as_bytes())
         .expect("stdin written");
-    let out = child.wait_with_output().expect("the plugin finishes");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
-        stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
-    }
+    child
+        .wait_with_output()
+        .expect("the plugin finishes")
+        .into()
 }
 
 #[test]
@@ -843,16 +842,12 @@ fn complete_as_kubectl_does(words: &[&str]) -> Run {
     let dir = tempfile::tempdir().expect("a temp dir");
     let completer = dir.path().join("kubectl_complete-kubeflake");
     std::os::unix::fs::symlink(BIN, &completer).expect("a symlink");
-    let out = Command::new(&completer)
+    Command::new(&completer)
         .args(words)
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .output()
-        .expect("the completer runs");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).expect("utf-8"),
-        stderr: String::from_utf8(out.stderr).expect("utf-8"),
-    }
+        .expect("the completer runs")
+        .into()
 }
 
 #[test]

@@ -35,12 +35,11 @@ pub fn answer(mut root: Command, words: &[String]) -> String {
         Some((last, rest)) => (last.as_str(), rest),
         None => ("", &[][..]),
     };
-    let mut path = vec![&root];
+    let mut here = &root;
     let mut pending: Option<&Arg> = None;
     // Positional words given to the innermost command so far.
     let mut positionals = 0;
     for word in done {
-        let here = *path.last().unwrap_or(&&root);
         if pending.take().is_some() {
             continue;
         }
@@ -49,28 +48,26 @@ pub fn answer(mut root: Command, words: &[String]) -> String {
         }
         if let Some(long) = word.strip_prefix("--") {
             if !long.contains('=') {
-                pending =
-                    find_arg(&path, |a| a.get_long() == Some(long)).filter(|a| takes_value(a));
+                pending = find_arg(here, |a| a.get_long() == Some(long)).filter(|a| takes_value(a));
             }
         } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
             // `-o` waits for its value; `-ojson` carries it.
             let mut chars = shorts.chars();
             if let (Some(c), None) = (chars.next(), chars.next()) {
-                pending = find_arg(&path, |a| a.get_short() == Some(c)).filter(|a| takes_value(a));
+                pending = find_arg(here, |a| a.get_short() == Some(c)).filter(|a| takes_value(a));
             }
         } else if let Some(sub) = here.find_subcommand(word) {
-            path.push(sub);
+            here = sub;
             positionals = 0;
         } else {
             positionals += 1;
         }
     }
-    let here = *path.last().unwrap_or(&&root);
     let mut lines = Vec::new();
     let directive = if let Some(arg) = pending {
         values_of(arg, current, &mut lines)
     } else if current.starts_with('-') {
-        for arg in visible_args(&path) {
+        for arg in visible_args(here) {
             if let Some(long) = arg.get_long() {
                 push(&mut lines, &format!("--{long}"), arg.get_help(), current);
             }
@@ -97,17 +94,15 @@ fn takes_value(arg: &Arg) -> bool {
     matches!(arg.get_action(), ArgAction::Set | ArgAction::Append)
 }
 
-/// The options in scope: the innermost command's (clap's `build` has copied the global
-/// ones of its ancestors into it).
-fn visible_args<'a>(path: &[&'a Command]) -> impl Iterator<Item = &'a Arg> {
-    path.last()
-        .into_iter()
-        .flat_map(|cmd| cmd.get_arguments())
+/// The options in scope: the command's own (clap's `build` has copied the global ones of
+/// its ancestors into it).
+fn visible_args(cmd: &Command) -> impl Iterator<Item = &Arg> {
+    cmd.get_arguments()
         .filter(|a| !a.is_hide_set() && !a.is_positional())
 }
 
-fn find_arg<'a>(path: &[&'a Command], matches: impl Fn(&Arg) -> bool) -> Option<&'a Arg> {
-    visible_args(path).find(|a| matches(a))
+fn find_arg(cmd: &Command, matches: impl Fn(&Arg) -> bool) -> Option<&Arg> {
+    visible_args(cmd).find(|a| matches(a))
 }
 
 /// Candidates for an option's value: its fixed choices, or file names for a path.

@@ -39,11 +39,14 @@ pub fn answer(mut root: Command, words: &[String]) -> String {
     let mut pending: Option<&Arg> = None;
     // Positional words given to the innermost command so far.
     let mut positionals = 0;
+    // After `--` every word is positional: no flags are offered.
+    let mut only_positionals = false;
     for word in done {
         if pending.take().is_some() {
             continue;
         }
         if word == "--" {
+            only_positionals = true;
             break;
         }
         if let Some(long) = word.strip_prefix("--") {
@@ -66,7 +69,7 @@ pub fn answer(mut root: Command, words: &[String]) -> String {
     let mut lines = Vec::new();
     let directive = if let Some(arg) = pending {
         values_of(arg, current, &mut lines)
-    } else if current.starts_with('-') {
+    } else if current.starts_with('-') && !only_positionals {
         for arg in visible_args(here) {
             if let Some(long) = arg.get_long() {
                 push(&mut lines, &format!("--{long}"), arg.get_help(), current);
@@ -198,6 +201,26 @@ mod tests {
         assert_eq!(complete(&["decode", "--output", "j"]), ["json", ":4"]);
         assert_eq!(complete(&["decode", "-f", ""]), [":0"]);
         assert_eq!(complete(&["completion", ""])[..2], ["bash", "elvish"]);
+    }
+
+    #[test]
+    fn unknown_words_and_flags_are_skipped_and_the_answer_stays_well_formed() {
+        assert_eq!(complete(&["--nonsense", "zzz", "-", "pl"]), ["plan", ":4"]);
+        assert_eq!(
+            complete(&["plan", "--replicas", ""]),
+            [":4"],
+            "a number: no files"
+        );
+        assert_eq!(
+            complete(&["decode", "--", "--"]),
+            [":4"],
+            "after --, only IDs"
+        );
+        assert_eq!(
+            complete(&[]),
+            complete(&[""]),
+            "no words at all: as after a space"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
@@ -322,6 +323,34 @@ impl Cluster {
     /// fresh clients instead of keeping one.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::try_from(self.config.clone())?)
+    }
+
+    /// Waits until the CustomResourceDefinition `name` is Established (its kind is served).
+    ///
+    /// Not `kubectl wait --for=condition=Established`: right after a create, while the CRD
+    /// has no conditions yet, kubectl fails at once (".status.conditions accessor error")
+    /// instead of waiting. That failed CI once.
+    pub async fn wait_crd_established(&self, name: &str) -> Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client()?);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let conditions = api
+                .get(name)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("CRD {name} not Established after 60 s: {conditions:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Creates a namespace named `<prefix>-<random>`, waits for its `default` service

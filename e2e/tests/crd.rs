@@ -47,11 +47,9 @@ async fn cluster_with_crd() -> &'static Cluster {
                 .await?
                 .ok()
                 .context("kubectl apply of the CRD")?;
-            let crd = format!("crd/{CRD_NAME}");
             cluster
-                .kubectl(&["wait", "--for=condition=Established", &crd, "--timeout=60s"])
-                .await?
-                .ok()
+                .wait_crd_established(CRD_NAME)
+                .await
                 .context("waiting for the CRD to be Established")?;
             // The API server publishes the CRD's OpenAPI (what `kubectl explain` reads)
             // a moment after Established.

@@ -195,14 +195,8 @@ async fn install_open_crds(cluster: &Cluster) -> Result<()> {
             .await?
             .ok()?;
         cluster
-            .kubectl(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{plural}.{group}"),
-            ])
-            .await?
-            .ok()?;
+            .wait_crd_established(&format!("{plural}.{group}"))
+            .await?;
     }
     Ok(())
 }

@@ -193,14 +193,8 @@ pub async fn install_crd(cluster: &Cluster) -> Result<()> {
             .await?
             .ok()?;
         cluster
-            .kubectl(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/idsequences.kubeflake.io",
-            ])
-            .await?
-            .ok()?;
+            .wait_crd_established("idsequences.kubeflake.io")
+            .await?;
         Ok::<(), anyhow::Error>(())
     })
     .await?;

@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need, only those missing. Idempotent.
 #   faketime: runs the sidecar with a stepped wall clock (libfaketime).
+#   openssl: inspects certificates in the webhook tests.
+#   The test node (e2e/node/node.sh, e2e/src/node.rs):
+#     containerd, runc, containernetworking-plugins: the container runtime and CNI bridge;
+#     iptables, iproute2, conntrack: its network rules, bridge and kube-proxy's needs;
+#     buildah: builds the images from the Dockerfile (e2e/images/build.sh);
+#     libc6-dev: the static C library for the fully static binaries in those images;
+#     ca-certificates: the CA roots copied into the images.
 set -euo pipefail
 need=()
-command -v faketime >/dev/null || need+=(faketime)
-command -v openssl >/dev/null || need+=(openssl)
+have_cmd() { command -v "$1" >/dev/null; }
+have_file() { [[ -e $1 ]]; }
+have_cmd faketime || need+=(faketime)
+have_cmd openssl || need+=(openssl)
+have_cmd containerd || need+=(containerd)
+have_cmd runc || need+=(runc)
+have_file /usr/lib/cni/bridge || need+=(containernetworking-plugins)
+have_cmd iptables || need+=(iptables)
+have_cmd ip || need+=(iproute2)
+have_cmd conntrack || need+=(conntrack)
+have_cmd buildah || need+=(buildah)
+have_file /usr/lib/x86_64-linux-gnu/libc.a || need+=(libc6-dev)
+have_file /etc/ssl/certs/ca-certificates.crt || need+=(ca-certificates)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 echo "install-deps: installing ${need[*]}" >&2
 sudo=""
 [[ $(id -u) -eq 0 ]] || sudo="sudo"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

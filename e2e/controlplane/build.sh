@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane used by the kubeflake e2e tests from Go
-# modules: etcd, kube-apiserver, kube-controller-manager, kubectl and helm.
+# modules: etcd, kube-apiserver, kube-controller-manager, kubectl and helm, and the
+# node (kube-scheduler, kubelet, kube-proxy) for the real-node tests.
 #
 # Binaries go to a cache outside the repository:
 #   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/bin/<hash>/
@@ -57,6 +58,9 @@ binaries=(
 	"etcd:./cmd/etcd"
 	"kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver"
 	"kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager"
+	"kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler"
+	"kubelet:k8s.io/kubernetes/cmd/kubelet"
+	"kube-proxy:k8s.io/kubernetes/cmd/kube-proxy"
 	"kubectl:k8s.io/kubernetes/cmd/kubectl"
 	"helm:helm.sh/helm/v3/cmd/helm"
 )

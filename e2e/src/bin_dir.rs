@@ -15,10 +15,13 @@ use anyhow::{Context, Result, bail};
 pub const BIN_DIR_ENV: &str = "KUBEFLAKE_BIN_DIR";
 
 /// Every binary the harness needs.
-pub const BINARIES: [&str; 5] = [
+pub const BINARIES: [&str; 8] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
     "kubectl",
     "helm",
 ];
@@ -31,6 +34,14 @@ pub fn bin_dir() -> Result<PathBuf> {
     DIR.get_or_init(|| locate().map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(anyhow::Error::msg)
+}
+
+/// A file of this checkout, by its path from the repository root.
+pub fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ has a parent")
+        .join(path)
 }
 
 /// `e2e/controlplane/build.sh` in this checkout.
@@ -58,10 +69,15 @@ fn locate() -> Result<PathBuf> {
 }
 
 fn run_build_script() -> Result<PathBuf> {
-    let script = build_script();
+    script_output_dir(&build_script())
+}
+
+/// Runs a build script of this repository whose last stdout line is the directory it
+/// built into (`e2e/controlplane/build.sh`, `e2e/images/build.sh`, `e2e/dns/build.sh`).
+pub fn script_output_dir(script: &Path) -> Result<PathBuf> {
     // stderr is inherited so a cold build (tens of minutes) shows its progress.
     let output = Command::new("bash")
-        .arg(&script)
+        .arg(script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

@@ -1,10 +1,10 @@
 //! The cluster's PKI, generated fresh for every cluster with `rcgen`.
 //!
 //! - a CA that signs every certificate and that the API server trusts for client certs;
-//! - the API server's serving certificate for 127.0.0.1 / localhost;
+//! - the API server's serving certificate for 127.0.0.1 / localhost and the node's bridge;
 //! - client certificates for the admin (group `system:masters`, which RBAC lets do
-//!   anything) and for kube-controller-manager (user `system:kube-controller-manager`,
-//!   bound by the bootstrap RBAC policy);
+//!   anything), kube-controller-manager and, for the test node, kube-scheduler, the
+//!   kubelet and kube-proxy (users the bootstrap RBAC policy and the Node authorizer know);
 //! - the key pair that signs and verifies service-account tokens.
 //!
 //! All keys are ECDSA P-256: quick to generate and accepted everywhere Kubernetes
@@ -31,6 +31,16 @@ pub struct Pki {
     pub admin_key: PathBuf,
     pub controller_manager_cert: PathBuf,
     pub controller_manager_key: PathBuf,
+    /// kube-scheduler: user `system:kube-scheduler` (bootstrap RBAC binds it).
+    pub scheduler_cert: PathBuf,
+    pub scheduler_key: PathBuf,
+    /// The node's kubelet: user `system:node:<node>` in group `system:nodes`, which the
+    /// Node authorizer and NodeRestriction admission limit to its own node and pods.
+    pub kubelet_cert: PathBuf,
+    pub kubelet_key: PathBuf,
+    /// kube-proxy: user `system:kube-proxy` (bootstrap RBAC binds `system:node-proxier`).
+    pub proxy_cert: PathBuf,
+    pub proxy_key: PathBuf,
     /// Private key that signs service-account tokens.
     pub service_account_key: PathBuf,
     /// Its public half, with which the API server verifies tokens.
@@ -49,6 +59,12 @@ impl Pki {
             admin_key: dir.join("admin.key"),
             controller_manager_cert: dir.join("controller-manager.crt"),
             controller_manager_key: dir.join("controller-manager.key"),
+            scheduler_cert: dir.join("scheduler.crt"),
+            scheduler_key: dir.join("scheduler.key"),
+            kubelet_cert: dir.join("kubelet.crt"),
+            kubelet_key: dir.join("kubelet.key"),
+            proxy_cert: dir.join("proxy.crt"),
+            proxy_key: dir.join("proxy.key"),
             service_account_key: dir.join("sa.key"),
             service_account_pub: dir.join("sa.pub"),
         };
@@ -67,13 +83,18 @@ impl Pki {
         write(&pki.ca_key, &ca_key.serialize_pem())?;
         let issuer = Issuer::new(ca_params, ca_key);
 
-        // The serving certificate also names the in-cluster DNS names, harmless here and
-        // what a real API server certificate carries.
+        // The serving certificate also names what pods on the test node reach it by: the
+        // bridge address, the `kubernetes` Service's address and its DNS names.
         let mut serving = leaf("kube-apiserver", None, ExtendedKeyUsagePurpose::ServerAuth);
         serving.subject_alt_names = vec![
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            SanType::IpAddress(IpAddr::V4(crate::node::BRIDGE_IP)),
+            SanType::IpAddress(IpAddr::V4(crate::node::KUBERNETES_SERVICE_IP)),
             SanType::DnsName("localhost".try_into()?),
+            SanType::DnsName("kubernetes".try_into()?),
+            SanType::DnsName("kubernetes.default".try_into()?),
             SanType::DnsName("kubernetes.default.svc".try_into()?),
+            SanType::DnsName("kubernetes.default.svc.cluster.local".try_into()?),
         ];
         issue(&serving, &issuer, &pki.serving_cert, &pki.serving_key)?;
 
@@ -95,6 +116,20 @@ impl Pki {
             &pki.controller_manager_cert,
             &pki.controller_manager_key,
         )?;
+
+        for (user, group, cert, key) in [
+            ("system:kube-scheduler", None, &pki.scheduler_cert, &pki.scheduler_key),
+            (
+                &*format!("system:node:{}", crate::node::NODE_NAME),
+                Some("system:nodes"),
+                &pki.kubelet_cert,
+                &pki.kubelet_key,
+            ),
+            ("system:kube-proxy", None, &pki.proxy_cert, &pki.proxy_key),
+        ] {
+            let params = leaf(user, group, ExtendedKeyUsagePurpose::ClientAuth);
+            issue(&params, &issuer, cert, key)?;
+        }
 
         let sa = KeyPair::generate()?;
         write(&pki.service_account_key, &sa.serialize_pem())?;

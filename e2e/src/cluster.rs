@@ -21,8 +21,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::io::AsyncWriteExt;
 
-use crate::bin_dir::bin_dir;
+use crate::bin_dir::{bin_dir, script_output_dir};
 use crate::certs::Pki;
+use crate::node::{self, Network, Node, NodeInputs};
 use crate::kubeconfig::write_kubeconfig;
 use crate::process::{Process, ProcessSpec, STOP_GRACE, pid_alive, remove_dir_at_exit};
 
@@ -44,6 +45,9 @@ pub struct ClusterOptions {
     /// or a previous cluster's directory (whose content is then deleted). Default: a new temporary directory, deleted when the cluster stops or the
     /// process exits (unless `KUBEFLAKE_E2E_KEEP_DIR` is set).
     pub dir: Option<PathBuf>,
+    /// Also run a real node ([`crate::node`]): the API server then listens on the node's
+    /// bridge address, and the node's images are built and loaded. Needs root.
+    pub node: bool,
 }
 
 /// A running control plane. Dropping it stops every process (the shared one is stopped
@@ -58,9 +62,11 @@ pub struct Cluster {
     pki: Pki,
     config: Config,
     // Stopped in this order by Drop: dependents before what they depend on.
+    node: Option<Node>,
     controller_manager: Process,
     apiserver: Process,
     etcd: Process,
+    network: Option<Network>,
 }
 
 /// A namespace made for one test, and a client whose default namespace it is.
@@ -105,10 +111,30 @@ impl Cluster {
     /// built or started: e2e tests fail, they never skip.
     pub fn shared() -> &'static Cluster {
         static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+        Self::shared_in(&SHARED, ClusterOptions::default())
+    }
+
+    /// Like [`Cluster::shared`], with a real node ([`ClusterOptions::node`]). A test
+    /// binary uses either this or [`Cluster::shared`], not both.
+    pub fn shared_with_node() -> &'static Cluster {
+        static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+        Self::shared_in(
+            &SHARED,
+            ClusterOptions {
+                node: true,
+                ..ClusterOptions::default()
+            },
+        )
+    }
+
+    fn shared_in(
+        cell: &'static OnceLock<Result<Cluster, String>>,
+        options: ClusterOptions,
+    ) -> &'static Cluster {
         // A panic while starting is kept as an error too, so that every test fails with
         // the first reason instead of each test trying (and failing) to start again.
-        let cluster = SHARED.get_or_init(|| {
-            match std::panic::catch_unwind(|| Cluster::start(ClusterOptions::default())) {
+        let cluster = cell.get_or_init(|| {
+            match std::panic::catch_unwind(|| Cluster::start(options)) {
                 Ok(started) => started.map_err(|e| format!("{e:#}")),
                 Err(panic) => Err(panic_message(&panic)),
             }
@@ -168,7 +194,7 @@ impl Cluster {
             dir.display()
         );
         let started = Instant::now();
-        let cluster = Self::start_in(dir.clone(), bin_dir, remove_dir)
+        let cluster = Self::start_in(dir.clone(), bin_dir, remove_dir, options.node)
             .with_context(|| format!("control plane in {} (logs are there)", dir.display()))?;
         eprintln!(
             "kubeflake-e2e: control plane ready in {:.1}s at {}",
@@ -178,10 +204,26 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn start_in(dir: PathBuf, bin_dir: PathBuf, remove_dir: bool) -> Result<Cluster> {
+    fn start_in(
+        dir: PathBuf,
+        bin_dir: PathBuf,
+        remove_dir: bool,
+        with_node: bool,
+    ) -> Result<Cluster> {
+        // The node's firewall rule and bridge come first: the API server binds the bridge.
+        let network = if with_node {
+            Some(Network::up(&dir)?)
+        } else {
+            None
+        };
         let pki = Pki::generate(&dir)?;
-        let [etcd_client, etcd_peer, apiserver_port, kcm_port] = free_ports()?;
-        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let [etcd_client, etcd_peer, free_apiserver_port, kcm_port] = free_ports()?;
+        let (apiserver_ip, apiserver_port) = if with_node {
+            (node::BRIDGE_IP, node::APISERVER_PORT)
+        } else {
+            (Ipv4Addr::LOCALHOST, free_apiserver_port)
+        };
+        let server = format!("https://{apiserver_ip}:{apiserver_port}");
 
         let kubeconfig = dir.join("kubeconfig");
         write_kubeconfig(
@@ -226,7 +268,7 @@ impl Cluster {
         let apiserver = Process::start(ProcessSpec {
             name: "kube-apiserver".into(),
             program: bin_dir.join("kube-apiserver"),
-            args: apiserver_args(&dir, &pki, &etcd_url, apiserver_port),
+            args: apiserver_args(&dir, &pki, &etcd_url, apiserver_ip, apiserver_port, with_node),
             log: dir.join("kube-apiserver.log"),
         })?;
         let config = run_on_private_runtime(async {
@@ -267,6 +309,36 @@ impl Cluster {
             wait_for_default_service_account(&controller_manager, &client, "default").await
         })?;
 
+        let node = if with_node {
+            let started = Instant::now();
+            let images = image_archives()?;
+            let coredns = script_output_dir(&crate::bin_dir::repo_file("e2e/dns/build.sh"))?
+                .join("coredns");
+            let node = run_on_private_runtime(async {
+                let client = Client::try_from(config.clone())?;
+                Node::start(
+                    NodeInputs {
+                        dir: &dir,
+                        bin_dir: &bin_dir,
+                        pki: &pki,
+                        server: &server,
+                        admin_kubeconfig: &kubeconfig,
+                        images: &images,
+                        coredns: &coredns,
+                    },
+                    client,
+                )
+            })?;
+            eprintln!(
+                "kubeflake-e2e: node {} Ready in {:.1}s",
+                node::NODE_NAME,
+                started.elapsed().as_secs_f64()
+            );
+            Some(node)
+        } else {
+            None
+        };
+
         Ok(Cluster {
             dir,
             remove_dir,
@@ -275,10 +347,22 @@ impl Cluster {
             server,
             pki,
             config,
+            node,
             controller_manager,
             apiserver,
             etcd,
+            network,
         })
+    }
+
+    /// Whether this cluster has a real node.
+    pub fn has_node(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// The node's host network (its rules can be checked), if it has a node.
+    pub fn network(&self) -> Option<&Network> {
+        self.network.as_ref()
     }
 
     /// The admin kubeconfig (user in group `system:masters`).
@@ -455,17 +539,28 @@ impl Cluster {
 
     /// Name and process id of every component process currently running.
     pub fn pids(&self) -> Vec<(String, u32)> {
-        [&self.etcd, &self.apiserver, &self.controller_manager]
+        let mut pids: Vec<(String, u32)> = [&self.etcd, &self.apiserver, &self.controller_manager]
             .into_iter()
             .filter_map(|p| p.pid().map(|pid| (p.name().to_owned(), pid)))
-            .collect()
+            .collect();
+        if let Some(node) = &self.node {
+            pids.extend(node.pids());
+        }
+        pids
     }
 
-    /// Stops every process (controller manager, API server, then etcd).
+    /// Stops every process (the node's, controller manager, API server, then etcd), then
+    /// removes the node's host side (containers, mounts, bridge, rules).
     pub fn stop(&self) {
+        if let Some(node) = &self.node {
+            node.stop();
+        }
         self.controller_manager.stop(STOP_GRACE);
         self.apiserver.stop(STOP_GRACE);
         self.etcd.stop(STOP_GRACE);
+        if let Some(network) = &self.network {
+            network.down();
+        }
     }
 }
 
@@ -486,11 +581,18 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panicked".to_owned())
 }
 
-fn apiserver_args(dir: &Path, pki: &Pki, etcd_url: &str, port: u16) -> Vec<OsString> {
-    args(&[
+fn apiserver_args(
+    dir: &Path,
+    pki: &Pki,
+    etcd_url: &str,
+    ip: Ipv4Addr,
+    port: u16,
+    with_node: bool,
+) -> Vec<OsString> {
+    let mut list = args(&[
         &format!("--etcd-servers={etcd_url}"),
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        &format!("--bind-address={ip}"),
+        &format!("--advertise-address={ip}"),
         &format!("--secure-port={port}"),
         &format!("--cert-dir={}", dir.join("apiserver-serving").display()),
         &format!("--tls-cert-file={}", pki.serving_cert.display()),
@@ -509,14 +611,46 @@ ValidatingAdmissionPolicy,ResourceQuota",
             pki.service_account_key.display()
         ),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        // Only an allocation range for Service objects; nothing routes to it.
-        "--service-cluster-ip-range=10.96.0.0/16",
-        // The `kubernetes` Service's endpoints cannot be a loopback address.
-        "--endpoint-reconciler-type=none",
+        // Without a node only an allocation range for Service objects; with one, kube-proxy
+        // makes it real on the bridge.
+        &format!("--service-cluster-ip-range={}", node::SERVICE_CIDR),
         "--allow-privileged=true",
         "--profiling=false",
         "--v=1",
-    ])
+    ]);
+    if with_node {
+        list.extend(args(&[
+            // The kubelet is reached at the node's InternalIP, never by resolving its
+            // name (which would ask this machine's resolver, off the machine).
+            "--kubelet-preferred-address-types=InternalIP",
+            &format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
+            &format!("--kubelet-client-key={}", pki.admin_key.display()),
+        ]));
+    } else {
+        // The `kubernetes` Service's endpoints cannot be a loopback address.
+        list.extend(args(&["--endpoint-reconciler-type=none"]));
+    }
+    list
+}
+
+/// The image archives `e2e/images/build.sh` built (operator, sidecar, example app, pause).
+fn image_archives() -> Result<Vec<PathBuf>> {
+    let dir = script_output_dir(&crate::bin_dir::repo_file("e2e/images/build.sh"))?;
+    let mut archives: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+        .collect();
+    archives.sort();
+    if archives.len() < 4 {
+        bail!("{} holds {} image archives, expected 4", dir.display(), archives.len());
+    }
+    Ok(archives)
+}
+
+/// Runs a future to completion from blocking code (see [`run_on_private_runtime`]).
+pub(crate) fn run_blocking<T: Send>(future: impl Future<Output = T> + Send) -> T {
+    run_on_private_runtime(future)
 }
 
 fn args(list: &[&str]) -> Vec<OsString> {

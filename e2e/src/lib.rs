@@ -16,6 +16,7 @@
 //! - [`kubeconfig`]: kubeconfig files for the admin and the controller manager.
 //! - [`process`]: child processes that cannot outlive the test binary.
 //! - [`cluster`]: starts, waits for, hands out and stops the control plane.
+//! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
 //!
 //! See `e2e/README.md` for building the binaries and running the tests.
 
@@ -23,6 +24,7 @@ pub mod bin_dir;
 pub mod certs;
 pub mod cluster;
 pub mod kubeconfig;
+pub mod node;
 pub mod process;
 
 pub use cluster::{Cluster, ClusterOptions, CommandOutput, TestNamespace};

@@ -13,6 +13,7 @@
 //!
 //! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
 
+pub mod check;
 pub mod clock;
 pub mod cluster;
 pub mod fence;

@@ -57,6 +57,21 @@ enum Command {
     Standalone(StandaloneArgs),
     /// In a pod: hold the worker slot the operator assigns to this pod, and serve IDs.
     Cluster(ClusterArgs),
+    /// GET an http:// URL and exit 0 on a 2xx answer (1 otherwise): a health check for
+    /// images without a shell, used by the chart's `helm test` pod.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// The URL to GET, e.g. http://kubeflake-metrics:8080/readyz.
+    url: String,
+    /// Also require the body to contain this text.
+    #[arg(long)]
+    contains: Option<String>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    timeout_secs: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -330,16 +345,35 @@ async fn run_cluster(args: ClusterArgs) {
     }
 }
 
+fn run_check(args: CheckArgs) {
+    let timeout = Duration::from_secs(args.timeout_secs);
+    match kubeflake_sidecar::check::check(&args.url, args.contains.as_deref(), timeout) {
+        Ok(_) => println!("kubeflake-sidecar: {} is healthy", args.url),
+        Err(e) => fail(1, e),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    let command = match cli.command {
+        Some(Command::Check(args)) => return run_check(args),
+        Some(Command::Standalone(args)) => Run::Standalone(args),
+        Some(Command::Cluster(args)) => Run::Cluster(args),
+        None => Run::Standalone(cli.standalone),
+    };
     init_logging(cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("can start the tokio runtime");
-    match cli.command {
-        Some(Command::Standalone(args)) => runtime.block_on(run_standalone(args)),
-        Some(Command::Cluster(args)) => runtime.block_on(run_cluster(args)),
-        None => runtime.block_on(run_standalone(cli.standalone)),
+    match command {
+        Run::Standalone(args) => runtime.block_on(run_standalone(args)),
+        Run::Cluster(args) => runtime.block_on(run_cluster(args)),
     }
+}
+
+/// The long-running modes (the ones that need a runtime and logging).
+enum Run {
+    Standalone(StandaloneArgs),
+    Cluster(ClusterArgs),
 }

@@ -1,7 +1,8 @@
 //! Runs a control plane in the foreground until SIGTERM or SIGINT; `e2e/cluster up`
 //! starts it in the background.
 //!
-//! Usage: `kubeflake-cluster <state-dir>`. When the cluster is ready it writes
+//! Usage: `kubeflake-cluster <state-dir> [--node]`. `--node` adds a real node (see
+//! `kubeflake_e2e::node`; needs root). When the cluster is ready it writes
 //! `<state-dir>/ready` (the kubeconfig path); all processes stop when this one exits,
 //! however it exits (see `kubeflake_e2e::process`).
 
@@ -12,9 +13,15 @@ use tokio::signal::unix::{SignalKind, signal};
 fn main() -> Result<()> {
     let dir = std::env::args_os()
         .nth(1)
-        .context("usage: kubeflake-cluster <state-dir>")?;
+        .context("usage: kubeflake-cluster <state-dir> [--node]")?;
+    let node = match std::env::args().nth(2).as_deref() {
+        None => false,
+        Some("--node") => true,
+        Some(other) => anyhow::bail!("unknown argument {other:?}; usage: kubeflake-cluster <state-dir> [--node]"),
+    };
     let cluster = Cluster::start(ClusterOptions {
         dir: Some(dir.into()),
+        node,
     })?;
     for (name, pid) in cluster.pids() {
         eprintln!("kubeflake-cluster: {name} is pid {pid}");

@@ -1,0 +1,325 @@
+//! Helpers for the real-node tests (`e2e/tests/node.rs`): the chart installed with the
+//! images built here, the example app as a Deployment, IDs fetched from the app through
+//! the API server's pod proxy, and the IDs checked for duplicates and decoded to slots.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use kubeflake_crds::{Id, Layout};
+use kubeflake_e2e::node::{EXAMPLE_APP_IMAGE, OPERATOR_IMAGE, SIDECAR_IMAGE};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use tokio::sync::{Mutex as AsyncMutex, MutexGuard, OnceCell};
+
+use crate::chart_support::{CHART, helm, set_args};
+
+/// The release every test shares, installed once per test binary.
+pub const RELEASE: &str = "kf";
+pub const RELEASE_NAMESPACE: &str = "kubeflake-system";
+
+/// Pod starts, rollouts and slot reclaims on a 2-core machine that may be compiling.
+pub const LIMIT: Duration = Duration::from_secs(180);
+
+/// The node has 2 cores: the tests take turns (each holds this for its whole run).
+pub async fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: AsyncMutex<()> = AsyncMutex::const_new(());
+    TURN.lock().await
+}
+
+fn split_image(image: &str) -> (&str, &str) {
+    image.rsplit_once(':').expect("images are tagged")
+}
+
+/// `--set` values that point the chart at the images built here, never pulled.
+pub fn local_image_values() -> Vec<String> {
+    let (operator, operator_tag) = split_image(OPERATOR_IMAGE);
+    let (sidecar, sidecar_tag) = split_image(SIDECAR_IMAGE);
+    [
+        format!("operator.image.repository={operator}"),
+        format!("operator.image.tag={operator_tag}"),
+        "operator.image.pullPolicy=Never".to_owned(),
+        format!("sidecar.image.repository={sidecar}"),
+        format!("sidecar.image.tag={sidecar_tag}"),
+        "sidecar.image.pullPolicy=Never".to_owned(),
+    ]
+    .to_vec()
+}
+
+/// `helm install <release> --wait` with the local images and `extra` values.
+pub async fn helm_install(
+    cluster: &Cluster,
+    release: &str,
+    namespace: &str,
+    extra: &[&str],
+) -> Result<String> {
+    let mut values = local_image_values();
+    values.extend(extra.iter().map(|s| (*s).to_owned()));
+    let value_refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    let sets = set_args(&value_refs);
+    let mut args = vec![
+        "install",
+        release,
+        CHART,
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    args.extend(sets.iter().map(String::as_str));
+    let out = helm(cluster, &args).await?;
+    if !out.success() {
+        let pods = cluster
+            .kubectl(&["get", "pods", "-n", namespace, "-o", "wide"])
+            .await?;
+        let events = cluster
+            .kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"])
+            .await?;
+        bail!(
+            "helm install {release} failed:\n{}{}\npods:\n{}\nevents:\n{}",
+            out.stdout,
+            out.stderr,
+            pods.stdout,
+            events.stdout
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// The shared release, installed on first use (and kept for the whole test binary).
+pub async fn shared_release(cluster: &'static Cluster) -> Result<()> {
+    static INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[])
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        })
+        .await
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// A Deployment of the example app whose pods take part in `sequence`.
+pub fn app_deployment(name: &str, sequence: &str, replicas: u32) -> String {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, SEQUENCE_LABEL: sequence}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 20,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"}
+                    },
+                    "containers": [{
+                        "name": "app",
+                        "image": EXAMPLE_APP_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 2},
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}},
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"]}
+                        }
+                    }]
+                }
+            }
+        }
+    })
+    .to_string()
+}
+
+/// `kubectl apply -f -` of one object in `ns`.
+pub async fn apply(cluster: &Cluster, ns: &str, object: &str) -> Result<()> {
+    cluster
+        .kubectl_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(object))
+        .await?
+        .ok()?;
+    Ok(())
+}
+
+/// `kubectl rollout status` of a Deployment; on failure the pods and events say why.
+pub async fn rollout(cluster: &Cluster, ns: &str, deployment: &str) -> Result<()> {
+    let out = cluster
+        .kubectl(&[
+            "rollout",
+            "status",
+            &format!("deployment/{deployment}"),
+            "-n",
+            ns,
+            &format!("--timeout={}s", LIMIT.as_secs()),
+        ])
+        .await?;
+    if !out.success() {
+        let pods = cluster.kubectl(&["get", "pods", "-n", ns, "-o", "wide"]).await?;
+        let events = cluster
+            .kubectl(&["get", "events", "-n", ns, "--sort-by=.lastTimestamp"])
+            .await?;
+        bail!(
+            "rollout of {deployment} did not finish: {}\npods:\n{}\nevents:\n{}",
+            out.stderr,
+            pods.stdout,
+            events.stdout
+        );
+    }
+    Ok(())
+}
+
+/// The running, ready pods of a Deployment (by its `app` label), not being deleted.
+pub async fn ready_pods(ns: &TestNamespace, app: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .collect())
+}
+
+/// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy
+/// (the API server reaches the pod on the bridge).
+pub async fn ids_from_pod(cluster: &Cluster, ns: &str, pod: &str, count: u32) -> Result<Vec<u64>> {
+    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:8080/proxy/ids?count={count}");
+    let out = cluster.kubectl(&["get", "--raw", &path]).await?;
+    if !out.success() {
+        bail!("GET {path} failed: {}{}", out.stderr, out.stdout);
+    }
+    let body: serde_json::Value =
+        serde_json::from_str(&out.stdout).with_context(|| format!("not JSON: {}", out.stdout))?;
+    let ids = body["ids"]
+        .as_array()
+        .with_context(|| format!("no ids in {body}"))?
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .with_context(|| format!("not an ID: {v}"))
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    if ids.len() != count as usize {
+        bail!("asked {pod} for {count} IDs, got {}", ids.len());
+    }
+    Ok(ids)
+}
+
+/// Every ID the tests were given, with the pod that gave it: a duplicate is found the
+/// moment it is added.
+#[derive(Clone, Default)]
+pub struct Ledger {
+    inner: Arc<Mutex<LedgerInner>>,
+}
+
+#[derive(Default)]
+struct LedgerInner {
+    seen: HashMap<u64, String>,
+    duplicates: Vec<String>,
+    per_pod: BTreeMap<String, Vec<u64>>,
+}
+
+impl Ledger {
+    pub fn add(&self, pod: &str, ids: &[u64]) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for &id in ids {
+            if let Some(first) = inner.seen.insert(id, pod.to_owned()) {
+                let line = format!("{id} from {pod}, first from {first}");
+                inner.duplicates.push(line);
+            }
+            inner.per_pod.entry(pod.to_owned()).or_default().push(id);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).seen.len()
+    }
+
+    pub fn duplicates(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .duplicates
+            .clone()
+    }
+
+    pub fn pods(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).per_pod.len()
+    }
+
+    /// IDs of one pod, in the order they were received.
+    pub fn of(&self, pod: &str) -> Vec<u64> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .per_pod
+            .get(pod)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Fetches IDs from every ready app pod every 250 ms into `ledger` until the returned
+/// sender is dropped or sent to; answers that fail (a pod going away) are skipped and
+/// counted.
+pub fn collect_in_background(
+    cluster: &'static Cluster,
+    ns: TestNamespace,
+    app: String,
+    ledger: Ledger,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<(usize, usize)>) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let (mut ok, mut failed) = (0usize, 0usize);
+        // Bounded: at most 20 minutes of collection.
+        for _ in 0..4800 {
+            if stopped.try_recv().is_ok() || matches!(stopped.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)) {
+                break;
+            }
+            if let Ok(pods) = ready_pods(&ns, &app).await {
+                for pod in pods {
+                    let name = pod.name_any();
+                    match ids_from_pod(cluster, &ns.name, &name, 50).await {
+                        Ok(ids) => {
+                            ledger.add(&name, &ids);
+                            ok += 1;
+                        }
+                        Err(_) => failed += 1,
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        (ok, failed)
+    });
+    (stop, task)
+}
+
+/// The worker slot an ID carries, in the default layout of a sequence.
+pub fn slot_of(layout: &Layout, id: u64) -> Result<u32> {
+    let parts = layout.decode(Id::new(id)?)?;
+    Ok(parts.slot.0)
+}

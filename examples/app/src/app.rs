@@ -1,0 +1,368 @@
+//! The app's routes: what a request gets, given the sidecar.
+//!
+//! | route              | answer                                                        |
+//! |--------------------|---------------------------------------------------------------|
+//! | `GET /`            | `{"id":"<id>","pod":"<POD_NAME>"}` from the sidecar's `/id`    |
+//! | `GET /ids?count=N` | `{"ids":["<id>",...],"pod":"..."}`, 1 <= N <= 1000             |
+//! | `GET /healthz`     | 200 `ok` while the process runs                               |
+//! | `GET /readyz`      | 200 `ok` when the sidecar's `/readyz` answers 2xx, else 503    |
+//!
+//! Errors are JSON `{"error":"..."}`: 400 bad query, 404 unknown path, 405 not GET, 502
+//! when the sidecar is unreachable or answers an error or nonsense, 503 (with
+//! `Retry-After`) when the sidecar answers 503 (not ready to issue).
+
+use serde_json::json;
+
+use crate::sidecar::{Sidecar, SidecarError};
+
+/// Largest `count` of `GET /ids` (the sidecar's own limit is larger, 10000 by default).
+pub const MAX_COUNT: u32 = 1000;
+
+/// An HTTP response, before it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn text(status: u16, body: &str) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            headers: Vec::new(),
+            body: body.to_string(),
+        }
+    }
+
+    pub fn json(status: u16, value: &serde_json::Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: value.to_string(),
+        }
+    }
+
+    pub fn error(status: u16, message: impl Into<String>) -> Response {
+        Response::json(status, &json!({ "error": message.into() }))
+    }
+
+    fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// The bytes on the wire: HTTP/1.1, one response per connection.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.status,
+            reason_phrase(self.status),
+            self.content_type,
+            self.body.len()
+        );
+        for (name, value) in &self.headers {
+            out.push_str(name);
+            out.push_str(": ");
+            out.push_str(value);
+            out.push_str("\r\n");
+        }
+        out.push_str("\r\n");
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(self.body.as_bytes());
+        bytes
+    }
+}
+
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+/// The app: its sidecar and what it says about itself.
+pub struct App {
+    pub sidecar: Sidecar,
+    /// `POD_NAME` (downward API), or empty.
+    pub pod: String,
+}
+
+/// Splits `a=1&b=2`, accepting only `allowed` keys, each at most once. No percent
+/// decoding: every value this app takes is a plain number.
+pub fn query_params<'a>(
+    query: &'a str,
+    allowed: &[&str],
+) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let mut params: Vec<(&str, &str)> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if !allowed.contains(&key) {
+            return Err(if allowed.is_empty() {
+                format!("unknown query parameter {key:?}: this route takes none")
+            } else {
+                format!(
+                    "unknown query parameter {key:?}; allowed: {}",
+                    allowed.join(", ")
+                )
+            });
+        }
+        if params.iter().any(|(k, _)| *k == key) {
+            return Err(format!("query parameter {key:?} is given twice"));
+        }
+        params.push((key, value));
+    }
+    Ok(params)
+}
+
+/// The `count` of `/ids?count=N`: a decimal number from 1 to [`MAX_COUNT`].
+pub fn parse_count(query: &str) -> Result<u32, String> {
+    let params = query_params(query, &["count"])?;
+    let Some((_, raw)) = params.first() else {
+        return Err(format!(
+            "missing query parameter count: use /ids?count=N with 1 <= N <= {MAX_COUNT}"
+        ));
+    };
+    match raw.parse::<u32>() {
+        Ok(n) if (1..=MAX_COUNT).contains(&n) && raw.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(format!(
+            "count must be a whole number from 1 to {MAX_COUNT}, got {raw:?}"
+        )),
+    }
+}
+
+/// `{"id":"<id>","pod":"<pod>"}`: IDs are strings, as the sidecar writes them, because
+/// JavaScript numbers lose precision above 2^53.
+pub fn id_body(id: u64, pod: &str) -> serde_json::Value {
+    json!({ "id": id.to_string(), "pod": pod })
+}
+
+/// `{"ids":["<id>",...],"pod":"<pod>"}`.
+pub fn ids_body(ids: &[u64], pod: &str) -> serde_json::Value {
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    json!({ "ids": ids, "pod": pod })
+}
+
+/// The reply to a failed sidecar call: 503 passing on `Retry-After` when the sidecar
+/// said "not now", else 502.
+pub fn sidecar_failure(error: &SidecarError) -> Response {
+    match error {
+        SidecarError::NotReady { retry_after, .. } => Response::error(503, error.to_string())
+            .with_header(
+                "Retry-After",
+                retry_after
+                    .as_deref()
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .unwrap_or("1"),
+            ),
+        _ => Response::error(502, error.to_string()),
+    }
+}
+
+impl App {
+    /// Answers one request. `target` is the request target (`/path?query`).
+    pub fn handle(&self, method: &str, target: &str) -> Response {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let known = matches!(path, "/" | "/ids" | "/healthz" | "/readyz");
+        if !known {
+            return Response::error(
+                404,
+                format!("no route {path:?}; try GET /, /ids?count=N, /healthz or /readyz"),
+            );
+        }
+        if method != "GET" {
+            return Response::error(
+                405,
+                format!("method {method} is not allowed on {path}; use GET"),
+            )
+            .with_header("Allow", "GET");
+        }
+        match path {
+            "/" => match query_params(query, &[]) {
+                Err(e) => Response::error(400, e),
+                Ok(_) => match self.sidecar.id() {
+                    Ok(id) => Response::json(200, &id_body(id, &self.pod)),
+                    Err(e) => sidecar_failure(&e),
+                },
+            },
+            "/ids" => match parse_count(query) {
+                Err(e) => Response::error(400, e),
+                Ok(count) => match self.sidecar.ids(count) {
+                    Ok(ids) => Response::json(200, &ids_body(&ids, &self.pod)),
+                    Err(e) => sidecar_failure(&e),
+                },
+            },
+            "/healthz" => Response::text(200, "ok"),
+            _ => match self.sidecar.ready() {
+                Ok(()) => Response::text(200, "ok"),
+                Err(e) => Response::error(503, e.to_string()).with_header("Retry-After", "1"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sidecar::SidecarUrl;
+
+    #[test]
+    fn count_bounds() {
+        assert_eq!(parse_count("count=1"), Ok(1));
+        assert_eq!(parse_count("count=1000"), Ok(1000));
+        assert_eq!(parse_count("&count=7&"), Ok(7));
+        for bad in [
+            "count=0",
+            "count=1001",
+            "count=-1",
+            "count=+5",
+            "count=",
+            "count",
+            "count=abc",
+            "count=1.5",
+            "count=99999999999999999999",
+        ] {
+            let message = parse_count(bad).unwrap_err();
+            assert!(
+                message.contains("count must be a whole number from 1 to 1000"),
+                "{bad:?}: {message}"
+            );
+        }
+        assert!(
+            parse_count("")
+                .unwrap_err()
+                .contains("missing query parameter count")
+        );
+        assert!(
+            parse_count("count=1&count=2")
+                .unwrap_err()
+                .contains("given twice")
+        );
+        assert!(
+            parse_count("count=1&after=5")
+                .unwrap_err()
+                .contains("unknown query parameter \"after\"")
+        );
+    }
+
+    #[test]
+    fn query_params_split_and_refuse_unknown_keys() {
+        assert_eq!(
+            query_params("a=1&b=&c", &["a", "b", "c"]),
+            Ok(vec![("a", "1"), ("b", ""), ("c", "")])
+        );
+        assert_eq!(query_params("", &[]), Ok(vec![]));
+        assert!(query_params("x=1", &[]).unwrap_err().contains("takes none"));
+    }
+
+    #[test]
+    fn bodies_carry_ids_as_strings() {
+        assert_eq!(
+            id_body(18446744073709551615, "web-0").to_string(),
+            r#"{"id":"18446744073709551615","pod":"web-0"}"#
+        );
+        assert_eq!(
+            ids_body(&[1, 250096622069874688], "").to_string(),
+            r#"{"ids":["1","250096622069874688"],"pod":""}"#
+        );
+        assert_eq!(ids_body(&[], "p").to_string(), r#"{"ids":[],"pod":"p"}"#);
+        // A pod name is escaped, never spliced in raw.
+        assert_eq!(id_body(5, "a\"b").to_string(), r#"{"id":"5","pod":"a\"b"}"#);
+        assert_eq!(
+            Response::error(400, "bad \"x\"").body,
+            r#"{"error":"bad \"x\""}"#
+        );
+    }
+
+    #[test]
+    fn responses_serialise_as_http_1_1() {
+        let r = Response::error(405, "no").with_header("Allow", "GET");
+        let wire = String::from_utf8(r.to_bytes()).unwrap();
+        assert_eq!(
+            wire,
+            "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\n\
+             Content-Length: 14\r\nConnection: close\r\nAllow: GET\r\n\r\n{\"error\":\"no\"}"
+        );
+        let wire = String::from_utf8(Response::text(200, "ok").to_bytes()).unwrap();
+        assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
+        assert!(wire.contains("\r\nContent-Length: 2\r\n"), "{wire}");
+        assert!(wire.ends_with("\r\n\r\nok"), "{wire}");
+    }
+
+    #[test]
+    fn sidecar_failures_map_to_502_or_503() {
+        let not_ready = SidecarError::NotReady {
+            request: "GET /id".into(),
+            body: r#"{"error":"not ready: waiting for a slot"}"#.into(),
+            retry_after: Some("3".into()),
+        };
+        let r = sidecar_failure(&not_ready);
+        assert_eq!(r.status, 503);
+        assert_eq!(r.headers, vec![("Retry-After", "3".to_string())]);
+        let error: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert!(
+            error["error"]
+                .as_str()
+                .unwrap()
+                .contains("waiting for a slot"),
+            "{}",
+            r.body
+        );
+
+        let odd = SidecarError::NotReady {
+            request: "GET /id".into(),
+            body: String::new(),
+            retry_after: Some("Wed, 21 Oct 2015 07:28:00 GMT\r\nX: y".into()),
+        };
+        assert_eq!(
+            sidecar_failure(&odd).headers,
+            vec![("Retry-After", "1".to_string())],
+            "only a number of seconds is passed on"
+        );
+
+        let status = SidecarError::Status {
+            request: "GET /ids?count=5".into(),
+            status: 400,
+            body: "bad count".into(),
+        };
+        let r = sidecar_failure(&status);
+        assert_eq!(r.status, 502);
+        assert!(r.body.contains("answered 400: bad count"), "{}", r.body);
+
+        let down = SidecarError::Unreachable {
+            request: "GET /id".into(),
+            detail: "connection refused".into(),
+        };
+        assert_eq!(sidecar_failure(&down).status, 502);
+    }
+
+    /// Routing that never reaches the sidecar (its address refuses connections anyway).
+    #[test]
+    fn routes_without_the_sidecar() {
+        let app = App {
+            sidecar: Sidecar::new(SidecarUrl::parse("http://127.0.0.1:9").unwrap()),
+            pod: "web-0".into(),
+        };
+        assert_eq!(app.handle("GET", "/healthz"), Response::text(200, "ok"));
+        let r = app.handle("GET", "/nope");
+        assert_eq!(r.status, 404);
+        assert!(r.body.contains("no route \\\"/nope\\\""), "{}", r.body);
+        let r = app.handle("POST", "/");
+        assert_eq!(r.status, 405);
+        assert_eq!(r.headers, vec![("Allow", "GET".to_string())]);
+        assert_eq!(app.handle("GET", "/ids?count=0").status, 400);
+        assert_eq!(app.handle("GET", "/ids").status, 400);
+        assert_eq!(app.handle("GET", "/?x=1").status, 400);
+    }
+}

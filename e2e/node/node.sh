@@ -97,6 +97,18 @@ net_up() {
 	sysctl -q -w net.bridge.bridge-nf-call-iptables=1 >/dev/null
 	sysctl -q -w net.ipv4.ip_forward=1 >/dev/null
 	mkdir -p "$ROOT" "$RUN"
+	# 5. The kubelet's cgroup root (cgroupRoot: /kubeflake) must exist in every v1
+	#    hierarchy before it starts; every pod cgroup lives below it.
+	local hierarchy
+	for hierarchy in /sys/fs/cgroup/*/; do
+		[[ -f ${hierarchy}cgroup.procs ]] && mkdir -p "${hierarchy}$CGROUP_PARENT"
+	done
+	# cpuset: a new v1 cpuset cgroup starts with no CPUs and no memory nodes.
+	local cpuset=/sys/fs/cgroup/cpuset
+	if [[ -d $cpuset/$CGROUP_PARENT ]]; then
+		cat "$cpuset/cpuset.cpus" >"$cpuset/$CGROUP_PARENT/cpuset.cpus"
+		cat "$cpuset/cpuset.mems" >"$cpuset/$CGROUP_PARENT/cpuset.mems"
+	fi
 }
 
 # Every mount point under the node's directories and its network namespaces, deepest first.

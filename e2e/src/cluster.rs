@@ -314,21 +314,18 @@ impl Cluster {
             let images = image_archives()?;
             let coredns = script_output_dir(&crate::bin_dir::repo_file("e2e/dns/build.sh"))?
                 .join("coredns");
-            let node = run_on_private_runtime(async {
-                let client = Client::try_from(config.clone())?;
-                Node::start(
-                    NodeInputs {
-                        dir: &dir,
-                        bin_dir: &bin_dir,
-                        pki: &pki,
-                        server: &server,
-                        admin_kubeconfig: &kubeconfig,
-                        images: &images,
-                        coredns: &coredns,
-                    },
-                    client,
-                )
-            })?;
+            let node = Node::start(
+                NodeInputs {
+                    dir: &dir,
+                    bin_dir: &bin_dir,
+                    pki: &pki,
+                    server: &server,
+                    admin_kubeconfig: &kubeconfig,
+                    images: &images,
+                    coredns: &coredns,
+                },
+                &config,
+            )?;
             eprintln!(
                 "kubeflake-e2e: node {} Ready in {:.1}s",
                 node::NODE_NAME,

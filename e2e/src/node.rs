@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node as NodeObject;
-use kube::{Api, Client};
+use kube::{Api, Client, Config};
 
 use crate::certs::Pki;
 use crate::kubeconfig::write_kubeconfig;
@@ -203,7 +203,9 @@ pub struct NodeInputs<'a> {
 impl Node {
     /// Starts the scheduler, containerd (and loads the images), the kubelet, kube-proxy
     /// and CoreDNS, and waits until the node is Ready.
-    pub fn start(inputs: NodeInputs<'_>, client: Client) -> Result<Node> {
+    /// Blocking; the readiness wait runs on a private runtime, with a client made there
+    /// (a `kube::Client` works only while the runtime it was made in runs).
+    pub fn start(inputs: NodeInputs<'_>, config: &Config) -> Result<Node> {
         let NodeInputs {
             dir,
             bin_dir,
@@ -306,7 +308,10 @@ impl Node {
             containerd,
             scheduler,
         };
-        crate::cluster::run_blocking(node.wait_ready(client))?;
+        crate::cluster::run_blocking(async {
+            let client = Client::try_from(config.clone())?;
+            node.wait_ready(client).await
+        })?;
         Ok(node)
     }
 
@@ -317,7 +322,8 @@ impl Node {
             for process in self.processes() {
                 process.check_running()?;
             }
-            let last = match nodes.get_opt(NODE_NAME).await {
+            let asked = tokio::time::timeout(Duration::from_secs(10), nodes.get_opt(NODE_NAME));
+            let last = match asked.await.unwrap_or_else(|_| Ok(None)) {
                 Ok(Some(node)) => {
                     let ready = node
                         .status
@@ -541,8 +547,8 @@ mode: iptables
 clusterCIDR: "{POD_CIDR}"
 hostnameOverride: "{NODE_NAME}"
 bindAddress: "{BRIDGE_IP}"
-healthzBindAddress: "127.0.0.1:0"
-metricsBindAddress: "127.0.0.1:0"
+healthzBindAddress: "127.0.0.1:10256"
+metricsBindAddress: "127.0.0.1:10249"
 nodePortAddresses: ["{POD_CIDR}"]
 conntrack:
   maxPerCore: 0

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Runs every test: unit and integration tests of all crates, and the e2e tests against a
-# real kube-apiserver + etcd built from Go modules (cached under ~/.cache/kubeflake, so
-# only the first run on a machine builds them).
+# Runs every test: unit and integration tests of all crates, the e2e tests against a
+# real kube-apiserver + etcd, and the real-node tests (kubelet, containerd, kube-proxy,
+# CoreDNS; images built from the Dockerfile). Everything built from Go modules, the
+# images and their static binaries are cached under ~/.cache/kubeflake, so only the
+# first run on a machine builds them.
 #
-#   scripts/test.sh                  everything (what CI runs)
+#   scripts/test.sh                  everything (what CI runs; the node needs root)
 #   cargo test --workspace --exclude kubeflake-e2e    only the fast tests, no control plane
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+step() { echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
+
+step "installing missing Debian packages"
 scripts/install-deps.sh
-echo "test.sh: building (or finding cached) control-plane binaries" >&2
+step "building (or finding cached) control-plane and node binaries"
 bin_dir=$(e2e/controlplane/build.sh | tail -n 1)
 export KUBEFLAKE_BIN_DIR="$bin_dir"
+step "building (or finding cached) CoreDNS"
+e2e/dns/build.sh >/dev/null
+step "building (or finding cached) the images"
+e2e/images/build.sh >/dev/null
 
+step "running cargo test"
 cargo test --workspace --locked --no-fail-fast "$@"
+step "done"

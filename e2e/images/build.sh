@@ -40,8 +40,12 @@ flock 9
 
 log "building static release binaries (cargo, target dir $target_dir)"
 # --target: RUSTFLAGS then applies to the binaries only, not to build scripts and proc
-# macros, which must stay dynamic to be loaded by the compiler.
-RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
+# macros, which must stay dynamic to be loaded by the compiler. A clean environment:
+# called from a test, cargo's own variables (CARGO_PKG_*, LD_LIBRARY_PATH, ...) would
+# otherwise change build-script fingerprints and rebuild everything.
+env -i PATH="$PATH" HOME="$HOME" ${RUSTUP_HOME:+RUSTUP_HOME="$RUSTUP_HOME"} \
+	${CARGO_HOME:+CARGO_HOME="$CARGO_HOME"} ${RUSTUP_TOOLCHAIN:+RUSTUP_TOOLCHAIN="$RUSTUP_TOOLCHAIN"} \
+	RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
 	nice -n 5 cargo build --release --locked --quiet --target "$triple" \
 	--manifest-path "$repo/Cargo.toml" \
 	-p kubeflake-operator -p kubeflake-sidecar -p kubeflake-example-app >&2

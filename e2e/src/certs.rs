@@ -118,7 +118,12 @@ impl Pki {
         )?;
 
         for (user, group, cert, key) in [
-            ("system:kube-scheduler", None, &pki.scheduler_cert, &pki.scheduler_key),
+            (
+                "system:kube-scheduler",
+                None,
+                &pki.scheduler_cert,
+                &pki.scheduler_key,
+            ),
             (
                 &*format!("system:node:{}", crate::node::NODE_NAME),
                 Some("system:nodes"),

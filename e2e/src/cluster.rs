@@ -23,8 +23,8 @@ use tokio::io::AsyncWriteExt;
 
 use crate::bin_dir::{bin_dir, script_output_dir};
 use crate::certs::Pki;
-use crate::node::{self, Network, Node, NodeInputs};
 use crate::kubeconfig::write_kubeconfig;
+use crate::node::{self, Network, Node, NodeInputs};
 use crate::process::{Process, ProcessSpec, STOP_GRACE, pid_alive, remove_dir_at_exit};
 
 /// Set to keep the temporary state directory (logs, certificates, etcd data) after the
@@ -133,12 +133,13 @@ impl Cluster {
     ) -> &'static Cluster {
         // A panic while starting is kept as an error too, so that every test fails with
         // the first reason instead of each test trying (and failing) to start again.
-        let cluster = cell.get_or_init(|| {
-            match std::panic::catch_unwind(|| Cluster::start(options)) {
-                Ok(started) => started.map_err(|e| format!("{e:#}")),
-                Err(panic) => Err(panic_message(&panic)),
-            }
-        });
+        let cluster =
+            cell.get_or_init(
+                || match std::panic::catch_unwind(|| Cluster::start(options)) {
+                    Ok(started) => started.map_err(|e| format!("{e:#}")),
+                    Err(panic) => Err(panic_message(&panic)),
+                },
+            );
         match cluster {
             Ok(cluster) => cluster,
             Err(e) => panic!("the e2e control plane could not start: {e}"),
@@ -268,7 +269,14 @@ impl Cluster {
         let apiserver = Process::start(ProcessSpec {
             name: "kube-apiserver".into(),
             program: bin_dir.join("kube-apiserver"),
-            args: apiserver_args(&dir, &pki, &etcd_url, apiserver_ip, apiserver_port, with_node),
+            args: apiserver_args(
+                &dir,
+                &pki,
+                &etcd_url,
+                apiserver_ip,
+                apiserver_port,
+                with_node,
+            ),
             log: dir.join("kube-apiserver.log"),
         })?;
         let config = run_on_private_runtime(async {
@@ -312,8 +320,8 @@ impl Cluster {
         let node = if with_node {
             let started = Instant::now();
             let images = image_archives()?;
-            let coredns = script_output_dir(&crate::bin_dir::repo_file("e2e/dns/build.sh"))?
-                .join("coredns");
+            let coredns =
+                script_output_dir(&crate::bin_dir::repo_file("e2e/dns/build.sh"))?.join("coredns");
             let node = Node::start(
                 NodeInputs {
                     dir: &dir,
@@ -640,7 +648,11 @@ fn image_archives() -> Result<Vec<PathBuf>> {
         .collect();
     archives.sort();
     if archives.len() < 4 {
-        bail!("{} holds {} image archives, expected 4", dir.display(), archives.len());
+        bail!(
+            "{} holds {} image archives, expected 4",
+            dir.display(),
+            archives.len()
+        );
     }
     Ok(archives)
 }

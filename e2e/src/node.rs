@@ -234,16 +234,26 @@ impl Node {
             &pki.kubelet_key,
             &format!("system:node:{NODE_NAME}"),
         )?;
-        let proxy_kubeconfig =
-            kubeconfig("proxy", &pki.proxy_cert, &pki.proxy_key, "system:kube-proxy")?;
+        let proxy_kubeconfig = kubeconfig(
+            "proxy",
+            &pki.proxy_cert,
+            &pki.proxy_key,
+            "system:kube-proxy",
+        )?;
 
         let scheduler = Process::start(ProcessSpec {
             name: "kube-scheduler".into(),
             program: bin_dir.join("kube-scheduler"),
             args: args(&[
                 &format!("--kubeconfig={}", scheduler_kubeconfig.display()),
-                &format!("--authentication-kubeconfig={}", scheduler_kubeconfig.display()),
-                &format!("--authorization-kubeconfig={}", scheduler_kubeconfig.display()),
+                &format!(
+                    "--authentication-kubeconfig={}",
+                    scheduler_kubeconfig.display()
+                ),
+                &format!(
+                    "--authorization-kubeconfig={}",
+                    scheduler_kubeconfig.display()
+                ),
                 "--bind-address=127.0.0.1",
                 "--secure-port=0",
                 "--leader-elect=false",
@@ -333,11 +343,7 @@ impl Node {
                         .find(|c| c.type_ == "Ready");
                     match ready {
                         Some(c) if c.status == "True" => return Ok(()),
-                        Some(c) => format!(
-                            "Ready={} {}",
-                            c.status,
-                            c.message.unwrap_or_default()
-                        ),
+                        Some(c) => format!("Ready={} {}", c.status, c.message.unwrap_or_default()),
                         None => "no Ready condition yet".to_owned(),
                     }
                 }

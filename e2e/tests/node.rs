@@ -36,7 +36,9 @@ const SIDECAR: &str = "kubeflake";
 async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() -> Result<()> {
     let _turn = one_at_a_time().await;
     let cluster = cluster();
-    let network = cluster.network().context("the node cluster has a network")?;
+    let network = cluster
+        .network()
+        .context("the node cluster has a network")?;
     let (ok, report) = network.check();
     assert!(ok, "a network rule is missing:\n{report}");
 
@@ -44,7 +46,10 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
     let listeners = tcp_listeners()?;
     for port in [node::APISERVER_PORT, 10250] {
         let on: Vec<_> = listeners.iter().filter(|(_, p)| *p == port).collect();
-        assert!(!on.is_empty(), "nothing listens on port {port}: {listeners:?}");
+        assert!(
+            !on.is_empty(),
+            "nothing listens on port {port}: {listeners:?}"
+        );
         assert!(
             on.iter().all(|(ip, _)| *ip == node::BRIDGE_IP),
             "port {port} is bound beyond the bridge address: {on:?}"
@@ -52,11 +57,20 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
     }
     // The node is reached by its InternalIP, the bridge address.
     let addresses = cluster
-        .kubectl(&["get", "node", node::NODE_NAME, "-o", "jsonpath={.status.addresses}"])
+        .kubectl(&[
+            "get",
+            "node",
+            node::NODE_NAME,
+            "-o",
+            "jsonpath={.status.addresses}",
+        ])
         .await?
         .ok()?;
     assert!(
-        addresses.contains(&format!("{{\"address\":\"{}\",\"type\":\"InternalIP\"}}", node::BRIDGE_IP)),
+        addresses.contains(&format!(
+            "{{\"address\":\"{}\",\"type\":\"InternalIP\"}}",
+            node::BRIDGE_IP
+        )),
         "{addresses}"
     );
     let apiserver_flags = process_cmdline("kube-apiserver", cluster)?;
@@ -68,7 +82,11 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
     let answer = dns_query(node::BRIDGE_IP, "kubernetes.default.svc.cluster.local")?;
     assert_eq!(answer, DnsAnswer::A(vec![node::KUBERNETES_SERVICE_IP]));
     let outside = dns_query(node::BRIDGE_IP, "example.com")?;
-    assert_eq!(outside, DnsAnswer::Refused, "a name outside the cluster must be refused");
+    assert_eq!(
+        outside,
+        DnsAnswer::Refused,
+        "a name outside the cluster must be refused"
+    );
     let corefile = std::fs::read_to_string(cluster.dir().join("Corefile"))?;
     assert!(!corefile.contains("forward"), "{corefile}");
 
@@ -82,7 +100,8 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
         "a pod has a default route: {routes:?}"
     );
     assert!(
-        routes.iter().any(|(dst, mask, gw)| *dst == u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0))
+        routes.iter().any(|(dst, mask, gw)| *dst
+            == u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0))
             && *mask == 0xffff_0000
             && *gw == u32::from(node::BRIDGE_IP)),
         "no route to the Service range through the bridge: {routes:?}"
@@ -94,7 +113,8 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
 async fn the_images_are_the_dockerfiles_static_non_root_and_without_a_shell() -> Result<()> {
     let _turn = one_at_a_time().await;
     let cluster = cluster();
-    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile"))?;
+    let dockerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile"))?;
     for (target, image) in [
         ("operator", node::OPERATOR_IMAGE),
         ("sidecar", node::SIDECAR_IMAGE),
@@ -107,7 +127,11 @@ async fn the_images_are_the_dockerfiles_static_non_root_and_without_a_shell() ->
             .find_map(|l| l.strip_prefix("ENTRYPOINT "))
             .with_context(|| format!("stage {target} has an ENTRYPOINT"))?;
         let entrypoint: Vec<String> = serde_json::from_str(entrypoint)?;
-        assert_eq!(config["Entrypoint"], serde_json::json!(entrypoint), "{image}");
+        assert_eq!(
+            config["Entrypoint"],
+            serde_json::json!(entrypoint),
+            "{image}"
+        );
         assert_eq!(config["User"], "65532:65532", "{image}");
         let exposed: BTreeSet<String> = stage
             .iter()
@@ -118,11 +142,21 @@ async fn the_images_are_the_dockerfiles_static_non_root_and_without_a_shell() ->
             .as_object()
             .map(|o| o.keys().cloned().collect())
             .unwrap_or_default();
-        assert_eq!(in_image, exposed, "{image}: exposed ports differ from the Dockerfile");
+        assert_eq!(
+            in_image, exposed,
+            "{image}: exposed ports differ from the Dockerfile"
+        );
         let files = image_files(image)?;
         let binary = entrypoint[0].trim_start_matches('/');
-        let expected: BTreeSet<String> = [binary.to_owned(), "etc/ssl/certs/ca-certificates.crt".into()].into();
-        assert_eq!(files, expected, "{image} holds more than its binary and the CA roots");
+        let expected: BTreeSet<String> = [
+            binary.to_owned(),
+            "etc/ssl/certs/ca-certificates.crt".into(),
+        ]
+        .into();
+        assert_eq!(
+            files, expected,
+            "{image} holds more than its binary and the CA roots"
+        );
     }
     // The binaries need no C runtime from the image: fully static.
     let _ = cluster;
@@ -149,10 +183,22 @@ async fn helm_install_runs_both_operator_replicas_ready_and_helm_test_passes() -
     assert_eq!(ready.trim(), "2", "both operator replicas are Ready");
     let out = chart_support::helm(
         cluster,
-        &["test", RELEASE, "--namespace", RELEASE_NAMESPACE, "--timeout", "3m", "--logs"],
+        &[
+            "test",
+            RELEASE,
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--timeout",
+            "3m",
+        ],
     )
     .await?;
-    assert!(out.success(), "helm test failed:\n{}{}", out.stdout, out.stderr);
+    assert!(
+        out.success(),
+        "helm test failed:\n{}{}",
+        out.stdout,
+        out.stderr
+    );
     assert!(out.stdout.contains("Succeeded"), "{}", out.stdout);
     Ok(())
 }
@@ -165,7 +211,12 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     shared_release(cluster).await?;
     let ns = cluster.namespace("node-app").await?;
     // A short lease, so that a force-deleted pod's slot is reclaimed within the test.
-    create_sequence(&ns, "orders", serde_json::json!({"lease": {"durationSeconds": 15}})).await?;
+    create_sequence(
+        &ns,
+        "orders",
+        serde_json::json!({"lease": {"durationSeconds": 15}}),
+    )
+    .await?;
     let layout = IdSequenceSpec::default().layout.to_layout()?;
     apply(cluster, &ns.name, &app_deployment("app", "orders", 3)).await?;
     rollout(cluster, &ns.name, "app").await?;
@@ -178,24 +229,47 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
         let spec = pod.spec.as_ref().context("spec")?;
         let init = spec.init_containers.as_deref().unwrap_or_default();
         assert_eq!(init.first().map(|c| c.name.as_str()), Some(SIDECAR));
-        assert_eq!(init[0].restart_policy.as_deref(), Some("Always"), "a native sidecar");
+        assert_eq!(
+            init[0].restart_policy.as_deref(),
+            Some("Always"),
+            "a native sidecar"
+        );
         let env = spec.containers[0].env.as_deref().unwrap_or_default();
-        assert!(env.iter().any(|e| e.name == "KUBEFLAKE_URL"), "KUBEFLAKE_URL injected");
+        assert!(
+            env.iter().any(|e| e.name == "KUBEFLAKE_URL"),
+            "KUBEFLAKE_URL injected"
+        );
         let ids = ids_from_pod(cluster, &ns.name, &pod.name_any(), 200).await?;
         let slot = held_slot(&ns, "orders", &pod.uid().context("uid")?).await?;
         for &id in &ids {
-            assert_eq!(slot_of(&layout, id)?, slot, "ID {id} of {} carries its slot", pod.name_any());
+            assert_eq!(
+                slot_of(&layout, id)?,
+                slot,
+                "ID {id} of {} carries its slot",
+                pod.name_any()
+            );
         }
         ledger.add(&pod.name_any(), &ids);
     }
 
     // Rule 1-4, 9: while pods come and go, every ID from every pod stays unique.
-    let (stop, collector) = collect_in_background(cluster, ns.clone(), "app".into(), ledger.clone());
-    cluster.kubectl(&["rollout", "restart", "deployment/app", "-n", &ns.name]).await?.ok()?;
+    let (stop, collector) =
+        collect_in_background(cluster, ns.clone(), "app".into(), ledger.clone());
+    cluster
+        .kubectl(&["rollout", "restart", "deployment/app", "-n", &ns.name])
+        .await?
+        .ok()?;
     rollout(cluster, &ns.name, "app").await?;
     for replicas in ["6", "2"] {
         cluster
-            .kubectl(&["scale", "deployment/app", "--replicas", replicas, "-n", &ns.name])
+            .kubectl(&[
+                "scale",
+                "deployment/app",
+                "--replicas",
+                replicas,
+                "-n",
+                &ns.name,
+            ])
             .await?
             .ok()?;
         rollout(cluster, &ns.name, "app").await?;
@@ -203,11 +277,25 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
 
     // Graceful delete (rule 5): the app container stops first, then the native sidecar
     // gets SIGTERM and releases its slot.
-    let victim = ready_pods(&ns, "app").await?.into_iter().next().context("a pod")?;
+    let victim = ready_pods(&ns, "app")
+        .await?
+        .into_iter()
+        .next()
+        .context("a pod")?;
     let victim_uid = victim.uid().context("uid")?;
     let victim_slot = held_slot(&ns, "orders", &victim_uid).await?;
     let last_status = watch_until_deleted(&ns, &victim.name_any(), || async {
-        cluster.kubectl(&["delete", "pod", &victim.name_any(), "-n", &ns.name, "--wait=false"]).await?.ok()?;
+        cluster
+            .kubectl(&[
+                "delete",
+                "pod",
+                &victim.name_any(),
+                "-n",
+                &ns.name,
+                "--wait=false",
+            ])
+            .await?
+            .ok()?;
         Ok(())
     })
     .await?;
@@ -219,16 +307,31 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     let lease = lease_of_slot(&ns, "orders", victim_slot).await?;
     let released = lease.holder.as_deref() != Some(victim_uid.as_str())
         && history_shows_release(&ns, victim_slot).await?;
-    assert!(released, "slot {victim_slot} was not released by its graceful holder: {lease:?}");
+    assert!(
+        released,
+        "slot {victim_slot} was not released by its graceful holder: {lease:?}"
+    );
 
     // Forced delete (rules 3, 4, 9): the pod object is gone at once, the old containers
     // may still run; the slot is reclaimed only once the holder pod is gone, fence kept.
     rollout(cluster, &ns.name, "app").await?;
-    let forced = ready_pods(&ns, "app").await?.into_iter().next().context("a pod")?;
+    let forced = ready_pods(&ns, "app")
+        .await?
+        .into_iter()
+        .next()
+        .context("a pod")?;
     let forced_uid = forced.uid().context("uid")?;
     let forced_slot = held_slot(&ns, "orders", &forced_uid).await?;
     cluster
-        .kubectl(&["delete", "pod", &forced.name_any(), "-n", &ns.name, "--force", "--grace-period=0"])
+        .kubectl(&[
+            "delete",
+            "pod",
+            &forced.name_any(),
+            "-n",
+            &ns.name,
+            "--force",
+            "--grace-period=0",
+        ])
         .await?
         .ok()?;
     eventually(LIMIT, "the forced pod's slot to be reclaimed", || async {
@@ -247,7 +350,11 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
         ledger.pods()
     );
     assert!(answers >= 20, "too few answers to mean anything: {answers}");
-    assert!(ledger.pods() >= 8, "IDs came from {} pods only", ledger.pods());
+    assert!(
+        ledger.pods() >= 8,
+        "IDs came from {} pods only",
+        ledger.pods()
+    );
     let duplicates = ledger.duplicates();
     assert!(duplicates.is_empty(), "duplicate IDs: {duplicates:?}");
     Ok(())
@@ -263,7 +370,11 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
     create_sequence(&ns, "restart", serde_json::json!({})).await?;
     apply(cluster, &ns.name, &app_deployment("app", "restart", 1)).await?;
     rollout(cluster, &ns.name, "app").await?;
-    let pod = ready_pods(&ns, "app").await?.into_iter().next().context("a pod")?;
+    let pod = ready_pods(&ns, "app")
+        .await?
+        .into_iter()
+        .next()
+        .context("a pod")?;
     let name = pod.name_any();
     let uid = pod.uid().context("uid")?;
     let slot = held_slot(&ns, "restart", &uid).await?;
@@ -273,26 +384,36 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
     let container = sidecar_container_id(&pod)?;
     ctr(&["tasks", "kill", "--signal", "SIGKILL", &container])?;
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
-    eventually(LIMIT, "the kubelet to restart the sidecar and the pod to be ready", || async {
-        let pod = pods.get(&name).await?;
-        let status = pod.status.unwrap_or_default();
-        let sidecar = status
-            .init_container_statuses
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.name == SIDECAR);
-        let ready = status
-            .conditions
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        Ok(sidecar.filter(|s| s.restart_count >= 1 && s.ready && ready).map(|_| ()))
-    })
+    eventually(
+        LIMIT,
+        "the kubelet to restart the sidecar and the pod to be ready",
+        || async {
+            let pod = pods.get(&name).await?;
+            let status = pod.status.unwrap_or_default();
+            let sidecar = status
+                .init_container_statuses
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.name == SIDECAR);
+            let ready = status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Ok(sidecar
+                .filter(|s| s.restart_count >= 1 && s.ready && ready)
+                .map(|_| ()))
+        },
+    )
     .await?;
     let after = ids_from_pod(cluster, &ns.name, &name, 500).await?;
 
     // Same pod, same slot (rule 6), and strictly above everything before (rule 7).
-    assert_eq!(held_slot(&ns, "restart", &uid).await?, slot, "the pod keeps its slot");
+    assert_eq!(
+        held_slot(&ns, "restart", &uid).await?,
+        slot,
+        "the pod keeps its slot"
+    );
     let highest_before = before.iter().max().copied().unwrap_or(0);
     let lowest_after = after.iter().min().copied().unwrap_or(0);
     assert!(
@@ -320,14 +441,26 @@ async fn while_an_operator_pod_is_deleted_the_webhook_keeps_admitting_through_th
     create_sequence(&ns, "admit", serde_json::json!({})).await?;
     let operators = cluster
         .kubectl(&[
-            "get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/component=operator",
-            "-o", "jsonpath={.items[*].metadata.name}",
+            "get",
+            "pods",
+            "-n",
+            RELEASE_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/component=operator",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
         ])
         .await?
         .ok()?;
-    let victim = operators.split_whitespace().next().context("an operator pod")?.to_owned();
+    let victim = operators
+        .split_whitespace()
+        .next()
+        .context("an operator pod")?
+        .to_owned();
     let deleting = tokio::spawn(async move {
-        cluster.kubectl(&["delete", "pod", &victim, "-n", RELEASE_NAMESPACE]).await
+        cluster
+            .kubectl(&["delete", "pod", &victim, "-n", RELEASE_NAMESPACE])
+            .await
     });
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     let mut created = Vec::new();
@@ -349,7 +482,11 @@ async fn while_an_operator_pod_is_deleted_the_webhook_keeps_admitting_through_th
     }
     deleting.await??.ok()?;
     for pod in &created {
-        let init = pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+        let init = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default();
         assert!(
             init.iter().any(|c| c.name == SIDECAR),
             "{} was created without its sidecar",
@@ -361,23 +498,38 @@ async fn while_an_operator_pod_is_deleted_the_webhook_keeps_admitting_through_th
 }
 
 #[tokio::test]
-async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injected_pods() -> Result<()> {
+async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injected_pods()
+-> Result<()> {
     let _turn = one_at_a_time().await;
     let cluster = cluster();
     shared_release(cluster).await?;
     let ns = cluster.namespace("node-restricted").await?;
     cluster
         .kubectl(&[
-            "label", "namespace", &ns.name,
+            "label",
+            "namespace",
+            &ns.name,
             "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/enforce-version=latest",
         ])
         .await?
         .ok()?;
-    create_sequence(&ns, "strict", serde_json::json!({})).await?;
-    apply(cluster, &ns.name, &app_deployment("app", "strict", 1)).await?;
-    rollout(cluster, &ns.name, "app").await?;
-    let pod = ready_pods(&ns, "app").await?.into_iter().next().context("a pod")?;
+    // The example users copy (README), as it is, with one replica.
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/app/deployment.yaml"
+    ))?;
+    let example = example.replace("replicas: 3", "replicas: 1");
+    cluster
+        .kubectl_with_stdin(&["apply", "-n", &ns.name, "-f", "-"], Some(&example))
+        .await?
+        .ok()?;
+    rollout(cluster, &ns.name, "example-app").await?;
+    let pod = ready_pods(&ns, "example-app")
+        .await?
+        .into_iter()
+        .next()
+        .context("a pod")?;
     let ids = ids_from_pod(cluster, &ns.name, &pod.name_any(), 10).await?;
     assert_eq!(ids.len(), 10);
     Ok(())
@@ -394,14 +546,29 @@ async fn helm_uninstall_leaves_only_the_crd_and_user_data() -> Result<()> {
         cluster,
         release,
         namespace,
-        &["webhook.enabled=false", "operator.replicas=1", "operator.podDisruptionBudget.enabled=false"],
+        &[
+            "webhook.enabled=false",
+            "operator.replicas=1",
+            "operator.podDisruptionBudget.enabled=false",
+        ],
     )
     .await?;
     let ns = cluster.namespace("node-uninstall").await?;
     create_sequence(&ns, "kept", serde_json::json!({})).await?;
-    chart_support::helm(cluster, &["uninstall", release, "--namespace", namespace, "--wait", "--timeout", "3m"])
-        .await?
-        .ok()?;
+    chart_support::helm(
+        cluster,
+        &[
+            "uninstall",
+            release,
+            "--namespace",
+            namespace,
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+    )
+    .await?
+    .ok()?;
     let selector = format!("app.kubernetes.io/instance={release}");
     let left = cluster
         .kubectl(&[
@@ -415,11 +582,24 @@ async fn helm_uninstall_leaves_only_the_crd_and_user_data() -> Result<()> {
         ])
         .await?
         .ok()?;
-    assert_eq!(left.trim(), "", "objects of the release left after uninstall");
-    let pods = cluster.kubectl(&["get", "pods", "-n", namespace, "-o", "name"]).await?.ok()?;
+    assert_eq!(
+        left.trim(),
+        "",
+        "objects of the release left after uninstall"
+    );
+    let pods = cluster
+        .kubectl(&["get", "pods", "-n", namespace, "-o", "name"])
+        .await?
+        .ok()?;
     assert_eq!(pods.trim(), "", "operator pods left after uninstall");
-    cluster.kubectl(&["get", "crd", "idsequences.kubeflake.io"]).await?.ok()?;
-    cluster.kubectl(&["get", "idsequence", "kept", "-n", &ns.name]).await?.ok()?;
+    cluster
+        .kubectl(&["get", "crd", "idsequences.kubeflake.io"])
+        .await?
+        .ok()?;
+    cluster
+        .kubectl(&["get", "idsequence", "kept", "-n", &ns.name])
+        .await?
+        .ok()?;
     Ok(())
 }
 
@@ -469,9 +649,17 @@ fn process_cmdline(name: &str, cluster: &Cluster) -> Result<String> {
 fn container_pid_of(binary: &str) -> Result<u32> {
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read_to_string(format!("/proc/{pid}/cmdline")) else { continue };
-        if cmdline.split('\0').next().is_some_and(|c| c.ends_with(binary)) {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read_to_string(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if cmdline
+            .split('\0')
+            .next()
+            .is_some_and(|c| c.ends_with(binary))
+        {
             return Ok(pid);
         }
     }
@@ -534,8 +722,13 @@ fn dns_query(server: std::net::Ipv4Addr, name: &str) -> Result<DnsAnswer> {
             at += 1;
         }
         let header = answer.get(at..at + 10).context("a short record")?;
-        let (kind, len) = (u16::from_be_bytes([header[0], header[1]]), usize::from(u16::from_be_bytes([header[8], header[9]])));
-        let data = answer.get(at + 10..at + 10 + len).context("a short record")?;
+        let (kind, len) = (
+            u16::from_be_bytes([header[0], header[1]]),
+            usize::from(u16::from_be_bytes([header[8], header[9]])),
+        );
+        let data = answer
+            .get(at + 10..at + 10 + len)
+            .context("a short record")?;
         if kind == 1 && len == 4 {
             addresses.push(std::net::Ipv4Addr::new(data[0], data[1], data[2], data[3]));
         }
@@ -550,10 +743,16 @@ fn image_config(image: &str) -> Result<serde_json::Value> {
     let archive = dir.path().join("image.tar");
     ctr(&["images", "export", &archive.to_string_lossy(), image])?;
     let index: serde_json::Value = serde_json::from_slice(&tar_file(&archive, "index.json")?)?;
-    let manifest_digest = index["manifests"][0]["digest"].as_str().context("manifest digest")?;
-    let manifest: serde_json::Value = serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
-    let config_digest = manifest["config"]["digest"].as_str().context("config digest")?;
-    let config: serde_json::Value = serde_json::from_slice(&tar_file(&archive, &blob(config_digest))?)?;
+    let manifest_digest = index["manifests"][0]["digest"]
+        .as_str()
+        .context("manifest digest")?;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
+    let config_digest = manifest["config"]["digest"]
+        .as_str()
+        .context("config digest")?;
+    let config: serde_json::Value =
+        serde_json::from_slice(&tar_file(&archive, &blob(config_digest))?)?;
     Ok(config["config"].clone())
 }
 
@@ -563,14 +762,20 @@ fn image_files(image: &str) -> Result<BTreeSet<String>> {
     let archive = dir.path().join("image.tar");
     ctr(&["images", "export", &archive.to_string_lossy(), image])?;
     let index: serde_json::Value = serde_json::from_slice(&tar_file(&archive, "index.json")?)?;
-    let manifest_digest = index["manifests"][0]["digest"].as_str().context("manifest digest")?;
-    let manifest: serde_json::Value = serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
+    let manifest_digest = index["manifests"][0]["digest"]
+        .as_str()
+        .context("manifest digest")?;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
     let mut files = BTreeSet::new();
     for layer in manifest["layers"].as_array().context("layers")? {
         let digest = layer["digest"].as_str().context("layer digest")?;
         let layer_tar = dir.path().join("layer.tar");
         std::fs::write(&layer_tar, tar_file(&archive, &blob(digest))?)?;
-        let listing = std::process::Command::new("tar").arg("-tvf").arg(&layer_tar).output()?;
+        let listing = std::process::Command::new("tar")
+            .arg("-tvf")
+            .arg(&layer_tar)
+            .output()?;
         for line in String::from_utf8_lossy(&listing.stdout).lines() {
             if line.starts_with('-') || line.starts_with('h') {
                 if let Some(path) = line.split_whitespace().last() {
@@ -588,9 +793,17 @@ fn blob(digest: &str) -> String {
 
 /// One member of a tar archive (`tar -xOf`).
 fn tar_file(archive: &std::path::Path, member: &str) -> Result<Vec<u8>> {
-    let out = std::process::Command::new("tar").arg("-xOf").arg(archive).arg(member).output()?;
+    let out = std::process::Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(member)
+        .output()?;
     if !out.status.success() {
-        bail!("no {member} in {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "no {member} in {}: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(out.stdout)
 }
@@ -618,7 +831,11 @@ fn ctr(args: &[&str]) -> Result<String> {
         .args(args)
         .output()?;
     if !out.status.success() {
-        bail!("ctr {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "ctr {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -633,7 +850,10 @@ fn sidecar_container_id(pod: &Pod) -> Result<String> {
         .iter()
         .find(|c| c.name == SIDECAR)
         .context("the sidecar's status")?;
-    let id = sidecar.container_id.as_deref().context("the sidecar's container id")?;
+    let id = sidecar
+        .container_id
+        .as_deref()
+        .context("the sidecar's container id")?;
     Ok(id.trim_start_matches("containerd://").to_owned())
 }
 
@@ -641,12 +861,19 @@ fn sidecar_container_id(pod: &Pod) -> Result<String> {
 async fn held_slot(ns: &kubeflake_e2e::TestNamespace, sequence: &str, uid: &str) -> Result<u32> {
     eventually(LIMIT, "the pod to hold a slot", || async {
         let leases = slot_leases(ns, sequence).await?;
-        Ok(leases.iter().find(|l| l.holder.as_deref() == Some(uid)).map(|l| l.slot.0))
+        Ok(leases
+            .iter()
+            .find(|l| l.holder.as_deref() == Some(uid))
+            .map(|l| l.slot.0))
     })
     .await
 }
 
-async fn lease_of_slot(ns: &kubeflake_e2e::TestNamespace, sequence: &str, slot: u32) -> Result<SlotLease> {
+async fn lease_of_slot(
+    ns: &kubeflake_e2e::TestNamespace,
+    sequence: &str,
+    slot: u32,
+) -> Result<SlotLease> {
     slot_leases(ns, sequence)
         .await?
         .into_iter()
@@ -657,7 +884,9 @@ async fn lease_of_slot(ns: &kubeflake_e2e::TestNamespace, sequence: &str, slot: 
 /// Whether the slot's lease carries the mark of a graceful release (rule 5).
 async fn history_shows_release(ns: &kubeflake_e2e::TestNamespace, slot: u32) -> Result<bool> {
     let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
-    let list = leases.list(&ListParams::default().labels(SEQUENCE_LABEL)).await?;
+    let list = leases
+        .list(&ListParams::default().labels(SEQUENCE_LABEL))
+        .await?;
     Ok(list.items.iter().any(|l| {
         SlotLease::parse(l).is_ok_and(|s| s.slot.0 == slot)
             && l.annotations().contains_key(RELEASED_AT_ANNOTATION)
@@ -692,7 +921,9 @@ where
                     delete().await?;
                 }
             }
-            Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => last = Some(pod),
+            Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                last = Some(pod)
+            }
             Some(Ok(watcher::Event::Delete(pod))) => return Ok(pod),
             Some(Ok(watcher::Event::Init)) => {}
             Some(Err(e)) => eprintln!("watch error (retried): {e}"),
@@ -704,7 +935,8 @@ where
 /// When the app container and the sidecar finished, from a pod's last status.
 fn termination_times(pod: &Pod) -> Result<(String, String)> {
     let status = pod.status.as_ref().context("status")?;
-    let finished = |statuses: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>, name: &str| {
+    let finished = |statuses: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
+                    name: &str| {
         statuses
             .into_iter()
             .flatten()
@@ -721,6 +953,14 @@ fn termination_times(pod: &Pod) -> Result<(String, String)> {
 
 #[test]
 fn route_tables_are_read_in_host_byte_order() {
-    assert_eq!(parse_routes("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n eth0\t0000600A\t0100F40A\t0003\t0\t0\t0\t0000FFFF\n"),
-        vec![(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)), 0xffff_0000, u32::from(std::net::Ipv4Addr::new(10, 244, 0, 1)))]);
+    assert_eq!(
+        parse_routes(
+            "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n eth0\t0000600A\t0100F40A\t0003\t0\t0\t0\t0000FFFF\n"
+        ),
+        vec![(
+            u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)),
+            0xffff_0000,
+            u32::from(std::net::Ipv4Addr::new(10, 244, 0, 1))
+        )]
+    );
 }

@@ -41,12 +41,23 @@ async fn child_runs_a_node_with_a_pod() {
         .ok()
         .expect("pod created");
     cluster
-        .kubectl(&["wait", "--for=condition=Ready", "pod/sleeper", "-n", &ns.name, "--timeout=180s"])
+        .kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "pod/sleeper",
+            "-n",
+            &ns.name,
+            "--timeout=180s",
+        ])
         .await
         .expect("kubectl")
         .ok()
         .expect("the pod runs");
-    let pids: Vec<String> = cluster.pids().iter().map(|(_, pid)| pid.to_string()).collect();
+    let pids: Vec<String> = cluster
+        .pids()
+        .iter()
+        .map(|(_, pid)| pid.to_string())
+        .collect();
     let partial = format!("{report}.partial");
     std::fs::write(&partial, pids.join("\n")).expect("write report");
     std::fs::rename(&partial, &report).expect("publish report");
@@ -59,7 +70,12 @@ fn nothing_of_the_node_outlives_a_killed_test_binary() {
     let report = scratch.path().join("report");
     let log = scratch.path().join("child.log");
     let mut child = Command::new(std::env::current_exe().expect("current test binary"))
-        .args(["child_runs_a_node_with_a_pod", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "child_runs_a_node_with_a_pod",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(REPORT_ENV, &report)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -72,15 +88,27 @@ fn nothing_of_the_node_outlives_a_killed_test_binary() {
             break text.lines().filter_map(|l| l.parse().ok()).collect();
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("the child exited ({status}) before its node ran a pod:\n{}", tail(&log));
+            panic!(
+                "the child exited ({status}) before its node ran a pod:\n{}",
+                tail(&log)
+            );
         }
-        assert!(Instant::now() < deadline, "no node with a pod in time:\n{}", tail(&log));
+        assert!(
+            Instant::now() < deadline,
+            "no node with a pod in time:\n{}",
+            tail(&log)
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(pids.len() >= 8, "control plane and node processes: {pids:?}");
+    assert!(
+        pids.len() >= 8,
+        "control plane and node processes: {pids:?}"
+    );
     let before = node::leftovers().expect("node.sh leftovers");
     assert!(
-        before.contains("interface kubeflake0") && before.contains("process ") && before.contains("mount "),
+        before.contains("interface kubeflake0")
+            && before.contains("process ")
+            && before.contains("mount "),
         "a running node shows up as leftovers (else the check below proves nothing):\n{before}"
     );
 

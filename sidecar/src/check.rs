@@ -52,7 +52,11 @@ impl Target {
             None => (rest, "/"),
         };
         let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?),
+            Some((host, port)) => (
+                host,
+                port.parse()
+                    .map_err(|_| bad("the port is not a number from 1 to 65535"))?,
+            ),
             None => (authority, 80),
         };
         if host.is_empty() {
@@ -88,7 +92,9 @@ pub fn check(url: &str, contains: Option<&str>, timeout: Duration) -> Result<Str
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     let mut stream = None;
     for addr in addrs {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => {
                 stream = Some(s);
@@ -98,14 +104,20 @@ pub fn check(url: &str, contains: Option<&str>, timeout: Duration) -> Result<Str
         }
     }
     let mut stream = stream.ok_or_else(|| connect_error(last))?;
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
     stream.set_read_timeout(Some(left)).map_err(connect_error)?;
-    stream.set_write_timeout(Some(left)).map_err(connect_error)?;
+    stream
+        .set_write_timeout(Some(left))
+        .map_err(connect_error)?;
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: kubeflake-check\r\nAccept: */*\r\nConnection: close\r\n\r\n",
         target.path, target.host, target.port
     );
-    stream.write_all(request.as_bytes()).map_err(connect_error)?;
+    stream
+        .write_all(request.as_bytes())
+        .map_err(connect_error)?;
     let mut raw = Vec::new();
     stream
         .take(MAX_BODY)
@@ -162,7 +174,9 @@ fn parse_answer(raw: &[u8]) -> Result<(u16, String), String> {
 fn dechunk(mut rest: &str) -> Result<String, String> {
     let mut out = String::new();
     loop {
-        let (size, after) = rest.split_once("\r\n").ok_or("a chunk size line is cut off")?;
+        let (size, after) = rest
+            .split_once("\r\n")
+            .ok_or("a chunk size line is cut off")?;
         let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
             .map_err(|_| format!("bad chunk size {size:?}"))?;
         if size == 0 {
@@ -193,9 +207,15 @@ mod tests {
 
     #[test]
     fn urls_other_than_plain_http_with_a_host_are_refused_with_the_reason() {
-        assert!(matches!(Target::parse("https://x/"), Err(CheckError::BadUrl(_, r)) if r.contains("http://")));
-        assert!(matches!(Target::parse("http://:80/"), Err(CheckError::BadUrl(_, r)) if r.contains("host")));
-        assert!(matches!(Target::parse("http://a:99999/"), Err(CheckError::BadUrl(_, r)) if r.contains("port")));
+        assert!(
+            matches!(Target::parse("https://x/"), Err(CheckError::BadUrl(_, r)) if r.contains("http://"))
+        );
+        assert!(
+            matches!(Target::parse("http://:80/"), Err(CheckError::BadUrl(_, r)) if r.contains("host"))
+        );
+        assert!(
+            matches!(Target::parse("http://a:99999/"), Err(CheckError::BadUrl(_, r)) if r.contains("port"))
+        );
         assert_eq!(
             Target::parse("http://svc.ns:8080/readyz").unwrap(),
             Target {
@@ -211,7 +231,10 @@ mod tests {
     fn a_2xx_answer_passes_and_its_body_is_searched() {
         let port = serve_once("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
         let url = format!("http://127.0.0.1:{port}/readyz");
-        assert_eq!(check(&url, Some("ok"), Duration::from_secs(5)).unwrap(), "ok\n");
+        assert_eq!(
+            check(&url, Some("ok"), Duration::from_secs(5)).unwrap(),
+            "ok\n"
+        );
         let port = serve_once("HTTP/1.1 200 OK\r\n\r\nnothing here");
         let url = format!("http://127.0.0.1:{port}/metrics");
         assert!(matches!(
@@ -225,7 +248,10 @@ mod tests {
         let port = serve_once("HTTP/1.1 503 Service Unavailable\r\n\r\ncaches not synced");
         let url = format!("http://127.0.0.1:{port}/readyz");
         let err = check(&url, None, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(err, CheckError::Status { status: 503, .. }), "{err}");
+        assert!(
+            matches!(err, CheckError::Status { status: 503, .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("caches not synced"), "{err}");
     }
 
@@ -235,12 +261,19 @@ mod tests {
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nkubef\r\n6\r\nlake_x\r\n0\r\n\r\n",
         );
         let url = format!("http://127.0.0.1:{port}/metrics");
-        assert_eq!(check(&url, Some("kubeflake_"), Duration::from_secs(5)).unwrap(), "kubeflake_x");
+        assert_eq!(
+            check(&url, Some("kubeflake_"), Duration::from_secs(5)).unwrap(),
+            "kubeflake_x"
+        );
     }
 
     #[test]
     fn nothing_listening_is_a_connect_error_naming_the_url() {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let url = format!("http://127.0.0.1:{port}/");
         let err = check(&url, None, Duration::from_secs(2)).unwrap_err();
         assert!(matches!(err, CheckError::Connect { .. }), "{err}");

@@ -17,7 +17,9 @@ fn main() -> Result<()> {
     let node = match std::env::args().nth(2).as_deref() {
         None => false,
         Some("--node") => true,
-        Some(other) => anyhow::bail!("unknown argument {other:?}; usage: kubeflake-cluster <state-dir> [--node]"),
+        Some(other) => anyhow::bail!(
+            "unknown argument {other:?}; usage: kubeflake-cluster <state-dir> [--node]"
+        ),
     };
     let cluster = Cluster::start(ClusterOptions {
         dir: Some(dir.into()),

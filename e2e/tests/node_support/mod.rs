@@ -169,7 +169,9 @@ pub async fn rollout(cluster: &Cluster, ns: &str, deployment: &str) -> Result<()
         ])
         .await?;
     if !out.success() {
-        let pods = cluster.kubectl(&["get", "pods", "-n", ns, "-o", "wide"]).await?;
+        let pods = cluster
+            .kubectl(&["get", "pods", "-n", ns, "-o", "wide"])
+            .await?;
         let events = cluster
             .kubectl(&["get", "events", "-n", ns, "--sort-by=.lastTimestamp"])
             .await?;
@@ -255,7 +257,11 @@ impl Ledger {
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).seen.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seen
+            .len()
     }
 
     pub fn duplicates(&self) -> Vec<String> {
@@ -267,7 +273,11 @@ impl Ledger {
     }
 
     pub fn pods(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).per_pod.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .per_pod
+            .len()
     }
 
     /// IDs of one pod, in the order they were received.
@@ -290,13 +300,21 @@ pub fn collect_in_background(
     ns: TestNamespace,
     app: String,
     ledger: Ledger,
-) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<(usize, usize)>) {
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<(usize, usize)>,
+) {
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let (mut ok, mut failed) = (0usize, 0usize);
         // Bounded: at most 20 minutes of collection.
         for _ in 0..4800 {
-            if stopped.try_recv().is_ok() || matches!(stopped.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)) {
+            if stopped.try_recv().is_ok()
+                || matches!(
+                    stopped.try_recv(),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+                )
+            {
                 break;
             }
             if let Ok(pods) = ready_pods(&ns, &app).await {

@@ -30,7 +30,7 @@ fn cluster() -> &'static Cluster {
 }
 
 /// The injected sidecar's container name (operator `inject::SIDECAR_NAME`).
-const SIDECAR: &str = "kubeflake";
+const SIDECAR: &str = "kubeflake-sidecar";
 
 #[tokio::test]
 async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() -> Result<()> {
@@ -569,24 +569,28 @@ async fn helm_uninstall_leaves_only_the_crd_and_user_data() -> Result<()> {
     )
     .await?
     .ok()?;
+    // Helm deletes the objects; their pods go with the garbage collector and the kubelet.
     let selector = format!("app.kubernetes.io/instance={release}");
-    let left = cluster
-        .kubectl(&[
-            "get",
-            "deployments,services,serviceaccounts,configmaps,secrets,roles,rolebindings,leases,poddisruptionbudgets,clusterroles,clusterrolebindings,mutatingwebhookconfigurations,flowschemas,prioritylevelconfigurations,pods",
-            "-A",
-            "-l",
-            &selector,
-            "-o",
-            "name",
-        ])
-        .await?
-        .ok()?;
-    assert_eq!(
-        left.trim(),
-        "",
-        "objects of the release left after uninstall"
-    );
+    let kinds = "deployments,services,serviceaccounts,configmaps,secrets,roles,rolebindings,\
+leases,poddisruptionbudgets,clusterroles,clusterrolebindings,mutatingwebhookconfigurations,\
+flowschemas,prioritylevelconfigurations,pods";
+    let gone = eventually(LIMIT, "every object of the release to be gone", || async {
+        let left = cluster
+            .kubectl(&["get", kinds, "-A", "-l", &selector, "-o", "name"])
+            .await?
+            .ok()?;
+        Ok(left.trim().is_empty().then_some(()))
+    })
+    .await;
+    if gone.is_err() {
+        let listing = cluster
+            .kubectl(&["get", kinds, "-A", "-l", &selector])
+            .await?;
+        panic!(
+            "objects of the release left after uninstall:\n{}",
+            listing.stdout
+        );
+    }
     let pods = cluster
         .kubectl(&["get", "pods", "-n", namespace, "-o", "name"])
         .await?

@@ -15,6 +15,8 @@ use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
 /// An ID space: a Snowflake layout, epoch and time unit shared by every worker that
 /// participates. Pods labelled `kubeflake.io/sequence: <name>` each get a worker slot.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+// printcolumn(...) repeats keys such as type_ by design; clippy (1.95) reads that as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[kube(
     group = "kubeflake.io",
     version = "v1alpha1",

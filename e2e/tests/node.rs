@@ -627,11 +627,12 @@ fn tcp_listeners() -> Result<Vec<(std::net::Ipv4Addr, u16)>> {
     let text6 = std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
     for line in text6.lines().skip(1) {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() >= 4 && fields[3] == "0A" {
-            if let Some((_, port)) = fields[1].split_once(':') {
-                let port = u16::from_str_radix(port, 16)?;
-                out.push((std::net::Ipv4Addr::UNSPECIFIED, port));
-            }
+        if fields.len() >= 4
+            && fields[3] == "0A"
+            && let Some((_, port)) = fields[1].split_once(':')
+        {
+            let port = u16::from_str_radix(port, 16)?;
+            out.push((std::net::Ipv4Addr::UNSPECIFIED, port));
         }
     }
     Ok(out)
@@ -781,10 +782,10 @@ fn image_files(image: &str) -> Result<BTreeSet<String>> {
             .arg(&layer_tar)
             .output()?;
         for line in String::from_utf8_lossy(&listing.stdout).lines() {
-            if line.starts_with('-') || line.starts_with('h') {
-                if let Some(path) = line.split_whitespace().last() {
-                    files.insert(path.trim_start_matches("./").to_owned());
-                }
+            if (line.starts_with('-') || line.starts_with('h'))
+                && let Some(path) = line.split_whitespace().last()
+            {
+                files.insert(path.trim_start_matches("./").to_owned());
             }
         }
     }

@@ -76,7 +76,7 @@ impl Load {
                             std::thread::sleep(wait);
                         }
                     }
-                    let target = if i % 10 == 0 || batch == 1 {
+                    let target = if i.is_multiple_of(10) || batch == 1 {
                         "/id".to_string()
                     } else {
                         format!("/ids?count={batch}")

@@ -294,8 +294,11 @@ pub async fn all_assigned(
 /// Every version of every slot lease in a namespace, in the order etcd committed them.
 #[derive(Clone, Default)]
 pub struct LeaseHistory {
-    pub versions: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    pub versions: Arc<Mutex<Vec<LeaseVersion>>>,
 }
+
+/// One recorded version of a slot lease: its name and its holder.
+pub type LeaseVersion = (String, Option<String>);
 
 impl LeaseHistory {
     /// Starts recording from now (call before anything writes leases).

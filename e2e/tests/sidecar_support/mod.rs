@@ -161,10 +161,10 @@ pub fn request(conn: &mut BufReader<TcpStream>, target: &str) -> Option<(u16, St
         if line == "\r\n" || line.is_empty() {
             break;
         }
-        if let Some((k, v)) = line.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().ok()?;
-            }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().ok()?;
         }
     }
     let mut body = vec![0u8; length];
@@ -210,7 +210,11 @@ impl Collector {
                 d.lock().unwrap().segments.push(Vec::new());
                 while !s.load(Ordering::Relaxed) {
                     i += 1;
-                    let target = if i % 10 == 0 { "/ids?count=100" } else { "/id" };
+                    let target = if i.is_multiple_of(10) {
+                        "/ids?count=100"
+                    } else {
+                        "/id"
+                    };
                     let Some((status, body)) = request(&mut conn, target) else {
                         break;
                     };
@@ -304,10 +308,10 @@ pub fn check(
                 if !slots_held.get(uid).is_some_and(|s| s.contains(&worker)) {
                     report.wrong_worker += 1;
                 }
-                if let Some(prev) = last_per_worker.insert(worker, id) {
-                    if id <= prev {
-                        report.order_violations += 1;
-                    }
+                if let Some(prev) = last_per_worker.insert(worker, id)
+                    && id <= prev
+                {
+                    report.order_violations += 1;
                 }
             }
         }

@@ -124,13 +124,13 @@ impl SidecarProcess {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if !sent {
-                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                        if let Some(listen) = v["fields"]["listen"].as_str() {
-                            let _ = tx
-                                .send(Ok(listen.parse::<SocketAddr>().expect("a socket address")));
-                            sent = true;
-                            continue;
-                        }
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                        && let Some(listen) = v["fields"]["listen"].as_str()
+                    {
+                        let _ =
+                            tx.send(Ok(listen.parse::<SocketAddr>().expect("a socket address")));
+                        sent = true;
+                        continue;
                     }
                     if line.contains("error") {
                         let _ = tx.send(Err(line.clone()));

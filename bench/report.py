@@ -303,6 +303,7 @@ def main():
     m = res["machine"]
     v = m["versions"]
     findings = Path(__file__).with_name("findings.md")
+    node_figures = Path(__file__).with_name("node-figures.md")
     seg_table = segment_table(res)
     segment = (f"""### Segment mode against the database sequences it replaces
 
@@ -395,6 +396,10 @@ From `cargo test --release -p kubeflake-e2e --test bench_cluster -- --ignored --
 release operator and sidecars as local processes).
 
 {cluster_section(res)}
+
+## 6. Real node
+
+{node_figures.read_text().strip() if node_figures.exists() else '(not measured yet)'}
 
 ## What profiling found
 

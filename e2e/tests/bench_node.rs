@@ -2,7 +2,7 @@
 //! "the app got its first ID" for 20 pods created at once, and the memory the sidecars and
 //! the operator use in their pods. Ignored by default; docs/benchmarks.md has its output:
 //!
-//!   cargo test --release -p kubeflake-e2e --test bench_node -- --ignored --nocapture
+//!   cargo test -p kubeflake-e2e --test bench_node -- --ignored --nocapture
 
 mod chart_support;
 mod node_support;
@@ -35,7 +35,7 @@ async fn pod_created_to_first_id_and_memory_on_the_node() -> Result<()> {
     let results = futures::stream::iter(0..PODS)
         .map(|i| {
             let pods = pods.clone();
-            let ns_name = ns.name.clone();
+            let ns = ns.clone();
             async move {
                 let name = format!("bench-{i}");
                 let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -48,7 +48,7 @@ async fn pod_created_to_first_id_and_memory_on_the_node() -> Result<()> {
                 pods.create(&PostParams::default(), &pod).await?;
                 // Poll the app every 50 ms, for at most 3 minutes.
                 for _ in 0..3600 {
-                    if ids_from_pod(cluster, &ns_name, &name, 1).await.is_ok() {
+                    if ids_from_pod(&ns, &name, 1).await.is_ok() {
                         return anyhow::Ok(created.elapsed());
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;

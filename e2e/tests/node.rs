@@ -239,7 +239,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
             env.iter().any(|e| e.name == "KUBEFLAKE_URL"),
             "KUBEFLAKE_URL injected"
         );
-        let ids = ids_from_pod(cluster, &ns.name, &pod.name_any(), 200).await?;
+        let ids = ids_from_pod(&ns, &pod.name_any(), 200).await?;
         let slot = held_slot(&ns, "orders", &pod.uid().context("uid")?).await?;
         for &id in &ids {
             assert_eq!(
@@ -253,8 +253,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     }
 
     // Rule 1-4, 9: while pods come and go, every ID from every pod stays unique.
-    let (stop, collector) =
-        collect_in_background(cluster, ns.clone(), "app".into(), ledger.clone());
+    let (stop, collector) = collect_in_background(ns.clone(), "app".into(), ledger.clone());
     cluster
         .kubectl(&["rollout", "restart", "deployment/app", "-n", &ns.name])
         .await?
@@ -378,7 +377,7 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
     let name = pod.name_any();
     let uid = pod.uid().context("uid")?;
     let slot = held_slot(&ns, "restart", &uid).await?;
-    let before = ids_from_pod(cluster, &ns.name, &name, 500).await?;
+    let before = ids_from_pod(&ns, &name, 500).await?;
 
     // Kill the sidecar's process through the container runtime, as an OOM kill would.
     let container = sidecar_container_id(&pod)?;
@@ -406,7 +405,7 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
         },
     )
     .await?;
-    let after = ids_from_pod(cluster, &ns.name, &name, 500).await?;
+    let after = ids_from_pod(&ns, &name, 500).await?;
 
     // Same pod, same slot (rule 6), and strictly above everything before (rule 7).
     assert_eq!(
@@ -530,7 +529,7 @@ async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injecte
         .into_iter()
         .next()
         .context("a pod")?;
-    let ids = ids_from_pod(cluster, &ns.name, &pod.name_any(), 10).await?;
+    let ids = ids_from_pod(&ns, &pod.name_any(), 10).await?;
     assert_eq!(ids.len(), 10);
     Ok(())
 }

@@ -205,15 +205,20 @@ pub async fn ready_pods(ns: &TestNamespace, app: &str) -> Result<Vec<Pod>> {
 }
 
 /// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy
-/// (the API server reaches the pod on the bridge).
-pub async fn ids_from_pod(cluster: &Cluster, ns: &str, pod: &str, count: u32) -> Result<Vec<u64>> {
-    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:8080/proxy/ids?count={count}");
-    let out = cluster.kubectl(&["get", "--raw", &path]).await?;
-    if !out.success() {
-        bail!("GET {path} failed: {}{}", out.stderr, out.stdout);
-    }
+/// (the API server reaches the pod on the bridge), with the namespace's client.
+pub async fn ids_from_pod(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>> {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{pod}:8080/proxy/ids?count={count}",
+        ns.name
+    );
+    let request = http::Request::get(&path).body(Vec::new())?;
+    let text = ns
+        .client
+        .request_text(request)
+        .await
+        .with_context(|| format!("GET {path}"))?;
     let body: serde_json::Value =
-        serde_json::from_str(&out.stdout).with_context(|| format!("not JSON: {}", out.stdout))?;
+        serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))?;
     let ids = body["ids"]
         .as_array()
         .with_context(|| format!("no ids in {body}"))?
@@ -296,7 +301,6 @@ impl Ledger {
 /// sender is dropped or sent to; answers that fail (a pod going away) are skipped and
 /// counted.
 pub fn collect_in_background(
-    cluster: &'static Cluster,
     ns: TestNamespace,
     app: String,
     ledger: Ledger,
@@ -320,7 +324,7 @@ pub fn collect_in_background(
             if let Ok(pods) = ready_pods(&ns, &app).await {
                 for pod in pods {
                     let name = pod.name_any();
-                    match ids_from_pod(cluster, &ns.name, &name, 50).await {
+                    match ids_from_pod(&ns, &name, 50).await {
                         Ok(ids) => {
                             ledger.add(&name, &ids);
                             ok += 1;

@@ -14,7 +14,7 @@
 //! | annotation `kubeflake.io/released-at` | when the slot was last freed (least recently used first) |
 //! | labels `kubeflake.io/sequence`, `slot`, `holder` | for label-selected watches        |
 //!
-//! Every write is conditional on the `resourceVersion` read (SAFETY.md rule 1).
+//! Every write is conditional on the `resourceVersion` read (docs/safety.md rule 1).
 
 use std::collections::BTreeMap;
 

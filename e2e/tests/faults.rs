@@ -1,4 +1,4 @@
-//! The fault-injection suite (SAFETY.md, "What the tests must show"): sidecars as local
+//! The fault-injection suite (docs/safety.md, "What the tests must show"): sidecars as local
 //! processes carrying pod identities, pods as API objects, a real API server. At least six
 //! sidecars issue IDs continuously (single and batch requests) while faults are injected;
 //! a checker reads every ID collected.

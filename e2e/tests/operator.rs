@@ -1,4 +1,4 @@
-//! The operator against a real API server (SAFETY.md rules 1, 9, 10). Pods are API
+//! The operator against a real API server (docs/safety.md rules 1, 9, 10). Pods are API
 //! objects only: no kubelet runs them, which is all slot assignment needs.
 
 mod operator_support;

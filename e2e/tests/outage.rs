@@ -1,4 +1,4 @@
-//! An API server outage longer than the slot lease (SAFETY.md: partitions). A holder that
+//! An API server outage longer than the slot lease (docs/safety.md: partitions). A holder that
 //! cannot renew keeps serving up to the fence it wrote last, never past it, and then
 //! refuses; when the API server is back, every pod serves again, and no ID repeats.
 //!

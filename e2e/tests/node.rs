@@ -276,11 +276,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
 
     // Graceful delete (rule 5): the app container stops first, then the native sidecar
     // gets SIGTERM and releases its slot.
-    let victim = ready_pods(&ns, "app")
-        .await?
-        .into_iter()
-        .next()
-        .context("a pod")?;
+    let victim = first_ready_pod(&ns, "app").await?;
     let victim_uid = victim.uid().context("uid")?;
     let victim_slot = held_slot(&ns, "orders", &victim_uid).await?;
     let last_status = watch_until_deleted(&ns, &victim.name_any(), || async {
@@ -314,11 +310,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     // Forced delete (rules 3, 4, 9): the pod object is gone at once, the old containers
     // may still run; the slot is reclaimed only once the holder pod is gone, fence kept.
     rollout(cluster, &ns.name, "app").await?;
-    let forced = ready_pods(&ns, "app")
-        .await?
-        .into_iter()
-        .next()
-        .context("a pod")?;
+    let forced = first_ready_pod(&ns, "app").await?;
     let forced_uid = forced.uid().context("uid")?;
     let forced_slot = held_slot(&ns, "orders", &forced_uid).await?;
     cluster
@@ -369,11 +361,7 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
     create_sequence(&ns, "restart", serde_json::json!({})).await?;
     apply(cluster, &ns.name, &app_deployment("app", "restart", 1)).await?;
     rollout(cluster, &ns.name, "app").await?;
-    let pod = ready_pods(&ns, "app")
-        .await?
-        .into_iter()
-        .next()
-        .context("a pod")?;
+    let pod = first_ready_pod(&ns, "app").await?;
     let name = pod.name_any();
     let uid = pod.uid().context("uid")?;
     let slot = held_slot(&ns, "restart", &uid).await?;
@@ -524,11 +512,7 @@ async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injecte
         .await?
         .ok()?;
     rollout(cluster, &ns.name, "example-app").await?;
-    let pod = ready_pods(&ns, "example-app")
-        .await?
-        .into_iter()
-        .next()
-        .context("a pod")?;
+    let pod = first_ready_pod(&ns, "example-app").await?;
     let ids = ids_from_pod(&ns, &pod.name_any(), 10).await?;
     assert_eq!(ids.len(), 10);
     Ok(())

@@ -204,6 +204,15 @@ pub async fn ready_pods(ns: &TestNamespace, app: &str) -> Result<Vec<Pod>> {
         .collect())
 }
 
+/// One ready pod of the Deployment `app`.
+pub async fn first_ready_pod(ns: &TestNamespace, app: &str) -> Result<Pod> {
+    ready_pods(ns, app)
+        .await?
+        .into_iter()
+        .next()
+        .with_context(|| format!("no ready pod of {app} in {}", ns.name))
+}
+
 /// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy
 /// (the API server reaches the pod on the bridge), with the namespace's client.
 pub async fn ids_from_pod(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>> {

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -72,6 +73,11 @@ pub enum CertError {
     },
     #[error("Secret {0} is missing {1}")]
     Incomplete(String, &'static str),
+    #[error(
+        "{what}: {attempts} compare-and-swap writes in a row lost to other writers (another \
+         replica, or something else rewriting it); giving up for this pass, retried later"
+    )]
+    Conflicts { what: String, attempts: u32 },
     #[error(
         "MutatingWebhookConfiguration {0} not found: the certificate Secret, which it owns, \
          is written only while it exists (install the chart, or create it first)"
@@ -319,6 +325,43 @@ fn desired_secret(
     }))
 }
 
+/// How many times one compare-and-swap write is tried when it keeps losing (409).
+const CAS_ATTEMPTS: u32 = 5;
+/// The pause after a lost write, jittered between half of it and one and a half.
+const CAS_PAUSE: Duration = Duration::from_millis(200);
+
+/// One try of a compare-and-swap write: done, or lost to another writer (try again).
+enum Cas<T> {
+    Done(T),
+    Conflict,
+}
+
+/// Runs `attempt` until it is done or fails, at most [`CAS_ATTEMPTS`] times, pausing
+/// about `pause` after each lost write; then [`CertError::Conflicts`] for `what`.
+async fn retry_conflicts<T, F, Fut>(
+    what: &str,
+    pause: Duration,
+    mut attempt: F,
+) -> Result<T, CertError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Cas<T>, CertError>>,
+{
+    for n in 1..=CAS_ATTEMPTS {
+        if let Cas::Done(t) = attempt().await? {
+            return Ok(t);
+        }
+        tracing::debug!(what, attempt = n, "write lost a compare-and-swap race");
+        if n < CAS_ATTEMPTS {
+            tokio::time::sleep(pause.mul_f64(0.5 + fastrand::f64())).await;
+        }
+    }
+    Err(CertError::Conflicts {
+        what: what.to_string(),
+        attempts: CAS_ATTEMPTS,
+    })
+}
+
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> CertError {
     let what = what.into();
     move |source| CertError::Kube { what, source }
@@ -332,10 +375,13 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 /// Re-checks hourly, and at once whenever the webhook configuration changes.
 pub async fn keep_self_managed(client: Client, config: SelfManaged, serving: Arc<ServingCert>) {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    // Backed off like the controller's watches, so a persistent failure (no RBAC, API
+    // server down) retries every few seconds instead of in a tight LIST/WATCH loop.
     let changes = watcher(
         configs,
         watcher::Config::default().fields(&format!("metadata.name={}", config.webhook_config)),
-    );
+    )
+    .backoff(crate::backoff::WatchBackoff::default());
     let mut changes = std::pin::pin!(changes);
     loop {
         let wait = match sync_once(&client, &config, &serving).await {
@@ -353,7 +399,12 @@ pub async fn keep_self_managed(client: Client, config: SelfManaged, serving: Arc
                 () = &mut deadline => break,
                 event = changes.next() => match event {
                     Some(Ok(watcher::Event::Apply(_) | watcher::Event::InitDone)) => break,
-                    Some(_) => {}
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => tracing::warn!(
+                        error = %e,
+                        config = %config.webhook_config,
+                        "cannot watch the webhook configuration (retried with back-off); caBundle resets are noticed only at the next hourly check until it works"
+                    ),
                     None => { deadline.as_mut().await; break }
                 },
             }
@@ -385,7 +436,7 @@ pub async fn sync_once(
         let stored = secrets
             .get_opt(&config.secret)
             .await
-            .map_err(kube_err(&what))?
+            .map_err(kube_err(what.as_str()))?
             .as_ref()
             .and_then(read_stored);
         if let Some(stored) = stored {
@@ -393,13 +444,14 @@ pub async fn sync_once(
         }
         return Err(CertError::NoWebhookConfig(config.webhook_config.clone()));
     };
-    let secret = loop {
+    let (secrets, webhook, what) = (&secrets, &webhook, &what);
+    let secret = retry_conflicts(what, CAS_PAUSE, move || async move {
         let current = secrets
             .get_opt(&config.secret)
             .await
-            .map_err(kube_err(&what))?;
+            .map_err(kube_err(what.as_str()))?;
         let stored = current.as_ref().and_then(read_stored);
-        let owner = Some(owner_of(&webhook));
+        let owner = Some(owner_of(webhook));
         let owner_missing = current.as_ref().is_some_and(|s| {
             s.metadata
                 .owner_references
@@ -410,20 +462,20 @@ pub async fn sync_once(
         let desired = desired_secret(config, stored.as_ref())?;
         let desired = match (desired, current.clone()) {
             (Some(d), _) => d,
-            (None, Some(s)) if !owner_missing => break s,
+            (None, Some(s)) if !owner_missing => return Ok(Cas::Done(s)),
             (None, Some(mut s)) => {
                 s.metadata.owner_references = owner.map(|o| vec![o]);
                 match secrets
                     .replace(&config.secret, &PostParams::default(), &s)
                     .await
                 {
-                    Ok(s) => break s,
-                    Err(e) if is_status(&e, 409) => continue,
-                    Err(e) => return Err(kube_err(&what)(e)),
+                    Ok(s) => return Ok(Cas::Done(s)),
+                    Err(e) if is_status(&e, 409) => return Ok(Cas::Conflict),
+                    Err(e) => return Err(kube_err(what.as_str())(e)),
                 }
             }
             // Nothing stored always wants something written; keep looping safely anyway.
-            (None, None) => continue,
+            (None, None) => return Ok(Cas::Conflict),
         };
         let annotations = BTreeMap::from([
             (NOT_AFTER.to_string(), desired.not_after.to_rfc3339()),
@@ -460,18 +512,19 @@ pub async fn sync_once(
         match written {
             Ok(s) => {
                 tracing::info!(secret = %what, "webhook certificate written");
-                break s;
+                Ok(Cas::Done(s))
             }
             // Another replica wrote first: use what it wrote.
-            Err(e) if is_status(&e, 409) => continue,
-            Err(e) => return Err(kube_err(&what)(e)),
+            Err(e) if is_status(&e, 409) => Ok(Cas::Conflict),
+            Err(e) => Err(kube_err(what.as_str())(e)),
         }
-    };
+    })
+    .await?;
     let stored = read_stored(&secret).ok_or(CertError::Incomplete(
         what.clone(),
         "tls.crt, tls.key, ca.crt or ca.key",
     ))?;
-    serving.load_pem(&stored.tls_crt, &stored.tls_key, &what)?;
+    serving.load_pem(&stored.tls_crt, &stored.tls_key, what)?;
     patch_ca_bundle(&configs, &config.webhook_config, &stored.ca_bundle).await?;
     Ok(())
 }
@@ -493,9 +546,10 @@ async fn patch_ca_bundle(
     bundle: &[u8],
 ) -> Result<(), CertError> {
     let what = format!("MutatingWebhookConfiguration {name}");
-    loop {
-        let Some(mut config) = api.get_opt(name).await.map_err(kube_err(&what))? else {
-            return Ok(());
+    let what = &what;
+    retry_conflicts(what, CAS_PAUSE, move || async move {
+        let Some(mut config) = api.get_opt(name).await.map_err(kube_err(what.as_str()))? else {
+            return Ok(Cas::Done(()));
         };
         let mut changed = false;
         for hook in config.webhooks.iter_mut().flatten() {
@@ -511,17 +565,18 @@ async fn patch_ca_bundle(
             }
         }
         if !changed {
-            return Ok(());
+            return Ok(Cas::Done(()));
         }
         match api.replace(name, &PostParams::default(), &config).await {
             Ok(_) => {
                 tracing::info!(config = %name, "caBundle written");
-                return Ok(());
+                Ok(Cas::Done(()))
             }
-            Err(e) if is_status(&e, 409) => continue,
-            Err(e) => return Err(kube_err(&what)(e)),
+            Err(e) if is_status(&e, 409) => Ok(Cas::Conflict),
+            Err(e) => Err(kube_err(what.as_str())(e)),
         }
-    }
+    })
+    .await
 }
 
 /// Serves `tls.crt`/`tls.key` from `dir` (cert-manager's mounted Secret), re-reading them
@@ -557,6 +612,7 @@ fn read_dir_pair(dir: &std::path::Path) -> Result<(Vec<u8>, Vec<u8>), CertError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn config() -> SelfManaged {
         SelfManaged {
@@ -653,6 +709,52 @@ mod tests {
             certs(&desired_secret(&c, Some(&older)).unwrap().unwrap().data[CA_BUNDLE].0).len(),
             2
         );
+    }
+
+    /// A write that loses every compare-and-swap is tried a bounded number of times, with
+    /// a pause between tries, then reported (the caller logs it and tries again later).
+    #[tokio::test]
+    async fn conflicting_writes_are_retried_five_times_with_pauses_then_reported() {
+        let pause = Duration::from_millis(20);
+        let tries = &AtomicU32::new(0);
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(
+            Duration::from_secs(5),
+            retry_conflicts("Secret x/y", pause, move || async move {
+                tries.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await; // the API call
+                Ok::<_, CertError>(Cas::<()>::Conflict)
+            }),
+        )
+        .await
+        .expect("gives up instead of retrying forever");
+        let Err(error @ CertError::Conflicts { attempts: 5, .. }) = result else {
+            panic!("expected a conflict error after 5 attempts, got {result:?}");
+        };
+        assert_eq!(tries.load(Ordering::Relaxed), CAS_ATTEMPTS);
+        assert!(error.to_string().contains("Secret x/y"), "{error}");
+        // Four pauses of at least half of `pause` each.
+        assert!(started.elapsed() >= pause * 2, "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_write_that_wins_after_conflicts_returns_its_value_and_other_errors_stop_at_once() {
+        let tries = &AtomicU32::new(0);
+        let won = retry_conflicts("Secret x/y", Duration::from_millis(1), move || async move {
+            let n = tries.fetch_add(1, Ordering::Relaxed) + 1;
+            Ok::<_, CertError>(if n < 3 { Cas::Conflict } else { Cas::Done(n) })
+        })
+        .await;
+        assert_eq!(won.ok(), Some(3));
+        let tries = &AtomicU32::new(0);
+        let failed: Result<(), _> =
+            retry_conflicts("Secret x/y", Duration::from_millis(1), move || async move {
+                tries.fetch_add(1, Ordering::Relaxed);
+                Err(CertError::Incomplete("Secret x/y".into(), "tls.crt"))
+            })
+            .await;
+        assert!(matches!(failed, Err(CertError::Incomplete(..))));
+        assert_eq!(tries.load(Ordering::Relaxed), 1);
     }
 
     #[test]

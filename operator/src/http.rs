@@ -6,9 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
@@ -20,8 +19,9 @@ use crate::metrics::Metrics;
 pub struct Health {
     /// The caches have synced and the controller runs (or this replica stands by).
     pub ready: AtomicBool,
-    /// The controller loop ended (it should not while the process lives).
-    pub failed: AtomicBool,
+    /// Why the replica is dead (the controller loop ended unasked), once it is: `/healthz`
+    /// then answers 503 with this reason. Set through [`Health::fail`].
+    failure: OnceLock<String>,
     /// The webhook's serving certificate, when this replica serves the webhook. Until it
     /// is loaded every TLS handshake fails, so the replica must not be in the Service's
     /// endpoints: with `failurePolicy: Fail` the API server would reject labelled pods.
@@ -32,6 +32,20 @@ pub struct Health {
 }
 
 impl Health {
+    /// Marks the replica dead for `/healthz`, with the reason it reports (the first
+    /// reason given is kept).
+    pub fn fail(&self, reason: impl Into<String>) {
+        let _ = self.failure.set(reason.into());
+    }
+
+    /// Whether the replica is alive; the reason when not.
+    pub fn liveness(&self) -> Result<(), String> {
+        match self.failure.get() {
+            Some(reason) => Err(reason.clone()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the replica may receive traffic; the reason when not.
     pub fn readiness(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {
@@ -57,15 +71,17 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
     r
 }
 
-fn answer(req: &Request<Incoming>, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+fn answer(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
     let json = "application/json";
-    match req.uri().path() {
-        "/healthz" if health.failed.load(Ordering::Acquire) => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json,
-            r#"{"status":"controller stopped"}"#.into(),
-        ),
-        "/healthz" => reply(StatusCode::OK, json, r#"{"status":"alive"}"#.into()),
+    match path {
+        "/healthz" => match health.liveness() {
+            Ok(()) => reply(StatusCode::OK, json, r#"{"status":"alive"}"#.into()),
+            Err(reason) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json,
+                serde_json::json!({"status": "failed", "reason": reason}).to_string(),
+            ),
+        },
         "/readyz" => match health.readiness() {
             Ok(()) => reply(StatusCode::OK, json, r#"{"status":"ready"}"#.into()),
             Err(reason) => reply(
@@ -95,7 +111,7 @@ pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metr
         let (health, metrics) = (health.clone(), metrics.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let r = answer(&req, &health, &metrics);
+                let r = answer(req.uri().path(), &health, &metrics);
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -142,6 +158,38 @@ mod tests {
         assert_eq!(health.readiness(), Err("caches not synced yet"));
         health.ready.store(true, Ordering::Release);
         assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn a_failed_replica_answers_healthz_with_503_and_the_reason() {
+        let health = Health::default();
+        let metrics = Metrics::new();
+        let alive = answer("/healthz", &health, &metrics);
+        assert_eq!(alive.status(), StatusCode::OK);
+        health.fail("the controller stopped: its watches ended");
+        assert_eq!(
+            health.liveness(),
+            Err("the controller stopped: its watches ended".to_string())
+        );
+        let dead = answer("/healthz", &health, &metrics);
+        assert_eq!(dead.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = body_json(dead);
+        assert_eq!(body["status"], "failed");
+        assert_eq!(body["reason"], "the controller stopped: its watches ended");
+        // The first reason is kept.
+        health.fail("something later");
+        assert_eq!(
+            body_json(answer("/healthz", &health, &metrics))["reason"],
+            "the controller stopped: its watches ended"
+        );
+    }
+
+    fn body_json(r: Response<Full<Bytes>>) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let bytes = futures::executor::block_on(r.into_body().collect())
+            .expect("a full body never fails")
+            .to_bytes();
+        serde_json::from_slice(&bytes).expect("a JSON body")
     }
 
     #[test]

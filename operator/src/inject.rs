@@ -48,6 +48,22 @@ pub struct SidecarTemplate {
     pub limits: BTreeMap<String, Quantity>,
 }
 
+/// Why the patch for a pod could not be built. Not the pod's fault: the operator's.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error(
+        "kubeflake-operator could not serialise the {what} for the sidecar patch: {source}; \
+         the pod was not admitted rather than patched with a null {what} (this is a bug in \
+         the operator: report it with the operator's version; opt the pod out with \
+         kubeflake.io/inject: \"false\" to create it without the sidecar meanwhile)"
+    )]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// The webhook's answer for one pod.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
@@ -55,6 +71,9 @@ pub enum Decision {
     Skip(&'static str),
     /// Reject the pod, with a message that tells its owner what to fix.
     Deny(String),
+    /// Reject the pod because the operator failed to build its patch (an internal error,
+    /// counted as such), with a message saying so.
+    Fail(String),
     /// Admit with this JSON Patch (RFC 6902) applied, after checking that the sequence
     /// named by the label exists.
     Inject { sequence: String, patch: Value },
@@ -103,10 +122,26 @@ pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
     {
         return Decision::Skip("sidecar already injected");
     }
-    Decision::Inject {
-        sequence: sequence.clone(),
-        patch: patch(pod, sequence, template),
+    inject_or_fail(sequence, patch(pod, sequence, template))
+}
+
+/// The decision for a pod whose patch was built, or could not be.
+fn inject_or_fail(sequence: &str, patch: Result<Value, InjectError>) -> Decision {
+    match patch {
+        Ok(patch) => Decision::Inject {
+            sequence: sequence.to_string(),
+            patch,
+        },
+        Err(e) => Decision::Fail(e.to_string()),
     }
+}
+
+/// A serialised part of the patch; `what` names it in the error.
+fn patch_value(
+    what: &'static str,
+    serialised: Result<Value, serde_json::Error>,
+) -> Result<Value, InjectError> {
+    serialised.map_err(|source| InjectError::Serialize { what, source })
 }
 
 /// Adds the value at `path`, creating the array or map `parent` first when it is absent.
@@ -125,20 +160,25 @@ fn unescape(key: &str) -> String {
     key.replace("~1", "/").replace("~0", "~")
 }
 
-fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Value {
+fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value, InjectError> {
     let mut ops = Vec::new();
     let spec = pod.spec.as_ref();
     let has_init = spec.is_some_and(|s| s.init_containers.is_some());
     // First, so that other init containers can already ask for IDs.
-    let sidecar = serde_json::to_value(sidecar(sequence, template)).unwrap_or(Value::Null);
+    let sidecar = patch_value(
+        "sidecar container",
+        serde_json::to_value(sidecar(sequence, template)),
+    )?;
     add_to(&mut ops, has_init, "/spec/initContainers", "0", sidecar);
 
-    let volume = serde_json::to_value(Volume {
-        name: STATE_VOLUME.into(),
-        empty_dir: Some(Default::default()),
-        ..Default::default()
-    })
-    .unwrap_or(Value::Null);
+    let volume = patch_value(
+        "state volume",
+        serde_json::to_value(Volume {
+            name: STATE_VOLUME.into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        }),
+    )?;
     let has_volumes = spec.is_some_and(|s| s.volumes.is_some());
     add_to(&mut ops, has_volumes, "/spec/volumes", "-", volume);
 
@@ -165,7 +205,7 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Value {
         "kubeflake.io~1injected",
         json!(env!("CARGO_PKG_VERSION")),
     );
-    Value::Array(ops)
+    Ok(Value::Array(ops))
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -467,6 +507,28 @@ mod tests {
             decide(&pod(with_token), &template()),
             Decision::Inject { .. }
         ));
+    }
+
+    #[test]
+    fn a_part_that_cannot_be_serialised_fails_the_admission_instead_of_patching_null() {
+        // serde_json refuses maps whose keys are not strings.
+        let failure = serde_json::to_value(BTreeMap::from([((1, 2), 3)]))
+            .expect_err("a map with tuple keys does not serialise");
+        let result = patch_value("sidecar container", Err(failure));
+        let expected = match &result {
+            Err(error) => error.to_string(),
+            Ok(value) => panic!("a failed serialisation must be an error, got {value}"),
+        };
+        let Decision::Fail(message) = inject_or_fail("orders", result) else {
+            panic!("a failed patch must not be injected");
+        };
+        assert_eq!(message, expected);
+        assert!(message.contains("sidecar container"), "{message}");
+        assert!(message.contains("key must be a string"), "{message}");
+        assert!(message.contains("bug in the operator"), "{message}");
+        // A good serialisation passes through unchanged.
+        let volume = patch_value("state volume", serde_json::to_value(json!({"name": "v"})));
+        assert_eq!(volume.ok(), Some(json!({"name": "v"})));
     }
 
     #[test]

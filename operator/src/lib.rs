@@ -1,5 +1,5 @@
 //! The kubeflake operator: reconciles `IdSequence`s and hands worker slots to pods through
-//! slot Leases (SAFETY.md rules 1, 9, 10).
+//! slot Leases (docs/safety.md rules 1, 9, 10).
 //!
 //! - [`segment`]: Segment-mode sequences: the counter Lease and its status.
 //! - [`slot`]: the pure planning of releases and assignments.
@@ -271,6 +271,15 @@ async fn run_controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     health.ready.store(false, Ordering::Release);
+    // Whether the controller was asked to stop; if it ends otherwise, it failed.
+    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shutdown = {
+        let stop_requested = stop_requested.clone();
+        async move {
+            shutdown.await;
+            stop_requested.store(true, Ordering::Release);
+        }
+    };
     // Only labelled pods and leases are watched and cached.
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
     let (pods, pod_writer) = reflector::store::<Pod>();
@@ -346,13 +355,42 @@ async fn run_controller(
     if let Some(bindings) = bindings {
         bindings.abort();
     }
-    Ok(())
+    controller_ended(&health, stop_requested.load(Ordering::Acquire))
+}
+
+/// What the end of the controller's run means: nothing when it was asked to stop (the
+/// shutdown signal, lost leadership); otherwise the replica is dead: `/healthz` says so
+/// and the run ends with an error (the process exits non-zero and is restarted).
+fn controller_ended(health: &http::Health, stop_requested: bool) -> anyhow::Result<()> {
+    if stop_requested {
+        return Ok(());
+    }
+    let reason = "controller stopped without being asked to (its watch streams ended); \
+                  restart the operator";
+    tracing::error!(reason, "controller failed");
+    health.fail(reason);
+    Err(anyhow::anyhow!(reason))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn a_controller_that_ends_unasked_fails_the_liveness_probe_and_the_run() {
+        let health = http::Health::default();
+        assert!(controller_ended(&health, true).is_ok());
+        assert_eq!(
+            health.liveness(),
+            Ok(()),
+            "a requested stop is not a failure"
+        );
+        let err = controller_ended(&health, false).expect_err("an unasked end is an error");
+        let reason = health.liveness().expect_err("/healthz must report it");
+        assert!(reason.contains("controller stopped"), "{reason}");
+        assert!(err.to_string().contains("controller stopped"), "{err}");
+    }
 
     /// The controller waits on its own store too; a second waiter must still see it synced.
     #[tokio::test]

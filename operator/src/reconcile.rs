@@ -3,7 +3,7 @@
 //!
 //! Each pass reads the sequence's pods and slot leases from the reflector stores, plans
 //! releases and assignments ([`crate::slot::plan`]), performs them as compare-and-swap
-//! writes (SAFETY.md rule 1), records Events, and writes the status when it changed.
+//! writes (docs/safety.md rule 1), records Events, and writes the status when it changed.
 //! A conflict is normal (another writer was first): the pass is simply repeated.
 
 use std::collections::{BTreeSet, HashMap};
@@ -44,9 +44,10 @@ pub struct Context {
     pub leases: Store<Lease>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    /// For each slot lease: the resourceVersion last seen and since when (monotonic).
-    /// A held lease whose version stays the same for a lease duration is silent (rule 9).
-    silence: Mutex<HashMap<String, (String, Instant)>>,
+    /// For each sequence (`namespace/name`), for each of its slot leases and holder: the
+    /// resourceVersion last seen and since when (monotonic). A held lease whose version
+    /// stays the same for a lease duration is silent (rule 9).
+    silence: Mutex<HashMap<String, Silence>>,
 }
 
 impl Context {
@@ -67,6 +68,9 @@ impl Context {
         }
     }
 }
+
+/// One sequence's record of lease versions: `lease/holder` -> (resourceVersion, since).
+type Silence = HashMap<String, (String, Instant)>;
 
 /// Why a pass failed. Each message says what happened and, where it helps, what to do.
 #[derive(Debug, thiserror::Error)]
@@ -128,15 +132,33 @@ enum Outcome {
     Conflict,
 }
 
+/// Every value [`result_label`] can give: pre-registered so each series exists from the
+/// start (a test checks this against [`result_label`] on every [`Error`] variant).
+pub const RESULT_LABELS: [&str; 6] = [
+    "ok",
+    "kube",
+    "no_namespace",
+    "bad_lease",
+    "invalid_spec",
+    "bad_counter",
+];
+
+/// The `result` label of `kubeflake_operator_reconciles_total` for one pass.
+fn result_label(result: &Result<Action, Error>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(e) => e.label(),
+    }
+}
+
 /// Reconciles one IdSequence.
 pub async fn reconcile(seq: Arc<IdSequence>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&seq, &ctx).await;
-    let label = match &result {
-        Ok(_) => "ok",
-        Err(e) => e.label(),
-    };
-    ctx.metrics.reconciles.with_label_values(&[label]).inc();
+    ctx.metrics
+        .reconciles
+        .with_label_values(&[result_label(&result)])
+        .inc();
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -192,7 +214,7 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
     let leases = observed_leases(ctx, &ns, &name)?;
     let pods = observed_pods(ctx, &ns, &name);
     let lease_duration = Duration::from_secs(params.lease_duration_secs);
-    let silent = silent_leases(ctx, &leases, lease_duration);
+    let silent = silent_leases(ctx, &ns, &name, &leases, lease_duration);
     let now = params.timebase.tick_at(now_ms()).unwrap_or(Tick(0));
     let capacity = params.layout.slot_count();
     let plan = slot::plan(&Observed {
@@ -286,16 +308,44 @@ fn observed_pods(ctx: &Context, ns: &str, name: &str) -> Vec<PodInfo> {
         .collect()
 }
 
-/// Updates the operator's own record of lease versions and returns the held leases it has
-/// seen unchanged for a full lease duration on its monotonic clock (rule 9).
-fn silent_leases(ctx: &Context, leases: &[SlotLease], duration: Duration) -> BTreeSet<String> {
-    let mut seen = ctx.silence.lock().unwrap_or_else(|p| p.into_inner());
-    let now = Instant::now();
+/// Updates the operator's own record of the sequence's lease versions and returns the held
+/// leases it has seen unchanged for a full lease duration on its monotonic clock (rule 9).
+fn silent_leases(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    leases: &[SlotLease],
+    duration: Duration,
+) -> BTreeSet<String> {
+    let mut all = ctx.silence.lock().unwrap_or_else(|p| p.into_inner());
+    let key = format!("{ns}/{name}");
+    let seen = all.entry(key.clone()).or_default();
+    let silent = track_silence(seen, leases, duration, Instant::now());
+    if seen.is_empty() {
+        all.remove(&key);
+    }
+    silent
+}
+
+/// [`silent_leases`] on one sequence's record `seen`, at `now`.
+fn track_silence(
+    seen: &mut Silence,
+    leases: &[SlotLease],
+    duration: Duration,
+    now: Instant,
+) -> BTreeSet<String> {
+    let key =
+        |lease: &SlotLease| format!("{}/{}", lease.name, lease.holder.as_deref().unwrap_or(""));
+    // Forget leases that are gone and holders that no longer hold them. Forgetting only
+    // ever delays a reclaim: a record made again starts its silence from `now`.
+    let current: BTreeSet<String> = leases.iter().map(key).collect();
+    seen.retain(|k, _| current.contains(k));
     let mut silent = BTreeSet::new();
     for lease in leases {
         let version = lease.resource_version.clone().unwrap_or_default();
-        let key = format!("{}/{}", lease.name, lease.holder.as_deref().unwrap_or(""));
-        let entry = seen.entry(key).or_insert_with(|| (version.clone(), now));
+        let entry = seen
+            .entry(key(lease))
+            .or_insert_with(|| (version.clone(), now));
         if entry.0 != version {
             *entry = (version, now);
         } else if lease.holder.is_some() && now.duration_since(entry.1) >= duration {
@@ -555,6 +605,10 @@ async fn finish_deletion(
         .collect();
     write_finalizers(seq, ctx, finalizers).await?;
     ctx.metrics.forget(ns, &seq.name_any());
+    ctx.silence
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&format!("{ns}/{}", seq.name_any()));
     tracing::info!(sequence = %seq.name_any(), namespace = ns, leases = leases.len(), "sequence deleted after its slots were released");
     Ok(Action::await_change())
 }
@@ -792,5 +846,117 @@ async fn publish_events(
         if let Err(e) = ctx.recorder.publish(&event, &reference).await {
             tracing::warn!(error = %e, reason, "could not record an Event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeflake_crds::segment_counter::CounterError;
+
+    /// Every label a pass can produce, derived from [`result_label`] on one sample of each
+    /// [`Error`] variant, is pre-registered, and nothing else is.
+    #[test]
+    fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
+        let samples = vec![
+            Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure("conflict", "Conflict").with_code(409),
+            ))),
+            Error::NoNamespace,
+            Error::BadLease(SlotLeaseError::BadSlot { name: "x".into() }),
+            Error::InvalidSpec(SpecError::NegativeDatacenter(-1)),
+            Error::Counter(CounterError::Missing { name: "x".into() }),
+        ];
+        // No wildcard: a new variant does not compile here; give it an index and a sample.
+        let mut covered = [false; 5];
+        for e in &samples {
+            covered[match e {
+                Error::Kube(_) => 0,
+                Error::NoNamespace => 1,
+                Error::BadLease(_) => 2,
+                Error::InvalidSpec(_) => 3,
+                Error::Counter(_) => 4,
+            }] = true;
+        }
+        assert!(
+            covered.iter().all(|c| *c),
+            "a variant has no sample: {covered:?}"
+        );
+        let produced: BTreeSet<String> = std::iter::once(Ok(Action::await_change()))
+            .chain(samples.into_iter().map(Err))
+            .map(|r| result_label(&r).to_string())
+            .collect();
+        let rendered = Metrics::new().render();
+        let registered: BTreeSet<String> = rendered
+            .lines()
+            .filter_map(|l| l.strip_prefix("kubeflake_operator_reconciles_total{result=\""))
+            .filter_map(|rest| rest.split('"').next())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(registered, produced);
+        assert_eq!(
+            RESULT_LABELS
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<BTreeSet<_>>(),
+            produced
+        );
+    }
+
+    fn lease(name: &str, holder: Option<&str>, version: &str) -> SlotLease {
+        SlotLease {
+            name: name.into(),
+            slot: Slot(0),
+            holder: holder.map(str::to_string),
+            holder_pod: holder.map(|h| format!("pod-{h}")),
+            fence: Tick(0),
+            transitions: 1,
+            resource_version: Some(version.into()),
+            released_at: None,
+        }
+    }
+
+    #[test]
+    fn silence_records_of_deleted_leases_and_former_holders_are_pruned() {
+        let duration = Duration::from_secs(15);
+        let t0 = Instant::now();
+        let mut seen = Silence::new();
+        let a = lease("s-slot-0", Some("uid-a"), "1");
+        let b = lease("s-slot-1", Some("uid-b"), "5");
+        track_silence(&mut seen, &[a, b], duration, t0);
+        assert_eq!(seen.len(), 2);
+        // Slot 1's lease was deleted; slot 0 went to another pod.
+        let c = lease("s-slot-0", Some("uid-c"), "2");
+        track_silence(&mut seen, &[c], duration, t0 + Duration::from_secs(1));
+        let keys: Vec<&str> = seen.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["s-slot-0/uid-c"]);
+        // No leases left: nothing left.
+        track_silence(&mut seen, &[], duration, t0 + Duration::from_secs(2));
+        assert!(seen.is_empty(), "{seen:?}");
+    }
+
+    #[test]
+    fn a_lease_is_silent_only_after_a_full_duration_unchanged_and_a_pruned_one_starts_over() {
+        let duration = Duration::from_secs(15);
+        let t0 = Instant::now();
+        let mut seen = Silence::new();
+        let a = lease("s-slot-0", Some("uid-a"), "1");
+        let free = lease("s-slot-1", None, "3");
+        let both = [a.clone(), free.clone()];
+        assert!(track_silence(&mut seen, &both, duration, t0).is_empty());
+        let almost = t0 + duration - Duration::from_millis(1);
+        assert!(track_silence(&mut seen, &both, duration, almost).is_empty());
+        let silent = track_silence(&mut seen, &both, duration, t0 + duration);
+        assert_eq!(
+            silent,
+            BTreeSet::from(["s-slot-0".to_string()]),
+            "a free lease is never silent"
+        );
+        // Gone from one pass (pruned), back in the next: its clock starts again.
+        track_silence(&mut seen, &[free], duration, t0 + duration);
+        let back = t0 + duration + Duration::from_secs(1);
+        assert!(track_silence(&mut seen, std::slice::from_ref(&a), duration, back).is_empty());
+        let later = back + duration;
+        assert_eq!(track_silence(&mut seen, &[a], duration, later).len(), 1);
     }
 }

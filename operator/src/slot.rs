@@ -1,6 +1,6 @@
 //! Slot planning: a pure function from what the operator observed to what it should write.
 //!
-//! Keeping the decision free of I/O makes the rules easy to test (SAFETY.md rules 9, 10):
+//! Keeping the decision free of I/O makes the rules easy to test (docs/safety.md rules 9, 10):
 //! - a slot is released only when its holder pod is gone (to be confirmed by a direct read
 //!   before the write) or when the operator saw the lease unchanged for a lease duration;
 //! - waiting pods get free slots, oldest pod first; slots whose fence has passed come first,

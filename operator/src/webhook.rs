@@ -140,6 +140,10 @@ impl Webhook {
                 tracing::info!(pod = ?pod.metadata.name, %message, "pod denied");
                 return (allow.deny(message), "denied");
             }
+            Decision::Fail(message) => {
+                tracing::error!(pod = ?pod.metadata.name, %message, "pod denied: patch not built");
+                return (allow.deny(message), "error");
+            }
             Decision::Inject { sequence, patch } => (sequence, patch),
         };
         let namespace = request

@@ -1,5 +1,5 @@
 //! Cluster mode: the sidecar in a pod. It serves at once (503 until it holds a slot), waits
-//! until the operator names the pod holder of a slot lease, then follows SAFETY.md:
+//! until the operator names the pod holder of a slot lease, then follows docs/safety.md:
 //!
 //! - rule 4/6: start above the lease's fence, or above the pod-local fence file (an
 //!   `emptyDir`) written by an earlier container of this pod for the same acquisition;
@@ -42,6 +42,23 @@ use crate::skew;
 use crate::slot::{HeldSlot, PodIdentity, SlotError, wait_for_assignment};
 use crate::watch::{Notify, watch_clock};
 use kubeflake_crds::sequence::SegmentParams;
+
+/// While the clock skew stays too large, at most one `ClockSkew` Warning Event per this
+/// long (one is recorded at once when the skew becomes too large; the log says it each time).
+pub const SKEW_EVENT_INTERVAL: Duration = Duration::from_secs(10 * 60);
+
+/// Whether to record a `ClockSkew` Event now (monotonic ms), given when the last one of the
+/// current too-large stretch was recorded (`None`: the skew was fine at the last check).
+fn skew_event_due(last_event_ms: Option<u64>, now_ms: u64, interval: Duration) -> bool {
+    match last_event_ms {
+        None => true,
+        // A clock that went back must not silence the warning for good.
+        Some(last) => {
+            now_ms < last
+                || now_ms - last >= u64::try_from(interval.as_millis()).unwrap_or(u64::MAX)
+        }
+    }
+}
 
 /// Everything cluster mode needs, already parsed.
 #[derive(Debug, Clone)]
@@ -206,6 +223,7 @@ pub async fn run(
         events,
         stop: stop_rx,
         sane_at: Default::default(),
+        skew_event_at: Default::default(),
         segment: None,
     };
     let last = holder.hold_slots().await;
@@ -266,6 +284,9 @@ struct Holder {
     stop: watch::Receiver<bool>,
     /// Wall and monotonic clock (ms) when the skew was last found acceptable.
     sane_at: std::sync::Mutex<Option<(u64, u64)>>,
+    /// Monotonic clock (ms) of the last `ClockSkew` Event while the skew is too large;
+    /// `None` while it is fine.
+    skew_event_at: std::sync::Mutex<Option<u64>>,
     /// The segment source, for a Segment-mode sequence.
     segment: Option<Arc<Segment>>,
 }
@@ -379,6 +400,7 @@ impl Holder {
                 self.clock.monotonic_micros() / 1000,
             );
             *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(sample);
+            *self.skew_event_at.lock().unwrap_or_else(|p| p.into_inner()) = None;
             return Ok(());
         }
         let problem = format!(
@@ -388,7 +410,18 @@ impl Holder {
             self.config.max_clock_skew.as_millis()
         );
         tracing::warn!(%problem, "clock skew too large: not issuing past the current fence");
-        self.events.notify(true, "ClockSkew", problem.clone());
+        let now_ms = self.clock.monotonic_micros() / 1000;
+        let event_due = {
+            let mut last = self.skew_event_at.lock().unwrap_or_else(|p| p.into_inner());
+            let due = skew_event_due(*last, now_ms, SKEW_EVENT_INTERVAL);
+            if due {
+                *last = Some(now_ms);
+            }
+            due
+        };
+        if event_due {
+            self.events.notify(true, "ClockSkew", problem.clone());
+        }
         Err(problem)
     }
 
@@ -670,6 +703,38 @@ mod tests {
             holder: "uid-p".into(),
             acquisition: acquisition.into(),
         }
+    }
+
+    #[test]
+    fn a_persisting_clock_skew_is_reported_on_entry_then_at_most_once_per_interval() {
+        let every = SKEW_EVENT_INTERVAL;
+        let every_ms = every.as_millis() as u64;
+        assert!(
+            skew_event_due(None, 5_000, every),
+            "at once when the skew becomes too large"
+        );
+        assert!(
+            !skew_event_due(Some(5_000), 7_000, every),
+            "not at the next check 2 s later"
+        );
+        assert!(!skew_event_due(Some(5_000), 5_000 + every_ms - 1, every));
+        assert!(skew_event_due(Some(5_000), 5_000 + every_ms, every));
+        assert!(
+            skew_event_due(Some(5_000), 1_000, every),
+            "a monotonic clock that went back never silences it for good"
+        );
+        // An hour of checks every 2 s with the skew too large throughout.
+        let (mut last, mut events) = (None, 0u64);
+        for now in (0..3_600_000u64).step_by(2_000) {
+            if skew_event_due(last, now, every) {
+                last = Some(now);
+                events += 1;
+            }
+        }
+        assert!(
+            (1..=3_600_000u64.div_ceil(every_ms)).contains(&events),
+            "{events} Events in an hour"
+        );
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! The fence file: a durable record of the highest tick a worker may have used.
 //!
 //! Standalone, this file *is* the fence (there is no lease): a restart, even after
-//! `kill -9` and with the wall clock stepped back, starts above it (SAFETY.md rule 4).
+//! `kill -9` and with the wall clock stepped back, starts above it (docs/safety.md rule 4).
 //! In a pod it is the local fence of rule 6, kept in an `emptyDir`.
 //!
 //! The file names what it fences (sequence, slot, holder, acquisition); a record written
-//! for anything else is never used. Writes go to a temporary file that is synced and then
-//! renamed over the old one, so a crash leaves either the old or the new record, never a
-//! torn one. An exclusive lock keeps two processes from serving the same slot from one
+//! for anything else is never used. Writes go to a temporary file (`<name>.tmp`) that is
+//! synced and then renamed over the old one, so a crash leaves either the old or the new
+//! record, never a torn one. An exclusive lock keeps two processes from serving the same slot from one
 //! directory.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -152,7 +153,7 @@ impl FenceFile {
 /// torn one, and the new content survives a crash once this returns: a temporary file is
 /// written and synced, renamed over `path`, and the directory synced.
 pub fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let tmp = temp_path(path);
     let mut file = File::create(&tmp)?;
     file.write_all(body)?;
     file.sync_all()?;
@@ -161,6 +162,15 @@ pub fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
         File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+/// The temporary file [`write_durably`] uses for `path`: `<file name>.tmp` in the same
+/// directory, so targets that differ only in their extension (`x.fence`, `x.segment`)
+/// never share one. Writers of one target are serialized by its lock.
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(OsString::from).unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
 }
 
 /// Keeps a fence file ahead of a generator, and lets the generator use only ticks that are
@@ -331,6 +341,47 @@ mod tests {
             std::fs::read(dir.path().join("x.fence")).unwrap(),
             b"{not json"
         );
+    }
+
+    #[test]
+    fn targets_in_one_directory_never_share_a_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // Standalone: a segment counter and a snowflake fence; in a pod: the fence file.
+        let targets = [
+            "orders.segment",
+            "orders.fence",
+            "orders-worker-3.fence",
+            "orders-worker-3.segment",
+            "orders",
+        ];
+        let temps: Vec<PathBuf> = targets
+            .iter()
+            .map(|t| temp_path(&dir.path().join(t)))
+            .collect();
+        for (i, a) in temps.iter().enumerate() {
+            assert_eq!(
+                a.parent(),
+                Some(dir.path()),
+                "same directory: rename stays atomic"
+            );
+            assert!(
+                !targets.iter().any(|t| dir.path().join(t) == *a),
+                "{a:?} is a target itself"
+            );
+            for b in &temps[i + 1..] {
+                assert_ne!(a, b, "two targets share a temporary file");
+            }
+        }
+        for (n, t) in targets.iter().enumerate() {
+            write_durably(&dir.path().join(t), n.to_string().as_bytes()).unwrap();
+        }
+        for (n, t) in targets.iter().enumerate() {
+            assert_eq!(
+                std::fs::read(dir.path().join(t)).unwrap(),
+                n.to_string().as_bytes()
+            );
+            assert!(!temps[n].exists(), "no temporary file is left behind");
+        }
     }
 
     fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<crate::clock::ManualClock>) {

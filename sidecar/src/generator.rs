@@ -1,4 +1,4 @@
-//! The Snowflake generator: hands out IDs that never repeat (SAFETY.md rules 2-8).
+//! The Snowflake generator: hands out IDs that never repeat (docs/safety.md rules 2-8).
 //!
 //! All state that matters is one number, the *position* of the last ID issued:
 //! `tick << sequenceBits | sequence`. Positions only grow, and each ID is a function of its

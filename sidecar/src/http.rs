@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use kubeflake_crds::Id;
 use kubeflake_crds::timebase::rfc3339;
@@ -42,6 +42,13 @@ use crate::segment::{Segment, SegmentRefusal};
 
 /// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
 pub const DEFAULT_MAX_BATCH: u64 = 10_000;
+
+/// How long a client may take to send a request's headers before the connection is
+/// closed: a client that sends half a request must not hold a connection forever.
+/// hyper also counts a keep-alive connection's idle time before the next request against
+/// it, so this is as long as hyper's own default (30 s), longer than the idle timeout of
+/// common client pools.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the handlers share.
 pub struct Api {
@@ -594,7 +601,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, false).await
+    serve_routes(listener, api, shutdown, drain, false, HEADER_READ_TIMEOUT).await
 }
 
 /// Like [`serve`], answering only `/healthz` and `/readyz`: for a listener on the pod's
@@ -605,7 +612,7 @@ pub async fn serve_probes(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, true).await
+    serve_routes(listener, api, shutdown, drain, true, HEADER_READ_TIMEOUT).await
 }
 
 async fn serve_routes(
@@ -614,6 +621,7 @@ async fn serve_routes(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
     probes_only: bool,
+    header_read_timeout: Duration,
 ) {
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -641,6 +649,8 @@ async fn serve_routes(
                     }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_read_timeout)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -656,5 +666,45 @@ async fn serve_routes(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections drained"),
         () = tokio::time::sleep(drain) => tracing::warn!(?drain, "drain timeout: closing remaining connections"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_half_sent_request_is_closed_after_the_header_read_timeout() {
+        for probes_only in [false, true] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let api = Arc::new(Api::new(None, Arc::new(Metrics::new()), DEFAULT_MAX_BATCH));
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(serve_routes(
+                listener,
+                api,
+                async {
+                    let _ = stopped.await;
+                },
+                Duration::from_millis(100),
+                probes_only,
+                Duration::from_millis(200),
+            ));
+            let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            client
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: localh")
+                .await
+                .unwrap();
+            let mut rest = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut rest)).await;
+            assert!(
+                read.is_ok(),
+                "probes_only={probes_only}: the connection is still open 5 s after a partial request"
+            );
+            let _ = stop.send(());
+            server.await.unwrap();
+        }
     }
 }

@@ -11,7 +11,7 @@
 //! - [`skew`]: clock skew against the API server.
 //! - [`watch`]: clock-step and readiness reporting shared by both modes.
 //!
-//! Read `../shared/SAFETY.md` (the safety contract) before changing any of them.
+//! Read `docs/safety.md` (the safety contract) before changing any of them.
 
 pub mod check;
 pub mod clock;

@@ -1,6 +1,6 @@
 //! Clock skew against the API server, from the HTTP `Date` header of its answers.
 //!
-//! Uniqueness never depends on clocks agreeing (SAFETY.md rule 4), but a clock far ahead
+//! Uniqueness never depends on clocks agreeing (docs/safety.md rule 4), but a clock far ahead
 //! would push fences far into the future, and a slot's next holder would have to wait for
 //! them. So the sidecar measures its skew, exports it, and neither starts issuing nor raises
 //! a lease fence while the skew is beyond `--max-clock-skew-ms`.

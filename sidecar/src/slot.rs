@@ -1,4 +1,4 @@
-//! Holding a slot lease from inside a pod (SAFETY.md rules 1-5).
+//! Holding a slot lease from inside a pod (docs/safety.md rules 1-5).
 //!
 //! The operator names this pod holder of a slot lease; from then on this module is the only
 //! writer of the lease's fence for that acquisition. Every write is conditional on the

@@ -1,6 +1,6 @@
 //! Standalone mode: one worker, no cluster. The fence lives in a file in the state
 //! directory, so restarts (even after `kill -9`, even with the clock stepped back) never
-//! repeat an ID, and a graceful stop hands over at once (SAFETY.md rules 2-5, 8).
+//! repeat an ID, and a graceful stop hands over at once (docs/safety.md rules 2-5, 8).
 
 use std::future::Future;
 use std::net::SocketAddr;

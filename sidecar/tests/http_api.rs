@@ -245,7 +245,7 @@ fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
     let s = Server::start();
     assert_eq!(get(s.addr, "/id").status, 200);
     // Make every fence write fail: the temporary file's path is taken by a directory.
-    let blocker = s.state.path().join("http-test-worker-5.tmp");
+    let blocker = s.state.path().join("http-test-worker-5.fence.tmp");
     std::fs::create_dir(&blocker).unwrap();
     s.clock.advance_millis(500); // renewal is due, and fails
     wait_for(Duration::from_secs(5), "a failed fence write", || {

@@ -16,6 +16,9 @@ use kubeflake_crds::sequence::SegmentParams;
 use tokio::sync::watch;
 
 use super::claim::{Backoff, Block, ClaimError, CounterStore, claim, give_back};
+
+/// How long [`Segment::give_back`] waits for a claim still in flight.
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 use crate::metrics::SegmentMetrics;
 
 /// Why values cannot be handed out now (HTTP 503 with this reason).
@@ -496,12 +499,18 @@ impl Segment {
     /// clean restart leaves no gap. Best effort: returns the unused values and whether they
     /// were given back.
     pub async fn give_back(&self) -> Option<(Block, bool)> {
-        // A claim still in flight would land above: wait for it (bounded).
-        for _ in 0..200 {
-            if !self.lock().fetching {
-                break;
+        // A claim still in flight would land above: wait for it (bounded). Every claim
+        // that ends clears `fetching` and then bumps `refilled`; subscribe before looking,
+        // so an end between the look and the wait is seen.
+        let deadline = tokio::time::Instant::now() + GIVE_BACK_WAIT;
+        let mut refills = self.refilled.subscribe();
+        while self.lock().fetching {
+            match tokio::time::timeout_at(deadline, refills.changed()).await {
+                Ok(Ok(())) => {}
+                // Waited long enough (or the sender is gone, impossible while `self`
+                // lives): the check below gives nothing back.
+                Ok(Err(_)) | Err(_) => break,
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let unused = {
             let s = self.lock();
@@ -556,8 +565,10 @@ fn metrics_block_size(metrics: &SegmentMetrics, size: u64) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::claim::StoreError;
     use super::super::claim::fake::FakeStore;
     use super::*;
+    use kubeflake_crds::segment_counter::Counter;
     use std::sync::atomic::Ordering;
 
     fn params(block: u64, max: u64, prefetch: u8) -> SegmentParams {
@@ -879,6 +890,81 @@ mod tests {
             11 + 40,
             "10 values in far less than 60 s: 4 times larger"
         );
+    }
+
+    /// A store whose first write takes `delay` (a claim in flight when the sidecar stops).
+    struct SlowFirstWrite {
+        inner: FakeStore,
+        delay: Duration,
+        delayed: std::sync::atomic::AtomicBool,
+    }
+
+    impl CounterStore for SlowFirstWrite {
+        fn read(&self) -> futures::future::BoxFuture<'_, Result<Counter, StoreError>> {
+            self.inner.read()
+        }
+
+        fn compare_and_swap<'a>(
+            &'a self,
+            seen: &'a Counter,
+            new: Counter,
+        ) -> futures::future::BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async move {
+                if !self.delayed.swap(true, Ordering::SeqCst) {
+                    tokio::time::sleep(self.delay).await;
+                }
+                self.inner.compare_and_swap(seen, new).await
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn give_back_returns_as_soon_as_the_claim_in_flight_lands() {
+        // Not a multiple of any polling period: a poller would notice only later.
+        let claim_takes = Duration::from_millis(1003);
+        let store = Arc::new(SlowFirstWrite {
+            inner: FakeStore::starting_at(1),
+            delay: claim_takes,
+            delayed: false.into(),
+        });
+        let started = tokio::time::Instant::now();
+        let seg = Segment::start(
+            store.clone(),
+            params(100, 100, 10),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
+        seg.stop();
+        let (unused, given) = seg.give_back().await.expect("the claim landed in time");
+        let waited = started.elapsed();
+        assert_eq!((unused, given), (Block { start: 1, end: 101 }, true));
+        assert_eq!(store.inner.next(), 1, "a clean stop leaves no gap");
+        assert!(waited >= claim_takes, "returned before the claim landed");
+        assert!(
+            waited < claim_takes + Duration::from_millis(2),
+            "returned {waited:?} after the stop, though the claim landed at {claim_takes:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn give_back_gives_up_on_a_claim_that_does_not_land_in_time() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        store.hang.store(true, Ordering::SeqCst);
+        let started = tokio::time::Instant::now();
+        let seg = Segment::start(
+            store.clone(),
+            params(100, 100, 10),
+            Duration::from_secs(1),
+            SegmentMetrics::unregistered(),
+        );
+        seg.stop();
+        assert_eq!(seg.give_back().await, None, "nothing to give back yet");
+        let waited = started.elapsed();
+        assert!(
+            (GIVE_BACK_WAIT..GIVE_BACK_WAIT + Duration::from_millis(100)).contains(&waited),
+            "{waited:?}"
+        );
+        assert_eq!(store.next(), 1);
     }
 
     #[test]

@@ -24,4 +24,6 @@ e2e/images/build.sh >/dev/null
 
 step "running cargo test"
 cargo test --workspace --locked --no-fail-fast "$@"
+step "running cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
 step "done"

@@ -120,7 +120,8 @@ async fn the_images_are_the_dockerfiles_static_non_root_and_without_a_shell() ->
         ("sidecar", node::SIDECAR_IMAGE),
         ("example-app", node::EXAMPLE_APP_IMAGE),
     ] {
-        let config = image_config(image)?;
+        let exported = ExportedImage::export(image)?;
+        let config = exported.config()?;
         let stage = dockerfile_stage(&dockerfile, target);
         let entrypoint = stage
             .iter()
@@ -146,7 +147,7 @@ async fn the_images_are_the_dockerfiles_static_non_root_and_without_a_shell() ->
             in_image, exposed,
             "{image}: exposed ports differ from the Dockerfile"
         );
-        let files = image_files(image)?;
+        let files = exported.files()?;
         let binary = entrypoint[0].trim_start_matches('/');
         let expected: BTreeSet<String> = [
             binary.to_owned(),
@@ -206,20 +207,12 @@ async fn helm_install_runs_both_operator_replicas_ready_and_helm_test_passes() -
 #[tokio::test]
 async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scaling_and_deletes()
 -> Result<()> {
-    let _turn = one_at_a_time().await;
-    let cluster = cluster();
-    shared_release(cluster).await?;
-    let ns = cluster.namespace("node-app").await?;
     // A short lease, so that a force-deleted pod's slot is reclaimed within the test.
-    create_sequence(
-        &ns,
-        "orders",
-        serde_json::json!({"lease": {"durationSeconds": 15}}),
-    )
-    .await?;
+    let short_lease = serde_json::json!({"lease": {"durationSeconds": 15}});
+    let node = on_the_node(cluster(), "node-app", "orders", short_lease).await?;
+    let (cluster, ns) = (node.cluster, node.ns.clone());
     let layout = IdSequenceSpec::default().layout.to_layout()?;
-    apply(cluster, &ns.name, &app_deployment("app", "orders", 3)).await?;
-    rollout(cluster, &ns.name, "app").await?;
+    node.deploy_app("app", "orders", 3).await?;
 
     // Each pod: the native sidecar first, the URL in the app, a slot, and IDs of that slot.
     let pods = ready_pods(&ns, "app").await?;
@@ -356,13 +349,9 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
 #[tokio::test]
 async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_above_its_fence_file()
 -> Result<()> {
-    let _turn = one_at_a_time().await;
-    let cluster = cluster();
-    shared_release(cluster).await?;
-    let ns = cluster.namespace("node-restart").await?;
-    create_sequence(&ns, "restart", serde_json::json!({})).await?;
-    apply(cluster, &ns.name, &app_deployment("app", "restart", 1)).await?;
-    rollout(cluster, &ns.name, "app").await?;
+    let node = on_the_node(cluster(), "node-restart", "restart", serde_json::json!({})).await?;
+    let (cluster, ns) = (node.cluster, node.ns.clone());
+    node.deploy_app("app", "restart", 1).await?;
     let pod = first_ready_pod(&ns, "app").await?;
     let name = pod.name_any();
     let uid = pod.uid().context("uid")?;
@@ -423,11 +412,8 @@ async fn a_sidecar_killed_in_its_pod_is_restarted_by_the_kubelet_and_starts_abov
 #[tokio::test]
 async fn while_an_operator_pod_is_deleted_the_webhook_keeps_admitting_through_the_other_replica()
 -> Result<()> {
-    let _turn = one_at_a_time().await;
-    let cluster = cluster();
-    shared_release(cluster).await?;
-    let ns = cluster.namespace("node-webhook").await?;
-    create_sequence(&ns, "admit", serde_json::json!({})).await?;
+    let node = on_the_node(cluster(), "node-webhook", "admit", serde_json::json!({})).await?;
+    let (cluster, ns) = (node.cluster, node.ns.clone());
     let operators = cluster
         .kubectl(&[
             "get",
@@ -727,54 +713,61 @@ fn dns_query(server: std::net::Ipv4Addr, name: &str) -> Result<DnsAnswer> {
     Ok(DnsAnswer::A(addresses))
 }
 
-/// The image's config (`docker-archive` from e2e/images/build.sh), as containerd has it.
-fn image_config(image: &str) -> Result<serde_json::Value> {
-    let dir = tempfile::tempdir()?;
-    let archive = dir.path().join("image.tar");
-    ctr(&["images", "export", &archive.to_string_lossy(), image])?;
-    let index: serde_json::Value = serde_json::from_slice(&tar_file(&archive, "index.json")?)?;
-    let manifest_digest = index["manifests"][0]["digest"]
-        .as_str()
-        .context("manifest digest")?;
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
-    let config_digest = manifest["config"]["digest"]
-        .as_str()
-        .context("config digest")?;
-    let config: serde_json::Value =
-        serde_json::from_slice(&tar_file(&archive, &blob(config_digest))?)?;
-    Ok(config["config"].clone())
+/// An image as containerd holds it, exported to an OCI archive (`ctr images export`).
+struct ExportedImage {
+    _dir: tempfile::TempDir,
+    archive: std::path::PathBuf,
+    manifest: serde_json::Value,
 }
 
-/// Every regular file in the image's layers.
-fn image_files(image: &str) -> Result<BTreeSet<String>> {
-    let dir = tempfile::tempdir()?;
-    let archive = dir.path().join("image.tar");
-    ctr(&["images", "export", &archive.to_string_lossy(), image])?;
-    let index: serde_json::Value = serde_json::from_slice(&tar_file(&archive, "index.json")?)?;
-    let manifest_digest = index["manifests"][0]["digest"]
-        .as_str()
-        .context("manifest digest")?;
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&tar_file(&archive, &blob(manifest_digest))?)?;
-    let mut files = BTreeSet::new();
-    for layer in manifest["layers"].as_array().context("layers")? {
-        let digest = layer["digest"].as_str().context("layer digest")?;
-        let layer_tar = dir.path().join("layer.tar");
-        std::fs::write(&layer_tar, tar_file(&archive, &blob(digest))?)?;
-        let listing = std::process::Command::new("tar")
-            .arg("-tvf")
-            .arg(&layer_tar)
-            .output()?;
-        for line in String::from_utf8_lossy(&listing.stdout).lines() {
-            if (line.starts_with('-') || line.starts_with('h'))
-                && let Some(path) = line.split_whitespace().last()
-            {
-                files.insert(path.trim_start_matches("./").to_owned());
+impl ExportedImage {
+    fn export(image: &str) -> Result<ExportedImage> {
+        let dir = tempfile::tempdir()?;
+        let archive = dir.path().join("image.tar");
+        ctr(&["images", "export", &archive.to_string_lossy(), image])?;
+        let index: serde_json::Value = serde_json::from_slice(&tar_file(&archive, "index.json")?)?;
+        let digest = index["manifests"][0]["digest"]
+            .as_str()
+            .context("manifest digest")?;
+        let manifest = serde_json::from_slice(&tar_file(&archive, &blob(digest))?)?;
+        Ok(ExportedImage {
+            _dir: dir,
+            archive,
+            manifest,
+        })
+    }
+
+    /// The image's runtime config (entrypoint, user, exposed ports).
+    fn config(&self) -> Result<serde_json::Value> {
+        let digest = self.manifest["config"]["digest"]
+            .as_str()
+            .context("config digest")?;
+        let config: serde_json::Value =
+            serde_json::from_slice(&tar_file(&self.archive, &blob(digest))?)?;
+        Ok(config["config"].clone())
+    }
+
+    /// Every regular file in the image's layers.
+    fn files(&self) -> Result<BTreeSet<String>> {
+        let mut files = BTreeSet::new();
+        for layer in self.manifest["layers"].as_array().context("layers")? {
+            let digest = layer["digest"].as_str().context("layer digest")?;
+            let layer_tar = self.archive.with_file_name("layer.tar");
+            std::fs::write(&layer_tar, tar_file(&self.archive, &blob(digest))?)?;
+            let listing = std::process::Command::new("tar")
+                .arg("-tvf")
+                .arg(&layer_tar)
+                .output()?;
+            for line in String::from_utf8_lossy(&listing.stdout).lines() {
+                if (line.starts_with('-') || line.starts_with('h'))
+                    && let Some(path) = line.split_whitespace().last()
+                {
+                    files.insert(path.trim_start_matches("./").to_owned());
+                }
             }
         }
+        Ok(files)
     }
-    Ok(files)
 }
 
 fn blob(digest: &str) -> String {

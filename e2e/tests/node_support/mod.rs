@@ -108,6 +108,47 @@ pub async fn shared_release(cluster: &'static Cluster) -> Result<()> {
         .map_err(anyhow::Error::msg)
 }
 
+/// A test's turn on the node: the shared release installed, and a fresh namespace that
+/// holds the IdSequence `sequence`. The turn ends when this is dropped.
+pub struct OnTheNode {
+    _turn: MutexGuard<'static, ()>,
+    pub cluster: &'static Cluster,
+    pub ns: TestNamespace,
+}
+
+/// Waits for the node, installs the shared release if needed, and makes a namespace
+/// `<prefix>-...` with the IdSequence `sequence` of `spec`.
+pub async fn on_the_node(
+    cluster: &'static Cluster,
+    prefix: &str,
+    sequence: &str,
+    spec: serde_json::Value,
+) -> Result<OnTheNode> {
+    let turn = one_at_a_time().await;
+    shared_release(cluster).await?;
+    let ns = cluster.namespace(prefix).await?;
+    crate::operator_support::create_sequence(&ns, sequence, spec).await?;
+    Ok(OnTheNode {
+        _turn: turn,
+        cluster,
+        ns,
+    })
+}
+
+impl OnTheNode {
+    /// Deploys the example app as `name` with `replicas` pods in `sequence`, and waits for
+    /// the rollout.
+    pub async fn deploy_app(&self, name: &str, sequence: &str, replicas: u32) -> Result<()> {
+        apply(
+            self.cluster,
+            &self.ns.name,
+            &app_deployment(name, sequence, replicas),
+        )
+        .await?;
+        rollout(self.cluster, &self.ns.name, name).await
+    }
+}
+
 /// A Deployment of the example app whose pods take part in `sequence`.
 pub fn app_deployment(name: &str, sequence: &str, replicas: u32) -> String {
     serde_json::json!({

@@ -128,7 +128,7 @@ node_pids() {
 	done
 	local pid cmd
 	for pid in /proc/[0-9]*; do
-		cmd=$(tr '\0' ' ' <"$pid/cmdline" 2>/dev/null) || continue
+		cmd=$( { tr '\0' ' ' <"$pid/cmdline"; } 2>/dev/null) || continue
 		case "$cmd" in
 		*containerd-shim*"$RUN/containerd.sock"* | *"--root-dir=$ROOT/"* | *"$ROOT/"*config*) echo "${pid#/proc/}" ;;
 		esac
@@ -256,7 +256,7 @@ stop_watchdogs() {
 	for pid in /proc/[0-9]*; do
 		pid=${pid#/proc/}
 		[[ $pid == "$$" ]] && continue
-		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		cmd=$( { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null) || continue
 		[[ $cmd == *"node.sh watchdog"* ]] && kill -KILL "$pid" 2>/dev/null || true
 	done
 }

@@ -38,6 +38,28 @@ mkdir -p "$cache_root/images"
 exec 9>"$cache_root/images.lock"
 flock 9
 
+# The sources are built from a copy at a fixed path, synced by content: a fresh clone
+# (CI's) has another path and new mtimes, either of which makes cargo rebuild every
+# workspace crate; the copy keeps both for files whose content did not change.
+src="$cache_root/image-src"
+mkdir -p "$src"
+if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+	(cd "$repo" && git ls-files -z --cached --others --exclude-standard) >"$src.list"
+else
+	(cd "$repo" && find . -type f -not -path './target/*' -not -path './.git/*' -printf '%P\0') >"$src.list"
+fi
+while IFS= read -r -d '' file; do
+	[[ -f "$repo/$file" ]] || continue
+	if ! cmp -s "$repo/$file" "$src/$file"; then
+		mkdir -p "$(dirname "$src/$file")"
+		cp "$repo/$file" "$src/$file"
+	fi
+done <"$src.list"
+# Files gone from the checkout go from the copy too (target/ is not in the copy).
+(cd "$src" && find . -type f -printf '%P\0') | while IFS= read -r -d '' file; do
+	grep -qzxF -- "$file" "$src.list" || rm -f "$src/$file"
+done
+
 log "building static release binaries (cargo, target dir $target_dir)"
 # --target: RUSTFLAGS then applies to the binaries only, not to build scripts and proc
 # macros, which must stay dynamic to be loaded by the compiler. A clean environment:
@@ -47,7 +69,7 @@ env -i PATH="$PATH" HOME="$HOME" ${RUSTUP_HOME:+RUSTUP_HOME="$RUSTUP_HOME"} \
 	${CARGO_HOME:+CARGO_HOME="$CARGO_HOME"} ${RUSTUP_TOOLCHAIN:+RUSTUP_TOOLCHAIN="$RUSTUP_TOOLCHAIN"} \
 	RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
 	nice -n 5 cargo build --release --locked --quiet --target "$triple" \
-	--manifest-path "$repo/Cargo.toml" \
+	--manifest-path "$src/Cargo.toml" \
 	-p kubeflake-operator -p kubeflake-sidecar -p kubeflake-example-app >&2
 bin="$target_dir/$triple/release"
 

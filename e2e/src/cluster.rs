@@ -657,11 +657,6 @@ fn image_archives() -> Result<Vec<PathBuf>> {
     Ok(archives)
 }
 
-/// Runs a future to completion from blocking code (see [`run_on_private_runtime`]).
-pub(crate) fn run_blocking<T: Send>(future: impl Future<Output = T> + Send) -> T {
-    run_on_private_runtime(future)
-}
-
 fn args(list: &[&str]) -> Vec<OsString> {
     list.iter().map(OsString::from).collect()
 }
@@ -755,7 +750,7 @@ async fn wait_for_default_service_account(
 
 /// Runs `future` to completion on a new single-threaded runtime in a helper thread, so
 /// that blocking startup code works both from plain and from `#[tokio::test]` code.
-fn run_on_private_runtime<T: Send>(future: impl Future<Output = T> + Send) -> T {
+pub(crate) fn run_on_private_runtime<T: Send>(future: impl Future<Output = T> + Send) -> T {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {

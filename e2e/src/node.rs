@@ -56,25 +56,23 @@ pub const PAUSE_IMAGE: &str = "localhost/kubeflake/pause:dev";
 /// How long the node may take to become Ready (a 2-core machine may be compiling).
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
-fn repo_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("e2e/ has a parent")
-        .to_path_buf()
-}
-
 /// The path of `e2e/node/node.sh`.
 pub fn node_script() -> PathBuf {
-    repo_dir().join("e2e/node/node.sh")
+    crate::bin_dir::repo_file("e2e/node/node.sh")
+}
+
+/// Runs `node.sh <verb>` and returns what it printed, whatever its exit status.
+fn run_node_sh(verb: &str) -> Result<std::process::Output> {
+    Command::new(node_script())
+        .arg(verb)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run node.sh {verb}"))
 }
 
 /// Runs `node.sh <verb>` and fails with its output if it fails.
 fn node_sh(verb: &str) -> Result<String> {
-    let output = Command::new(node_script())
-        .arg(verb)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run node.sh {verb}"))?;
+    let output = run_node_sh(verb)?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -89,11 +87,7 @@ fn node_sh(verb: &str) -> Result<String> {
 /// What a node left on this machine (processes, mounts, cgroups, interfaces, routes,
 /// firewall rules, paths), one item per line; empty when nothing is left.
 pub fn leftovers() -> Result<String> {
-    let output = Command::new(node_script())
-        .arg("leftovers")
-        .stdin(Stdio::null())
-        .output()
-        .context("cannot run node.sh leftovers")?;
+    let output = run_node_sh("leftovers")?;
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
@@ -155,16 +149,12 @@ impl Network {
     /// `node.sh check-net`: the network rules in force, one line each, and whether all
     /// hold.
     pub fn check(&self) -> (bool, String) {
-        match Command::new(node_script())
-            .arg("check-net")
-            .stdin(Stdio::null())
-            .output()
-        {
+        match run_node_sh("check-net") {
             Ok(out) => (
                 out.status.success(),
                 String::from_utf8_lossy(&out.stdout).into_owned(),
             ),
-            Err(e) => (false, format!("cannot run node.sh check-net: {e}")),
+            Err(e) => (false, format!("{e:#}")),
         }
     }
 }
@@ -318,7 +308,7 @@ impl Node {
             containerd,
             scheduler,
         };
-        crate::cluster::run_blocking(async {
+        crate::cluster::run_on_private_runtime(async {
             let client = Client::try_from(config.clone())?;
             node.wait_ready(client).await
         })?;

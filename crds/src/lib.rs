@@ -1,5 +1,7 @@
 //! The `kubeflake.io` API.
 //!
+//! - [`contract`]: the names the operator's webhook and the sidecar's command line share.
+//! - [`slot_lease`]: the slot Lease and its transitions (assign, renew, release).
 //! - [`layout`]: how the 63 usable bits of an ID are split, as a type that cannot hold a
 //!   layout whose bits do not add up, plus encode/decode.
 //! - [`timebase`]: the epoch and time unit that turn wall-clock instants into ticks.
@@ -7,6 +9,7 @@
 //! - [`sequence`]: the `IdSequence` custom resource, from which `crds/idsequence.yaml` is
 //!   generated (`cargo run -p kubeflake-crds --bin crdgen`).
 
+pub mod contract;
 pub mod layout;
 pub mod segment_counter;
 pub mod sequence;

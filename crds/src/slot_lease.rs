@@ -18,8 +18,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::coordination::v1::Lease;
+use chrono::{DateTime, SecondsFormat, Utc};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::{Resource, ResourceExt};
 
+use crate::IdSequence;
 use crate::layout::{Slot, Tick};
 
 /// Label on pods that take part in a sequence, and on that sequence's slot leases.
@@ -103,10 +108,166 @@ impl SlotLease {
         })
     }
 
+    /// When the slot was last released, parsed: compare these, not the texts.
+    pub fn released_time(&self) -> Option<DateTime<Utc>> {
+        self.released_at.as_deref().and_then(parse_lease_time)
+    }
+
     /// The acquisition this holder got: changes with every assignment (rule 6 names it).
     pub fn acquisition(&self) -> String {
         format!("{}#{}", self.name, self.transitions)
     }
+}
+
+/// The one format of every time a slot lease's annotations carry: RFC 3339 in UTC with
+/// microseconds, e.g. `2026-11-23T08:00:00.123456Z`.
+pub fn lease_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Reads a time from a slot lease annotation. Any RFC 3339 form is accepted, because
+/// earlier versions wrote seconds (operator) or nanoseconds (sidecar); compare the
+/// parsed times, never the texts.
+pub fn parse_lease_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn micro_time(t: DateTime<Utc>) -> MicroTime {
+    // chrono and jiff agree on every instant between year 1 and 9999.
+    let at = Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    MicroTime(at)
+}
+
+/// Who a slot is given to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    /// The pod's UID: the lease's holder identity.
+    pub uid: &'a str,
+    /// The pod's name, for people and for reclaim.
+    pub pod: &'a str,
+}
+
+/// Who frees a slot, which decides what happens to its fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Releaser {
+    /// The operator reclaims a slot whose holder is gone or leaving: the fence stays
+    /// where it is (docs/safety.md rule 9), since the holder may have issued up to it.
+    Operator,
+    /// The holder itself, after it stopped issuing for good: the fence comes down to the
+    /// exact highest tick it issued (the one exception in rule 5).
+    Holder { high_water: Tick },
+}
+
+/// Why a holder may not write a slot lease.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("the slot was given to another pod (or freed)")]
+    NotHolder,
+    #[error(transparent)]
+    BadLease(#[from] SlotLeaseError),
+}
+
+/// A slot lease no pod ever held: fence 0, owned by the sequence (deleted with it).
+pub fn vacant(sequence: &IdSequence, slot: Slot) -> Lease {
+    let name = sequence.name_any();
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(lease_name(&name, slot)),
+            namespace: sequence.namespace(),
+            labels: Some(lease_labels(&name, slot, None)),
+            annotations: Some(BTreeMap::from([(
+                FENCE_ANNOTATION.to_string(),
+                "0".to_string(),
+            )])),
+            owner_references: sequence.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec::default()),
+    }
+}
+
+/// The slot lease given to `holder` (written by the operator). The fence is kept (rule
+/// 9) and so is when the slot was last released; the acquisition count goes up by one.
+pub fn assign(
+    current: &Lease,
+    holder: Holder<'_>,
+    lease_duration_secs: i32,
+    now: DateTime<Utc>,
+) -> Result<Lease, SlotLeaseError> {
+    let parsed = SlotLease::parse(current)?;
+    let sequence = sequence_of(current);
+    let mut next = current.clone();
+    next.metadata.labels = Some(lease_labels(&sequence, parsed.slot, Some(holder.uid)));
+    let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(FENCE_ANNOTATION.to_string(), parsed.fence.0.to_string());
+    annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
+    let spec = next.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(holder.uid.to_string());
+    spec.lease_duration_seconds = Some(lease_duration_secs);
+    spec.acquire_time = Some(micro_time(now));
+    spec.renew_time = Some(micro_time(now));
+    spec.lease_transitions = Some(parsed.transitions + 1);
+    Ok(next)
+}
+
+/// The slot lease renewed by its holder `uid`, with the fence raised to `fence` if that
+/// is higher: the fence never goes down here (rule 5).
+pub fn renew(
+    current: &Lease,
+    uid: &str,
+    fence: Tick,
+    now: DateTime<Utc>,
+) -> Result<Lease, TransitionError> {
+    let parsed = SlotLease::parse(current)?;
+    if parsed.holder.as_deref() != Some(uid) {
+        return Err(TransitionError::NotHolder);
+    }
+    let mut next = current.clone();
+    next.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            FENCE_ANNOTATION.to_string(),
+            fence.max(parsed.fence).0.to_string(),
+        );
+    next.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
+    Ok(next)
+}
+
+/// The slot lease freed by `by`: no holder, `released-at` now, the fence as [`Releaser`]
+/// says. The acquisition count and the lease duration stay.
+pub fn release(current: &Lease, by: Releaser, now: DateTime<Utc>) -> Result<Lease, SlotLeaseError> {
+    let parsed = SlotLease::parse(current)?;
+    let fence = match by {
+        Releaser::Operator => parsed.fence,
+        Releaser::Holder { high_water } => high_water,
+    };
+    let mut next = current.clone();
+    if let Some(labels) = next.metadata.labels.as_mut() {
+        labels.remove(HOLDER_LABEL);
+    }
+    let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.remove(HOLDER_POD_ANNOTATION);
+    annotations.insert(FENCE_ANNOTATION.to_string(), fence.0.to_string());
+    annotations.insert(RELEASED_AT_ANNOTATION.to_string(), lease_time(now));
+    let spec = next.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = None;
+    spec.acquire_time = None;
+    spec.renew_time = None;
+    Ok(next)
+}
+
+fn sequence_of(lease: &Lease) -> String {
+    lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SEQUENCE_LABEL))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Labels of a slot lease.
@@ -124,8 +285,7 @@ pub fn lease_labels(sequence: &str, slot: Slot, holder: Option<&str>) -> BTreeMa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use chrono::Timelike;
 
     fn lease(labels: BTreeMap<String, String>, fence: Option<&str>) -> Lease {
         Lease {
@@ -157,6 +317,148 @@ mod tests {
         assert_eq!(l.fence, Tick(123));
         assert_eq!(l.acquisition(), "orders-slot-3#4");
         assert_eq!(lease_name("orders", Slot(3)), "orders-slot-3");
+    }
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 123_456_789).expect("a time")
+    }
+
+    fn vacant_orders_3() -> Lease {
+        let mut seq = IdSequence::new("orders", Default::default());
+        seq.metadata.namespace = Some("shop".into());
+        seq.metadata.uid = Some("seq-uid".into());
+        vacant(&seq, Slot(3))
+    }
+
+    const POD_A: Holder<'static> = Holder {
+        uid: "uid-a",
+        pod: "a",
+    };
+
+    #[test]
+    fn a_vacant_slot_lease_is_owned_by_its_sequence_and_has_fence_zero() {
+        let lease = vacant_orders_3();
+        let parsed = SlotLease::parse(&lease).unwrap();
+        assert_eq!(
+            (parsed.slot, parsed.fence, parsed.holder),
+            (Slot(3), Tick(0), None)
+        );
+        assert_eq!(lease.metadata.name.as_deref(), Some("orders-slot-3"));
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("shop"));
+        let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.uid.as_str(), owner.controller),
+            ("seq-uid", Some(true))
+        );
+    }
+
+    #[test]
+    fn assignment_keeps_the_fence_rule_9_and_counts_the_acquisition() {
+        let mut lease = vacant_orders_3();
+        lease = renew_unchecked(lease, Tick(500));
+        let given = assign(&lease, POD_A, 15, at(0)).unwrap();
+        let parsed = SlotLease::parse(&given).unwrap();
+        assert_eq!(
+            parsed.fence,
+            Tick(500),
+            "rule 9: the fence is never lowered by assignment"
+        );
+        assert_eq!(parsed.holder.as_deref(), Some("uid-a"));
+        assert_eq!(parsed.holder_pod.as_deref(), Some("a"));
+        assert_eq!(parsed.transitions, 1);
+        assert_eq!(
+            given
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get(HOLDER_LABEL)
+                .map(String::as_str),
+            Some("uid-a")
+        );
+        let again = assign(
+            &release(&given, Releaser::Operator, at(1)).unwrap(),
+            POD_A,
+            15,
+            at(2),
+        );
+        assert_eq!(SlotLease::parse(&again.unwrap()).unwrap().transitions, 2);
+    }
+
+    fn renew_unchecked(mut lease: Lease, fence: Tick) -> Lease {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(FENCE_ANNOTATION.to_string(), fence.0.to_string());
+        lease
+    }
+
+    #[test]
+    fn only_the_holder_renews_and_the_fence_never_goes_down_rule_5() {
+        let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+        let up = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
+        assert_eq!(SlotLease::parse(&up).unwrap().fence, Tick(900));
+        let not_down = renew(&up, "uid-a", Tick(100), at(2)).unwrap();
+        assert_eq!(
+            SlotLease::parse(&not_down).unwrap().fence,
+            Tick(900),
+            "rule 5"
+        );
+        assert_eq!(
+            renew(&up, "uid-b", Tick(1000), at(2)),
+            Err(TransitionError::NotHolder)
+        );
+        let freed = release(&up, Releaser::Operator, at(3)).unwrap();
+        assert_eq!(
+            renew(&freed, "uid-a", Tick(1000), at(4)),
+            Err(TransitionError::NotHolder),
+            "a freed slot is not renewed by its former holder"
+        );
+    }
+
+    #[test]
+    fn the_operator_keeps_the_fence_on_release_only_the_holder_lowers_it_to_its_high_water() {
+        let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+        let held = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
+        let by_operator = SlotLease::parse(&release(&held, Releaser::Operator, at(2)).unwrap());
+        let by_holder = SlotLease::parse(
+            &release(
+                &held,
+                Releaser::Holder {
+                    high_water: Tick(640),
+                },
+                at(2),
+            )
+            .unwrap(),
+        );
+        for freed in [&by_operator, &by_holder] {
+            let freed = freed.as_ref().unwrap();
+            assert_eq!(freed.holder, None);
+            assert_eq!(freed.holder_pod, None);
+            assert_eq!(
+                freed.released_time(),
+                Some(at(2).with_nanosecond(123_456_000).unwrap())
+            );
+            assert_eq!(freed.transitions, 1, "the acquisition count stays");
+        }
+        assert_eq!(by_operator.unwrap().fence, Tick(900), "rule 9");
+        assert_eq!(by_holder.unwrap().fence, Tick(640), "rule 5's exception");
+    }
+
+    #[test]
+    fn released_at_times_compare_as_times_whatever_precision_wrote_them() {
+        // An older operator wrote whole seconds, an older sidecar nanoseconds: as text,
+        // "…:00Z" sorts after "…:00.5Z" although it is earlier.
+        let seconds = "2026-11-23T08:00:00Z";
+        let later = "2026-11-23T08:00:00.500000000Z";
+        assert!(seconds > later, "the texts sort the wrong way round");
+        assert!(parse_lease_time(seconds) < parse_lease_time(later));
+        assert_eq!(
+            lease_time(parse_lease_time(later).unwrap()),
+            "2026-11-23T08:00:00.500000Z"
+        );
+        assert_eq!(parse_lease_time("yesterday"), None);
     }
 
     #[test]

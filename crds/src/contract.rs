@@ -1,0 +1,119 @@
+//! The operator <-> sidecar injection contract: every name both sides must agree on.
+//!
+//! The operator's webhook (`operator/src/inject.rs`) writes these into the pods it
+//! changes; the sidecar's command line (`sidecar/src/main.rs`) reads them. Both use the
+//! constants below and nothing else, so a rename is one change here and both sides follow.
+//! Apps read [`URL_ENV`] (and nothing else from this list).
+
+/// The sidecar's subcommand in an injected pod.
+pub const CLUSTER_SUBCOMMAND: &str = "cluster";
+
+/// Name of the injected sidecar (a restartable init container); also how a second
+/// webhook invocation recognises a pod it already changed.
+pub const SIDECAR_NAME: &str = "kubeflake-sidecar";
+
+/// Environment of every app container: where the sidecar answers, e.g.
+/// `http://127.0.0.1:7070`.
+pub const URL_ENV: &str = "KUBEFLAKE_URL";
+
+/// Sidecar environment: the IdSequence to take part in (in the pod's namespace).
+pub const SEQUENCE_ENV: &str = "KUBEFLAKE_SEQUENCE";
+/// Sidecar environment: the address of the ID API (`127.0.0.1:<port>`).
+pub const LISTEN_ENV: &str = "KUBEFLAKE_LISTEN";
+/// Sidecar environment: the address of `/healthz` and `/readyz` for kubelet probes.
+pub const PROBE_LISTEN_ENV: &str = "KUBEFLAKE_PROBE_LISTEN";
+/// Sidecar environment: the directory of its durable state (fence file, segment
+/// counter file). One name in both modes.
+pub const STATE_DIR_ENV: &str = "KUBEFLAKE_STATE_DIR";
+/// The name older operators (0.1) set for [`STATE_DIR_ENV`] in cluster mode; the
+/// sidecar still reads it so pods injected before an upgrade keep their fence.
+pub const LEGACY_FENCE_DIR_ENV: &str = "KUBEFLAKE_FENCE_DIR";
+/// Sidecar environment: `text` or `json` logs.
+pub const LOG_FORMAT_ENV: &str = "KUBEFLAKE_LOG_FORMAT";
+/// Sidecar environment (downward API `metadata.name`).
+pub const POD_NAME_ENV: &str = "POD_NAME";
+/// Sidecar environment (downward API `metadata.namespace`).
+pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+/// Sidecar environment (downward API `metadata.uid`): the holder identity in slot leases.
+pub const POD_UID_ENV: &str = "POD_UID";
+
+/// The downward-API field each pod-identity variable is filled from.
+pub const POD_FIELDS: [(&str, &str); 3] = [
+    (POD_NAME_ENV, "metadata.name"),
+    (POD_NAMESPACE_ENV, "metadata.namespace"),
+    (POD_UID_ENV, "metadata.uid"),
+];
+
+/// Default port of the ID API on 127.0.0.1.
+pub const DEFAULT_PORT: u16 = 7070;
+/// Default port of the probe listener.
+pub const DEFAULT_PROBE_PORT: u16 = 7071;
+/// Name of the probe port on the sidecar container.
+pub const PROBE_PORT_NAME: &str = "kubeflake-probe";
+
+/// Liveness path: 503 once the process cannot serve again (the kubelet restarts it).
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness path: 503 while the sidecar waits for a slot or is stopping.
+pub const READYZ_PATH: &str = "/readyz";
+
+/// The emptyDir that keeps the pod-local fence across sidecar restarts (docs/safety.md
+/// rule 6). Only the sidecar mounts it: an app must not be able to touch the fence.
+pub const STATE_VOLUME: &str = "kubeflake-state";
+/// Where [`STATE_VOLUME`] is mounted in the sidecar, and the cluster-mode default of
+/// the state directory.
+pub const STATE_DIR: &str = "/var/run/kubeflake";
+
+/// Numeric non-root user and group the sidecar runs as (the image's user too).
+pub const SIDECAR_UID: i64 = 65532;
+
+/// Pod annotation that switches injection off: `kubeflake.io/inject: "false"`.
+pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
+/// Pod annotation the webhook sets on pods it changed, with the operator's version.
+pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
+
+/// The app-facing URL of a sidecar listening on `port`.
+pub fn sidecar_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The ID API's listen address for `port`: loopback only, the app shares the pod's
+/// network namespace and nothing else needs it.
+pub fn listen_addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// The probe listener's address for `port`: every address, because the kubelet probes
+/// the pod IP. It answers probes only (see the sidecar's HTTP layer).
+pub fn probe_listen_addr(port: u16) -> String {
+    format!("0.0.0.0:{port}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_app_url_and_the_listen_address_name_the_same_loopback_port() {
+        assert_eq!(sidecar_url(DEFAULT_PORT), "http://127.0.0.1:7070");
+        assert_eq!(listen_addr(DEFAULT_PORT), "127.0.0.1:7070");
+        assert!(sidecar_url(8080).ends_with(&listen_addr(8080)));
+    }
+
+    #[test]
+    fn every_sidecar_variable_is_distinct() {
+        let names = [
+            URL_ENV,
+            SEQUENCE_ENV,
+            LISTEN_ENV,
+            PROBE_LISTEN_ENV,
+            STATE_DIR_ENV,
+            LEGACY_FENCE_DIR_ENV,
+            LOG_FORMAT_ENV,
+            POD_NAME_ENV,
+            POD_NAMESPACE_ENV,
+            POD_UID_ENV,
+        ];
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+    }
+}

@@ -1,0 +1,22 @@
+//! What every long-running kubeflake binary (the operator and the sidecar) runs on, so
+//! it is written once and behaves the same everywhere:
+//!
+//! - [`log`]: structured logs (text or JSON) filtered by `RUST_LOG`.
+//! - [`signal`]: SIGTERM/SIGINT as a future, installed eagerly.
+//! - [`serve`]: the one HTTP/1 serve loop: header-read timeout, accept back-off,
+//!   graceful drain.
+//! - [`reply`]: JSON and text replies, and the JSON error body every endpoint uses.
+//! - [`metrics`]: registering Prometheus metrics and rendering them.
+//! - [`kube_error`]: what a Kubernetes API error means for the caller (conflict, gone).
+//! - [`backoff`]: how long a failed watch waits before it tries again.
+//!
+//! Nothing here knows about IDs, slots or sequences: dependencies point from the
+//! binaries to this crate, never back.
+
+pub mod backoff;
+pub mod kube_error;
+pub mod log;
+pub mod metrics;
+pub mod reply;
+pub mod serve;
+pub mod signal;

@@ -31,6 +31,7 @@ WORKDIR /src
 # .dockerignore against the members (operator/tests/docker_build_context.rs).
 COPY Cargo.toml Cargo.lock ./
 COPY crds crds
+COPY runtime runtime
 COPY sidecar sidecar
 COPY operator operator
 COPY e2e e2e

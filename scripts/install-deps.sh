@@ -2,6 +2,8 @@
 # Installs the Debian packages the tests need, only those missing. Idempotent.
 #   faketime: runs the sidecar with a stepped wall clock (libfaketime).
 #   openssl: inspects certificates in the webhook tests.
+#   prometheus: its promtool checks and unit-tests the chart's alerts and dashboard
+#     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries.
 #   The test node (e2e/node/node.sh, e2e/src/node.rs):
 #     containerd, runc, containernetworking-plugins: the container runtime and CNI bridge;
 #     iptables, iproute2, conntrack: its network rules, bridge and kube-proxy's needs;
@@ -14,6 +16,8 @@ have_cmd() { command -v "$1" >/dev/null; }
 have_file() { [[ -e $1 ]]; }
 have_cmd faketime || need+=(faketime)
 have_cmd openssl || need+=(openssl)
+have_cmd promtool || need+=(prometheus)
+have_cmd jq || need+=(jq)
 have_cmd containerd || need+=(containerd)
 have_cmd runc || need+=(runc)
 have_file /usr/lib/cni/bridge || need+=(containernetworking-plugins)

@@ -22,6 +22,9 @@ e2e/dns/build.sh >/dev/null
 step "building (or finding cached) the images"
 e2e/images/build.sh >/dev/null
 
+step "checking the chart's alerts and dashboard with promtool"
+charts/kubeflake/tests/promtool.sh
+
 step "running cargo test"
 cargo test --workspace --locked --no-fail-fast "$@"
 step "running cargo clippy (warnings are errors)"

@@ -1,6 +1,6 @@
 //! Route handling: one `Request` in, one `Response` out, answered from the serving state
 //! ([`crate::state`]), which this module only reads. To add a route, add it to
-//! [`Api::route`] (and to the table in [`crate::http`]).
+//! `Api::route` (and to the table in [`crate::http`]).
 
 use std::future::Future;
 use std::sync::Arc;

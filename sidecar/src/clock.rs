@@ -91,6 +91,41 @@ impl Clock for ManualClock {
     }
 }
 
+/// A manual clock that panics once armed: for tests of code that must not survive a
+/// panic silently (a fence renewal reads the clock on the blocking pool).
+#[cfg(test)]
+pub struct PanickingClock {
+    pub inner: ManualClock,
+    pub armed: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl PanickingClock {
+    pub fn at_millis(wall_ms: u64) -> PanickingClock {
+        PanickingClock {
+            inner: ManualClock::at_millis(wall_ms),
+            armed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+impl Clock for PanickingClock {
+    fn wall_micros(&self) -> u64 {
+        assert!(
+            !self.armed.load(Ordering::SeqCst),
+            "the clock exploded (test)"
+        );
+        self.inner.wall_micros()
+    }
+    fn monotonic_micros(&self) -> u64 {
+        self.inner.monotonic_micros()
+    }
+}
+
 /// A detected step of the wall clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockStep {

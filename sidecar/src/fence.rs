@@ -14,8 +14,8 @@ use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use kubeflake_crds::Tick;
 use prometheus::IntCounterVec;
@@ -180,17 +180,42 @@ fn temp_path(path: &Path) -> PathBuf {
 /// ahead of the clock by at most its drift limit, so between two renewals it never reaches
 /// the file's fence. A restart after a crash therefore waits at most `ahead`.
 ///
-/// Writes are serialized by the mutex, so a renewal racing with shutdown either lands before
-/// the final, lowering write or sees the generator stopped and does nothing.
+/// Writes take `&mut self`: one owner writes at a time (the renewal task, which hands the
+/// fence back by value before the final, lowering write; [`crate::renewer`]), so a renewal
+/// never races with shutdown. The cap is raised through a shared [`FenceGate`].
 pub struct LocalFence {
-    file: Mutex<FenceFile>,
+    file: FenceFile,
     identity: FenceIdentity,
-    generator: Arc<Generator>,
     ahead_ticks: u64,
-    written: AtomicU64,
-    cap: AtomicU64,
+    gate: Arc<FenceGate>,
     /// Counts writes by result, when this file is the fence that matters (standalone).
     writes: Option<IntCounterVec>,
+}
+
+/// What the generator may use: the lower of the fence written to the file and the cap
+/// (docs/safety.md rule 2). Shared by the owner of the file and whoever raises the cap
+/// (the lease holder in a pod).
+pub struct FenceGate {
+    generator: Arc<Generator>,
+    written: AtomicU64,
+    cap: AtomicU64,
+}
+
+impl FenceGate {
+    /// Lets the generator use ticks up to the lower of the two fences written.
+    fn allow(&self) {
+        let fence = self
+            .written
+            .load(Ordering::Acquire)
+            .min(self.cap.load(Ordering::Acquire));
+        self.generator.raise_fence(Tick(fence));
+    }
+
+    /// Sets the upper bound from the other fence, once written (it only goes up, rule 5).
+    pub fn set_cap(&self, cap: Tick) {
+        self.cap.fetch_max(cap.0, Ordering::AcqRel);
+        self.allow();
+    }
 }
 
 impl LocalFence {
@@ -207,39 +232,38 @@ impl LocalFence {
         writes: Option<IntCounterVec>,
     ) -> LocalFence {
         LocalFence {
-            file: Mutex::new(file),
+            file,
             identity,
-            generator,
             ahead_ticks: ahead_ticks.max(1),
-            written: AtomicU64::new(found.0),
-            cap: AtomicU64::new(cap.map_or(u64::MAX, |t| t.0)),
+            gate: Arc::new(FenceGate {
+                generator,
+                written: AtomicU64::new(found.0),
+                cap: AtomicU64::new(cap.map_or(u64::MAX, |t| t.0)),
+            }),
             writes,
         }
     }
 
-    pub fn path(&self) -> PathBuf {
-        self.lock().path().to_path_buf()
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// The handle that raises the cap while the fence itself is owned elsewhere.
+    pub fn gate(&self) -> Arc<FenceGate> {
+        self.gate.clone()
     }
 
     /// Gives the file back (for the next acquisition).
     pub fn into_file(self) -> FenceFile {
         self.file
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn lock(&self) -> MutexGuard<'_, FenceFile> {
-        self.file
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn write(&self, file: &FenceFile, fence_tick: u64) -> Result<(), FenceFileError> {
+    fn write(&self, fence_tick: u64) -> Result<(), FenceFileError> {
         let record = FenceRecord {
             identity: self.identity.clone(),
             fence_tick,
         };
-        let result = file.write(&record);
+        let result = self.file.write(&record);
         if let Some(writes) = &self.writes {
             writes
                 .with_label_values(&[if result.is_ok() { "ok" } else { "error" }])
@@ -248,47 +272,37 @@ impl LocalFence {
         result
     }
 
-    /// Lets the generator use ticks up to the lower of the two fences written.
-    fn allow(&self) {
-        let fence = self
-            .written
-            .load(Ordering::Acquire)
-            .min(self.cap.load(Ordering::Acquire));
-        self.generator.raise_fence(Tick(fence));
-    }
-
     /// Sets the upper bound from the other fence (it only goes up).
     pub fn set_cap(&self, cap: Tick) {
-        self.cap.fetch_max(cap.0, Ordering::AcqRel);
-        self.allow();
+        self.gate.set_cap(cap);
     }
 
-    /// Writes a new fence when due; only after the write may the generator use it (rules 2, 6).
-    pub fn renew(&self) -> Result<(), FenceFileError> {
-        let file = self.lock();
-        if self.generator.is_stopped() {
+    /// Writes a new fence when due; only after the write may the generator use it (rules 2,
+    /// 6). Blocks on an fsync: call it off the async workers ([`crate::renewer`]).
+    pub fn renew(&mut self) -> Result<(), FenceFileError> {
+        let gate = &self.gate;
+        let g = &gate.generator;
+        if g.is_stopped() {
             return Ok(());
         }
-        let g = &self.generator;
         let drift = g.config().timebase.ticks_in_ms(g.config().max_drift_ms);
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
         let target = ((now + drift).max(g.high_water_tick().0) + self.ahead_ticks)
-            .min(self.cap.load(Ordering::Acquire));
-        if target > self.written.load(Ordering::Acquire) {
-            self.write(&file, target)?;
-            self.written.store(target, Ordering::Release);
+            .min(gate.cap.load(Ordering::Acquire));
+        if target > gate.written.load(Ordering::Acquire) {
+            self.write(target)?;
+            gate.written.store(target, Ordering::Release);
         }
-        self.allow();
+        gate.allow();
         Ok(())
     }
 
     /// Stops the generator for good and lowers the fence file to the exact highest tick it
-    /// issued (rule 5).
-    pub fn stop_and_lower(&self) -> Result<Tick, FenceFileError> {
-        let file = self.lock();
-        let high_water = self.generator.stop();
-        self.write(&file, high_water.0)?;
-        self.written.store(high_water.0, Ordering::Release);
+    /// issued (rule 5). Blocks on an fsync, like [`renew`](Self::renew).
+    pub fn stop_and_lower(&mut self) -> Result<Tick, FenceFileError> {
+        let high_water = self.gate.generator.stop();
+        self.write(high_water.0)?;
+        self.gate.written.store(high_water.0, Ordering::Release);
         Ok(high_water)
     }
 }
@@ -407,7 +421,7 @@ mod tests {
         let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
         let epoch = 1_735_689_600_000;
         let (g, clock) = generator_at(epoch + 10_000);
-        let local = LocalFence::new(
+        let mut local = LocalFence::new(
             file,
             record(0).identity,
             g.clone(),

@@ -1,17 +1,32 @@
 //! kubeflake-sidecar: serves Snowflake IDs that never repeat over localhost HTTP.
 //!
-//! - [`clock`]: injectable clocks and wall-clock step detection.
+//! Read `docs/safety.md` (the safety contract) before changing any module; comments cite
+//! its rules by number.
+//!
+//! What is served follows one value, [`state::Serving`] (`Waiting(reason)`, `Snowflake`,
+//! `Segment`, `Stopping`): the lifecycle code of each mode writes it, the HTTP layer,
+//! readiness and metrics only read it.
+//!
+//! - [`state`]: the serving state, its cell (writer) and readers, the phase gauge.
+//! - [`http`]: the HTTP API. `http::routes` answers a request from the state (add an HTTP
+//!   route there), `http::serve` is the connection loop (header-read timeout, drain; it
+//!   knows no routes), `http::reply` builds JSON and text replies.
+//! - [`standalone`]: one worker without a cluster; its fence is a file in `--state-dir`.
+//! - [`cluster`]: the sidecar in a pod, a state machine (`Waiting -> Holding -> Waiting |
+//!   Done`) that passes the fence file and the held slot by value. `cluster::holder`
+//!   acquires, renews, loses and releases a slot (change slot renewal or release there),
+//!   `cluster::waiting` reads the sequence and waits for a slot or counter,
+//!   `cluster::events` records pod Events and gates on clock skew, `cluster::config`.
+//! - [`slot`]: every write to a slot lease (compare-and-swap, rule 1).
+//! - [`fence`]: the durable fence file and the local fence of rule 6.
+//! - [`renewer`]: the task that keeps a fence file ahead, owning it by value, and the one
+//!   way async code writes a fence (on the blocking pool).
 //! - [`generator`]: the lock-free ID generator, its fence and drift limit.
-//! - [`fence`]: the durable fence file (standalone state, and the pod-local fence).
-//! - [`http`]: the HTTP API.
+//! - [`clock`]: injectable clocks and wall-clock step detection; [`skew`]: clock skew
+//!   against the API server; [`watch`]: clock-step and readiness reporting of both modes.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.
-//! - [`standalone`]: one worker without a cluster.
-//! - [`slot`], [`cluster`]: holding a slot lease in a pod, and the mode built on it.
-//! - [`skew`]: clock skew against the API server.
-//! - [`watch`]: clock-step and readiness reporting shared by both modes.
-//!
-//! Read `docs/safety.md` (the safety contract) before changing any of them.
+//! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
 
 pub mod check;
 pub mod clock;
@@ -20,8 +35,10 @@ pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod renewer;
 pub mod segment;
 pub mod skew;
 pub mod slot;
 pub mod standalone;
+pub mod state;
 pub mod watch;

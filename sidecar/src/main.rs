@@ -341,7 +341,7 @@ async fn run_cluster(args: ClusterArgs) {
         drain: Duration::from_secs(args.drain_timeout_secs),
     };
     if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown).await {
-        fail(2, e);
+        fail(e.exit_code(), e);
     }
 }
 

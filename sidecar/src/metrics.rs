@@ -3,7 +3,7 @@
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::generator::Generator;
@@ -21,6 +21,8 @@ pub struct Metrics {
     pub clock_forward_jump_last_seconds: Gauge,
     pub fence_writes: IntCounterVec,
     pub clock_skew_seconds: Gauge,
+    /// 1 for the serving phase the sidecar is in (`crate::state::Phase`), 0 for the others.
+    pub phase: IntGaugeVec,
     ahead_of_clock_seconds: Gauge,
     fence_headroom_seconds: Gauge,
     fence_tick: IntGauge,
@@ -186,6 +188,18 @@ impl Metrics {
                 "kubeflake_clock_skew_seconds",
                 "Local wall clock minus the API server's, last measured (cluster mode).",
             ),
+            phase: register(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "kubeflake_sidecar_phase",
+                        "1 for the serving phase the sidecar is in (waiting, snowflake, segment, \
+                         stopping), 0 for the others.",
+                    ),
+                    &["phase"],
+                )
+                .expect("valid metric"),
+            ),
             ahead_of_clock_seconds: gauge(
                 "kubeflake_generator_ahead_of_clock_seconds",
                 "How far the generator's tick runs ahead of the wall clock.",
@@ -215,11 +229,12 @@ impl Metrics {
         };
         metrics.fence_writes.with_label_values(&["ok"]);
         metrics.fence_writes.with_label_values(&["error"]);
+        for phase in crate::state::Phase::ALL {
+            metrics.phase.with_label_values(&[phase.label()]);
+        }
         metrics
     }
 
-    /// Renders the Prometheus text format, first refreshing the values derived from the
-    /// generator's state.
     /// Renders the Prometheus text format in segment mode.
     pub fn render_segment(&self, ready: bool, buffered: u64) -> String {
         self.ready.set(i64::from(ready));
@@ -229,6 +244,8 @@ impl Metrics {
         self.encode()
     }
 
+    /// Renders the Prometheus text format, first refreshing the values derived from the
+    /// generator's state (none while waiting or stopping).
     pub fn render(&self, generator: Option<&Generator>) -> String {
         if let Some(g) = generator {
             let config = g.config();

@@ -41,6 +41,15 @@ pub enum SlotError {
     LocalFence(#[from] crate::fence::FenceFileError),
     #[error("the wall clock stepped since the skew check; the fence is not raised")]
     ClockStepped,
+    #[error(
+        "the slot lease names worker {slot}, which does not fit the IdSequence's layout \
+         ({source}); the lease and the sequence disagree: check the IdSequence's workerBits \
+         and its slot leases (kubectl kubeflake slots <sequence>)"
+    )]
+    SlotOutsideLayout {
+        slot: u32,
+        source: kubeflake_crds::LayoutError,
+    },
 }
 
 fn is_conflict(e: &kube::Error) -> bool {

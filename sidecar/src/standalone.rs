@@ -1,6 +1,11 @@
 //! Standalone mode: one worker, no cluster. The fence lives in a file in the state
 //! directory, so restarts (even after `kill -9`, even with the clock stepped back) never
 //! repeat an ID, and a graceful stop hands over at once (docs/safety.md rules 2-5, 8).
+//!
+//! The serving state is fixed from the start (`Snowflake` or `Segment`, [`crate::state`])
+//! and becomes `Stopping` after the drain. The fence is owned by value: by [`Standalone`]
+//! until it runs, then by its renewal task ([`crate::renewer`]), which hands it back for
+//! the final, lowering write.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,8 +21,10 @@ use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api, serve};
 use crate::metrics::Metrics;
+use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::segment::file::{FileCounter, FileCounterError};
 use crate::segment::{DEFAULT_WAIT_LIMIT, Segment};
+use crate::state::{Serving, ServingCell};
 use crate::watch::watch_clock;
 use kubeflake_crds::sequence::{IdSequenceSpec, SegmentParams};
 
@@ -62,6 +69,8 @@ pub enum StandaloneError {
     },
     #[error(transparent)]
     Counter(#[from] FileCounterError),
+    #[error(transparent)]
+    Renewer(#[from] RenewerError),
 }
 
 fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
@@ -116,6 +125,7 @@ pub struct SegmentStandaloneConfig {
 /// A started segment-mode standalone sidecar.
 pub struct SegmentStandalone {
     api: Arc<Api>,
+    state: ServingCell,
     segment: Arc<Segment>,
     listener: tokio::net::TcpListener,
     drain: Duration,
@@ -155,10 +165,11 @@ impl SegmentStandalone {
             counter_file = %counter.path().display(),
             "standalone sidecar started"
         );
-        let api = Arc::new(Api::new(None, metrics, config.max_batch));
-        api.install_segment(segment.clone());
+        let state = ServingCell::new(Serving::Segment(segment.clone()), &metrics);
+        let api = Arc::new(Api::new(state.reader(), metrics, config.max_batch));
         Ok(SegmentStandalone {
             api,
+            state,
             segment,
             listener,
             drain: config.drain,
@@ -173,28 +184,37 @@ impl SegmentStandalone {
     /// back to the counter when nobody claimed after it (so a clean restart leaves no gap).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
         serve(self.listener, self.api.clone(), shutdown, self.drain).await;
-        self.segment.stop();
-        if let Some((unused, given)) = self.segment.give_back().await {
-            tracing::info!(
-                unused_start = unused.start,
-                unused_end = unused.end,
-                given_back = given,
-                "stopped: unused values {}",
-                if given {
-                    "given back to the counter"
-                } else {
-                    "left as a gap"
-                }
-            );
-        }
+        self.state.publish(Serving::Stopping);
+        stop_segment(&self.segment).await;
         Ok(())
+    }
+}
+
+/// Stops a segment source for good and gives back the unused top of its blocks when nobody
+/// claimed after it (docs/safety.md, segment mode rules 4/5). Both modes end this way.
+pub async fn stop_segment(segment: &Segment) {
+    segment.stop();
+    if let Some((unused, given)) = segment.give_back().await {
+        tracing::info!(
+            unused_start = unused.start,
+            unused_end = unused.end,
+            given_back = given,
+            "stopped: unused values {}",
+            if given {
+                "given back to the counter"
+            } else {
+                "left as a gap"
+            }
+        );
     }
 }
 
 /// A started standalone sidecar: listening, with its fence written.
 pub struct Standalone {
     api: Arc<Api>,
-    fencer: Arc<LocalFence>,
+    state: ServingCell,
+    generator: Arc<Generator>,
+    fence: LocalFence,
     listener: tokio::net::TcpListener,
     config: StandaloneConfig,
     clock: Arc<dyn Clock>,
@@ -246,7 +266,7 @@ impl Standalone {
             .timebase
             .ticks_in_ms(config.fence_ahead.as_millis() as u64);
         let writes = Some(metrics.fence_writes.clone());
-        let fencer = Arc::new(LocalFence::new(
+        let fence = LocalFence::new(
             file,
             identity,
             generator.clone(),
@@ -254,8 +274,10 @@ impl Standalone {
             Tick(found_fence),
             None,
             writes,
-        ));
-        fencer.renew()?;
+        );
+        // The first write, off the async worker (it ends in an fsync).
+        let (fence, written) = off_worker(fence, LocalFence::renew).await?;
+        written?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| StandaloneError::Listen {
@@ -267,13 +289,16 @@ impl Standalone {
             sequence = %config.sequence_name,
             worker = slot.0,
             start_above_tick = found_fence,
-            fence_file = %fencer.path().display(),
+            fence_file = %fence.path().display(),
             "standalone sidecar started"
         );
-        let api = Arc::new(Api::new(Some(generator), metrics, config.max_batch));
+        let state = ServingCell::new(Serving::Snowflake(generator.clone()), &metrics);
+        let api = Arc::new(Api::new(state.reader(), metrics, config.max_batch));
         Ok(Standalone {
             api,
-            fencer,
+            state,
+            generator,
+            fence,
             listener,
             config,
             clock,
@@ -285,32 +310,48 @@ impl Standalone {
     }
 
     pub fn generator(&self) -> Arc<Generator> {
-        self.api
-            .generator()
-            .expect("standalone always has a generator")
+        self.generator.clone()
     }
 
     /// Serves until `shutdown` completes; then drains, stops issuing, and lowers the fence
-    /// to the exact highest tick issued (rule 5) so the next start is ready at once.
+    /// to the exact highest tick issued (rule 5) so the next start is ready at once. If the
+    /// fence renewal dies (a panic), stops issuing at once and returns the error: the
+    /// caller exits non-zero rather than serve on without a renewed fence.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
         let Standalone {
             api,
-            fencer,
+            state,
+            generator,
+            fence,
             listener,
             config,
             clock,
         } = self;
-        let renewer = tokio::spawn(renew_loop(fencer.clone(), config.fence_ahead / 4));
+        let mut renewer = Renewer::spawn(fence, config.fence_ahead / 4);
         // The first sample is taken now, so a step right after start-up is seen.
         let mut detector = StepDetector::new(1_000, 100_000);
         detector.observe(clock.as_ref());
-        let watcher = tokio::spawn(watch_clock(api.clone(), clock, detector, None));
-        serve(listener, api.clone(), shutdown, config.drain).await;
-        renewer.abort();
+        let watcher = tokio::spawn(watch_clock(
+            api.state().clone(),
+            api.metrics.clone(),
+            clock,
+            detector,
+            None,
+        ));
+        let died = tokio::select! {
+            () = serve(listener, api.clone(), shutdown, config.drain) => None,
+            died = renewer.died() => Some(died),
+        };
         watcher.abort();
-        let high_water = tokio::task::spawn_blocking(move || fencer.stop_and_lower())
-            .await
-            .expect("fence write task does not panic")?;
+        state.publish(Serving::Stopping);
+        if let Some(died) = died {
+            let high_water = generator.stop();
+            tracing::error!(error = %died, high_water_tick = high_water.0, "fence renewal died: stopped issuing");
+            return Err(died.into());
+        }
+        let fence = renewer.stop().await?;
+        let (_, lowered) = off_worker(fence, LocalFence::stop_and_lower).await?;
+        let high_water = lowered?;
         tracing::info!(
             fence_tick = high_water.0,
             "stopped: fence lowered to the highest tick issued"
@@ -319,18 +360,87 @@ impl Standalone {
     }
 }
 
-async fn renew_loop(fencer: Arc<LocalFence>, every: Duration) {
-    let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        interval.tick().await;
-        let f = fencer.clone();
-        match tokio::task::spawn_blocking(move || f.renew()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "fence renewal failed; serving only up to the current fence")
-            }
-            Err(e) => tracing::error!(error = %e, "fence renewal task failed"),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, PanickingClock};
+
+    fn config(dir: &std::path::Path) -> StandaloneConfig {
+        StandaloneConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: dir.to_path_buf(),
+            worker_id: 0,
+            sequence_name: "t".into(),
+            sequence: IdSequenceSpec::default().params().unwrap(),
+            max_batch: 10,
+            fence_ahead: Duration::from_millis(100),
+            drain: Duration::from_millis(100),
         }
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_fence_renewal_ends_the_run_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(PanickingClock::at_millis(1_800_000_000_000));
+        let sidecar = Standalone::start(config(dir.path()), clock.clone())
+            .await
+            .unwrap();
+        let generator = sidecar.generator();
+        let run = tokio::spawn(sidecar.run(std::future::pending()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The next fence renewal (every 25 ms) panics on the blocking pool.
+        clock.arm();
+        let ended = tokio::time::timeout(Duration::from_secs(5), run).await;
+        assert!(
+            matches!(ended, Ok(Ok(Err(StandaloneError::Renewer(_))))),
+            "a dead fence renewal must end the run with an error, not limp on: {ended:?}"
+        );
+        assert!(generator.is_stopped(), "nothing more is issued");
+    }
+
+    /// The first fence write runs off the async worker: on a one-thread runtime, a write
+    /// that waits for another task (here: a FIFO that is opened for reading only once an
+    /// async task has run) completes.
+    #[test]
+    fn the_first_fence_write_does_not_block_the_async_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t-worker-0.fence.tmp");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (alive_tx, alive_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            if alive_rx.recv_timeout(Duration::from_secs(10)).is_ok() {
+                let mut sink = Vec::new();
+                let _ =
+                    std::io::Read::read_to_end(&mut std::fs::File::open(&fifo).unwrap(), &mut sink);
+            }
+        });
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let config = config(dir.path());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let _ = alive_tx.send(());
+                });
+                let clock = Arc::new(ManualClock::at_millis(1_800_000_000_000));
+                // The write fails (a FIFO cannot be synced); only that it returns matters.
+                let _ = Standalone::start(config, clock).await;
+                let _ = done_tx.send(());
+            });
+        });
+        let done = done_rx.recv_timeout(Duration::from_secs(10));
+        assert!(
+            done.is_ok(),
+            "the fence write blocked the only async worker"
+        );
+        reader.join().unwrap();
     }
 }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, ClockStep, StepDetector};
-use crate::http::Api;
+use crate::metrics::Metrics;
+use crate::state::ServingReader;
 
 /// Something that wants to hear about clock steps and refusals (the pod's Events).
 pub trait Notify: Send + Sync + 'static {
@@ -14,7 +15,8 @@ pub trait Notify: Send + Sync + 'static {
 
 /// Samples the clocks every 100 ms until the task is dropped.
 pub async fn watch_clock(
-    api: Arc<Api>,
+    state: ServingReader,
+    metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     mut detector: StepDetector,
     notify: Option<Arc<dyn Notify>>,
@@ -28,17 +30,15 @@ pub async fn watch_clock(
     };
     loop {
         interval.tick().await;
-        let generator = api.generator();
+        let generator = state.generator();
         let ahead_ms = generator
             .as_ref()
             .map(|g| g.ahead_of_clock_ms())
             .unwrap_or(0);
         match detector.observe(clock.as_ref()) {
             Some(ClockStep::Back { micros }) => {
-                api.metrics.clock_rollbacks.inc();
-                api.metrics
-                    .clock_rollback_last_seconds
-                    .set(micros as f64 / 1e6);
+                metrics.clock_rollbacks.inc();
+                metrics.clock_rollback_last_seconds.set(micros as f64 / 1e6);
                 tracing::warn!(
                     step_back_ms = micros / 1000,
                     ahead_of_clock_ms = ahead_ms,
@@ -55,8 +55,8 @@ pub async fn watch_clock(
                 );
             }
             Some(ClockStep::Forward { micros }) => {
-                api.metrics.clock_forward_jumps.inc();
-                api.metrics
+                metrics.clock_forward_jumps.inc();
+                metrics
                     .clock_forward_jump_last_seconds
                     .set(micros as f64 / 1e6);
                 tracing::warn!(jump_ms = micros / 1000, "wall clock jumped forward");

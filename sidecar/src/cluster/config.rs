@@ -1,0 +1,31 @@
+//! What cluster mode is told on its command line, already parsed.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::slot::PodIdentity;
+
+/// Everything cluster mode needs, already parsed.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Where the ID API is served: loopback (the app is in the same pod).
+    pub listen: SocketAddr,
+    /// Where `/healthz` and `/readyz` alone are also served (the pod IP, for kubelet).
+    pub probe_listen: Option<SocketAddr>,
+    pub pod: PodIdentity,
+    /// The IdSequence's name (in the pod's namespace).
+    pub sequence: String,
+    /// Directory of the pod-local fence file (an emptyDir). Flag `--fence-dir`; standalone
+    /// calls its fence directory `--state-dir` (to be unified with the operator's webhook).
+    pub fence_dir: PathBuf,
+    pub max_batch: u64,
+    /// How far ahead of use the local fence is kept.
+    pub local_fence_ahead: Duration,
+    /// Lease renewal interval; `None`: a third of the lease duration.
+    pub renew_every: Option<Duration>,
+    /// Largest clock skew against the API server at which the sidecar starts issuing or
+    /// raises its lease fence.
+    pub max_clock_skew: Duration,
+    pub drain: Duration,
+}

@@ -1,0 +1,276 @@
+//! The `Holding` state against a scripted fake API server (no control plane).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use kube::Client;
+use kube::api::ObjectMeta;
+use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, lease_labels};
+use kubeflake_crds::{IdSequenceSpec, Slot};
+use tokio::sync::watch;
+
+use super::*;
+use crate::clock::{Clock, ManualClock, PanickingClock};
+use crate::cluster::ClusterConfig;
+use crate::cluster::events::SkewGate;
+use crate::cluster::fake_api::{self, Seen};
+use crate::fence::{FenceFile, FenceFileError};
+use crate::metrics::Metrics;
+use crate::slot::PodIdentity;
+use crate::state::{Phase, ServingCell};
+use crate::watch::Notify;
+
+const NOW_MS: u64 = 1_800_000_000_000;
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/orders-slot-3";
+
+fn identity(acquisition: &str) -> FenceIdentity {
+    FenceIdentity {
+        sequence: "ns/orders".into(),
+        slot: 0,
+        holder: "uid-p".into(),
+        acquisition: acquisition.into(),
+    }
+}
+
+#[test]
+fn rule6_a_restarted_container_starts_above_its_local_fence_for_the_same_acquisition() {
+    let record = FenceRecord {
+        identity: identity("orders-slot-0#1"),
+        fence_tick: 500,
+    };
+    assert_eq!(
+        start_fence(Some(&record), &identity("orders-slot-0#1"), Tick(9_000)),
+        (Tick(500), true)
+    );
+}
+
+#[test]
+fn rule6_a_local_fence_from_another_acquisition_is_never_used() {
+    // The pod held slot 0 (acquisition #1), lost it; another pod issued up to tick 9000
+    // (acquisition #2); the slot came back (#3). The old file must not be used.
+    let record = FenceRecord {
+        identity: identity("orders-slot-0#1"),
+        fence_tick: 500,
+    };
+    assert_eq!(
+        start_fence(Some(&record), &identity("orders-slot-0#3"), Tick(9_000)),
+        (Tick(9_000), false)
+    );
+    let other_holder = FenceRecord {
+        identity: FenceIdentity {
+            holder: "uid-q".into(),
+            ..identity("orders-slot-0#3")
+        },
+        fence_tick: 500,
+    };
+    assert_eq!(
+        start_fence(
+            Some(&other_holder),
+            &identity("orders-slot-0#3"),
+            Tick(9_000)
+        )
+        .0,
+        Tick(9_000)
+    );
+    assert_eq!(
+        start_fence(None, &identity("orders-slot-0#3"), Tick(9_000)),
+        (Tick(9_000), false)
+    );
+}
+
+#[test]
+fn a_slot_outside_the_layout_is_its_own_error_naming_what_to_check() {
+    let params = IdSequenceSpec::default().params().unwrap();
+    let err = worker_config(&params, 5_000).unwrap_err();
+    assert!(
+        matches!(err, SlotError::SlotOutsideLayout { slot: 5_000, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("workerBits"), "{err}");
+}
+
+/// Events recorded instead of sent.
+#[derive(Default)]
+struct Recorded(Mutex<Vec<&'static str>>);
+
+impl Notify for Recorded {
+    fn notify(&self, _warning: bool, reason: &'static str, _note: String) {
+        self.0.lock().unwrap().push(reason);
+    }
+}
+
+fn lease(holder: &str, fence: u64, version: u64) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some("orders-slot-3".into()),
+            namespace: Some("ns".into()),
+            resource_version: Some(version.to_string()),
+            labels: Some(lease_labels("orders", Slot(3), Some(holder))),
+            annotations: Some([(FENCE_ANNOTATION.to_string(), fence.to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_transitions: Some(1),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A fake API server holding slot lease 3 for `uid-p` until `taken` is set; then every
+/// write conflicts and a read shows another holder. Anything else is 404 (so the clock
+/// skew is not measured).
+fn api_server(taken: Arc<AtomicBool>) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let version = AtomicU64::new(2);
+    fake_api::client(move |method, path, body| {
+        if !path.starts_with(LEASE_PATH) {
+            return fake_api::status(404, "NotFound");
+        }
+        let taken = taken.load(Ordering::SeqCst);
+        match (method.as_str(), taken) {
+            ("PUT", false) => {
+                let mut written: Lease = serde_json::from_slice(body).unwrap();
+                let v = version.fetch_add(1, Ordering::SeqCst);
+                written.metadata.resource_version = Some(v.to_string());
+                (200, serde_json::to_value(written).unwrap())
+            }
+            ("PUT", true) => fake_api::status(409, "Conflict"),
+            ("GET", true) => {
+                let v = version.load(Ordering::SeqCst);
+                (
+                    200,
+                    serde_json::to_value(lease("uid-other", u64::MAX >> 30, v)).unwrap(),
+                )
+            }
+            _ => fake_api::status(405, "MethodNotAllowed"),
+        }
+    })
+}
+
+fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Arc<Recorded>) {
+    let metrics = Arc::new(Metrics::new());
+    let events = Arc::new(Recorded::default());
+    let (stop_tx, stop) = watch::channel(false);
+    // Never stops: the sender lives as long as the test.
+    std::mem::forget(stop_tx);
+    let ctx = Ctx {
+        client,
+        config: ClusterConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            probe_listen: None,
+            pod: PodIdentity {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "uid-p".into(),
+            },
+            sequence: "orders".into(),
+            fence_dir: std::path::PathBuf::new(),
+            max_batch: 10,
+            local_fence_ahead: Duration::from_secs(1),
+            renew_every: Some(renew_every),
+            max_clock_skew: Duration::from_secs(10),
+            drain: Duration::from_millis(100),
+        },
+        clock,
+        state: ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics),
+        metrics,
+        events: events.clone(),
+        stop,
+        skew: SkewGate::new(Duration::from_secs(10)),
+    };
+    (ctx, events)
+}
+
+async fn acquired(ctx: &Ctx, dir: &std::path::Path) -> Held {
+    let (file, found) = FenceFile::open(dir, "orders.fence").unwrap();
+    let params = IdSequenceSpec::default().params().unwrap();
+    match ctx
+        .acquire(Unheld { file, found }, &params, lease("uid-p", 0, 1))
+        .await
+    {
+        Ok(held) => held,
+        Err(Acquire::Retry(e, _)) => panic!("not acquired: {e}"),
+        Err(Acquire::Fatal(e)) => panic!("not acquired: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_the_slot_lost_stops_the_generator_and_gets_the_fence_file_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = Arc::new(AtomicBool::new(false));
+    let (client, seen) = api_server(taken.clone());
+    let clock = Arc::new(ManualClock::at_millis(NOW_MS));
+    let (ctx, events) = ctx(client, clock, Duration::from_millis(100));
+    let held = acquired(&ctx, dir.path()).await;
+    let generator = held.generator.clone();
+    assert_eq!(ctx.state.load().phase(), Phase::Snowflake);
+    assert!(
+        generator.next_id().is_ok(),
+        "serving once both fences are written"
+    );
+
+    taken.store(true, Ordering::SeqCst);
+    seen.lock().unwrap().clear();
+    let next = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
+        .await
+        .expect("keep returns once the slot is lost")
+        .expect("losing the slot is not fatal");
+
+    let Lifecycle::Waiting(Unheld { file, found }) = next else {
+        panic!("back to waiting");
+    };
+    assert!(generator.is_stopped(), "rule 3: stopped at once");
+    assert!(generator.next_id().is_err());
+    assert!(matches!(
+        &**ctx.state.load(),
+        Serving::Waiting(WaitReason::SlotLost)
+    ));
+    assert!(
+        found.is_none(),
+        "the old record never serves a new acquisition"
+    );
+    // The file is back: still locked against anyone else, and lowered to the last tick.
+    assert!(matches!(
+        FenceFile::open(dir.path(), "orders.fence"),
+        Err(FenceFileError::Locked(_))
+    ));
+    drop(file);
+    let (_, record) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    assert_eq!(
+        record.map(|r| r.fence_tick),
+        Some(generator.high_water_tick().0)
+    );
+    // The API saw one conflicting write and the re-read that found another holder.
+    let seen: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.starts_with(LEASE_PATH))
+        .map(|s| s.method.clone())
+        .collect();
+    assert_eq!(seen, ["PUT", "GET"]);
+    assert_eq!(*events.0.lock().unwrap(), ["SlotAcquired", "SlotLost"]);
+}
+
+#[tokio::test]
+async fn a_dead_local_fence_renewal_stops_the_generator_and_ends_with_an_exit_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _) = api_server(Arc::new(AtomicBool::new(false)));
+    let clock = Arc::new(PanickingClock::at_millis(NOW_MS));
+    let (ctx, _) = ctx(client, clock.clone(), Duration::from_secs(3600));
+    let held = acquired(&ctx, dir.path()).await;
+    let generator = held.generator.clone();
+    // The next local fence renewal panics on the blocking pool.
+    clock.arm();
+    let ended = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
+        .await
+        .expect("keep returns once the renewal died");
+    let Err(err) = ended else {
+        panic!("a dead renewal must be fatal");
+    };
+    assert!(matches!(err, ClusterError::Renewer(_)), "{err}");
+    assert_eq!(err.exit_code(), 1, "the process exits non-zero");
+    assert!(generator.is_stopped());
+    assert_eq!(ctx.state.load().phase(), Phase::Stopping);
+}

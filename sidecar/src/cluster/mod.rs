@@ -1,0 +1,284 @@
+//! Cluster mode: the sidecar in a pod. It serves at once (503 until it holds a slot), waits
+//! until the operator names the pod holder of a slot lease, then follows docs/safety.md:
+//!
+//! - rule 4/6: start above the lease's fence, or above the pod-local fence file (an
+//!   `emptyDir`) written by an earlier container of this pod for the same acquisition;
+//! - rule 2: the generator's fence is the lower of the two fences written, the lease fence
+//!   (raised to `now + lease duration` every third of a duration, with jitter) and the local
+//!   one (kept about a second ahead, so a container restart waits at most that long);
+//! - rule 3: failed renewals simply let the generator run into its fence; a renewal that
+//!   finds the slot given away stops issuing at once;
+//! - rule 5: on SIGTERM, drain, stop, lower the lease fence to the highest tick issued and
+//!   free the slot.
+//!
+//! For a Segment-mode sequence no slot is needed: the sidecar claims blocks from the
+//! sequence's counter Lease (see [`crate::segment`]) and, on SIGTERM, gives the unused top
+//! of its blocks back when nobody claimed after it.
+//!
+//! Lease writes per second for N sidecars: `N * 3 / lease.durationSeconds` (5,000 pods at the
+//! default 120 s: 125/s). The local fence file costs no API calls.
+//!
+//! ## States
+//!
+//! `Lifecycle` is the slot-holding state machine; each state owns its resources and hands
+//! them on by value (nothing is shared, polled or left in an `Option`):
+//!
+//! ```text
+//! Waiting(Unheld: fence file) --assigned, fences written--> Holding(Held: slot, generator,
+//!     ^        |                                                 renewal task owning the file)
+//!     |        +--Segment sequence--> Segment(buffer)                  |
+//!     +------------- slot lost: generator stopped, file handed back ---+
+//! any state --SIGTERM--> Done(Ending) --after the drain--> released / given back
+//! ```
+//!
+//! What the HTTP layer serves follows from it ([`crate::state::Serving`]), published here.
+//!
+//! - [`config`]: the parsed command line.
+//! - `waiting`: reading the sequence and waiting for a slot or counter (`Waiting`).
+//! - `holder`: acquire, renew, lose and release a slot (`Holding`).
+//! - [`events`]: Events on the pod and the clock-skew gate.
+
+pub mod config;
+pub mod events;
+pub(crate) mod holder;
+pub(crate) mod waiting;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::watch;
+
+use crate::clock::{Clock, StepDetector};
+use crate::fence::{FenceFile, FenceFileError, FenceRecord};
+use crate::http::{Api as HttpApi, serve, serve_probes};
+use crate::metrics::Metrics;
+use crate::renewer::RenewerError;
+use crate::segment::Segment;
+use crate::standalone::stop_segment;
+use crate::state::{Serving, ServingCell, WaitReason};
+use crate::watch::{Notify, watch_clock};
+
+pub use config::ClusterConfig;
+pub use events::SKEW_EVENT_INTERVAL;
+use holder::Held;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot listen on --probe-listen {addr}: {source}")]
+    ProbeListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    FenceFile(#[from] FenceFileError),
+    /// The task that writes the local fence died (a panic): serving on would run into the
+    /// fence with `/healthz` still 200, so the process ends instead and the kubelet
+    /// restarts the container, which starts above its fence (docs/safety.md rules 4, 6).
+    #[error(transparent)]
+    Renewer(#[from] RenewerError),
+}
+
+impl ClusterError {
+    /// The exit status: 2 for what is wrong from the start (flags, files), 1 for a failure
+    /// while running.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ClusterError::Renewer(_) => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// No slot held: the fence file, and the record an earlier container of this pod left in
+/// it (rule 6; used only for the first acquisition, and only if it names it).
+pub(crate) struct Unheld {
+    pub file: FenceFile,
+    pub found: Option<FenceRecord>,
+}
+
+/// Where cluster mode is, with what it owns there.
+pub(crate) enum Lifecycle {
+    /// No slot: reading the sequence, waiting for the operator.
+    Waiting(Unheld),
+    /// A slot is served.
+    Holding(Held),
+    /// A Segment sequence is served.
+    Segment(Arc<Segment>),
+    /// Shutdown began; what is left to hand back once the server has drained.
+    Done(Ending),
+}
+
+/// What is handed back at shutdown.
+#[allow(clippy::large_enum_variant)] // moved once, at shutdown
+pub(crate) enum Ending {
+    Unheld(Unheld),
+    Held(Held),
+    Segment(Arc<Segment>),
+}
+
+/// What every state's steps use.
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub config: ClusterConfig,
+    pub clock: Arc<dyn Clock>,
+    /// The serving state: only the lifecycle writes it.
+    pub state: ServingCell,
+    pub metrics: Arc<Metrics>,
+    pub events: Arc<dyn Notify>,
+    /// Becomes `true` when shutdown begins.
+    pub stop: watch::Receiver<bool>,
+    pub skew: events::SkewGate,
+}
+
+impl Ctx {
+    pub fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Sleeps `d`, or less when shutdown begins.
+    pub async fn pause(&self, d: Duration) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(d) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+
+    /// Completes when shutdown begins.
+    pub async fn stopped(&self) {
+        let mut stop = self.stop.clone();
+        // An error means the sender is gone, which happens only once shutdown has begun.
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    /// Runs the state machine from `start` until shutdown; an error is fatal.
+    pub async fn hold(&self, start: Lifecycle) -> Result<Ending, ClusterError> {
+        let mut now = start;
+        loop {
+            now = match now {
+                Lifecycle::Waiting(unheld) => self.find_work(unheld).await?,
+                Lifecycle::Holding(held) => self.keep(held).await?,
+                Lifecycle::Segment(segment) => {
+                    self.stopped().await;
+                    Lifecycle::Done(Ending::Segment(segment))
+                }
+                Lifecycle::Done(ending) => return Ok(ending),
+            };
+        }
+    }
+
+    /// After the drain: nothing more is issued; hand back what is held.
+    pub async fn finish(&self, ending: Ending) -> Result<(), ClusterError> {
+        self.state.publish(Serving::Stopping);
+        match ending {
+            Ending::Unheld(unheld) => {
+                // Nothing was issued since the last slot: the file keeps its record.
+                drop(unheld.file);
+                Ok(())
+            }
+            Ending::Segment(segment) => {
+                stop_segment(&segment).await;
+                Ok(())
+            }
+            Ending::Held(held) => self.release(held).await,
+        }
+    }
+}
+
+/// Runs until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    config: ClusterConfig,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ClusterError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ClusterError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    if !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "--listen is not a loopback address: the ID API is reachable from outside the pod");
+    }
+    let probe_listener = match config.probe_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ClusterError::ProbeListen { addr, source })?,
+        ),
+        None => None,
+    };
+    let (file, found) = FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
+    let metrics = Arc::new(Metrics::new());
+    let state = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
+    let api = Arc::new(HttpApi::new(
+        state.reader(),
+        metrics.clone(),
+        config.max_batch,
+    ));
+    let events: Arc<dyn Notify> = Arc::new(events::PodEvents::new(client.clone(), &config.pod));
+    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        // Fails only if every receiver is gone, when nobody is left to stop.
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut stop: watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Some(probe_listener) = probe_listener {
+        tokio::spawn(serve_probes(
+            probe_listener,
+            api.clone(),
+            stopped(stop_rx.clone()),
+            config.drain,
+        ));
+    }
+    let server = tokio::spawn(serve(
+        listener,
+        api.clone(),
+        stopped(stop_rx.clone()),
+        config.drain,
+    ));
+    let mut detector = StepDetector::new(1_000, 100_000);
+    detector.observe(clock.as_ref());
+    let watcher = tokio::spawn(watch_clock(
+        api.state().clone(),
+        metrics.clone(),
+        clock.clone(),
+        detector,
+        Some(events.clone()),
+    ));
+
+    let ctx = Ctx {
+        skew: events::SkewGate::new(config.max_clock_skew),
+        client,
+        config,
+        clock,
+        state,
+        metrics,
+        events,
+        stop: stop_rx,
+    };
+    let ending = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await?;
+    // Shutting down: let in-flight requests finish, then stop and hand the slot back.
+    if let Err(e) = server.await {
+        tracing::warn!(error = %e, "the HTTP server task failed");
+    }
+    watcher.abort();
+    ctx.finish(ending).await
+}
+
+#[cfg(test)]
+pub(crate) mod fake_api;

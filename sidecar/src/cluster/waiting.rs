@@ -1,0 +1,141 @@
+//! The `Waiting` state: read the IdSequence, then wait for the operator to assign a slot
+//! (Snowflake) or for the counter Lease to exist (Segment). Each step publishes what it
+//! waits for, which `/readyz` shows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
+
+use super::holder::Acquire;
+use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
+use crate::segment::lease::LeaseCounter;
+use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Segment};
+use crate::slot::wait_for_assignment;
+use crate::state::{Serving, WaitReason};
+
+impl Ctx {
+    /// One round of waiting: ends holding a slot, serving a segment, still waiting (to be
+    /// called again), or done when shutdown began.
+    pub(crate) async fn find_work(&self, unheld: Unheld) -> Result<Lifecycle, ClusterError> {
+        if self.stopping() {
+            return Ok(Lifecycle::Done(Ending::Unheld(unheld)));
+        }
+        let Some((params, segment)) = self.read_sequence().await else {
+            return Ok(Lifecycle::Waiting(unheld));
+        };
+        if let Some(segment) = segment {
+            return Ok(match self.start_segment(segment).await {
+                Some(segment) => Lifecycle::Segment(segment),
+                None => Lifecycle::Done(Ending::Unheld(unheld)),
+            });
+        }
+        let Some(lease) = self.wait_for_slot().await else {
+            return Ok(Lifecycle::Waiting(unheld));
+        };
+        match self.acquire(unheld, &params, lease).await {
+            Ok(held) => Ok(Lifecycle::Holding(held)),
+            Err(Acquire::Retry(e, unheld)) => {
+                tracing::warn!(error = %e, "could not start serving the slot; retrying");
+                self.state
+                    .publish(Serving::Waiting(WaitReason::SlotStart(e.to_string())));
+                self.pause(Duration::from_secs(1)).await;
+                Ok(Lifecycle::Waiting(unheld))
+            }
+            Err(Acquire::Fatal(e)) => Err(e.into()),
+        }
+    }
+
+    async fn read_sequence(&self) -> Option<(SequenceParams, Option<SegmentParams>)> {
+        let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let name = &self.config.sequence;
+        let problem = match api.get_opt(name).await {
+            Ok(Some(seq)) => match (seq.spec.params(), seq.spec.segment_params()) {
+                (Ok(p), Ok(segment)) => return Some((p, segment)),
+                (Err(e), _) | (_, Err(e)) => format!("IdSequence {name} is invalid: {e}"),
+            },
+            Ok(None) => format!(
+                "IdSequence {name} does not exist in namespace {}",
+                self.config.pod.namespace
+            ),
+            Err(e) => format!("cannot read IdSequence {name}: {e}"),
+        };
+        tracing::warn!(%problem, "waiting for the sequence");
+        self.state
+            .publish(Serving::Waiting(WaitReason::Sequence(problem)));
+        self.pause(Duration::from_secs(2)).await;
+        None
+    }
+
+    async fn wait_for_slot(&self) -> Option<Lease> {
+        self.state
+            .publish(Serving::Waiting(WaitReason::SlotAssignment {
+                sequence: self.config.sequence.clone(),
+            }));
+        tracing::info!("waiting for a slot lease naming this pod");
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        tokio::select! {
+            found = wait_for_assignment(&leases, &self.config.sequence, &self.config.pod.uid) => match found {
+                Ok(lease) => Some(lease),
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for a slot failed; retrying");
+                    self.pause(Duration::from_secs(1)).await;
+                    None
+                }
+            },
+            () = self.stopped() => None,
+        }
+    }
+
+    /// Segment mode: waits for the counter Lease (the operator creates it), then serves
+    /// values from blocks claimed from it. `None` if shutdown began first.
+    async fn start_segment(&self, params: SegmentParams) -> Option<Arc<Segment>> {
+        let store = Arc::new(LeaseCounter::new(
+            self.client.clone(),
+            &self.config.pod.namespace,
+            &self.config.sequence,
+        ));
+        while !self.stopping() {
+            match store.read().await {
+                Ok(counter) => {
+                    tracing::info!(
+                        counter = store.name(),
+                        next = counter.next,
+                        block_size = params.block_size,
+                        max_block_size = params.max_block_size,
+                        "segment mode: claiming blocks from the counter"
+                    );
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for the segment counter");
+                    self.state
+                        .publish(Serving::Waiting(WaitReason::Counter(e.to_string())));
+                    self.pause(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        if self.stopping() {
+            return None;
+        }
+        let segment = Segment::start(
+            store,
+            params,
+            DEFAULT_WAIT_LIMIT,
+            self.metrics.segment.clone(),
+        );
+        self.state.publish(Serving::Segment(segment.clone()));
+        self.events.notify(
+            false,
+            "SegmentServing",
+            format!(
+                "serving values of segment sequence {} in blocks",
+                self.config.sequence
+            ),
+        );
+        Some(segment)
+    }
+}

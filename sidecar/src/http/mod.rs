@@ -1,0 +1,33 @@
+//! The HTTP API the app calls on localhost (hyper 1.x over tokio).
+//!
+//! | route              | answer                                                     |
+//! |--------------------|------------------------------------------------------------|
+//! | `GET /id`          | one ID, decimal text; `{"id":"..."}` for `Accept: application/json` |
+//! | `GET /ids?count=N` | N IDs, one per line; `{"ids":["...",...]}` as JSON          |
+//! | `GET /decode/<id>` | the fields of an ID as JSON                                 |
+//! | `GET /healthz`     | 200 while the process runs                                  |
+//! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
+//! | `GET /metrics`     | Prometheus text                                             |
+//!
+//! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
+//! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
+//!
+//! In segment mode the same routes serve counter values from a [`crate::segment::Segment`]:
+//! `/ids` may span blocks (values increase, but are not always consecutive) and waits for a
+//! claim only when the buffer runs dry; `/decode` says the value carries no fields.
+//!
+//! - [`routes`]: route handling, a `Request` in, a `Response` out. It only reads the
+//!   serving state ([`crate::state`]); add a route here.
+//! - [`reply`]: replies and errors as JSON or text.
+//! - [`serve`](mod@serve): the connection loop (accept, header-read timeout, graceful drain),
+//!   independent of the routes it serves.
+
+pub mod reply;
+pub mod routes;
+pub mod serve;
+
+pub use routes::Api;
+pub use serve::{HEADER_READ_TIMEOUT, serve, serve_probes};
+
+/// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
+pub const DEFAULT_MAX_BATCH: u64 = 10_000;

@@ -1,0 +1,145 @@
+//! Replies: JSON and text bodies, and the error type every refusal goes through.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Response, StatusCode};
+use serde_json::json;
+
+use crate::generator::Refusal;
+use crate::metrics::Metrics;
+use crate::segment::SegmentRefusal;
+
+pub type Reply = Response<Full<Bytes>>;
+
+/// A request that cannot be answered, and how to say so.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no route {0}; try GET /id, /ids?count=N, /decode/<id>, /healthz, /readyz or /metrics")]
+    NotFound(String),
+    #[error("method {method} is not allowed on {path}; use GET")]
+    MethodNotAllowed { method: Method, path: String },
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Nothing is served yet (waiting for a slot or counter) or any more (stopping).
+    #[error("not ready: {message}; retry later")]
+    NotReady {
+        reason: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    Segment(#[from] SegmentRefusal),
+}
+
+pub fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut reply = Response::new(Full::new(body.into()));
+    *reply.status_mut() = status;
+    reply
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    reply
+}
+
+pub fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
+    body(status, "application/json", value.to_string())
+}
+
+/// A 503 with `Retry-After`.
+pub fn unavailable(value: serde_json::Value, retry_after_secs: u64) -> Reply {
+    let mut reply = json_reply(StatusCode::SERVICE_UNAVAILABLE, value);
+    reply
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    reply
+}
+
+impl HttpError {
+    pub fn into_reply(self, metrics: &Metrics) -> Reply {
+        let message = self.to_string();
+        match self {
+            HttpError::BadRequest(_) => {
+                json_reply(StatusCode::BAD_REQUEST, json!({ "error": message }))
+            }
+            HttpError::NotFound(_) => {
+                json_reply(StatusCode::NOT_FOUND, json!({ "error": message }))
+            }
+            HttpError::MethodNotAllowed { .. } => {
+                let mut reply =
+                    json_reply(StatusCode::METHOD_NOT_ALLOWED, json!({ "error": message }));
+                reply
+                    .headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static("GET"));
+                reply
+            }
+            HttpError::NotReady { reason, .. } => {
+                metrics.refusals.with_label_values(&[reason]).inc();
+                unavailable(json!({ "error": message, "reason": reason }), 1)
+            }
+            HttpError::Segment(refusal) => {
+                metrics
+                    .refusals
+                    .with_label_values(&[refusal.reason()])
+                    .inc();
+                unavailable(
+                    json!({ "error": message, "reason": refusal.reason() }),
+                    refusal.retry_after_secs(),
+                )
+            }
+            HttpError::Refused(refusal) => {
+                metrics
+                    .refusals
+                    .with_label_values(&[refusal.reason()])
+                    .inc();
+                unavailable(
+                    json!({ "error": message, "reason": refusal.reason() }),
+                    refusal.retry_after_secs(),
+                )
+            }
+        }
+    }
+}
+
+/// The reply to `/id`: one value as text or `{"id":"<decimal>"}`. Assembled by hand:
+/// `format!` cost about as much as the rest of the handler (callgrind, docs/benchmarks.md).
+pub fn one_value_reply(value: u64, json: bool) -> Reply {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(value).as_bytes();
+    let mut out = Vec::with_capacity(digits.len() + 10);
+    if json {
+        out.extend_from_slice(b"{\"id\":\"");
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"\"}");
+        body(StatusCode::OK, "application/json", out)
+    } else {
+        out.extend_from_slice(digits);
+        out.push(b'\n');
+        body(StatusCode::OK, "text/plain", out)
+    }
+}
+
+/// The reply to `/ids`: `count` values one per line, or `{"ids":["...",...]}`.
+pub fn many_values_reply(values: impl Iterator<Item = u64>, count: u64, json: bool) -> Reply {
+    let mut out = Vec::with_capacity(count as usize * 22 + 16);
+    let mut buf = itoa::Buffer::new();
+    if json {
+        out.extend_from_slice(b"{\"ids\":[");
+        for (i, v) in values.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(buf.format(v).as_bytes());
+            out.push(b'"');
+        }
+        out.extend_from_slice(b"]}");
+        body(StatusCode::OK, "application/json", out)
+    } else {
+        for v in values {
+            out.extend_from_slice(buf.format(v).as_bytes());
+            out.push(b'\n');
+        }
+        body(StatusCode::OK, "text/plain", out)
+    }
+}

@@ -1,0 +1,437 @@
+//! Route handling: one `Request` in, one `Response` out, answered from the serving state
+//! ([`crate::state`]), which this module only reads. To add a route, add it to
+//! `Api::route` (and to the table in [`crate::http`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::header::ACCEPT;
+use hyper::{Method, Request, StatusCode};
+use kubeflake_crds::Id;
+use kubeflake_crds::timebase::rfc3339;
+use prometheus::{Histogram, IntCounter};
+use serde_json::json;
+
+use super::reply::{
+    HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
+};
+use crate::generator::Generator;
+use crate::metrics::Metrics;
+use crate::segment::Segment;
+use crate::state::{Serving, ServingReader};
+
+/// What the handlers share.
+pub struct Api {
+    /// What is served now; written by the lifecycle code only.
+    state: ServingReader,
+    pub metrics: Arc<Metrics>,
+    /// Largest `count` accepted by `GET /ids`.
+    pub max_batch: u64,
+    /// The metric series of the busiest answer, resolved once.
+    id_ok: RouteSeries,
+}
+
+/// The metric series of one route and status, looked up once instead of per request:
+/// resolving labels hashes them and takes a lock each time.
+struct RouteSeries {
+    requests: IntCounter,
+    duration: Histogram,
+}
+
+impl RouteSeries {
+    fn new(metrics: &Metrics, route: &str, code: &str) -> RouteSeries {
+        RouteSeries {
+            requests: metrics.requests.with_label_values(&[route, code]),
+            duration: metrics.request_duration.with_label_values(&[route]),
+        }
+    }
+}
+
+/// Reads the query string, accepting only the `allowed` keys, each at most once.
+fn query_params<'a>(
+    query: Option<&'a str>,
+    allowed: &[&str],
+) -> Result<Vec<(&'a str, &'a str)>, HttpError> {
+    let mut params: Vec<(&str, &str)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if !allowed.contains(&key) {
+            return Err(HttpError::BadRequest(format!(
+                "unknown query parameter {key:?}; allowed: {allowed:?}"
+            )));
+        }
+        if params.iter().any(|(k, _)| *k == key) {
+            return Err(HttpError::BadRequest(format!(
+                "query parameter {key:?} is given twice"
+            )));
+        }
+        params.push((key, value));
+    }
+    Ok(params)
+}
+
+fn parse_count(query: Option<&str>, max: u64) -> Result<u64, HttpError> {
+    let params = query_params(query, &["count"])?;
+    let Some((_, raw)) = params.first() else {
+        return Err(HttpError::BadRequest(format!(
+            "missing query parameter count: use /ids?count=N with 1 <= N <= {max}"
+        )));
+    };
+    match raw.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(HttpError::BadRequest(format!(
+            "count must be a whole number from 1 to {max}, got {raw:?}"
+        ))),
+    }
+}
+
+fn wants_json<B>(req: &Request<B>) -> bool {
+    req.headers().get_all(ACCEPT).iter().any(|v| {
+        v.to_str()
+            .map(|s| s.contains("application/json"))
+            .unwrap_or(false)
+    })
+}
+
+/// Why nothing is issued in `state` (which serves neither IDs nor values).
+fn not_ready(state: &Serving) -> HttpError {
+    match state {
+        Serving::Stopping => HttpError::NotReady {
+            reason: "stopping",
+            message: "the sidecar is stopping".into(),
+        },
+        Serving::Waiting(why) => HttpError::NotReady {
+            reason: "no_slot",
+            message: why.to_string(),
+        },
+        // Not reached: these states serve.
+        Serving::Snowflake(_) | Serving::Segment(_) => HttpError::NotReady {
+            reason: "no_slot",
+            message: "starting".into(),
+        },
+    }
+}
+
+/// What answering a request takes: a reply ready now, or segment values to wait for.
+enum Planned {
+    Reply(Reply),
+    Segment {
+        segment: Arc<Segment>,
+        count: u64,
+        many: bool,
+        json: bool,
+    },
+}
+
+impl Api {
+    pub fn new(state: ServingReader, metrics: Arc<Metrics>, max_batch: u64) -> Api {
+        Api {
+            state,
+            id_ok: RouteSeries::new(&metrics, "id", "200"),
+            metrics,
+            max_batch,
+        }
+    }
+
+    /// The serving state this API answers from.
+    pub fn state(&self) -> &ServingReader {
+        &self.state
+    }
+
+    fn one_id(&self, generator: &Generator, json: bool) -> Result<Reply, HttpError> {
+        let id = generator.next_id()?;
+        self.metrics.ids_issued.inc();
+        Ok(one_value_reply(id.get(), json))
+    }
+
+    fn many_ids(&self, generator: &Generator, count: u64, json: bool) -> Result<Reply, HttpError> {
+        let reservation = generator.reserve(count)?;
+        self.metrics.ids_issued.inc_by(count);
+        let positions = reservation.first..reservation.first + reservation.count;
+        Ok(many_values_reply(
+            positions.map(|p| generator.id_at(p).get()),
+            count,
+            json,
+        ))
+    }
+
+    /// `/id` and `/ids` in segment mode: values from the block buffer.
+    async fn segment_ids(
+        &self,
+        segment: &Arc<Segment>,
+        count: u64,
+        many: bool,
+        json: bool,
+    ) -> Result<Reply, HttpError> {
+        if !many {
+            let value = segment.take_one().await?;
+            self.metrics.ids_issued.inc();
+            return Ok(one_value_reply(value, json));
+        }
+        let runs = segment.take(count).await?;
+        self.metrics.ids_issued.inc_by(count);
+        Ok(many_values_reply(
+            runs.iter().flat_map(|b| b.start..b.end),
+            count,
+            json,
+        ))
+    }
+
+    fn segment_decode(raw: &str) -> Result<Reply, HttpError> {
+        let value = raw
+            .parse::<u64>()
+            .ok()
+            .filter(|v| *v < kubeflake_crds::segment_counter::LIMIT)
+            .ok_or_else(|| {
+                HttpError::BadRequest(format!(
+                    "{raw:?} is not a segment value: expected a decimal number from 0 to 2^63-1"
+                ))
+            })?;
+        Ok(json_reply(
+            StatusCode::OK,
+            json!({
+                "id": value.to_string(),
+                "mode": "Segment",
+                "fields": null,
+                "note": "segment values are plain counter values: they carry no time, datacenter, worker or sequence fields",
+            }),
+        ))
+    }
+
+    fn decode(generator: &Generator, raw: &str) -> Result<Reply, HttpError> {
+        let config = generator.config();
+        let parsed = raw.parse::<u64>().map_err(|_| {
+            HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
+        })?;
+        let parts = Id::new(parsed)
+            .and_then(|id| config.layout.decode(id))
+            .map_err(|e| HttpError::BadRequest(e.to_string()))?;
+        Ok(json_reply(
+            StatusCode::OK,
+            json!({
+                "id": parsed.to_string(),
+                "time": rfc3339(config.timebase.start_of(parts.tick)),
+                "tick": parts.tick.0,
+                "datacenter": parts.datacenter.0,
+                "worker": parts.slot.0,
+                "sequence": parts.sequence,
+            }),
+        ))
+    }
+
+    /// 200 when a value can be issued now; else 503 with the reason. Both name the phase,
+    /// and while waiting, what for.
+    fn readyz(state: &Serving) -> Reply {
+        let phase = state.phase().label();
+        let (refusal_reason, refusal, retry_after) = match state {
+            Serving::Segment(segment) => match segment.check_ready() {
+                Ok(()) => {
+                    return json_reply(
+                        StatusCode::OK,
+                        json!({ "status": "ready", "mode": "Segment", "phase": phase }),
+                    );
+                }
+                Err(r) => (r.reason(), r.to_string(), r.retry_after_secs()),
+            },
+            Serving::Snowflake(generator) => match generator.check_ready() {
+                Ok(()) => {
+                    return json_reply(
+                        StatusCode::OK,
+                        json!({ "status": "ready", "phase": phase }),
+                    );
+                }
+                Err(r) => (r.reason(), r.to_string(), r.retry_after_secs()),
+            },
+            Serving::Waiting(why) => {
+                return unavailable(
+                    json!({
+                        "status": "not ready",
+                        "reason": "no_slot",
+                        "error": not_ready(state).to_string(),
+                        "phase": phase,
+                        "waiting_for": why.label(),
+                    }),
+                    1,
+                );
+            }
+            Serving::Stopping => ("stopping", not_ready(state).to_string(), 1),
+        };
+        unavailable(
+            json!({ "status": "not ready", "reason": refusal_reason, "error": refusal, "phase": phase }),
+            retry_after,
+        )
+    }
+
+    fn metrics_text(&self, state: &Serving) -> Reply {
+        let text = match state {
+            Serving::Segment(segment) => self
+                .metrics
+                .render_segment(segment.check_ready().is_ok(), segment.buffered()),
+            Serving::Snowflake(generator) => self.metrics.render(Some(generator)),
+            Serving::Waiting(_) | Serving::Stopping => self.metrics.render(None),
+        };
+        body(StatusCode::OK, "text/plain; version=0.0.4", text)
+    }
+
+    /// Routes one request. Returns the route label for metrics with the reply, or with
+    /// what to await (segment values may have to wait for a claim).
+    fn route<B>(&self, req: &Request<B>) -> (&'static str, Result<Planned, HttpError>) {
+        let path = req.uri().path();
+        let query = req.uri().query();
+        let route = match path {
+            "/id" => "id",
+            "/ids" => "ids",
+            "/healthz" => "healthz",
+            "/readyz" => "readyz",
+            "/metrics" => "metrics",
+            p if p.starts_with("/decode/") => "decode",
+            _ => return ("other", Err(HttpError::NotFound(path.to_string()))),
+        };
+        if req.method() != Method::GET {
+            let err = HttpError::MethodNotAllowed {
+                method: req.method().clone(),
+                path: path.to_string(),
+            };
+            return (route, Err(err));
+        }
+        let json = wants_json(req);
+        let state = self.state.load();
+        let result = match (route, &**state) {
+            ("id", Serving::Segment(segment)) => {
+                query_params(query, &[]).map(|_| Planned::Segment {
+                    segment: segment.clone(),
+                    count: 1,
+                    many: false,
+                    json,
+                })
+            }
+            ("ids", Serving::Segment(segment)) => {
+                parse_count(query, self.max_batch).map(|count| Planned::Segment {
+                    segment: segment.clone(),
+                    count,
+                    many: true,
+                    json,
+                })
+            }
+            ("id", Serving::Snowflake(g)) => query_params(query, &[])
+                .and_then(|_| self.one_id(g, json))
+                .map(Planned::Reply),
+            ("ids", Serving::Snowflake(g)) => parse_count(query, self.max_batch)
+                .and_then(|n| self.many_ids(g, n, json))
+                .map(Planned::Reply),
+            ("id", other) => query_params(query, &[]).and_then(|_| Err(not_ready(other))),
+            ("ids", other) => {
+                parse_count(query, self.max_batch).and_then(|_| Err(not_ready(other)))
+            }
+            ("decode", state) => query_params(query, &[]).and_then(|_| {
+                let raw = &path["/decode/".len()..];
+                match state {
+                    Serving::Segment(_) => Api::segment_decode(raw),
+                    Serving::Snowflake(g) => Api::decode(g, raw),
+                    other => Err(not_ready(other)),
+                }
+                .map(Planned::Reply)
+            }),
+            ("healthz", _) => Ok(Planned::Reply(json_reply(
+                StatusCode::OK,
+                json!({ "status": "alive" }),
+            ))),
+            ("readyz", state) => Ok(Planned::Reply(Api::readyz(state))),
+            (_, state) => Ok(Planned::Reply(self.metrics_text(state))),
+        };
+        (route, result)
+    }
+
+    /// Answers one request; never fails (errors become 4xx/5xx replies). The returned
+    /// future does not borrow the request.
+    pub fn handle<'a, B>(
+        &'a self,
+        req: &Request<B>,
+    ) -> impl Future<Output = Reply> + Send + use<'a, B> {
+        let started = Instant::now();
+        let (route, planned) = self.route(req);
+        async move {
+            let result = match planned {
+                Ok(Planned::Reply(reply)) => Ok(reply),
+                Ok(Planned::Segment {
+                    segment,
+                    count,
+                    many,
+                    json,
+                }) => self.segment_ids(&segment, count, many, json).await,
+                Err(e) => Err(e),
+            };
+            let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
+            let seconds = started.elapsed().as_secs_f64();
+            if route == "id" && reply.status() == StatusCode::OK {
+                self.id_ok.requests.inc();
+                self.id_ok.duration.observe(seconds);
+            } else {
+                let mut code = itoa::Buffer::new();
+                self.metrics
+                    .requests
+                    .with_label_values(&[route, code.format(reply.status().as_u16())])
+                    .inc();
+                self.metrics
+                    .request_duration
+                    .with_label_values(&[route])
+                    .observe(seconds);
+            }
+            reply
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ServingCell, WaitReason};
+    use http_body_util::BodyExt;
+
+    async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
+        let req = Request::get(path).body(()).unwrap();
+        let reply = api.handle(&req).await;
+        let status = reply.status().as_u16();
+        let bytes = reply.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn readyz_names_the_phase_and_what_it_waits_for() {
+        let metrics = Arc::new(Metrics::new());
+        let cell = ServingCell::new(
+            Serving::Waiting(WaitReason::SlotAssignment {
+                sequence: "orders".into(),
+            }),
+            &metrics,
+        );
+        let api = Api::new(cell.reader(), metrics.clone(), 10);
+        let (status, body) = get(&api, "/readyz").await;
+        assert_eq!(status, 503);
+        assert_eq!(body["phase"], "waiting");
+        assert_eq!(body["reason"], "no_slot");
+        assert_eq!(body["waiting_for"], "slot_assignment");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("assign a slot of orders"),
+            "{body}"
+        );
+        let (status, body) = get(&api, "/id").await;
+        assert_eq!((status, &body["reason"]), (503, &json!("no_slot")));
+
+        cell.publish(Serving::Stopping);
+        let (status, body) = get(&api, "/readyz").await;
+        assert_eq!(status, 503);
+        assert_eq!(body["phase"], "stopping");
+        assert_eq!(body["reason"], "stopping");
+        let text = metrics.render(None);
+        assert!(
+            text.contains("kubeflake_sidecar_phase{phase=\"stopping\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("kubeflake_sidecar_phase{phase=\"waiting\"} 0"));
+    }
+}

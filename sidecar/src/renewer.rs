@@ -1,0 +1,195 @@
+//! The task that keeps a fence file ahead of its generator (both modes), and the one way
+//! async code writes a fence: on the blocking pool, never on an async worker (a write ends
+//! in an fsync that can take long on a busy disk).
+//!
+//! The task owns the fence by value. Stopping it waits for a write in flight and hands the
+//! fence back, so the file always comes back to the lifecycle code (for the final, lowering
+//! write of docs/safety.md rule 5, or for the next slot). If a renewal panics, the task
+//! ends by itself: [`Renewer::died`] says so, and the caller must stop issuing and end the
+//! process with an error, so that it is restarted and starts above its fence (rules 4 and
+//! 6) instead of serving on without a renewed fence.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::fence::{FenceFileError, LocalFence};
+
+/// A fence that can be renewed (a blocking write).
+pub trait Renew: Send + 'static {
+    fn renew(&mut self) -> Result<(), FenceFileError>;
+}
+
+impl Renew for LocalFence {
+    fn renew(&mut self) -> Result<(), FenceFileError> {
+        LocalFence::renew(self)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenewerError {
+    #[error(
+        "the fence renewal task died ({0}); stopped issuing, exiting so that the container is \
+         restarted and starts above its fence"
+    )]
+    Died(String),
+}
+
+/// Runs `write` on `fence` on the blocking pool and hands the fence back with the result.
+/// An `Err` means the write panicked (the fence is gone with it).
+pub async fn off_worker<F, T>(
+    mut fence: F,
+    write: impl FnOnce(&mut F) -> T + Send + 'static,
+) -> Result<(F, T), RenewerError>
+where
+    F: Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let out = write(&mut fence);
+        (fence, out)
+    })
+    .await
+    .map_err(|e| RenewerError::Died(e.to_string()))
+}
+
+/// A running renewal task that owns its fence.
+pub struct Renewer<F> {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<F, RenewerError>>,
+}
+
+impl<F: Renew> Renewer<F> {
+    /// Renews `fence` every `every` (at least 10 ms) until stopped.
+    pub fn spawn(fence: F, every: Duration) -> Renewer<F> {
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let mut fence = fence;
+            let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    biased;
+                    // Asked to stop (or the `Renewer` was dropped): hand the fence back.
+                    _ = &mut stopped => return Ok(fence),
+                    _ = interval.tick() => {
+                        // Not cancelled by a stop: a write in flight always finishes first.
+                        let (back, written) = off_worker(fence, F::renew).await?;
+                        fence = back;
+                        if let Err(e) = written {
+                            tracing::warn!(error = %e, "fence write failed; serving only up to the last fence written");
+                        }
+                    }
+                }
+            }
+        });
+        Renewer {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Completes only if the task ended without being asked: a renewal panicked. Do not
+    /// call [`stop`](Self::stop) after this completed.
+    pub async fn died(&mut self) -> RenewerError {
+        match (&mut self.task).await {
+            Ok(Err(e)) => e,
+            Err(e) => RenewerError::Died(e.to_string()),
+            Ok(Ok(_)) => RenewerError::Died("it ended unasked".into()),
+        }
+    }
+
+    /// Stops renewing: waits for a write in flight, then hands the fence back.
+    pub async fn stop(mut self) -> Result<F, RenewerError> {
+        if let Some(stop) = self.stop.take() {
+            // Fails only if the task has already ended; awaiting it below says how.
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(e) => Err(RenewerError::Died(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, mpsc};
+
+    /// Counts renewals; the `panic_at`-th panics; every renewal first waits for `gate`.
+    struct Fake {
+        entered: Arc<AtomicU32>,
+        renewals: Arc<AtomicU32>,
+        panic_at: u32,
+        gate: Option<mpsc::Receiver<()>>,
+    }
+
+    impl Renew for Fake {
+        fn renew(&mut self) -> Result<(), FenceFileError> {
+            self.entered.fetch_add(1, Ordering::SeqCst);
+            if let Some(gate) = &self.gate {
+                let _ = gate.recv_timeout(Duration::from_secs(10));
+            }
+            let n = self.renewals.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(n != self.panic_at, "renewal {n} panics (test)");
+            Ok(())
+        }
+    }
+
+    fn fake(
+        panic_at: u32,
+        gate: Option<mpsc::Receiver<()>>,
+    ) -> (Fake, Arc<AtomicU32>, Arc<AtomicU32>) {
+        let (entered, renewals) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let fake = Fake {
+            entered: entered.clone(),
+            renewals: renewals.clone(),
+            panic_at,
+            gate,
+        };
+        (fake, entered, renewals)
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_renewal_is_reported_not_dropped() {
+        let (fake, _, renewals) = fake(3, None);
+        let mut renewer = Renewer::spawn(fake, Duration::from_millis(10));
+        let died = tokio::time::timeout(Duration::from_secs(5), renewer.died()).await;
+        let Ok(RenewerError::Died(why)) = died else {
+            panic!("a panicking renewal must end the task: {died:?}");
+        };
+        assert!(why.contains("panic"), "{why}");
+        assert_eq!(renewals.load(Ordering::SeqCst), 3);
+    }
+
+    /// The fence comes back however long a write in flight takes: `stop` has no time-out
+    /// (the old code gave up after 5 s, leaving a pod that held its slot but could never
+    /// serve again, with `/healthz` 200).
+    #[tokio::test]
+    async fn stop_waits_for_a_write_in_flight_and_always_hands_the_fence_back() {
+        let (release, gate) = mpsc::channel();
+        let (fake, entered, renewals) = fake(0, Some(gate));
+        let renewer = Renewer::spawn(fake, Duration::from_millis(10));
+        while entered.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // The first renewal is blocked in its "fsync"; stop is asked meanwhile.
+        let stopping = tokio::spawn(renewer.stop());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !stopping.is_finished(),
+            "stop waits for the write in flight"
+        );
+        release.send(()).unwrap();
+        let back = stopping.await.unwrap();
+        assert!(back.is_ok(), "the fence came back");
+        assert_eq!(
+            renewals.load(Ordering::SeqCst),
+            1,
+            "no renewal after the stop"
+        );
+    }
+}

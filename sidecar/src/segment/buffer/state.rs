@@ -1,0 +1,112 @@
+//! The buffer's state under its mutex: the current block, the spare, and the
+//! bookkeeping that decides when to claim the next block and how large. Only arithmetic
+//! happens here, never I/O.
+
+use std::time::{Duration, Instant};
+
+use super::sizing::{next_block_size, prefetch_threshold};
+use super::{Runs, Segment};
+use crate::segment::claim::Block;
+
+pub(super) struct State {
+    /// Next value to hand out and the end of the current block.
+    pub(super) cursor: u64,
+    pub(super) end: u64,
+    /// Size of the current block and when it became current (adaptive sizing).
+    pub(super) current_len: u64,
+    pub(super) current_since: Instant,
+    pub(super) spare: Option<Block>,
+    /// Values that last about two claims' time at the last block's rate: the spare is
+    /// claimed when no more than this is left, even below the prefetch share (a fast
+    /// consumer of small blocks would otherwise wait for each claim).
+    pub(super) early: u64,
+    /// How long the last claim took (for `early`).
+    pub(super) last_claim: Duration,
+    pub(super) fetching: bool,
+    pub(super) exhausted: bool,
+    pub(super) stopped: bool,
+    /// The size of the next claim.
+    pub(super) size: u64,
+    /// Used share of the current block (per mille) at which the spare is claimed.
+    pub(super) prefetch_permille: u64,
+    pub(super) last_error: Option<String>,
+    /// End of the highest block claimed (for giving back the unused top on stop).
+    pub(super) top: u64,
+}
+
+impl State {
+    pub(super) fn buffered(&self) -> u64 {
+        (self.end - self.cursor) + self.spare.map_or(0, |b| b.len())
+    }
+
+    /// Forgets every buffered value (never to be served); returns how many there were.
+    pub(super) fn drop_buffered(&mut self) -> u64 {
+        let dropped = self.buffered();
+        self.cursor = self.end;
+        self.spare = None;
+        self.current_len = 0;
+        dropped
+    }
+}
+
+impl State {
+    /// Whether to start a claim now: no claim running, no spare, and the used share of the
+    /// current block has reached its prefetch threshold (or nothing is buffered at all).
+    pub(super) fn fetch_due(&mut self) -> bool {
+        if self.fetching || self.spare.is_some() || self.exhausted || self.stopped {
+            return false;
+        }
+        let left = self.end - self.cursor;
+        let used = self.current_len - left;
+        let due = left <= self.early
+            || self.cursor == self.end
+            || used * 1000 >= self.current_len * self.prefetch_permille;
+        if due {
+            self.fetching = true;
+        }
+        due
+    }
+}
+
+impl Segment {
+    /// Takes up to `want` buffered values without waiting; returns them and whether a
+    /// claim must be started.
+    pub(super) fn take_buffered(&self, want: u64, out: &mut Runs) -> (u64, bool) {
+        let mut s = self.lock();
+        let mut taken = 0;
+        while taken < want && !s.stopped {
+            if s.cursor == s.end {
+                let Some(spare) = s.spare.take() else { break };
+                s.cursor = spare.start;
+                s.end = spare.end;
+                s.current_len = spare.len();
+                s.current_since = Instant::now();
+                s.prefetch_permille = prefetch_threshold(self.params.prefetch_percent);
+            }
+            let n = (want - taken).min(s.end - s.cursor);
+            out.push(Block {
+                start: s.cursor,
+                end: s.cursor + n,
+            });
+            s.cursor += n;
+            taken += n;
+            if s.cursor == s.end && s.current_len > 0 {
+                // The current block is used up: learn from how long it lasted.
+                let took = s.current_since.elapsed();
+                let rate = s.current_len as f64 / took.as_secs_f64().max(1e-6);
+                s.early = (rate * s.last_claim.as_secs_f64() * 2.0).min(s.size as f64) as u64;
+                s.size = next_block_size(
+                    s.size,
+                    s.current_len,
+                    took,
+                    Duration::from_secs(self.params.target_claim_interval_secs),
+                    self.params.block_size,
+                    self.params.max_block_size,
+                );
+                s.current_len = 0;
+            }
+        }
+        let fetch = s.fetch_due();
+        (taken, fetch)
+    }
+}

@@ -8,6 +8,7 @@
 //! - [`reply`]: JSON and text replies, and the JSON error body every endpoint uses.
 //! - [`metrics`]: registering Prometheus metrics and rendering them.
 //! - [`kube_error`]: what a Kubernetes API error means for the caller (conflict, gone).
+//! - [`unix_socket`]: binding a Unix domain socket (stale files replaced, live ones refused).
 //! - [`backoff`]: how long a failed watch waits before it tries again.
 //!
 //! Nothing here knows about IDs, slots or sequences: dependencies point from the
@@ -20,3 +21,4 @@ pub mod metrics;
 pub mod reply;
 pub mod serve;
 pub mod signal;
+pub mod unix_socket;

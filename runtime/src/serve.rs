@@ -20,7 +20,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::reply::Reply;
 
@@ -55,7 +55,7 @@ impl AcceptBackoff {
     }
 
     /// Accepts the next connection, pausing after each failure (logged with `name`).
-    pub async fn accept(&mut self, listener: &TcpListener, name: &str) -> (TcpStream, SocketAddr) {
+    pub async fn accept<L: Listener>(&mut self, listener: &L, name: &str) -> (L::Stream, L::Peer) {
         loop {
             match listener.accept().await {
                 Ok(accepted) => {
@@ -72,24 +72,60 @@ impl AcceptBackoff {
     }
 }
 
-/// Serves `handler` on plain TCP until `shutdown` completes, then drains.
-pub async fn serve<H, F>(
-    listener: TcpListener,
+/// What the serve loop accepts connections from: TCP or a Unix domain socket.
+pub trait Listener: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// Who connected, for logs.
+    type Peer: std::fmt::Debug + Send + 'static;
+    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Stream, Self::Peer)>> + Send;
+    /// Prepares an accepted stream (e.g. TCP_NODELAY).
+    fn prepare(stream: &Self::Stream);
+}
+
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+    type Peer = SocketAddr;
+    fn accept(&self) -> impl Future<Output = std::io::Result<(TcpStream, SocketAddr)>> + Send {
+        TcpListener::accept(self)
+    }
+    fn prepare(stream: &TcpStream) {
+        // Small replies: send them now rather than waiting for more to batch.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    }
+}
+
+impl Listener for UnixListener {
+    type Stream = UnixStream;
+    type Peer = ();
+    fn accept(&self) -> impl Future<Output = std::io::Result<(UnixStream, ())>> + Send {
+        async move {
+            UnixListener::accept(self)
+                .await
+                .map(|(stream, _)| (stream, ()))
+        }
+    }
+    fn prepare(_stream: &UnixStream) {}
+}
+
+/// Serves `handler` on `listener` (TCP or Unix socket) until `shutdown` completes,
+/// then drains.
+pub async fn serve<L, H, F>(
+    listener: L,
     options: ServeOptions,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) where
+    L: Listener,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Reply> + Send + 'static,
 {
     serve_upgraded(
         listener,
         options,
-        |stream: TcpStream, _peer| async move {
-            // Small replies: send them now rather than waiting for more to batch.
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set");
-            }
+        |stream: L::Stream, _peer| async move {
+            L::prepare(&stream);
             Some(stream)
         },
         handler,
@@ -100,14 +136,15 @@ pub async fn serve<H, F>(
 
 /// Like [`serve`], with each accepted stream first turned into the connection to serve by
 /// `upgrade` (for example a TLS handshake under a timeout); `None` drops the stream.
-pub async fn serve_upgraded<U, UF, IO, H, F>(
-    listener: TcpListener,
+pub async fn serve_upgraded<L, U, UF, IO, H, F>(
+    listener: L,
     options: ServeOptions,
     upgrade: U,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) where
-    U: Fn(TcpStream, SocketAddr) -> UF + Clone + Send + 'static,
+    L: Listener,
+    U: Fn(L::Stream, L::Peer) -> UF + Clone + Send + 'static,
     UF: Future<Output = Option<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
@@ -123,6 +160,7 @@ pub async fn serve_upgraded<U, UF, IO, H, F>(
         };
         let (upgrade, handler, watcher) = (upgrade.clone(), handler.clone(), graceful.watcher());
         tokio::spawn(async move {
+            let peer_text = format!("{peer:?}");
             let Some(io) = upgrade(stream, peer).await else {
                 return;
             };
@@ -135,7 +173,7 @@ pub async fn serve_upgraded<U, UF, IO, H, F>(
                 .header_read_timeout(options.header_read_timeout)
                 .serve_connection(TokioIo::new(io), service);
             if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(server = options.name, %peer, error = %e, "connection ended with an error");
+                tracing::debug!(server = options.name, peer = %peer_text, error = %e, "connection ended with an error");
             }
         });
     }
@@ -231,6 +269,33 @@ mod tests {
             TcpStream::connect(addr).await.is_err(),
             "the listener is closed"
         );
+    }
+
+    #[tokio::test]
+    async fn the_same_loop_serves_a_unix_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = crate::unix_socket::bind(&path, 0o600).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            options(Duration::from_secs(10)),
+            ok,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        let mut client = UnixStream::connect(&path).await.unwrap();
+        client
+            .write_all(b"GET /id HTTP/1.1\r\nHost: kubeflake\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
+        let _ = stop.send(());
+        server.await.unwrap();
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 #   openssl: inspects certificates in the webhook tests.
 #   prometheus: its promtool checks and unit-tests the chart's alerts and dashboard
 #     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries.
+#   python3-venv: a virtualenv for Schemathesis and openapi-spec-validator, which fuzz
+#     the sidecar against docs/openapi.yaml (scripts/check-openapi.sh).
 #   The test node (e2e/node/node.sh, e2e/src/node.rs):
 #     containerd, runc, containernetworking-plugins: the container runtime and CNI bridge;
 #     iptables, iproute2, conntrack: its network rules, bridge and kube-proxy's needs;
@@ -18,6 +20,7 @@ have_cmd faketime || need+=(faketime)
 have_cmd openssl || need+=(openssl)
 have_cmd promtool || need+=(prometheus)
 have_cmd jq || need+=(jq)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 have_cmd containerd || need+=(containerd)
 have_cmd runc || need+=(runc)
 have_file /usr/lib/cni/bridge || need+=(containernetworking-plugins)

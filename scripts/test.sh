@@ -27,6 +27,8 @@ charts/kubeflake/tests/promtool.sh
 
 step "running cargo test"
 cargo test --workspace --locked --no-fail-fast "$@"
+step "checking the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
+scripts/check-openapi.sh
 step "running cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "done"

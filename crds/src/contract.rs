@@ -16,6 +16,12 @@ pub const SIDECAR_NAME: &str = "kubeflake-sidecar";
 /// `http://127.0.0.1:7070`.
 pub const URL_ENV: &str = "KUBEFLAKE_URL";
 
+/// Environment of every app container: the sidecar's Unix socket, e.g.
+/// `curl --unix-socket "$KUBEFLAKE_SOCKET" http://kubeflake/id`.
+pub const SOCKET_ENV: &str = "KUBEFLAKE_SOCKET";
+/// Sidecar environment: the path of the Unix socket to serve the ID API on as well.
+pub const LISTEN_UNIX_ENV: &str = "KUBEFLAKE_LISTEN_UNIX";
+
 /// Sidecar environment: the IdSequence to take part in (in the pod's namespace).
 pub const SEQUENCE_ENV: &str = "KUBEFLAKE_SEQUENCE";
 /// Sidecar environment: the address of the ID API (`127.0.0.1:<port>`).
@@ -63,6 +69,17 @@ pub const STATE_VOLUME: &str = "kubeflake-state";
 /// the state directory.
 pub const STATE_DIR: &str = "/var/run/kubeflake";
 
+/// The emptyDir that holds the sidecar's Unix socket, mounted into the sidecar and every
+/// app container. Never the state volume: an app must not be able to touch the fence.
+pub const SOCKET_VOLUME: &str = "kubeflake-socket";
+/// Where [`SOCKET_VOLUME`] is mounted, in the sidecar and in the app containers.
+pub const SOCKET_DIR: &str = "/var/run/kubeflake-socket";
+/// The socket's path in an injected pod.
+pub const SOCKET_PATH: &str = "/var/run/kubeflake-socket/kubeflake.sock";
+/// Permission bits of the socket: every user in the pod may connect. Who can reach it at
+/// all is decided by which containers mount [`SOCKET_VOLUME`].
+pub const SOCKET_MODE: u32 = 0o666;
+
 /// Numeric non-root user and group the sidecar runs as (the image's user too).
 pub const SIDECAR_UID: i64 = 65532;
 
@@ -100,9 +117,19 @@ mod tests {
     }
 
     #[test]
+    fn the_socket_lives_in_its_own_volume_never_in_the_state_volume() {
+        assert!(SOCKET_PATH.starts_with(&format!("{SOCKET_DIR}/")));
+        assert_ne!(SOCKET_VOLUME, STATE_VOLUME);
+        assert!(!SOCKET_DIR.starts_with(&format!("{STATE_DIR}/")) && SOCKET_DIR != STATE_DIR);
+        assert!(!STATE_DIR.starts_with(&format!("{SOCKET_DIR}/")));
+    }
+
+    #[test]
     fn every_sidecar_variable_is_distinct() {
         let names = [
             URL_ENV,
+            SOCKET_ENV,
+            LISTEN_UNIX_ENV,
             SEQUENCE_ENV,
             LISTEN_ENV,
             PROBE_LISTEN_ENV,

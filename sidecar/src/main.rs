@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kubeflake_crds::IdSequenceSpec;
+use kubeflake_crds::contract;
 use kubeflake_crds::sequence::{Mode, SegmentParams};
+use kubeflake_runtime::log::LogFormat;
 use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
@@ -28,7 +30,7 @@ struct Cli {
         value_enum,
         default_value = "text",
         global = true,
-        env = "KUBEFLAKE_LOG_FORMAT"
+        env = contract::LOG_FORMAT_ENV
     )]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -43,12 +45,6 @@ enum ModeArg {
     Snowflake,
     /// Dense counter values handed out in blocks, like a database SEQUENCE.
     Segment,
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -77,32 +73,33 @@ struct CheckArgs {
 #[derive(clap::Args, Debug)]
 struct ClusterArgs {
     /// Address to serve HTTP on.
-    #[arg(long, default_value = "127.0.0.1:7070", env = "KUBEFLAKE_LISTEN")]
+    #[arg(long, default_value = "127.0.0.1:7070", env = contract::LISTEN_ENV)]
     listen: SocketAddr,
-    /// Also serve /healthz and /readyz (nothing else) here, for kubelet probes, which
-    /// reach the pod IP rather than 127.0.0.1 (for example 0.0.0.0:7071).
-    #[arg(long, env = "KUBEFLAKE_PROBE_LISTEN")]
+    /// Also serve the same API on a Unix socket at this path (in a volume shared with the
+    /// app; a stale socket file is replaced, a live one is an error).
+    #[arg(long, env = contract::LISTEN_UNIX_ENV)]
+    listen_unix: Option<PathBuf>,
+    /// Also serve /healthz, /readyz and /metrics (nothing else) here, for kubelet probes
+    /// and Prometheus, which reach the pod IP rather than 127.0.0.1 (e.g. 0.0.0.0:7071).
+    #[arg(long, env = contract::PROBE_LISTEN_ENV)]
     probe_listen: Option<SocketAddr>,
     /// The IdSequence to take part in (in the pod's namespace).
-    #[arg(long, env = "KUBEFLAKE_SEQUENCE")]
+    #[arg(long, env = contract::SEQUENCE_ENV)]
     sequence: String,
     /// This pod's name (downward API: metadata.name).
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = contract::POD_NAME_ENV)]
     pod_name: String,
     /// This pod's namespace (downward API: metadata.namespace).
-    #[arg(long, env = "POD_NAMESPACE")]
+    #[arg(long, env = contract::POD_NAMESPACE_ENV)]
     pod_namespace: String,
     /// This pod's UID (downward API: metadata.uid): the holder identity in slot leases.
-    #[arg(long, env = "POD_UID")]
+    #[arg(long, env = contract::POD_UID_ENV)]
     pod_uid: String,
     /// Directory for the pod-local fence file: an emptyDir, so it survives container
-    /// restarts but not the pod.
-    #[arg(
-        long,
-        default_value = "/var/run/kubeflake",
-        env = "KUBEFLAKE_FENCE_DIR"
-    )]
-    fence_dir: PathBuf,
+    /// restarts but not the pod. Default: /var/run/kubeflake. (`--fence-dir` and
+    /// KUBEFLAKE_FENCE_DIR, its names before 0.2, still work.)
+    #[arg(long, alias = "fence-dir", env = contract::STATE_DIR_ENV)]
+    state_dir: Option<PathBuf>,
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_batch: u64,
@@ -126,11 +123,15 @@ struct ClusterArgs {
 #[derive(clap::Args, Debug)]
 struct StandaloneArgs {
     /// Address to serve HTTP on.
-    #[arg(long, default_value = "127.0.0.1:7070", env = "KUBEFLAKE_LISTEN")]
+    #[arg(long, default_value = "127.0.0.1:7070", env = contract::LISTEN_ENV)]
     listen: SocketAddr,
+    /// Also serve the same API on a Unix socket at this path (a stale socket file is
+    /// replaced, a live one is an error).
+    #[arg(long, env = contract::LISTEN_UNIX_ENV)]
+    listen_unix: Option<PathBuf>,
     /// Directory for the fence file. Default: $XDG_STATE_HOME/kubeflake or
     /// ~/.local/state/kubeflake.
-    #[arg(long, env = "KUBEFLAKE_STATE_DIR")]
+    #[arg(long, env = contract::STATE_DIR_ENV)]
     state_dir: Option<PathBuf>,
     /// The worker slot, 0 to 2^workerBits - 1. Processes sharing one sequence need
     /// different worker IDs.
@@ -236,33 +237,17 @@ fn default_state_dir() -> PathBuf {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+/// SIGTERM or SIGINT, as a future (handlers installed now).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    kubeflake_runtime::signal::shutdown_signal()
+        .unwrap_or_else(|e| fail(1, format!("cannot install signal handlers: {e}")))
 }
 
-/// Completes on SIGTERM or SIGINT.
-/// Installs the SIGTERM and SIGINT handlers now and returns a future that completes on
-/// either. Installing eagerly matters: a handler installed only when the future is first
-/// polled leaves a window in which SIGTERM kills the process without a graceful stop.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("can install a SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-    }
+/// Cluster mode's state directory: `--state-dir`/KUBEFLAKE_STATE_DIR, else the variable
+/// operators before 0.2 injected, else the state volume's mount path.
+fn cluster_state_dir(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os(contract::LEGACY_FENCE_DIR_ENV).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(contract::STATE_DIR))
 }
 
 fn fail(code: i32, message: impl std::fmt::Display) -> ! {
@@ -279,6 +264,7 @@ async fn run_standalone(args: StandaloneArgs) {
     if let Some(segment) = segment_settings(&args, &mut spec).unwrap_or_else(|e| fail(2, e)) {
         let config = SegmentStandaloneConfig {
             listen: args.listen,
+            listen_unix: args.listen_unix.clone(),
             state_dir: args.state_dir.unwrap_or_else(default_state_dir),
             sequence_name,
             segment,
@@ -299,6 +285,7 @@ async fn run_standalone(args: StandaloneArgs) {
     });
     let config = StandaloneConfig {
         listen: args.listen,
+        listen_unix: args.listen_unix,
         state_dir: args.state_dir.unwrap_or_else(default_state_dir),
         worker_id: args.worker_id,
         sequence_name,
@@ -333,7 +320,8 @@ async fn run_cluster(args: ClusterArgs) {
             uid: args.pod_uid,
         },
         sequence: args.sequence,
-        fence_dir: args.fence_dir,
+        state_dir: cluster_state_dir(args.state_dir),
+        listen_unix: args.listen_unix,
         max_batch: args.max_batch,
         local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
         renew_every: args.renew_every_secs.map(Duration::from_secs),
@@ -361,7 +349,7 @@ fn main() {
         Some(Command::Cluster(args)) => Run::Cluster(args),
         None => Run::Standalone(cli.standalone),
     };
-    init_logging(cli.log_format);
+    kubeflake_runtime::log::init(cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

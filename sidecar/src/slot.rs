@@ -6,17 +6,14 @@
 //! write is retried on the new version (the fence never goes down); if it is not, the slot
 //! is lost and the caller must stop issuing at once.
 
-use std::collections::BTreeMap;
-
+use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflake_crds::Tick;
 use kubeflake_crds::slot_lease::{
-    FENCE_ANNOTATION, HOLDER_LABEL, RELEASED_AT_ANNOTATION, SEQUENCE_LABEL, SlotLease,
-    SlotLeaseError,
+    self, HOLDER_LABEL, Releaser, SEQUENCE_LABEL, SlotLease, SlotLeaseError, TransitionError,
 };
 
 /// Who this pod is (from the downward API).
@@ -52,9 +49,7 @@ pub enum SlotError {
     },
 }
 
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
+use kubeflake_runtime::kube_error::is_conflict;
 
 fn holder_selector(sequence: &str, uid: &str) -> String {
     format!("{SEQUENCE_LABEL}={sequence},{HOLDER_LABEL}={uid}")
@@ -99,10 +94,6 @@ pub struct HeldSlot {
     pub slot: SlotLease,
 }
 
-fn now() -> MicroTime {
-    MicroTime(k8s_openapi::jiff::Timestamp::now())
-}
-
 impl HeldSlot {
     pub fn new(api: Api<Lease>, uid: &str, lease: Lease) -> Result<HeldSlot, SlotError> {
         let slot = SlotLease::parse(&lease)?;
@@ -117,37 +108,26 @@ impl HeldSlot {
         })
     }
 
-    fn annotations(lease: &mut Lease) -> &mut BTreeMap<String, String> {
-        lease.metadata.annotations.get_or_insert_with(BTreeMap::new)
-    }
-
     /// Raises the lease's fence to `fence` (and renews). When this returns `Ok`, ticks up
-    /// to `fence` may be used (rule 2). The fence never goes down here (rule 5).
+    /// to `fence` may be used (rule 2). The fence never goes down here (rule 5): the
+    /// transition is [`slot_lease::renew`], written once in the API crate.
     pub async fn raise_fence(&mut self, fence: Tick) -> Result<Tick, SlotError> {
         loop {
-            let current = SlotLease::parse(&self.lease)?;
-            if current.holder.as_deref() != Some(self.uid.as_str()) {
-                return Err(SlotError::Lost);
-            }
-            let target = fence.max(current.fence);
-            let mut next = self.lease.clone();
-            Self::annotations(&mut next).insert(FENCE_ANNOTATION.to_string(), target.0.to_string());
-            if let Some(spec) = next.spec.as_mut() {
-                spec.renew_time = Some(now());
-            }
-            match self
-                .api
-                .replace(&current.name, &PostParams::default(), &next)
-                .await
-            {
+            let next = match slot_lease::renew(&self.lease, &self.uid, fence, Utc::now()) {
+                Ok(next) => next,
+                Err(TransitionError::NotHolder) => return Err(SlotError::Lost),
+                Err(TransitionError::BadLease(e)) => return Err(e.into()),
+            };
+            let name = self.slot.name.clone();
+            match self.api.replace(&name, &PostParams::default(), &next).await {
                 Ok(written) => {
                     self.slot = SlotLease::parse(&written)?;
                     self.lease = written;
-                    return Ok(target);
+                    return Ok(self.slot.fence);
                 }
                 Err(e) if is_conflict(&e) => {
                     // Someone else wrote the lease: re-read and decide again.
-                    self.lease = self.api.get(&current.name).await?;
+                    self.lease = self.api.get(&name).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -155,25 +135,17 @@ impl HeldSlot {
     }
 
     /// After issuing has stopped for good: lowers the fence to `high_water`, the exact
-    /// highest tick issued, and frees the slot (the exception in rule 5). If the slot is no
-    /// longer ours, nothing is written.
+    /// highest tick issued, and frees the slot (the exception in rule 5; the transition is
+    /// [`slot_lease::release`] by [`Releaser::Holder`]). If the slot is no longer ours,
+    /// nothing is written.
     pub async fn release(&mut self, high_water: Tick) -> Result<(), SlotError> {
         loop {
             let current = SlotLease::parse(&self.lease)?;
             if current.holder.as_deref() != Some(self.uid.as_str()) {
                 return Ok(());
             }
-            let mut next = self.lease.clone();
-            let annotations = Self::annotations(&mut next);
-            annotations.insert(FENCE_ANNOTATION.to_string(), high_water.0.to_string());
-            annotations.insert(RELEASED_AT_ANNOTATION.to_string(), now().0.to_string());
-            if let Some(labels) = next.metadata.labels.as_mut() {
-                labels.remove(HOLDER_LABEL);
-            }
-            if let Some(spec) = next.spec.as_mut() {
-                spec.holder_identity = None;
-                spec.renew_time = Some(now());
-            }
+            let next =
+                slot_lease::release(&self.lease, Releaser::Holder { high_water }, Utc::now())?;
             match self
                 .api
                 .replace(&current.name, &PostParams::default(), &next)

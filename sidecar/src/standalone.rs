@@ -19,7 +19,7 @@ use kubeflake_crds::{IdSequence, LayoutError, Tick};
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
-use crate::http::{Api, serve};
+use crate::http::{Api, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::segment::file::{FileCounter, FileCounterError};
@@ -32,6 +32,8 @@ use kubeflake_crds::sequence::{IdSequenceSpec, SegmentParams};
 #[derive(Debug, Clone)]
 pub struct StandaloneConfig {
     pub listen: SocketAddr,
+    /// Also serve the API on this Unix socket.
+    pub listen_unix: Option<PathBuf>,
     pub state_dir: PathBuf,
     pub worker_id: u64,
     /// The sequence name (from the file's metadata.name, or "default").
@@ -67,6 +69,8 @@ pub enum StandaloneError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Socket(#[from] kubeflake_runtime::unix_socket::SocketError),
     #[error(transparent)]
     Counter(#[from] FileCounterError),
     #[error(transparent)]
@@ -111,10 +115,21 @@ pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceS
     Ok((name, seq.spec))
 }
 
+/// Binds the optional Unix socket of the API ([`kubeflake_crds::contract::SOCKET_MODE`]).
+fn bind_unix(
+    path: Option<&std::path::Path>,
+) -> Result<Option<tokio::net::UnixListener>, StandaloneError> {
+    Ok(path
+        .map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
+        .transpose()?)
+}
+
 /// Segment mode standalone: the counter is a file in the state directory.
 #[derive(Debug, Clone)]
 pub struct SegmentStandaloneConfig {
     pub listen: SocketAddr,
+    /// Also serve the API on this Unix socket.
+    pub listen_unix: Option<PathBuf>,
     pub state_dir: PathBuf,
     pub sequence_name: String,
     pub segment: SegmentParams,
@@ -128,6 +143,7 @@ pub struct SegmentStandalone {
     state: ServingCell,
     segment: Arc<Segment>,
     listener: tokio::net::TcpListener,
+    unix: Option<tokio::net::UnixListener>,
     drain: Duration,
 }
 
@@ -148,6 +164,7 @@ impl SegmentStandalone {
                 addr: config.listen,
                 source,
             })?;
+        let unix = bind_unix(config.listen_unix.as_deref())?;
         let metrics = Arc::new(Metrics::new());
         let segment = Segment::start(
             Arc::new(counter.clone()),
@@ -172,6 +189,7 @@ impl SegmentStandalone {
             state,
             segment,
             listener,
+            unix,
             drain: config.drain,
         })
     }
@@ -183,7 +201,14 @@ impl SegmentStandalone {
     /// Serves until `shutdown`; then drains, stops, and gives the unused top of its blocks
     /// back to the counter when nobody claimed after it (so a clean restart leaves no gap).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
-        serve(self.listener, self.api.clone(), shutdown, self.drain).await;
+        serve_api(
+            self.listener,
+            self.unix,
+            self.api.clone(),
+            shutdown,
+            self.drain,
+        )
+        .await;
         self.state.publish(Serving::Stopping);
         stop_segment(&self.segment).await;
         Ok(())
@@ -216,13 +241,14 @@ pub struct Standalone {
     generator: Arc<Generator>,
     fence: LocalFence,
     listener: tokio::net::TcpListener,
+    unix: Option<tokio::net::UnixListener>,
     config: StandaloneConfig,
     clock: Arc<dyn Clock>,
 }
 
 impl Standalone {
-    /// Takes the state-file lock, starts above the fence found there, writes a new fence
-    /// and binds the listener. Fails with an error naming the flag or file to fix.
+    /// Takes the state-file lock, binds the listeners, starts above the fence found there
+    /// and writes a new fence. Fails with an error naming the flag or file to fix.
     pub async fn start(
         config: StandaloneConfig,
         clock: Arc<dyn Clock>,
@@ -249,6 +275,15 @@ impl Standalone {
                 });
             }
         };
+        // Listeners before the first fence write: a start that fails on a flag leaves
+        // the fence where it was, so the next start need not wait for it (rule 4).
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StandaloneError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let unix = bind_unix(config.listen_unix.as_deref())?;
         let worker = WorkerConfig {
             layout: p.layout,
             timebase: p.timebase,
@@ -278,12 +313,6 @@ impl Standalone {
         // The first write, off the async worker (it ends in an fsync).
         let (fence, written) = off_worker(fence, LocalFence::renew).await?;
         written?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StandaloneError::Listen {
-                addr: config.listen,
-                source,
-            })?;
         tracing::info!(
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             sequence = %config.sequence_name,
@@ -300,6 +329,7 @@ impl Standalone {
             generator,
             fence,
             listener,
+            unix,
             config,
             clock,
         })
@@ -324,6 +354,7 @@ impl Standalone {
             generator,
             fence,
             listener,
+            unix,
             config,
             clock,
         } = self;
@@ -339,7 +370,7 @@ impl Standalone {
             None,
         ));
         let died = tokio::select! {
-            () = serve(listener, api.clone(), shutdown, config.drain) => None,
+            () = serve_api(listener, unix, api.clone(), shutdown, config.drain) => None,
             died = renewer.died() => Some(died),
         };
         watcher.abort();
@@ -368,6 +399,7 @@ mod tests {
     fn config(dir: &std::path::Path) -> StandaloneConfig {
         StandaloneConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            listen_unix: None,
             state_dir: dir.to_path_buf(),
             worker_id: 0,
             sequence_name: "t".into(),

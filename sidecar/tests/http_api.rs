@@ -27,6 +27,7 @@ impl Server {
         let state = tempfile::tempdir().unwrap();
         let config = StandaloneConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            listen_unix: None,
             state_dir: state.path().to_path_buf(),
             worker_id: 5,
             sequence_name: "http-test".into(),

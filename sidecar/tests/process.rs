@@ -189,3 +189,57 @@ fn rule6_a_fence_file_written_for_another_layout_is_refused_not_reused() {
         "{stderr}"
     );
 }
+
+/// Issue 18: the Unix socket. A bad path, an occupied socket or a path that is not a
+/// socket stop the start with a message naming `--listen-unix`; a stale socket file from
+/// a killed run is replaced and the socket serves IDs.
+#[test]
+fn listen_unix_refuses_bad_or_occupied_paths_by_name_and_replaces_a_stale_socket() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap();
+    let occupied = state.path().join("occupied.sock");
+    let _live = std::os::unix::net::UnixListener::bind(&occupied).unwrap();
+    let not_a_socket = write_file(state.path(), "fence-like", "keep me");
+    let cases: Vec<(String, &str)> = vec![
+        ("/nonexistent/dir/kubeflake.sock".into(), "does not exist"),
+        (occupied.to_string_lossy().into_owned(), "another process"),
+        (not_a_socket.clone(), "not a socket"),
+    ];
+    for (path, message) in cases {
+        let (code, stderr) = run_to_exit(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            dir,
+            "--listen-unix",
+            &path,
+        ]);
+        assert_eq!(code, Some(2), "{path}: {stderr}");
+        assert!(
+            stderr.contains("--listen-unix") && stderr.contains(message),
+            "{path}: expected --listen-unix and {message:?} in {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{path}: {stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(&not_a_socket).unwrap(), "keep me");
+
+    let stale = state.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let stale_arg = stale.to_string_lossy().into_owned();
+    let _sidecar = SidecarProcess::start(&["--state-dir", dir, "--listen-unix", &stale_arg], None);
+    let mut conn = std::os::unix::net::UnixStream::connect(&stale).unwrap();
+    use std::io::{Read, Write};
+    conn.write_all(b"GET /id HTTP/1.1\r\nHost: kubeflake\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let id: u64 = answer
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(id > 0);
+}

@@ -11,14 +11,16 @@ use crate::slot::PodIdentity;
 pub struct ClusterConfig {
     /// Where the ID API is served: loopback (the app is in the same pod).
     pub listen: SocketAddr,
-    /// Where `/healthz` and `/readyz` alone are also served (the pod IP, for kubelet).
+    /// Also serve the ID API on this Unix socket (in a volume shared with the app).
+    pub listen_unix: Option<PathBuf>,
+    /// Where `/healthz`, `/readyz` and `/metrics` alone are also served (the pod IP, for kubelet).
     pub probe_listen: Option<SocketAddr>,
     pub pod: PodIdentity,
     /// The IdSequence's name (in the pod's namespace).
     pub sequence: String,
-    /// Directory of the pod-local fence file (an emptyDir). Flag `--fence-dir`; standalone
-    /// calls its fence directory `--state-dir` (to be unified with the operator's webhook).
-    pub fence_dir: PathBuf,
+    /// Directory of the pod-local fence file (an emptyDir): `--state-dir`, as in
+    /// standalone mode.
+    pub state_dir: PathBuf,
     pub max_batch: u64,
     /// How far ahead of use the local fence is kept.
     pub local_fence_ahead: Duration,

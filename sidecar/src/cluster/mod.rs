@@ -53,7 +53,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceRecord};
-use crate::http::{Api as HttpApi, serve, serve_probes};
+use crate::http::{Api as HttpApi, serve_api, serve_probes};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
 use crate::segment::Segment;
@@ -72,6 +72,8 @@ pub enum ClusterError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Socket(#[from] kubeflake_runtime::unix_socket::SocketError),
     #[error("cannot listen on --listen {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -209,6 +211,11 @@ pub async fn run(
     if !config.listen.ip().is_loopback() {
         tracing::warn!(listen = %config.listen, "--listen is not a loopback address: the ID API is reachable from outside the pod");
     }
+    let unix = config
+        .listen_unix
+        .as_deref()
+        .map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
+        .transpose()?;
     let probe_listener = match config.probe_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -217,7 +224,7 @@ pub async fn run(
         ),
         None => None,
     };
-    let (file, found) = FenceFile::open(&config.fence_dir, &format!("{}.fence", config.sequence))?;
+    let (file, found) = FenceFile::open(&config.state_dir, &format!("{}.fence", config.sequence))?;
     let metrics = Arc::new(Metrics::new());
     let state = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
     let api = Arc::new(HttpApi::new(
@@ -245,8 +252,9 @@ pub async fn run(
             config.drain,
         ));
     }
-    let server = tokio::spawn(serve(
+    let server = tokio::spawn(serve_api(
         listener,
+        unix,
         api.clone(),
         stopped(stop_rx.clone()),
         config.drain,

@@ -1,23 +1,23 @@
 //! Replies: JSON and text bodies, and the error type every refusal goes through.
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use hyper::{Method, Response, StatusCode};
+use hyper::header::{ALLOW, HeaderValue, RETRY_AFTER};
+use hyper::{Method, StatusCode};
 use serde_json::json;
 
 use crate::generator::Refusal;
 use crate::metrics::Metrics;
 use crate::segment::SegmentRefusal;
 
-pub type Reply = Response<Full<Bytes>>;
+pub use kubeflake_runtime::reply::{Reply, body};
 
 /// A request that cannot be answered, and how to say so.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error("{0}")]
     BadRequest(String),
-    #[error("no route {0}; try GET /id, /ids?count=N, /decode/<id>, /healthz, /readyz or /metrics")]
+    #[error(
+        "no route {0}; try GET /id, /ids?count=N, /decode/<id>, /healthz, /readyz, /metrics or /openapi.yaml"
+    )]
     NotFound(String),
     #[error("method {method} is not allowed on {path}; use GET")]
     MethodNotAllowed { method: Method, path: String },
@@ -33,17 +33,8 @@ pub enum HttpError {
     Segment(#[from] SegmentRefusal),
 }
 
-pub fn body(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
-    let mut reply = Response::new(Full::new(body.into()));
-    *reply.status_mut() = status;
-    reply
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    reply
-}
-
 pub fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
-    body(status, "application/json", value.to_string())
+    kubeflake_runtime::reply::json(status, &value)
 }
 
 /// A 503 with `Retry-After`.

@@ -21,6 +21,10 @@ use crate::metrics::Metrics;
 use crate::segment::Segment;
 use crate::state::{Serving, ServingReader};
 
+/// This API's description (OpenAPI 3), served at `/openapi.yaml` so a client team can
+/// fetch it from a running pod. `scripts/check-openapi.sh` fuzzes the server against it.
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
 /// What the handlers share.
 pub struct Api {
     /// What is served now; written by the lifecycle code only.
@@ -285,6 +289,7 @@ impl Api {
             "/healthz" => "healthz",
             "/readyz" => "readyz",
             "/metrics" => "metrics",
+            "/openapi.yaml" => "openapi",
             p if p.starts_with("/decode/") => "decode",
             _ => return ("other", Err(HttpError::NotFound(path.to_string()))),
         };
@@ -338,6 +343,11 @@ impl Api {
                 json!({ "status": "alive" }),
             ))),
             ("readyz", state) => Ok(Planned::Reply(Api::readyz(state))),
+            ("openapi", _) => Ok(Planned::Reply(body(
+                StatusCode::OK,
+                "application/yaml",
+                OPENAPI_YAML,
+            ))),
             (_, state) => Ok(Planned::Reply(self.metrics_text(state))),
         };
         (route, result)

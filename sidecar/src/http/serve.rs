@@ -1,18 +1,16 @@
-//! The connection loop: accept with back-off, HTTP/1 with a header-read timeout, graceful
-//! drain. It knows nothing about routes: it serves anything that implements [`Routes`].
+//! Which routes each listener serves: the API on loopback (and the Unix socket), the
+//! probes and metrics on the probe port. The connection loop itself (accept back-off,
+//! header-read timeout, graceful drain) is the shared one of `kubeflake-runtime`.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use kubeflake_runtime::serve::{Listener, ServeOptions};
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 
 use super::reply::{Reply, json_reply};
 use super::routes::Api;
@@ -36,21 +34,23 @@ impl Routes for Api {
     }
 }
 
-/// The routes of the probe port: `/healthz` and `/readyz` of the API, nothing else.
+/// The routes of the probe port: `/healthz`, `/readyz` and `/metrics` of the API, nothing
+/// else.
 ///
-/// Why a separate port: kubelet probes reach the pod IP, not 127.0.0.1, and the operator's
-/// webhook binds the probe port to `0.0.0.0` (the pod IP is not known when the pod spec is
-/// written). Anything on that port is reachable from other pods, so it answers the probes
-/// only; IDs, `/decode` and `/metrics` stay on the loopback `--listen` address.
+/// Why a separate port: kubelet probes and Prometheus reach the pod IP, not 127.0.0.1,
+/// and the operator's webhook binds the probe port to `0.0.0.0` (the pod IP is not known
+/// when the pod spec is written). Anything on that port is reachable from other pods, so
+/// it answers the probes and the metrics (which carry no IDs) only; IDs and `/decode`
+/// stay on the loopback `--listen` address and the Unix socket.
 pub struct ProbeRoutes(pub Arc<Api>);
 
 /// The reply to anything but a probe on the probe port (`None` for the probes themselves).
 fn refuse_non_probe<B>(req: &Request<B>) -> Option<Reply> {
     match req.uri().path() {
-        "/healthz" | "/readyz" => None,
+        "/healthz" | "/readyz" | "/metrics" => None,
         other => Some(json_reply(
             StatusCode::NOT_FOUND,
-            json!({ "error": format!("no route {other:?}: this port serves only /healthz and /readyz; IDs are on 127.0.0.1") }),
+            json!({ "error": format!("no route {other:?}: this port serves only /healthz, /readyz and /metrics; IDs are on 127.0.0.1") }),
         )),
     }
 }
@@ -73,6 +73,51 @@ pub async fn serve(
     drain: Duration,
 ) {
     serve_routes(listener, api, shutdown, drain, false, HEADER_READ_TIMEOUT).await
+}
+
+/// Serves `api` on the loopback listener and, when given, on the Unix socket too (the
+/// same routes), until `shutdown` completes; both then drain. The socket file is removed
+/// at the end.
+pub async fn serve_api(
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+    api: Arc<Api>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
+    let Some(unix) = unix else {
+        return serve(tcp, api, shutdown, drain).await;
+    };
+    let socket_path = unix
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let wait = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        // An error means the sender is gone, which happens only after it sent.
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let signal = async move {
+        shutdown.await;
+        // Fails only when both loops already ended.
+        let _ = stop.send(true);
+    };
+    tokio::join!(
+        signal,
+        serve_loop(
+            tcp,
+            api.clone(),
+            wait(stopped.clone()),
+            drain,
+            HEADER_READ_TIMEOUT
+        ),
+        serve_loop(unix, api, wait(stopped), drain, HEADER_READ_TIMEOUT),
+    );
+    if let Some(path) = socket_path
+        && let Err(e) = std::fs::remove_file(&path)
+    {
+        tracing::warn!(path = %path.display(), error = %e, "could not remove the socket file");
+    }
 }
 
 /// Like [`serve`], answering only `/healthz` and `/readyz` ([`ProbeRoutes`]): for a
@@ -102,55 +147,26 @@ async fn serve_routes(
     }
 }
 
-/// The loop itself: accepts connections on `listener` and answers their requests with
-/// `routes` until `shutdown` completes, then drains for up to `drain`.
-pub async fn serve_loop<R: Routes>(
-    listener: TcpListener,
+/// The loop itself ([`kubeflake_runtime::serve`]): accepts connections on `listener`
+/// (TCP or a Unix socket) and answers their requests with `routes` until `shutdown`
+/// completes, then drains for up to `drain`.
+pub async fn serve_loop<L: Listener, R: Routes>(
+    listener: L,
     routes: Arc<R>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
     header_read_timeout: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if let Err(e) = stream.set_nodelay(true) {
-                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                }
-                let routes = routes.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let routes = routes.clone();
-                    async move { Ok::<_, Infallible>(routes.answer(req).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(header_read_timeout)
-                    .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => break,
-        }
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
-        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "drain timeout: closing remaining connections"),
-    }
+    let options = ServeOptions {
+        name: "sidecar",
+        header_read_timeout,
+        drain,
+    };
+    let handler = move |req: Request<Incoming>| {
+        let routes = routes.clone();
+        async move { routes.answer(req).await }
+    };
+    kubeflake_runtime::serve::serve(listener, options, handler, shutdown).await
 }
 
 #[cfg(test)]
@@ -203,6 +219,45 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn the_unix_socket_serves_the_same_routes_as_loopback() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeflake.sock");
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let unix = kubeflake_runtime::unix_socket::bind(&path, 0o666).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_api(
+            tcp,
+            Some(unix),
+            api(),
+            async {
+                let _ = stopped.await;
+            },
+            Duration::from_millis(100),
+        ));
+        for p in [
+            "/healthz",
+            "/readyz",
+            "/id",
+            "/metrics",
+            "/openapi.yaml",
+            "/nope",
+        ] {
+            let mut client = tokio::net::UnixStream::connect(&path).await.unwrap();
+            let request =
+                format!("GET {p} HTTP/1.1\r\nHost: kubeflake\r\nConnection: close\r\n\r\n");
+            client.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            client.read_to_string(&mut answer).await.unwrap();
+            let over_socket = answer.split(' ').nth(1).and_then(|c| c.parse::<u16>().ok());
+            assert_eq!(over_socket, Some(status_of(addr, "GET", p).await), "{p}");
+        }
+        let _ = stop.send(());
+        server.await.unwrap();
+        assert!(!path.exists(), "the socket file is removed at shutdown");
+    }
+
     /// One request on a fresh connection: the status code.
     async fn status_of(addr: std::net::SocketAddr, method: &str, path: &str) -> u16 {
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -217,10 +272,11 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// The probe port may listen on every address (the kubelet reaches the pod IP), so it
-    /// must serve the probes and nothing else: no IDs, no decoding, no metrics.
+    /// The probe port may listen on every address (the kubelet and Prometheus reach the pod
+    /// IP), so it must serve the probes and the metrics and nothing else: no IDs, no
+    /// decoding.
     #[tokio::test]
-    async fn the_probe_port_answers_only_healthz_and_readyz() {
+    async fn the_probe_port_answers_only_healthz_readyz_and_metrics() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -234,11 +290,11 @@ mod tests {
         ));
         assert_eq!(status_of(addr, "GET", "/healthz").await, 200);
         assert_eq!(status_of(addr, "GET", "/readyz").await, 503, "waiting");
+        assert_eq!(status_of(addr, "GET", "/metrics").await, 200);
         for path in [
             "/id",
             "/ids?count=5",
             "/decode/1",
-            "/metrics",
             "/",
             "/healthz/../id",
             "//id",

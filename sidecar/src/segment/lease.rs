@@ -18,6 +18,7 @@ use kube::api::{GetParams, Patch, PatchParams};
 use kube::{Api, Client};
 use kubeflake_crds::segment_counter::{CLAIMS_ANNOTATION, Counter, NEXT_ANNOTATION, counter_name};
 use kubeflake_crds::sequence::IdSequence;
+use kubeflake_runtime::kube_error::{self, KubeErrorKind};
 use serde_json::json;
 
 use super::claim::{CounterStore, StoreError};
@@ -47,14 +48,14 @@ impl LeaseCounter {
 }
 
 fn store_error(e: kube::Error, name: &str) -> StoreError {
-    match e {
-        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
-        kube::Error::Api(s) if s.code == 404 => StoreError::NotFound(format!(
+    match kube_error::kind(&e) {
+        KubeErrorKind::Conflict => StoreError::Conflict,
+        KubeErrorKind::NotFound => StoreError::NotFound(format!(
             "counter Lease {name} does not exist: the operator creates it for a new Segment \
              sequence; if it was deleted, the IdSequence's Ready condition (CounterLost) says \
              how to re-create it safely. The sidecar never creates it"
         )),
-        e => StoreError::Unavailable(format!("counter Lease {name}: {e}")),
+        _ => StoreError::Unavailable(format!("counter Lease {name}: {e}")),
     }
 }
 

@@ -20,10 +20,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 const VALUE_SETS: &[(&str, &[&str])] = &[
     ("defaults", &[]),
     (
-        "cert-manager and ServiceMonitor",
+        "cert-manager, ServiceMonitor and PodMonitor",
         &[
             "webhook.certManager.enabled=true",
             "metrics.serviceMonitor.enabled=true",
+            "metrics.podMonitor.enabled=true",
         ],
     ),
     (
@@ -188,6 +189,7 @@ async fn install_open_crds(cluster: &Cluster) -> Result<()> {
         ("cert-manager.io", "Issuer", "issuers"),
         ("cert-manager.io", "Certificate", "certificates"),
         ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        ("monitoring.coreos.com", "PodMonitor", "podmonitors"),
     ] {
         let crd = open_crd(group, kind, plural).to_string();
         cluster

@@ -8,8 +8,9 @@
 //! - a sidecar's wall clock stepped back through libfaketime: `KubeflakeClockRollback`;
 //! - the segment counter Lease deleted: `KubeflakeSegmentClaimsFailing`; then re-created
 //!   from scratch (as a cleanup script or an old backup would): `KubeflakeSegmentCounterWentBack`;
-//! - every query of the dashboard returns series once the operator (with its webhook) and
-//!   Snowflake and Segment sidecars run.
+//! - every query of the dashboard returns a series with a value (not NaN) once the operator
+//!   (with its webhook) and Snowflake and Segment sidecars run, a pod waits for a slot (a
+//!   refusal) and gets one reclaimed from a deleted pod.
 //!
 //! Each alert is first shown quiet: its input series are scraped and every rule group was
 //! evaluated after that, and it is neither pending nor firing.
@@ -441,14 +442,21 @@ fn as_grafana_sends(expr: &str, ns: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_of_sidecars()
 -> Result<()> {
+    let started = Instant::now();
     let cluster = Cluster::shared();
     install_crd(cluster).await?;
     let ns = cluster.namespace("prom-dashboard").await?;
     let operator = operator_with_webhook(cluster, &ns).await?;
     // Snowflake with 2 slots for 3 pods (one waits: refusals, then a reclaim hands it the
-    // slot of a deleted pod), and Segment.
+    // slot of a deleted pod, once the lease of its killed sidecar expired: a short lease),
+    // and Segment.
     let layout = json!({"timestampBits": 49, "workerBits": 1, "sequenceBits": 13});
-    create_sequence(&ns, "ids", json!({"layout": layout})).await?;
+    create_sequence(
+        &ns,
+        "ids",
+        json!({"layout": layout, "lease": {"durationSeconds": 15}}),
+    )
+    .await?;
     create_sequence(
         &ns,
         "blocks",
@@ -490,6 +498,7 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
         let prom = prom.clone();
         blocking(move || prom.wait_series(r#"up{job="kubeflake-sidecar"} == 1"#, LIMIT)).await?;
     }
+    eprintln!("prometheus: scraping after {:?}", started.elapsed());
 
     // The waiting pod's sidecar refuses (no_slot) ...
     eventually(LIMIT, "the waiting sidecar to refuse an ID", || async {
@@ -508,7 +517,23 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
         Ok(waiting.ready().then_some(()))
     })
     .await?;
+    // The hand-over was an assignment Prometheus saw (pod-to-slot time observed).
+    {
+        let prom = prom.clone();
+        blocking(move || {
+            prom.wait_series(
+                "increase(kubeflake_operator_pod_to_slot_seconds_count[1m]) > 0",
+                LIMIT,
+            )
+        })
+        .await
+        .context("the waiting pod's assignment within the last minute")?;
+    }
     let _more_load = Load::start(waiting.port, 10.0);
+    // One more pod through the webhook while Prometheus watches (the admission-time
+    // histogram moves within the rate window).
+    create_pods(&ns, "blocks", "late", 1).await?;
+    eprintln!("prometheus: faults driven after {:?}", started.elapsed());
 
     let queries = dashboard_queries()?;
     ensure!(queries.len() >= 20, "only {} dashboard queries", queries.len());
@@ -521,10 +546,13 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
     while !empty.is_empty() {
         let mut still = Vec::new();
         for q in empty {
+            // A series whose value is NaN (a histogram without observations in the
+            // window) is drawn as a gap: it does not count.
             let result = prom.query(&q)?;
-            if result.is_empty() {
+            if result.iter().all(|r| r["value"][1] == "NaN") {
                 still.push(q);
             } else {
+                eprintln!("prometheus: {:?}: {q}", started.elapsed());
                 answers.insert(q, result);
             }
         }
@@ -534,23 +562,22 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
         }
         if Instant::now() > deadline {
             bail!(
-                "{} of {} dashboard queries returned no series after {LIMIT:?}:\n{}",
+                "{} of {} dashboard queries returned no series (or only NaN) after {LIMIT:?}:\n{}",
                 empty.len(),
                 queries.len(),
-                empty.join("\n")
+                empty
+                    .iter()
+                    .map(|q| format!("{q}\n  -> {:?}", prom.query(q)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let nan: Vec<&String> = answers
-        .iter()
-        .filter(|(_, r)| r.iter().all(|s| s["value"][1] == "NaN"))
-        .map(|(q, _)| q)
-        .collect();
     eprintln!(
-        "prometheus: {} dashboard queries returned series ({} only NaN: {nan:#?})",
+        "prometheus: all {} dashboard queries returned series with a value after {:?}",
         answers.len(),
-        nan.len()
+        started.elapsed()
     );
     drop(loads);
     Ok(())

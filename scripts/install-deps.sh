@@ -3,7 +3,8 @@
 #   faketime: runs the sidecar with a stepped wall clock (libfaketime).
 #   openssl: inspects certificates in the webhook tests.
 #   prometheus: its promtool checks and unit-tests the chart's alerts and dashboard
-#     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries.
+#     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries;
+#     the server itself runs in e2e/tests/prometheus.rs (e2e/src/prometheus.rs).
 #   The test node (e2e/node/node.sh, e2e/src/node.rs):
 #     containerd, runc, containernetworking-plugins: the container runtime and CNI bridge;
 #     iptables, iproute2, conntrack: its network rules, bridge and kube-proxy's needs;
@@ -16,7 +17,7 @@ have_cmd() { command -v "$1" >/dev/null; }
 have_file() { [[ -e $1 ]]; }
 have_cmd faketime || need+=(faketime)
 have_cmd openssl || need+=(openssl)
-have_cmd promtool || need+=(prometheus)
+have_cmd promtool && have_file /usr/bin/prometheus || need+=(prometheus)
 have_cmd jq || need+=(jq)
 have_cmd containerd || need+=(containerd)
 have_cmd runc || need+=(runc)

@@ -328,10 +328,7 @@ async fn a_deleted_segment_counter_fires_claims_failing_and_a_recreated_one_coun
     // Then it comes back from scratch, as a cleanup script or an old backup would bring
     // it: below what was claimed, with fewer claims than the IdSequence recorded.
     leases
-        .create(
-            &PostParams::default(),
-            &new_counter(SEQUENCE, &ns.name, 1),
-        )
+        .create(&PostParams::default(), &new_counter(SEQUENCE, &ns.name, 1))
         .await?;
     let alert = wait_firing(&prom, alerts[1])
         .await
@@ -400,7 +397,12 @@ async fn operator_with_webhook(cluster: &Cluster, ns: &TestNamespace) -> Result<
         Ok(c.webhooks
             .unwrap_or_default()
             .iter()
-            .all(|w| w.client_config.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty()))
+            .all(|w| {
+                w.client_config
+                    .ca_bundle
+                    .as_ref()
+                    .is_some_and(|b| !b.0.is_empty())
+            })
             .then_some(()))
     })
     .await?;
@@ -536,7 +538,11 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
     eprintln!("prometheus: faults driven after {:?}", started.elapsed());
 
     let queries = dashboard_queries()?;
-    ensure!(queries.len() >= 20, "only {} dashboard queries", queries.len());
+    ensure!(
+        queries.len() >= 20,
+        "only {} dashboard queries",
+        queries.len()
+    );
     let deadline = Instant::now() + LIMIT;
     let mut empty: Vec<String> = queries
         .iter()

@@ -3,7 +3,8 @@
 #   faketime: runs the sidecar with a stepped wall clock (libfaketime).
 #   openssl: inspects certificates in the webhook tests.
 #   prometheus: its promtool checks and unit-tests the chart's alerts and dashboard
-#     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries.
+#     queries (charts/kubeflake/tests/promtool.sh); jq extracts the dashboard's queries;
+#     the server itself runs in e2e/tests/prometheus.rs (e2e/src/prometheus.rs).
 #   python3-venv: a virtualenv for Schemathesis and openapi-spec-validator, which fuzz
 #     the sidecar against docs/openapi.yaml (scripts/check-openapi.sh).
 #   The test node (e2e/node/node.sh, e2e/src/node.rs):
@@ -18,7 +19,7 @@ have_cmd() { command -v "$1" >/dev/null; }
 have_file() { [[ -e $1 ]]; }
 have_cmd faketime || need+=(faketime)
 have_cmd openssl || need+=(openssl)
-have_cmd promtool || need+=(prometheus)
+have_cmd promtool && have_file /usr/bin/prometheus || need+=(prometheus)
 have_cmd jq || need+=(jq)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 have_cmd containerd || need+=(containerd)

@@ -17,6 +17,7 @@
 //! - [`process`]: child processes that cannot outlive the test binary.
 //! - [`cluster`]: starts, waits for, hands out and stops the control plane.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
+//! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API.
 //!
 //! See `e2e/README.md` for building the binaries and running the tests.
 
@@ -26,5 +27,6 @@ pub mod cluster;
 pub mod kubeconfig;
 pub mod node;
 pub mod process;
+pub mod prometheus;
 
 pub use cluster::{Cluster, ClusterOptions, CommandOutput, TestNamespace};

@@ -13,14 +13,21 @@
 
 pub mod backoff;
 pub mod certs;
+pub mod controller;
 pub mod http;
 pub mod inject;
 pub mod metrics;
 pub mod rbac;
-pub mod reconcile;
-pub mod segment;
-pub mod slot;
 pub mod webhook;
+
+/// Former home of the controller's entry points: now [`controller`].
+pub mod reconcile {
+    pub use crate::controller::{Context, Error, RESULT_LABELS, error_policy, reconcile};
+}
+/// Former home of Segment mode: now [`controller::segment`].
+pub use controller::segment;
+/// Former home of slot planning: now [`controller::snowflake::plan`].
+pub use controller::snowflake::plan as slot;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -31,7 +38,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::{self, Controller};
+use kube::runtime::controller::{self as runtime_controller, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -298,7 +305,7 @@ async fn run_controller(
         instance: Some(config.instance.clone()),
     };
     let ctx_metrics = metrics.clone();
-    let ctx = Arc::new(reconcile::Context::new(
+    let ctx = Arc::new(controller::Context::new(
         client.clone(),
         pods.clone(),
         leases.clone(),
@@ -309,7 +316,7 @@ async fn run_controller(
         api::<IdSequence>(&client, &config.namespace),
         watcher::Config::default(),
     )
-    .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
+    .with_config(runtime_controller::Config::default().debounce(Duration::from_millis(100)))
     .trigger_backoff(backoff::WatchBackoff::default())
     .owns_stream(lease_stream)
     .watches_stream(pod_stream, |pod: Pod| {
@@ -338,12 +345,12 @@ async fn run_controller(
         })
     };
     controller
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(controller::reconcile, controller::error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(sequence = %object.name, "reconciled"),
                 // A watch that keeps failing holds readiness back: say why.
-                Err(e @ controller::Error::QueueError(_)) => {
+                Err(e @ runtime_controller::Error::QueueError(_)) => {
                     tracing::warn!(error = %e, "watch error (retried with back-off)");
                 }
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),

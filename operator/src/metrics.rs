@@ -134,7 +134,7 @@ impl Metrics {
             per_sequence: Mutex::new(HashMap::new()),
             registry: r,
         };
-        for result in crate::reconcile::RESULT_LABELS {
+        for result in crate::controller::RESULT_LABELS {
             m.reconciles.with_label_values(&[result]);
         }
         for reason in ["pod_gone", "silent", "duplicate"] {

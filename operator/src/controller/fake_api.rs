@@ -21,7 +21,6 @@ pub struct Seen {
     pub method: Method,
     pub path: String,
     pub query: String,
-    #[allow(dead_code)]
     pub content_type: String,
     pub body: Value,
 }

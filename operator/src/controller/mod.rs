@@ -86,6 +86,11 @@ pub fn error_policy(seq: Arc<IdSequence>, error: &Error, _ctx: Arc<Context>) -> 
 
 async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Error> {
     let ns = seq.namespace().ok_or(Error::NoNamespace)?;
+    if seq.metadata.deletion_timestamp.is_some() {
+        // Whatever the spec says now: a spec that turned invalid after the finalizer was
+        // added must not keep the sequence forever (rule 10 still holds, see tear_down).
+        return snowflake::tear_down(seq, ctx, &ns, &validate::teardown(&seq.spec)).await;
+    }
     let valid = match validate::validate(&seq.spec) {
         Ok(valid) => valid,
         Err(e) => {
@@ -94,9 +99,6 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
             return Err(e.into());
         }
     };
-    if seq.metadata.deletion_timestamp.is_some() {
-        return snowflake::tear_down(seq, ctx, &ns, &validate::teardown(&seq.spec)).await;
-    }
     finalizer::ensure(seq, ctx).await?;
     match valid {
         Valid::Segment(params) => segment::reconcile(seq, ctx, &ns, &seq.name_any(), &params).await,

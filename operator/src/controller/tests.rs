@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use kubeflake_crds::segment_counter::CounterError;
 use kubeflake_crds::sequence::{
-    IdSequence, IdSequenceSpec, IdSequenceStatus, Mode, SegmentStatus, SpecError,
+    IdSequence, IdSequenceSpec, IdSequenceStatus, Mode, SegmentSpec, SegmentStatus, SpecError,
 };
 use kubeflake_crds::slot_lease::{FINALIZER, SEQUENCE_LABEL, SlotLeaseError};
 use serde_json::{Value, json};
@@ -350,6 +350,96 @@ async fn a_lost_segment_counter_is_never_created_again() {
         .iter()
         .any(|s| s.path.contains("/events") && s.body["reason"] == "CounterLost");
     assert!(warned, "a Warning Event says so");
+}
+
+/// Two replicas during a leader handover must not flap the conditions: the status is
+/// written by server-side apply under the operator's own field manager, forced (the
+/// operator owns its status), never by a JSON merge patch without a manager.
+#[tokio::test]
+async fn the_status_is_written_by_server_side_apply_as_the_operators_field_manager() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let api = FakeApi::new().expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture(&api, vec![], vec![]);
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("a pass");
+    api.verify();
+    let patch = &api.requests(&Method::PATCH, STATUS)[0];
+    assert_eq!(patch.content_type, "application/apply-patch+yaml");
+    let query: BTreeSet<&str> = patch.query.split('&').collect();
+    assert!(
+        query.contains("fieldManager=kubeflake-operator") && query.contains("force=true"),
+        "{}",
+        patch.query
+    );
+    assert_eq!(patch.body["apiVersion"], "kubeflake.io/v1alpha1");
+    assert_eq!(patch.body["kind"], "IdSequence");
+}
+
+/// A spec that no longer validates (a stricter operator, a segment setting changed after
+/// the finalizer was added) must not keep a deleted sequence forever.
+#[tokio::test]
+async fn a_sequence_whose_spec_turned_invalid_is_still_deleted() {
+    let spec = IdSequenceSpec {
+        mode: Mode::Segment,
+        segment: Some(SegmentSpec {
+            block_size: 0,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(spec.segment_params().is_err(), "the spec is invalid");
+    let seq = sequence(spec, true, true);
+    let api = FakeApi::new().expect(Method::PATCH, SEQUENCE, 200, echo(&seq));
+    let f = fixture(&api, vec![], vec![]);
+    let action = reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("deletion proceeds");
+    api.verify();
+    assert_eq!(action, Action::await_change());
+    let patch = &api.requests(&Method::PATCH, SEQUENCE)[0];
+    assert_eq!(patch.body["metadata"]["finalizers"], json!([]));
+}
+
+/// Even an epoch that no longer reads releases what it can and says how to finish by hand:
+/// no fence can be judged passed without it (docs/safety.md rule 10).
+#[tokio::test]
+async fn a_deleted_sequence_with_an_unreadable_epoch_keeps_fenced_leases_and_says_why() {
+    let spec = IdSequenceSpec {
+        epoch: "not a time".into(),
+        ..Default::default()
+    };
+    let seq = sequence(spec, true, true);
+    let api = FakeApi::new()
+        .expect(
+            Method::GET,
+            "/api/v1/namespaces/shop/pods/a",
+            404,
+            failure(404, "NotFound", "gone"),
+        )
+        .expect(
+            Method::PUT,
+            &format!("{LEASES}/orders-slot-0"),
+            200,
+            json!(slot_lease(None, 7)),
+        )
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture(&api, vec![], vec![slot_lease(Some("a"), 7)]);
+    let action = reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("deletion proceeds");
+    api.verify();
+    assert_eq!(action, Action::requeue(Duration::from_secs(2)));
+    let ready = status_patches(&api)
+        .pop()
+        .and_then(|s| condition(Some(&s), ConditionType::Ready).cloned())
+        .expect("Ready");
+    assert_eq!(ready.reason, "Deleting");
+    assert!(ready.message.contains("spec.epoch"), "{}", ready.message);
+    assert!(
+        api.requests(&Method::PATCH, SEQUENCE).is_empty(),
+        "the finalizer stays"
+    );
 }
 
 /// Every label a pass can produce, derived from [`result_label`] on one sample of each

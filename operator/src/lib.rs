@@ -14,6 +14,8 @@
 pub mod backoff;
 pub mod certs;
 pub mod controller;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod http;
 pub mod inject;
 pub mod metrics;
@@ -331,6 +333,7 @@ async fn run_controller(
             config.namespace.clone(),
             role,
             ctx_metrics.clone(),
+            health.clone(),
         ))
     });
 
@@ -344,16 +347,29 @@ async fn run_controller(
             }
         })
     };
+    let watches = (health.clone(), ctx_metrics.clone());
     controller
         .run(controller::reconcile, controller::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(sequence = %object.name, "reconciled"),
-                // A watch that keeps failing holds readiness back: say why.
-                Err(e @ runtime_controller::Error::QueueError(_)) => {
-                    tracing::warn!(error = %e, "watch error (retried with back-off)");
+        .for_each(|result| {
+            let (health, metrics) = watches.clone();
+            async move {
+                match result {
+                    Ok((object, _)) => {
+                        tracing::debug!(sequence = %object.name, "reconciled");
+                        health.watch_recovered("controller");
+                    }
+                    // A watch that keeps failing holds readiness back: say why (log, metric,
+                    // and `/readyz`).
+                    Err(e @ runtime_controller::Error::QueueError(_)) => {
+                        tracing::warn!(error = %e, "watch error (retried with back-off)");
+                        metrics
+                            .watch_errors
+                            .with_label_values(&["controller"])
+                            .inc();
+                        health.watch_failed("controller", e.to_string());
+                    }
+                    Err(e) => tracing::debug!(error = %e, "reconcile error"),
                 }
-                Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         })
         .await;

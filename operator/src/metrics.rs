@@ -10,6 +10,11 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any
+/// watch of the IdSequence controller (its queue reports them together), the others the
+/// sidecar-binding keeper's two watches ([`crate::rbac`]).
+pub const WATCH_LABELS: [&str; 3] = ["controller", "rbac_idsequences", "rbac_rolebindings"];
+
 pub struct Metrics {
     registry: Registry,
     pub reconciles: IntCounterVec,
@@ -21,6 +26,7 @@ pub struct Metrics {
     pub webhook_requests: IntCounterVec,
     pub webhook_seconds: Histogram,
     pub sidecar_bindings: IntCounterVec,
+    pub watch_errors: IntCounterVec,
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
@@ -122,6 +128,17 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            watch_errors: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_operator_watch_errors_total",
+                        "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_rolebindings); each is retried with back-off.",
+                    ),
+                    &["watch"],
+                )
+                .expect("valid metric"),
+            ),
             slots_assigned: gauge(
                 "kubeflake_operator_slots_assigned",
                 "Slots held by pods, summed over all sequences.",
@@ -145,6 +162,9 @@ impl Metrics {
         }
         for action in ["created", "deleted"] {
             m.sidecar_bindings.with_label_values(&[action]);
+        }
+        for watch in WATCH_LABELS {
+            m.watch_errors.with_label_values(&[watch]);
         }
         m
     }

@@ -32,6 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
 
+use crate::http::Health;
 use crate::metrics::Metrics;
 
 /// Name of the RoleBinding the operator keeps in each namespace with IdSequences.
@@ -186,13 +187,43 @@ async fn find_role(roles: &Api<ClusterRole>, name: &str) -> Option<Role> {
     }
 }
 
+/// What becomes of one watch event: an error is counted
+/// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at warn
+/// when the watch starts failing (then retried with [`crate::backoff::WatchBackoff`]); a
+/// success clears it.
+fn report<T>(
+    watch: &'static str,
+    metrics: &Metrics,
+    health: &Health,
+    event: &Result<T, watcher::Error>,
+) {
+    match event {
+        Ok(_) => {
+            if health.watch_recovered(watch) {
+                tracing::info!(watch, "watch works again");
+            }
+        }
+        Err(e) => {
+            metrics.watch_errors.with_label_values(&[watch]).inc();
+            let message = e.to_string();
+            if health.watch_failed(watch, message.clone()) {
+                tracing::warn!(watch, error = %message, "watch failed: sidecar RoleBindings are not kept until it works (retried with back-off; is the operator allowed to list and watch it?)");
+            } else {
+                tracing::debug!(watch, error = %message, "watch failed again");
+            }
+        }
+    }
+}
+
 /// Keeps the bindings right until dropped: a pass whenever sequences or bindings change,
-/// and at least once a minute.
+/// and at least once a minute. Watch errors are reported through `metrics` and `health`
+/// (see [`report`]).
 pub async fn keep_sidecar_bindings(
     client: Client,
     namespace: Option<String>,
     role: String,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
 ) {
     let scoped = |c: &Client| -> (Api<PartialObjectMeta<IdSequence>>, Api<RoleBinding>) {
         match &namespace {
@@ -209,12 +240,18 @@ pub async fn keep_sidecar_bindings(
     let seq_events = watcher(sequences, watcher::Config::default())
         .backoff(crate::backoff::WatchBackoff::default())
         .reflect(seq_writer)
-        .map(|_| ());
+        .map({
+            let (metrics, health) = (metrics.clone(), health.clone());
+            move |event| report("rbac_idsequences", &metrics, &health, &event)
+        });
     let (binding_store, binding_writer) = reflector::store();
     let binding_events = watcher(bindings, watcher::Config::default().labels(MANAGED_LABEL))
         .backoff(crate::backoff::WatchBackoff::default())
         .reflect(binding_writer)
-        .map(|_| ());
+        .map({
+            let (metrics, health) = (metrics.clone(), health.clone());
+            move |event| report("rbac_rolebindings", &metrics, &health, &event)
+        });
     let mut events = std::pin::pin!(futures::stream::select(seq_events, binding_events));
     // The stores fill only while the event stream is polled, so drive it while waiting.
     let mut ready = std::pin::pin!(async {
@@ -298,6 +335,65 @@ async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_api::{FakeApi, failure};
+    use http::Method;
+
+    /// A watch the operator may not make (403) must not leave the binding keeper stuck
+    /// in silence: each failure is counted and logged, retried with back-off.
+    #[tokio::test]
+    async fn a_forbidden_watch_is_counted_and_retried_with_back_off_not_swallowed() {
+        let forbidden = failure(403, "Forbidden", "rolebindings is forbidden");
+        let api = FakeApi::new()
+            .always(
+                Method::GET,
+                "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+                403,
+                forbidden.clone(),
+            )
+            .always(
+                Method::GET,
+                "/apis/kubeflake.io/v1alpha1/idsequences",
+                403,
+                forbidden,
+            );
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        let keeper = keep_sidecar_bindings(
+            api.client(),
+            None,
+            "sidecar".into(),
+            metrics.clone(),
+            health.clone(),
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(1500), keeper).await;
+        api.verify();
+        let rendered = metrics.render();
+        let errors: f64 = rendered
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "kubeflake_operator_watch_errors_total{watch=\"rbac_rolebindings\"} ",
+                )
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(errors >= 2.0, "watch errors not counted: {rendered}");
+        let lists = api
+            .requests(
+                &Method::GET,
+                "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+            )
+            .len();
+        assert!(
+            (2..=12).contains(&lists),
+            "retried, but with back-off: {lists} lists in 1.5 s"
+        );
+        let failing = health.failing_watches();
+        let why = failing
+            .get("rbac_rolebindings")
+            .expect("/readyz says which watch fails");
+        assert!(why.contains("forbidden"), "and why: {why}");
+    }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()

@@ -25,8 +25,6 @@ pub mod update_status;
 pub mod validate;
 
 #[cfg(test)]
-mod fake_api;
-#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The controller against a scripted fake API server ([`super::fake_api`]): the exact
+//! The controller against a scripted fake API server ([`crate::fake_api`]): the exact
 //! requests a pass sends, without a control plane.
 
 use std::collections::BTreeSet;
@@ -19,9 +19,9 @@ use kubeflake_crds::sequence::{
 use kubeflake_crds::slot_lease::{FINALIZER, SEQUENCE_LABEL, SlotLeaseError};
 use serde_json::{Value, json};
 
-use super::fake_api::{FakeApi, failure};
 use super::status::{ConditionType, condition};
 use super::*;
+use crate::fake_api::{FakeApi, failure};
 use crate::metrics::Metrics;
 
 const NS: &str = "shop";

@@ -31,6 +31,8 @@ struct Expected {
     status: u16,
     reply: Value,
     served: bool,
+    /// Answered every time, never missing (a watch that retries).
+    always: bool,
 }
 
 #[derive(Default)]
@@ -58,6 +60,21 @@ impl FakeApi {
             status,
             reply,
             served: false,
+            always: false,
+        });
+        self
+    }
+
+    /// Answers every `method` request on `path` with `status` and `reply`, any number of
+    /// times (none included).
+    pub fn always(self, method: Method, path: &str, status: u16, reply: Value) -> FakeApi {
+        self.lock().expected.push(Expected {
+            method,
+            path: path.to_string(),
+            status,
+            reply,
+            served: false,
+            always: true,
         });
         self
     }
@@ -100,7 +117,7 @@ impl FakeApi {
         let missing: Vec<String> = script
             .expected
             .iter()
-            .filter(|e| !e.served)
+            .filter(|e| !e.served && !e.always)
             .map(|e| format!("{} {}", e.method, e.path))
             .collect();
         assert!(
@@ -140,7 +157,7 @@ impl FakeApi {
         let found = script
             .expected
             .iter_mut()
-            .find(|e| !e.served && e.method == seen.method && e.path == seen.path);
+            .find(|e| (e.always || !e.served) && e.method == seen.method && e.path == seen.path);
         match found {
             Some(e) => {
                 e.served = true;

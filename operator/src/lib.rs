@@ -8,7 +8,7 @@
 //! | what a reconcile pass does, in order | [`controller`] (`controller/mod.rs`: validate -> finalizer -> mode -> status) |
 //! | spec validation, `InvalidSpec` | `controller/validate.rs` |
 //! | slot reclaim and assignment (which slot, when) | `controller/snowflake/plan.rs` (pure; rule 9) |
-//! | silence (a holder that stopped renewing) | `controller/snowflake/observe.rs` |
+//! | silence (a holder that stopped renewing) | `controller/silence.rs` |
 //! | the slot-Lease writes, the direct pod read | `controller/snowflake/apply.rs` |
 //! | Events of a pass | `controller/snowflake/events.rs` |
 //! | deletion (finalizer, rule 10) | `controller/snowflake/mod.rs` `tear_down`, `controller/finalizer.rs` |

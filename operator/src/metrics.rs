@@ -10,6 +10,18 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
+/// `metric_label()`; pre-registered so each series exists from the start (a test in
+/// `controller/tests.rs` checks this against every controller error variant).
+pub const RESULT_LABELS: [&str; 6] = [
+    "ok",
+    "kube",
+    "no_namespace",
+    "bad_lease",
+    "invalid_spec",
+    "bad_counter",
+];
+
 /// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any
 /// watch of the IdSequence controller (its queue reports them together), the others the
 /// sidecar-binding keeper's two watches ([`crate::rbac`]).
@@ -151,7 +163,7 @@ impl Metrics {
             per_sequence: Mutex::new(HashMap::new()),
             registry: r,
         };
-        for result in crate::controller::RESULT_LABELS {
+        for result in RESULT_LABELS {
             m.reconciles.with_label_values(&[result]);
         }
         for reason in ["pod_gone", "silent", "duplicate"] {

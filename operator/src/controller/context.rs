@@ -9,7 +9,7 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
-use super::snowflake::observe::SilenceBook;
+use super::silence::SilenceBook;
 use crate::metrics::Metrics;
 
 /// Everything a pass needs. Shared by all passes.

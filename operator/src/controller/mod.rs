@@ -9,9 +9,10 @@
 //! 2. [`finalizer`]: added on the first pass, removed when deletion finishes.
 //! 3. By mode: [`snowflake`] (observe -> plan -> apply -> events -> status; also deletion)
 //!    or [`segment`] (the counter Lease).
-//! 4. [`update_status`]: the one status writer; an unchanged status is not written.
+//! 4. [`update_status`](mod@update_status): the one status writer; an unchanged status is not written.
 //!
-//! Below them: [`status`] (condition types and reasons, pure), [`context`], [`error`].
+//! Below them: [`status`] (condition types and reasons, pure), [`silence`] (rule 9's
+//! clock), [`context`], [`error`].
 //! Every write is a compare-and-swap (docs/safety.md rule 1): a conflict is normal, the
 //! pass is repeated.
 
@@ -19,6 +20,7 @@ pub mod context;
 pub mod error;
 pub mod finalizer;
 pub mod segment;
+pub mod silence;
 pub mod snowflake;
 pub mod status;
 pub mod update_status;
@@ -39,17 +41,8 @@ pub use self::error::Error;
 use self::status::{Reason, not_ready_status};
 use self::update_status::update_status;
 use self::validate::Valid;
-
-/// Every value [`result_label`] can give: pre-registered so each series exists from the
-/// start (a test checks this against [`result_label`] on every [`Error`] variant).
-pub const RESULT_LABELS: [&str; 6] = [
-    "ok",
-    "kube",
-    "no_namespace",
-    "bad_lease",
-    "invalid_spec",
-    "bad_counter",
-];
+/// The `result` labels, kept with the metrics (re-exported here, their former home).
+pub use crate::metrics::RESULT_LABELS;
 
 /// The `result` label of `kubeflake_operator_reconciles_total` for one pass.
 fn result_label(result: &Result<Action, Error>) -> &'static str {

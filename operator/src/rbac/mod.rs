@@ -217,7 +217,7 @@ fn report<T>(
 
 /// Keeps the bindings right until dropped: a pass whenever sequences or bindings change,
 /// and at least once a minute. Watch errors are reported through `metrics` and `health`
-/// (see [`report`]).
+/// (see `report`).
 pub async fn keep_sidecar_bindings(
     client: Client,
     namespace: Option<String>,

@@ -4,7 +4,7 @@
 //! without handing out slots, then finishes (docs/safety.md rule 10).
 //!
 //! Slot reclaim (which slot goes, and when) is decided in [`plan`]; silence is measured in
-//! [`observe`]; the writes that reclaim are in [`apply`].
+//! [`crate::controller::silence`]; the writes that reclaim are in [`apply`].
 
 pub mod apply;
 pub mod events;

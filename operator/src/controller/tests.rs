@@ -1,5 +1,7 @@
 //! The controller against a scripted fake API server ([`crate::fake_api`]): the exact
-//! requests a pass sends, without a control plane.
+//! requests a pass sends, without a control plane. One file (over 400 lines) because every
+//! test shares its fixture (caches, a sequence, pods and slot Leases as the API server
+//! returns them); each test is a specification of one write path.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

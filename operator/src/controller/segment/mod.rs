@@ -32,13 +32,13 @@ use kube::{Resource, ResourceExt};
 use kubeflake_crds::segment_counter::{Counter, counter_name, new_counter};
 use kubeflake_crds::sequence::{IdSequence, SegmentParams};
 
-use self::counter::{Trouble, counter_existed, segment_status, went_back};
+use self::counter::{Trouble, segment_status};
 use super::context::Context;
 use super::error::{Error, is_conflict};
 use super::status::{ConditionType, condition, not_ready_status};
 use super::update_status::update_status;
 
-pub use self::counter::{LastSeen, observe};
+pub use self::counter::{LastSeen, counter_existed, observe, went_back};
 
 /// How often a Segment sequence is looked at again (the counter is not watched).
 const RESYNC: Duration = Duration::from_secs(15);

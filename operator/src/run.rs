@@ -272,6 +272,7 @@ async fn run_controller(
             let synced = tokio::join!(synced(&pods), synced(&leases), synced(&sequences));
             if synced == (true, true, true) {
                 health.ready.store(true, Ordering::Release);
+                health.watch_recovered("controller");
                 tracing::info!("caches synced: ready");
             }
         })
@@ -295,7 +296,11 @@ async fn run_controller(
                             .watch_errors
                             .with_label_values(&["controller"])
                             .inc();
-                        health.watch_failed("controller", e.to_string());
+                        // Cleared when the caches sync or a pass succeeds; the time tells
+                        // a stale entry (no sequences, so no passes) from a current one.
+                        let at =
+                            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                        health.watch_failed("controller", format!("{e} (at {at})"));
                     }
                     Err(e) => tracing::debug!(error = %e, "reconcile error"),
                 }

@@ -1,8 +1,9 @@
 //! Health, readiness and metrics endpoints of the operator, on a port of their own.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -29,6 +30,10 @@ pub struct Health {
     /// Set on SIGTERM: the replica drains (see `--shutdown-drain-seconds`) and reports not
     /// ready so that the endpoints controller takes it out of the Service first.
     pub draining: AtomicBool,
+    /// The watches failing right now and their last error, by watch (the `watch` label of
+    /// `kubeflake_operator_watch_errors_total`): `/readyz` shows them, so a watch that is
+    /// refused (RBAC) or failing says so instead of holding things back in silence.
+    failing_watches: Mutex<BTreeMap<&'static str, String>>,
 }
 
 impl Health {
@@ -44,6 +49,33 @@ impl Health {
             Some(reason) => Err(reason.clone()),
             None => Ok(()),
         }
+    }
+
+    /// Records that `watch` failed with `error`; true when it was not failing before (then
+    /// the caller logs it at warn; repeats are retried with back-off and only counted).
+    pub fn watch_failed(&self, watch: &'static str, error: String) -> bool {
+        let mut failing = self
+            .failing_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failing.insert(watch, error).is_none()
+    }
+
+    /// Records that `watch` works again; true when it was failing.
+    pub fn watch_recovered(&self, watch: &'static str) -> bool {
+        let mut failing = self
+            .failing_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failing.remove(watch).is_some()
+    }
+
+    /// The watches failing right now, with their last error.
+    pub fn failing_watches(&self) -> BTreeMap<&'static str, String> {
+        self.failing_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Whether the replica may receive traffic; the reason when not.
@@ -82,14 +114,23 @@ fn answer(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes
                 serde_json::json!({"status": "failed", "reason": reason}).to_string(),
             ),
         },
-        "/readyz" => match health.readiness() {
-            Ok(()) => reply(StatusCode::OK, json, r#"{"status":"ready"}"#.into()),
-            Err(reason) => reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json,
-                serde_json::json!({"status": "not ready", "reason": reason}).to_string(),
-            ),
-        },
+        "/readyz" => {
+            let (code, mut body) = match health.readiness() {
+                Ok(()) => (StatusCode::OK, serde_json::json!({"status": "ready"})),
+                Err(reason) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({"status": "not ready", "reason": reason}),
+                ),
+            };
+            // Failing watches do not change the answer (the binding keeper is optional,
+            // and the controller's own watches already hold readiness back until its
+            // caches sync), but the body says which fail and why.
+            let failing = health.failing_watches();
+            if !failing.is_empty() {
+                body["failingWatches"] = serde_json::json!(failing);
+            }
+            reply(code, json, body.to_string())
+        }
         "/metrics" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4",
@@ -190,6 +231,20 @@ mod tests {
             .expect("a full body never fails")
             .to_bytes();
         serde_json::from_slice(&bytes).expect("a JSON body")
+    }
+
+    #[test]
+    fn readyz_names_each_failing_watch_and_its_error_until_it_recovers() {
+        let health = Health::default();
+        let metrics = Metrics::new();
+        assert!(health.watch_failed("rbac_rolebindings", "403 forbidden".into()));
+        assert!(!health.watch_failed("rbac_rolebindings", "403 again".into()));
+        let body = body_json(answer("/readyz", &health, &metrics));
+        assert_eq!(body["reason"], "caches not synced yet");
+        assert_eq!(body["failingWatches"]["rbac_rolebindings"], "403 again");
+        assert!(health.watch_recovered("rbac_rolebindings"));
+        let body = body_json(answer("/readyz", &health, &metrics));
+        assert!(body.get("failingWatches").is_none(), "{body}");
     }
 
     #[test]

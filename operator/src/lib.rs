@@ -1,43 +1,57 @@
 //! The kubeflake operator: reconciles `IdSequence`s and hands worker slots to pods through
 //! slot Leases (docs/safety.md rules 1, 9, 10).
 //!
-//! - [`segment`]: Segment-mode sequences: the counter Lease and its status.
-//! - [`slot`]: the pure planning of releases and assignments.
-//! - [`reconcile`]: the controller's `reconcile` and `error_policy`, and their `Context`.
-//! - [`metrics`], [`http`]: Prometheus metrics, health and readiness.
-//! - [`inject`], [`webhook`], [`certs`]: the sidecar-injecting admission webhook, its
-//!   HTTPS server and its certificate.
-//! - [`rbac`]: the RoleBindings that give sidecars their rights.
+//! Where things are:
+//!
+//! | To change | Look in |
+//! |---|---|
+//! | what a reconcile pass does, in order | [`controller`] (`controller/mod.rs`: validate -> finalizer -> mode -> status) |
+//! | spec validation, `InvalidSpec` | `controller/validate.rs` |
+//! | slot reclaim and assignment (which slot, when) | `controller/snowflake/plan.rs` (pure; rule 9) |
+//! | silence (a holder that stopped renewing) | `controller/silence.rs` |
+//! | the slot-Lease writes, the direct pod read | `controller/snowflake/apply.rs` |
+//! | Events of a pass | `controller/snowflake/events.rs` |
+//! | deletion (finalizer, rule 10) | `controller/snowflake/mod.rs` `tear_down`, `controller/finalizer.rs` |
+//! | Segment mode (the counter Lease) | `controller/segment/` |
+//! | add a status condition or reason | `controller/status.rs` (types, reasons), then the mode's builder (`snowflake/status.rs`, `segment/counter.rs`) |
+//! | how the status is written | `controller/update_status.rs` (server-side apply, only when changed) |
+//! | controller errors and their metric label | `controller/error.rs` |
+//! | watches, leader election, readiness wiring | `run.rs` |
+//! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
+//! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
+//! | the sidecars' RoleBindings | [`rbac`] |
+//!
+//! Tests of the code that writes to the API server run against a scripted fake API server
+//! (`fake_api.rs`, tests only) in `controller/tests.rs` and `rbac/tests.rs`.
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
 pub mod backoff;
 pub mod certs;
+pub mod controller;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod http;
 pub mod inject;
 pub mod metrics;
 pub mod rbac;
-pub mod reconcile;
-pub mod segment;
-pub mod slot;
 pub mod webhook;
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+/// Former home of the controller's entry points: now [`controller`].
+pub mod reconcile {
+    pub use crate::controller::{Context, Error, RESULT_LABELS, error_policy, reconcile};
+}
+/// Former home of Segment mode: now [`controller::segment`].
+pub use controller::segment;
+/// Former home of slot planning: now [`controller::snowflake::plan`].
+pub use controller::snowflake::plan as slot;
 
-use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
-use kubeflake_crds::IdSequence;
-use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+mod run;
+
+pub use run::run;
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 /// How the operator runs.
 #[derive(Debug, Clone)]
@@ -82,343 +96,5 @@ pub enum CertSource {
     Dir(std::path::PathBuf),
 }
 
-/// Starts the webhook's certificate keeper and HTTPS server; both end with the process.
-/// Returns the serving certificate, which readiness waits for.
-async fn start_webhook(
-    client: &Client,
-    config: &WebhookConfig,
-    metrics: Arc<metrics::Metrics>,
-) -> anyhow::Result<Arc<certs::ServingCert>> {
-    let listener = webhook::bind(config.addr).await?;
-    let serving = Arc::new(certs::ServingCert::default());
-    match &config.certs {
-        CertSource::SelfManaged(s) => {
-            tokio::spawn(certs::keep_self_managed(
-                client.clone(),
-                s.clone(),
-                serving.clone(),
-            ));
-        }
-        CertSource::Dir(dir) => {
-            tokio::spawn(certs::keep_from_dir(dir.clone(), serving.clone()));
-        }
-    }
-    let acceptor = webhook::tls_acceptor(serving.clone())?;
-    tracing::info!(webhook_addr = %listener.local_addr()?, path = webhook::PATH, "webhook serving");
-    let handler = Arc::new(webhook::Webhook {
-        client: client.clone(),
-        template: config.template.clone(),
-        metrics,
-    });
-    tokio::spawn(webhook::serve(
-        listener,
-        acceptor,
-        handler,
-        webhook::Timeouts::default(),
-    ));
-    Ok(serving)
-}
-
 /// Default name of the leader-election Lease.
 pub const LEADER_LEASE: &str = "kubeflake-operator-leader";
-
-fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// Runs until `shutdown` completes: the probes and metrics server at once, the controller
-/// when this replica leads (or at once without election). Losing leadership ends the run,
-/// so the replica restarts as a follower. Election only avoids duplicated work: two
-/// controllers at once stay correct, every write being a compare-and-swap.
-///
-/// On `shutdown` the controller stops at once, `/readyz` turns not ready, and the webhook
-/// is served for `shutdown_drain` more (counted from the signal) before the run ends.
-pub async fn run(
-    client: Client,
-    config: OperatorConfig,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    let metrics = Arc::new(metrics::Metrics::new());
-    let health = Arc::new(http::Health::default());
-    let listener = tokio::net::TcpListener::bind(config.metrics_addr)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on --metrics-addr {}: {e}",
-                config.metrics_addr
-            )
-        })?;
-    tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
-    // The signal, seen once and shared: it marks the replica draining and stops the
-    // controller (or the wait for leadership).
-    let (signalled_tx, signalled) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
-    {
-        let health = health.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            health.draining.store(true, Ordering::Release);
-            let _ = signalled_tx.send(Some(tokio::time::Instant::now()));
-        });
-    }
-    let stopped = {
-        let signalled = signalled.clone();
-        move || {
-            let mut signalled = signalled.clone();
-            async move {
-                let _ = signalled.wait_for(Option::is_some).await;
-            }
-        }
-    };
-    let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
-    // Every replica serves the webhook, leader or not: it only reads.
-    if let Some(webhook) = &config.webhook {
-        let serving = start_webhook(&client, webhook, metrics.clone()).await?;
-        let _ = health.webhook_cert.set(serving);
-    }
-    let result = match &config.leader_election_namespace {
-        None => run_controller(client, &config, metrics, health.clone(), stopped()).await,
-        Some(ns) => {
-            let manager =
-                kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.leader_lease)
-                    .with_namespace(ns)
-                    .with_identity(&config.instance)
-                    .with_duration(15)
-                    .with_grace(5)
-                    .build()
-                    .await?;
-            let (mut leading, election) = manager.watch().await;
-            // A follower is healthy and ready: it stands by.
-            health.ready.store(true, Ordering::Release);
-            tracing::info!(lease = %config.leader_lease, namespace = %ns, "waiting to become leader");
-            let mut shutdown = Box::pin(stopped());
-            let became_leader = loop {
-                if *leading.borrow_and_update() {
-                    break true;
-                }
-                tokio::select! {
-                    changed = leading.changed() => if changed.is_err() { break false },
-                    () = &mut shutdown => break false,
-                }
-            };
-            let result = if became_leader {
-                tracing::info!("became leader: starting the controller");
-                let lost = async move {
-                    while *leading.borrow_and_update() {
-                        if leading.changed().await.is_err() {
-                            break;
-                        }
-                    }
-                    tracing::warn!("lost leadership: stopping the controller");
-                };
-                let stop = async move {
-                    tokio::select! { () = shutdown => {}, () = lost => {} }
-                };
-                run_controller(client, &config, metrics, health.clone(), stop).await
-            } else {
-                Ok(())
-            };
-            election.abort();
-            result
-        }
-    };
-    let signalled_at = *signalled.borrow();
-    if let Some(at) = signalled_at
-        && config.webhook.is_some()
-        && !config.shutdown_drain.is_zero()
-    {
-        tracing::info!(
-            seconds = config.shutdown_drain.as_secs_f64(),
-            "draining: still serving the webhook while the API server drops this endpoint"
-        );
-        tokio::time::sleep_until(at + config.shutdown_drain).await;
-    }
-    server.abort();
-    tracing::info!("operator stopped");
-    result
-}
-
-/// Waits until a reflector store holds its first full list; false if its writer is gone.
-///
-/// kube-runtime's readiness signal remembers only the latest waiter's waker (a oneshot
-/// channel), and the controller itself waits on its own store: a second waiter on that
-/// store may never be woken, which left replicas not ready for good. Asking afresh every
-/// 100 ms does not depend on being woken.
-async fn synced<K>(store: &reflector::Store<K>) -> bool
-where
-    K: kube::runtime::reflector::Lookup + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    loop {
-        if let Ok(ready) =
-            tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await
-        {
-            return ready.is_ok();
-        }
-    }
-}
-
-async fn run_controller(
-    client: Client,
-    config: &OperatorConfig,
-    metrics: Arc<metrics::Metrics>,
-    health: Arc<http::Health>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> anyhow::Result<()> {
-    health.ready.store(false, Ordering::Release);
-    // Whether the controller was asked to stop; if it ends otherwise, it failed.
-    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let shutdown = {
-        let stop_requested = stop_requested.clone();
-        async move {
-            shutdown.await;
-            stop_requested.store(true, Ordering::Release);
-        }
-    };
-    // Only labelled pods and leases are watched and cached.
-    let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_stream = watcher(api::<Pod>(&client, &config.namespace), selected.clone())
-        .backoff(backoff::WatchBackoff::default())
-        .reflect(pod_writer)
-        .touched_objects();
-    let (leases, lease_writer) = reflector::store::<Lease>();
-    let lease_stream = watcher(api::<Lease>(&client, &config.namespace), selected)
-        .backoff(backoff::WatchBackoff::default())
-        .reflect(lease_writer)
-        .touched_objects();
-
-    let reporter = Reporter {
-        controller: "kubeflake-operator".into(),
-        instance: Some(config.instance.clone()),
-    };
-    let ctx_metrics = metrics.clone();
-    let ctx = Arc::new(reconcile::Context::new(
-        client.clone(),
-        pods.clone(),
-        leases.clone(),
-        metrics,
-        reporter,
-    ));
-    let controller = Controller::new(
-        api::<IdSequence>(&client, &config.namespace),
-        watcher::Config::default(),
-    )
-    .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
-    .trigger_backoff(backoff::WatchBackoff::default())
-    .owns_stream(lease_stream)
-    .watches_stream(pod_stream, |pod: Pod| {
-        let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
-        Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
-    })
-    .graceful_shutdown_on(shutdown);
-    let sequences = controller.store();
-    let bindings = config.sidecar_cluster_role.clone().map(|role| {
-        tokio::spawn(rbac::keep_sidecar_bindings(
-            client.clone(),
-            config.namespace.clone(),
-            role,
-            ctx_metrics.clone(),
-        ))
-    });
-
-    let ready = {
-        let health = health.clone();
-        tokio::spawn(async move {
-            let synced = tokio::join!(synced(&pods), synced(&leases), synced(&sequences));
-            if synced == (true, true, true) {
-                health.ready.store(true, Ordering::Release);
-                tracing::info!("caches synced: ready");
-            }
-        })
-    };
-    controller
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(sequence = %object.name, "reconciled"),
-                // A watch that keeps failing holds readiness back: say why.
-                Err(e @ controller::Error::QueueError(_)) => {
-                    tracing::warn!(error = %e, "watch error (retried with back-off)");
-                }
-                Err(e) => tracing::debug!(error = %e, "reconcile error"),
-            }
-        })
-        .await;
-    health.ready.store(false, Ordering::Release);
-    ready.abort();
-    if let Some(bindings) = bindings {
-        bindings.abort();
-    }
-    controller_ended(&health, stop_requested.load(Ordering::Acquire))
-}
-
-/// What the end of the controller's run means: nothing when it was asked to stop (the
-/// shutdown signal, lost leadership); otherwise the replica is dead: `/healthz` says so
-/// and the run ends with an error (the process exits non-zero and is restarted).
-fn controller_ended(health: &http::Health, stop_requested: bool) -> anyhow::Result<()> {
-    if stop_requested {
-        return Ok(());
-    }
-    let reason = "controller stopped without being asked to (its watch streams ended); \
-                  restart the operator";
-    tracing::error!(reason, "controller failed");
-    health.fail(reason);
-    Err(anyhow::anyhow!(reason))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::ConfigMap;
-
-    #[test]
-    fn a_controller_that_ends_unasked_fails_the_liveness_probe_and_the_run() {
-        let health = http::Health::default();
-        assert!(controller_ended(&health, true).is_ok());
-        assert_eq!(
-            health.liveness(),
-            Ok(()),
-            "a requested stop is not a failure"
-        );
-        let err = controller_ended(&health, false).expect_err("an unasked end is an error");
-        let reason = health.liveness().expect_err("/healthz must report it");
-        assert!(reason.contains("controller stopped"), "{reason}");
-        assert!(err.to_string().contains("controller stopped"), "{err}");
-    }
-
-    /// The controller waits on its own store too; a second waiter must still see it synced.
-    #[tokio::test]
-    async fn readiness_sees_a_store_synced_even_when_another_task_waits_on_it_as_well() {
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        let ours = tokio::spawn({
-            let store = store.clone();
-            async move { synced(&store).await }
-        });
-        tokio::task::yield_now().await;
-        // The controller's own wait, registered after ours.
-        let theirs = tokio::spawn({
-            let store = store.clone();
-            async move { store.wait_until_ready().await.is_ok() }
-        });
-        tokio::task::yield_now().await;
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        let limit = Duration::from_secs(10);
-        assert!(
-            tokio::time::timeout(limit, theirs)
-                .await
-                .is_ok_and(|r| r.is_ok_and(|ok| ok))
-        );
-        assert!(
-            tokio::time::timeout(limit, ours)
-                .await
-                .is_ok_and(|r| r.is_ok_and(|ok| ok)),
-            "our readiness was never told the store synced"
-        );
-    }
-}

@@ -10,6 +10,23 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
+/// `metric_label()`; pre-registered so each series exists from the start (a test in
+/// `controller/tests.rs` checks this against every controller error variant).
+pub const RESULT_LABELS: [&str; 6] = [
+    "ok",
+    "kube",
+    "no_namespace",
+    "bad_lease",
+    "invalid_spec",
+    "bad_counter",
+];
+
+/// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any
+/// watch of the IdSequence controller (its queue reports them together), the others the
+/// sidecar-binding keeper's two watches ([`crate::rbac`]).
+pub const WATCH_LABELS: [&str; 3] = ["controller", "rbac_idsequences", "rbac_rolebindings"];
+
 pub struct Metrics {
     registry: Registry,
     pub reconciles: IntCounterVec,
@@ -21,6 +38,7 @@ pub struct Metrics {
     pub webhook_requests: IntCounterVec,
     pub webhook_seconds: Histogram,
     pub sidecar_bindings: IntCounterVec,
+    pub watch_errors: IntCounterVec,
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
@@ -122,6 +140,17 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            watch_errors: register(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "kubeflake_operator_watch_errors_total",
+                        "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_rolebindings); each is retried with back-off.",
+                    ),
+                    &["watch"],
+                )
+                .expect("valid metric"),
+            ),
             slots_assigned: gauge(
                 "kubeflake_operator_slots_assigned",
                 "Slots held by pods, summed over all sequences.",
@@ -134,7 +163,7 @@ impl Metrics {
             per_sequence: Mutex::new(HashMap::new()),
             registry: r,
         };
-        for result in crate::reconcile::RESULT_LABELS {
+        for result in RESULT_LABELS {
             m.reconciles.with_label_values(&[result]);
         }
         for reason in ["pod_gone", "silent", "duplicate"] {
@@ -145,6 +174,9 @@ impl Metrics {
         }
         for action in ["created", "deleted"] {
             m.sidecar_bindings.with_label_values(&[action]);
+        }
+        for watch in WATCH_LABELS {
+            m.watch_errors.with_label_values(&[watch]);
         }
         m
     }

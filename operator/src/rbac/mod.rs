@@ -32,6 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
 
+use crate::http::Health;
 use crate::metrics::Metrics;
 
 /// Name of the RoleBinding the operator keeps in each namespace with IdSequences.
@@ -186,13 +187,43 @@ async fn find_role(roles: &Api<ClusterRole>, name: &str) -> Option<Role> {
     }
 }
 
+/// What becomes of one watch event: an error is counted
+/// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at warn
+/// when the watch starts failing (then retried with [`crate::backoff::WatchBackoff`]); a
+/// success clears it.
+fn report<T>(
+    watch: &'static str,
+    metrics: &Metrics,
+    health: &Health,
+    event: &Result<T, watcher::Error>,
+) {
+    match event {
+        Ok(_) => {
+            if health.watch_recovered(watch) {
+                tracing::info!(watch, "watch works again");
+            }
+        }
+        Err(e) => {
+            metrics.watch_errors.with_label_values(&[watch]).inc();
+            let message = e.to_string();
+            if health.watch_failed(watch, message.clone()) {
+                tracing::warn!(watch, error = %message, "watch failed: sidecar RoleBindings are not kept until it works (retried with back-off; is the operator allowed to list and watch it?)");
+            } else {
+                tracing::debug!(watch, error = %message, "watch failed again");
+            }
+        }
+    }
+}
+
 /// Keeps the bindings right until dropped: a pass whenever sequences or bindings change,
-/// and at least once a minute.
+/// and at least once a minute. Watch errors are reported through `metrics` and `health`
+/// (see `report`).
 pub async fn keep_sidecar_bindings(
     client: Client,
     namespace: Option<String>,
     role: String,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
 ) {
     let scoped = |c: &Client| -> (Api<PartialObjectMeta<IdSequence>>, Api<RoleBinding>) {
         match &namespace {
@@ -209,12 +240,18 @@ pub async fn keep_sidecar_bindings(
     let seq_events = watcher(sequences, watcher::Config::default())
         .backoff(crate::backoff::WatchBackoff::default())
         .reflect(seq_writer)
-        .map(|_| ());
+        .map({
+            let (metrics, health) = (metrics.clone(), health.clone());
+            move |event| report("rbac_idsequences", &metrics, &health, &event)
+        });
     let (binding_store, binding_writer) = reflector::store();
     let binding_events = watcher(bindings, watcher::Config::default().labels(MANAGED_LABEL))
         .backoff(crate::backoff::WatchBackoff::default())
         .reflect(binding_writer)
-        .map(|_| ());
+        .map({
+            let (metrics, health) = (metrics.clone(), health.clone());
+            move |event| report("rbac_rolebindings", &metrics, &health, &event)
+        });
     let mut events = std::pin::pin!(futures::stream::select(seq_events, binding_events));
     // The stores fill only while the event stream is polled, so drive it while waiting.
     let mut ready = std::pin::pin!(async {
@@ -296,155 +333,4 @@ async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| s.to_string()).collect()
-    }
-
-    fn role() -> Role {
-        Role {
-            name: "sidecar".into(),
-            uid: "role-uid".into(),
-        }
-    }
-
-    /// A binding of `role_name` in `ns`, owned by the current sidecar role.
-    fn bound(ns: &str, role_name: &str) -> Observed {
-        Observed {
-            namespace: ns.into(),
-            uid: format!("uid-{ns}"),
-            role: role_name.into(),
-            owner_uid: Some("role-uid".into()),
-        }
-    }
-
-    #[test]
-    fn every_namespace_with_a_sequence_gets_one_binding() {
-        let changes = plan(
-            &set(&["a", "b"]),
-            &[bound("a", "sidecar")],
-            "sidecar",
-            Some(&role()),
-        );
-        assert_eq!(
-            changes,
-            vec![Change::Create {
-                namespace: "b".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn a_namespace_whose_last_sequence_is_gone_loses_its_binding() {
-        let changes = plan(
-            &set(&[]),
-            &[bound("a", "sidecar")],
-            "sidecar",
-            Some(&role()),
-        );
-        assert_eq!(
-            changes,
-            vec![Change::Delete {
-                namespace: "a".into(),
-                uid: "uid-a".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn a_binding_to_another_role_is_deleted_first_and_recreated_on_the_next_pass() {
-        let changes = plan(
-            &set(&["a"]),
-            &[bound("a", "old-role")],
-            "sidecar",
-            Some(&role()),
-        );
-        assert_eq!(
-            changes,
-            vec![Change::Delete {
-                namespace: "a".into(),
-                uid: "uid-a".into()
-            }]
-        );
-        assert_eq!(
-            plan(&set(&["a"]), &[], "sidecar", Some(&role())),
-            vec![Change::Create {
-                namespace: "a".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn a_binding_not_owned_by_the_current_role_is_replaced_so_uninstall_removes_it() {
-        for owner in [None, Some("uid-of-a-deleted-role".to_string())] {
-            let mut old = bound("a", "sidecar");
-            old.owner_uid = owner.clone();
-            assert_eq!(
-                plan(&set(&["a"]), &[old], "sidecar", Some(&role())),
-                vec![Change::Delete {
-                    namespace: "a".into(),
-                    uid: "uid-a".into()
-                }],
-                "owner {owner:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn without_the_cluster_role_nothing_is_created_and_unneeded_bindings_still_go() {
-        assert!(plan(&set(&["a"]), &[], "sidecar", None).is_empty());
-        let mut unowned = bound("a", "sidecar");
-        unowned.owner_uid = None;
-        assert!(
-            plan(&set(&["a"]), &[unowned], "sidecar", None).is_empty(),
-            "a binding is not churned while the role cannot be read"
-        );
-        assert_eq!(
-            plan(&set(&[]), &[bound("b", "sidecar")], "sidecar", None),
-            vec![Change::Delete {
-                namespace: "b".into(),
-                uid: "uid-b".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn when_all_is_in_place_nothing_is_written() {
-        assert!(
-            plan(
-                &set(&["a"]),
-                &[bound("a", "sidecar")],
-                "sidecar",
-                Some(&role())
-            )
-            .is_empty()
-        );
-    }
-
-    #[test]
-    fn the_binding_grants_only_the_namespace_s_own_service_accounts() {
-        let b = binding("shop", &role());
-        let subjects = b.subjects.expect("subjects");
-        assert_eq!(subjects.len(), 1);
-        assert_eq!(subjects[0].kind, "Group");
-        assert_eq!(subjects[0].name, "system:serviceaccounts:shop");
-        assert_eq!(b.role_ref.kind, "ClusterRole");
-        assert_eq!(b.role_ref.name, "sidecar");
-        assert_eq!(b.metadata.namespace.as_deref(), Some("shop"));
-    }
-
-    #[test]
-    fn the_binding_is_owned_by_the_cluster_role_so_the_garbage_collector_removes_it_with_the_role()
-    {
-        let b = binding("shop", &role());
-        let owners = b.metadata.owner_references.expect("owner references");
-        assert_eq!(owners.len(), 1);
-        assert_eq!(owners[0].api_version, "rbac.authorization.k8s.io/v1");
-        assert_eq!(owners[0].kind, "ClusterRole");
-        assert_eq!(owners[0].name, "sidecar");
-        assert_eq!(owners[0].uid, "role-uid");
-        assert_eq!(owners[0].block_owner_deletion, None);
-    }
-}
+mod tests;

@@ -1,122 +1,17 @@
-//! Segment-mode sequences: no slots. The operator creates the sequence's counter Lease
-//! (`next = start`) for a sequence that never had one, raises it when `start` is raised
-//! (never lowers it), and reports the high-water mark and the claim rate in the status.
-//! Sidecars claim blocks from the counter themselves, by compare-and-swap; the operator is
-//! not on that path, so its restarts do not matter.
-//!
-//! The counter has no owner reference on purpose: deleting the IdSequence leaves it, so a
-//! sequence re-created under the same name continues above every value issued instead of
-//! starting again at `start`.
-//!
-//! **A lost counter is never re-created.** Once the status shows a counter (`status.segment`
-//! is set), a missing Lease means it was deleted: creating it again at `start` would hand
-//! out values already issued. The operator then sets `Ready=False` (`CounterLost`), records
-//! a Warning Event and waits for a person to re-create it above every value issued
-//! (docs/segment.md, "The counter was lost"). A counter whose claim count went down (an old
-//! copy restored, or re-created by hand without the count) is `CounterWentBack`. The
-//! operator does not touch it: the status keeps the last good observation, and every
-//! sidecar, even one started since, refuses to claim from a counter with fewer claims than
-//! `status.segment.blocksClaimed`. Raising it to the last `next` seen would not be enough
-//! (that is only a lower bound: sidecars claim between two looks), so a person repairs it.
-use std::time::Duration;
+//! What the status says about the segment counter, and the segment status itself. Pure:
+//! whether a counter existed (then it is never created again), whether it went back, the
+//! messages that say how to repair it, and the claim-rate window.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
-use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
-use kubeflake_crds::segment_counter::{Counter, LIMIT, counter_name, new_counter};
-use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SegmentParams, SegmentStatus};
+use kube::ResourceExt;
+use kubeflake_crds::segment_counter::{Counter, LIMIT, counter_name};
+use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SegmentStatus};
 
-use crate::reconcile::{
-    Context, Error, is_conflict, not_ready_status, set_condition, update_status,
-};
+use crate::controller::status::{ConditionStatus, ConditionType, Reason, set_condition};
 
-/// How often a Segment sequence is looked at again (the counter is not watched).
-const RESYNC: Duration = Duration::from_secs(15);
 /// The claim rate is measured over windows at least this long (at most one status write
 /// for it per window).
 const RATE_WINDOW_SECS: i64 = 30;
-
-/// Reconciles one Segment-mode sequence that is not being deleted.
-pub async fn reconcile(
-    seq: &IdSequence,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    params: &SegmentParams,
-) -> Result<Action, Error> {
-    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    let lease_name = counter_name(name);
-    let found = api.get_opt(&lease_name).await?;
-    if found.is_none() {
-        // Judge on the freshest status, not the cache: the status written right after the
-        // counter was created must not be missed.
-        let sequences: Api<IdSequence> = Api::namespaced(ctx.client.clone(), ns);
-        let fresh = sequences.get(name).await?;
-        if let Some(last) = counter_existed(fresh.status.as_ref()) {
-            return counter_trouble(&fresh, ctx, &Trouble::Lost { last }).await;
-        }
-    }
-    if let Some(lease) = &found {
-        let counter = Counter::parse(lease)?;
-        if let Some(last) = went_back(seq.status.as_ref(), &counter) {
-            let found = counter.next;
-            return counter_trouble(seq, ctx, &Trouble::WentBack { last, found }).await;
-        }
-    }
-    let counter = match found {
-        None => match api
-            .create(&PostParams::default(), &new_counter(name, ns, params.start))
-            .await
-        {
-            Ok(created) => {
-                tracing::info!(sequence = name, namespace = ns, counter = %lease_name, start = params.start, "created the segment counter");
-                Counter::parse(&created)?
-            }
-            Err(e) if is_conflict(&e) => return Ok(Action::requeue(Duration::from_millis(500))),
-            Err(e) => return Err(e.into()),
-        },
-        Some(lease) => {
-            let counter = Counter::parse(&lease)?;
-            if counter.next >= params.start {
-                counter
-            } else {
-                // start was raised: move the counter up to it (a CAS; never down).
-                let raised = Counter {
-                    next: params.start,
-                    ..counter
-                };
-                match api
-                    .replace(
-                        &lease_name,
-                        &PostParams::default(),
-                        &raised.write_into(lease),
-                    )
-                    .await
-                {
-                    Ok(written) => {
-                        tracing::info!(
-                            sequence = name,
-                            namespace = ns,
-                            next = params.start,
-                            "raised the segment counter to spec.segment.start"
-                        );
-                        Counter::parse(&written)?
-                    }
-                    Err(e) if is_conflict(&e) => {
-                        return Ok(Action::requeue(Duration::from_millis(500)));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-    };
-    let status = segment_status(seq, &counter, Utc::now());
-    update_status(seq, ctx, status).await?;
-    Ok(Action::requeue(RESYNC))
-}
 
 /// What the status last saw of the counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,20 +43,20 @@ pub fn went_back(status: Option<&IdSequenceStatus>, counter: &Counter) -> Option
 }
 
 /// Why the counter cannot be trusted.
-enum Trouble {
+pub(crate) enum Trouble {
     Lost { last: LastSeen },
     WentBack { last: LastSeen, found: u64 },
 }
 
 impl Trouble {
-    fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> Reason {
         match self {
-            Trouble::Lost { .. } => "CounterLost",
-            Trouble::WentBack { .. } => "CounterWentBack",
+            Trouble::Lost { .. } => Reason::CounterLost,
+            Trouble::WentBack { .. } => Reason::CounterWentBack,
         }
     }
 
-    fn message(&self, name: &str) -> String {
+    pub(crate) fn message(&self, name: &str) -> String {
         let lease = counter_name(name);
         match self {
             Trouble::Lost { last } => format!(
@@ -187,38 +82,6 @@ impl Trouble {
             ),
         }
     }
-}
-
-/// Ready=False with the trouble's reason, a Warning Event when it is new, and the last good
-/// `status.segment` kept as it is (it is the evidence).
-async fn counter_trouble(
-    seq: &IdSequence,
-    ctx: &Context,
-    trouble: &Trouble,
-) -> Result<Action, Error> {
-    let name = seq.name_any();
-    let message = trouble.message(&name);
-    tracing::error!(sequence = %name, namespace = seq.namespace().unwrap_or_default(), reason = trouble.reason(), %message, "segment counter cannot be trusted");
-    let was = seq
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.reason.clone());
-    let status = not_ready_status(seq, trouble.reason(), &message);
-    if was.as_deref() != Some(trouble.reason()) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: trouble.reason().into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "CheckCounter".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
-    }
-    update_status(seq, ctx, status).await?;
-    Ok(Action::requeue(RESYNC))
 }
 
 /// The rate window after observing `claims` at `now`: `(claims per minute, window start,
@@ -249,9 +112,13 @@ pub fn observe(
     (rate, now_text, claims)
 }
 
-fn segment_status(seq: &IdSequence, counter: &Counter, now: DateTime<Utc>) -> IdSequenceStatus {
+pub(crate) fn segment_status(
+    seq: &IdSequence,
+    counter: &Counter,
+    now: DateTime<Utc>,
+) -> IdSequenceStatus {
     let mut status = seq.status.clone().unwrap_or_default();
-    status.observed_generation = seq.meta().generation;
+    status.observed_generation = seq.metadata.generation;
     let (claims_per_minute, observed_at, claims_at_observed_at) =
         observe(status.segment.as_ref(), counter.claims, now);
     status.segment = Some(SegmentStatus {
@@ -265,9 +132,9 @@ fn segment_status(seq: &IdSequence, counter: &Counter, now: DateTime<Utc>) -> Id
     set_condition(
         &mut status.conditions,
         seq,
-        "Ready",
-        "True",
-        "CounterReady",
+        ConditionType::Ready,
+        ConditionStatus::True,
+        Reason::CounterReady,
         &format!(
             "segment counter {} is at {}; sidecars claim blocks from it",
             counter_name(&name),
@@ -278,18 +145,18 @@ fn segment_status(seq: &IdSequence, counter: &Counter, now: DateTime<Utc>) -> Id
         set_condition(
             &mut status.conditions,
             seq,
-            "Exhausted",
-            "True",
-            "CounterExhausted",
+            ConditionType::Exhausted,
+            ConditionStatus::True,
+            Reason::CounterExhausted,
             "every value up to 2^63-1 was claimed; create a new IdSequence",
         );
     } else {
         set_condition(
             &mut status.conditions,
             seq,
-            "Exhausted",
-            "False",
-            "ValuesLeft",
+            ConditionType::Exhausted,
+            ConditionStatus::False,
+            Reason::ValuesLeft,
             &format!("{} values left", LIMIT - counter.next),
         );
     }
@@ -428,7 +295,7 @@ mod tests {
             assert!(lost.contains(needle), "{needle}: {lost}");
         }
         let back = Trouble::WentBack { last, found: 1 };
-        assert_eq!(back.reason(), "CounterWentBack");
+        assert_eq!(back.reason().as_str(), "CounterWentBack");
         let text = back.message("orders");
         for needle in [
             "from 1 up",

@@ -1,0 +1,44 @@
+//! What every pass shares: the client, the caches, the metrics, the Event recorder and the
+//! operator's own memory of lease versions (for silence, docs/safety.md rule 9).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+
+use super::silence::SilenceBook;
+use crate::metrics::Metrics;
+
+/// Everything a pass needs. Shared by all passes.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub leases: Store<Lease>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// For each sequence, the version of each of its held leases and since when it was
+    /// seen unchanged (monotonic clock).
+    pub(crate) silence: SilenceBook,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        leases: Store<Lease>,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+    ) -> Context {
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            pods,
+            leases,
+            metrics,
+            silence: SilenceBook::default(),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! The controller's one error type and the few API answers it tells apart.
+
+use kubeflake_crds::sequence::SpecError;
+use kubeflake_crds::slot_lease::SlotLeaseError;
+
+/// Why a pass failed. Each message says what happened and, where it helps, what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("IdSequence has no namespace (the CRD is namespaced; this should not happen)")]
+    NoNamespace,
+    #[error("{0}; fix or delete that Lease (its fence is needed to keep IDs unique)")]
+    BadLease(#[from] SlotLeaseError),
+    #[error("invalid spec: {0}")]
+    InvalidSpec(#[from] SpecError),
+    #[error(transparent)]
+    Counter(#[from] kubeflake_crds::segment_counter::CounterError),
+}
+
+impl Error {
+    /// A bounded label for metrics: the `result` label of
+    /// `kubeflake_operator_reconciles_total` (see [`super::RESULT_LABELS`]).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::NoNamespace => "no_namespace",
+            Error::BadLease(_) => "bad_lease",
+            Error::InvalidSpec(_) => "invalid_spec",
+            Error::Counter(_) => "bad_counter",
+        }
+    }
+
+    /// The same as [`Error::metric_label`] (its former name).
+    pub fn label(&self) -> &'static str {
+        self.metric_label()
+    }
+}
+
+/// Whether the API server refused a write because the object changed since it was read
+/// (409): another writer was first; read again and decide again (docs/safety.md rule 1).
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Whether the object is not there (404).
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}

@@ -1,0 +1,50 @@
+//! What a Snowflake pass sees: the sequence's slot leases and pods from the reflector
+//! caches. No API calls. Which held leases are silent is judged in
+//! [`crate::controller::silence`].
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease, SlotLeaseError};
+
+use super::plan::PodInfo;
+
+/// The sequence's slot leases, from the cache.
+pub fn leases(
+    store: &Store<Lease>,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<SlotLease>, SlotLeaseError> {
+    let mut leases = Vec::new();
+    for lease in store.state() {
+        let labelled = lease.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name);
+        if labelled && lease.namespace().as_deref() == Some(ns) {
+            leases.push(SlotLease::parse(&lease)?);
+        }
+    }
+    Ok(leases)
+}
+
+/// The sequence's pods, from the cache.
+pub fn pods(store: &Store<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
+    store
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name))
+        .filter_map(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            Some(PodInfo {
+                name: p.name_any(),
+                uid: p.uid()?,
+                created: p
+                    .creation_timestamp()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+                leaving: p.metadata.deletion_timestamp.is_some()
+                    || matches!(phase, Some("Succeeded" | "Failed")),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,112 @@
+//! The status of a Snowflake sequence, built from what the pass saw and did. Pure.
+
+use chrono::Utc;
+use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SequenceParams};
+use kubeflake_crds::timebase::rfc3339;
+
+use crate::controller::status::{ConditionStatus, ConditionType, Reason, set_condition};
+
+/// A year: the `Expiring` condition turns true when less is left.
+const EXPIRING_WITHIN_MS: u64 = 365 * 24 * 3600 * 1000;
+
+pub(crate) fn now_ms() -> u64 {
+    Utc::now().timestamp_millis().max(0) as u64
+}
+
+/// Ready, Exhausted and Expiring for a sequence that is not being deleted.
+pub fn ready_status(
+    seq: &IdSequence,
+    p: &SequenceParams,
+    assigned: i64,
+    waiting: u64,
+) -> IdSequenceStatus {
+    use ConditionStatus::{False, True};
+    use ConditionType::{Exhausted, Expiring, Ready};
+    let mut status = seq.status.clone().unwrap_or_default();
+    let conditions = &mut status.conditions;
+    let capacity = p.layout.slot_count() as i64;
+    let exhausts_at = p.timebase.exhausts_at_ms(&p.layout);
+    let now = now_ms();
+    if p.timebase.epoch_unix_ms() > now {
+        let message = format!(
+            "epoch {} is in the future: sidecars refuse to issue IDs until then; choose an epoch in the past (create a new IdSequence, epoch is immutable)",
+            seq.spec.epoch
+        );
+        set_condition(
+            conditions,
+            seq,
+            Ready,
+            False,
+            Reason::EpochInFuture,
+            &message,
+        );
+    } else {
+        let message = format!("{assigned} of {capacity} slots assigned");
+        set_condition(conditions, seq, Ready, True, Reason::Reconciled, &message);
+    }
+    if waiting > 0 {
+        let message = format!(
+            "{waiting} pods wait for a free slot: all {capacity} slots are held; raise layout.workerBits in a new IdSequence or run fewer pods"
+        );
+        set_condition(
+            conditions,
+            seq,
+            Exhausted,
+            True,
+            Reason::PodsWaiting,
+            &message,
+        );
+    } else {
+        set_condition(
+            conditions,
+            seq,
+            Exhausted,
+            False,
+            Reason::SlotsAvailable,
+            "every labelled pod has a slot",
+        );
+    }
+    if exhausts_at.saturating_sub(now) < EXPIRING_WITHIN_MS {
+        let message = format!(
+            "the timestamp bits run out at {}; plan a new IdSequence",
+            rfc3339(exhausts_at)
+        );
+        set_condition(
+            conditions,
+            seq,
+            Expiring,
+            True,
+            Reason::TimestampBitsRunningOut,
+            &message,
+        );
+    } else {
+        let message = format!("the timestamp bits last until {}", rfc3339(exhausts_at));
+        set_condition(
+            conditions,
+            seq,
+            Expiring,
+            False,
+            Reason::TimestampBitsLast,
+            &message,
+        );
+    }
+    status.observed_generation = seq.metadata.generation;
+    status.capacity = Some(capacity);
+    status.assigned = Some(assigned);
+    status.exhausts_at = Some(rfc3339(exhausts_at));
+    status
+}
+
+/// `Ready=False Deleting` with what deletion waits for; everything else kept.
+pub fn deleting_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
+    let mut status = seq.status.clone().unwrap_or_default();
+    set_condition(
+        &mut status.conditions,
+        seq,
+        ConditionType::Ready,
+        ConditionStatus::False,
+        Reason::Deleting,
+        message,
+    );
+    status
+}

@@ -1,0 +1,216 @@
+//! The IdSequence's conditions: their types and reasons as enums, and the one way to set
+//! one. Pure, and free of anything operator-specific (only `k8s_openapi`, `chrono` and
+//! `kubeflake_crds` types), so that it can move into the API crate and be shared with the
+//! plugin.
+//!
+//! To add a condition: add its type to [`ConditionType`] and its reasons to [`Reason`]
+//! (each with its `as_str`), then set it with [`set_condition`] where the mode builds its
+//! status (`snowflake/status.rs`, `segment/counter.rs`). The status is written by
+//! `update_status.rs` only, and only when it changed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus};
+
+/// The types of the IdSequence's conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionType {
+    /// Sidecars can hand out IDs (slots assigned, or the segment counter in place).
+    Ready,
+    /// Pods wait for a free slot, or the segment counter reached its limit.
+    Exhausted,
+    /// Less than a year of timestamp bits is left (Snowflake mode).
+    Expiring,
+}
+
+impl ConditionType {
+    pub const ALL: [ConditionType; 3] = [
+        ConditionType::Ready,
+        ConditionType::Exhausted,
+        ConditionType::Expiring,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Exhausted => "Exhausted",
+            ConditionType::Expiring => "Expiring",
+        }
+    }
+}
+
+/// A condition's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+        }
+    }
+}
+
+/// Every reason a condition can give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Ready=False: the spec does not validate.
+    InvalidSpec,
+    /// Ready=False: the sequence is being deleted and waits for its slots.
+    Deleting,
+    /// Ready=False: the epoch lies in the future.
+    EpochInFuture,
+    /// Ready=True (Snowflake).
+    Reconciled,
+    /// Exhausted=True (Snowflake).
+    PodsWaiting,
+    /// Exhausted=False (Snowflake).
+    SlotsAvailable,
+    /// Expiring=True.
+    TimestampBitsRunningOut,
+    /// Expiring=False.
+    TimestampBitsLast,
+    /// Ready=True (Segment).
+    CounterReady,
+    /// Ready=False (Segment): the counter Lease was deleted after it existed.
+    CounterLost,
+    /// Ready=False (Segment): the counter shows fewer claims than already seen.
+    CounterWentBack,
+    /// Exhausted=True (Segment).
+    CounterExhausted,
+    /// Exhausted=False (Segment).
+    ValuesLeft,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 13] = [
+        Reason::InvalidSpec,
+        Reason::Deleting,
+        Reason::EpochInFuture,
+        Reason::Reconciled,
+        Reason::PodsWaiting,
+        Reason::SlotsAvailable,
+        Reason::TimestampBitsRunningOut,
+        Reason::TimestampBitsLast,
+        Reason::CounterReady,
+        Reason::CounterLost,
+        Reason::CounterWentBack,
+        Reason::CounterExhausted,
+        Reason::ValuesLeft,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::Deleting => "Deleting",
+            Reason::EpochInFuture => "EpochInFuture",
+            Reason::Reconciled => "Reconciled",
+            Reason::PodsWaiting => "PodsWaiting",
+            Reason::SlotsAvailable => "SlotsAvailable",
+            Reason::TimestampBitsRunningOut => "TimestampBitsRunningOut",
+            Reason::TimestampBitsLast => "TimestampBitsLast",
+            Reason::CounterReady => "CounterReady",
+            Reason::CounterLost => "CounterLost",
+            Reason::CounterWentBack => "CounterWentBack",
+            Reason::CounterExhausted => "CounterExhausted",
+            Reason::ValuesLeft => "ValuesLeft",
+        }
+    }
+}
+
+/// The condition of `type_` in `status`, if set.
+pub fn condition(status: Option<&IdSequenceStatus>, type_: ConditionType) -> Option<&Condition> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_.as_str())
+}
+
+/// Whether `status` has the condition `type_` with `value`.
+pub fn has_condition(
+    status: Option<&IdSequenceStatus>,
+    type_: ConditionType,
+    value: ConditionStatus,
+) -> bool {
+    condition(status, type_).is_some_and(|c| c.status == value.as_str())
+}
+
+/// Sets one condition; its `lastTransitionTime` moves only when its status changes, so an
+/// unchanged condition leaves the status equal (and unwritten).
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    seq: &IdSequence,
+    type_: ConditionType,
+    status: ConditionStatus,
+    reason: Reason,
+    message: &str,
+) {
+    let generation = seq.metadata.generation;
+    let (type_, status, reason) = (type_.as_str(), status.as_str(), reason.as_str());
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != status {
+            c.last_transition_time = Time(k8s_openapi::jiff::Timestamp::now());
+        }
+        c.status = status.to_string();
+        c.reason = reason.to_string();
+        c.message = message.to_string();
+        c.observed_generation = generation;
+        return;
+    }
+    conditions.push(Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    });
+}
+
+/// The sequence's status with `Ready=False` for `reason`; everything else kept.
+pub fn not_ready_status(seq: &IdSequence, reason: Reason, message: &str) -> IdSequenceStatus {
+    let mut status = seq.status.clone().unwrap_or_default();
+    status.observed_generation = seq.metadata.generation;
+    set_condition(
+        &mut status.conditions,
+        seq,
+        ConditionType::Ready,
+        ConditionStatus::False,
+        reason,
+        message,
+    );
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeflake_crds::sequence::IdSequenceSpec;
+
+    #[test]
+    fn every_type_and_reason_has_a_distinct_name() {
+        let types: std::collections::BTreeSet<_> =
+            ConditionType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(types.len(), ConditionType::ALL.len());
+        let reasons: std::collections::BTreeSet<_> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(reasons.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn setting_a_condition_again_unchanged_leaves_the_status_equal() {
+        let seq = IdSequence::new("s", IdSequenceSpec::default());
+        let first = not_ready_status(&seq, Reason::InvalidSpec, "bad");
+        let mut again = seq.clone();
+        again.status = Some(first.clone());
+        assert_eq!(not_ready_status(&again, Reason::InvalidSpec, "bad"), first);
+        assert!(has_condition(
+            Some(&first),
+            ConditionType::Ready,
+            ConditionStatus::False
+        ));
+    }
+}

@@ -1,0 +1,248 @@
+//! Tests of [`super`].
+use super::*;
+
+fn template() -> SidecarTemplate {
+    SidecarTemplate {
+        image: "kubeflake-sidecar:test".into(),
+        image_pull_policy: "IfNotPresent".into(),
+        port: 7070,
+        probe_port: 7071,
+        requests: [("cpu".to_string(), Quantity("50m".into()))].into(),
+        limits: [("memory".to_string(), Quantity("64Mi".into()))].into(),
+    }
+}
+
+fn pod(value: Value) -> Pod {
+    serde_json::from_value(value).expect("valid pod")
+}
+
+fn labelled() -> Value {
+    json!({
+        "metadata": {"name": "app", "labels": {"kubeflake.io/sequence": "orders"}},
+        "spec": {"containers": [
+            {"name": "app", "image": "app"},
+            {"name": "helper", "image": "helper", "env": [{"name": "A", "value": "1"}]}
+        ]}
+    })
+}
+
+/// Applies the decision's patch the way the API server would.
+fn apply(original: &Value, decision: &Decision) -> Value {
+    let Decision::Inject { patch, .. } = decision else {
+        panic!("expected an injection, got {decision:?}");
+    };
+    let mut doc = original.clone();
+    let patch: json_patch::Patch = serde_json::from_value(patch.clone()).expect("a patch");
+    json_patch::patch(&mut doc, &patch).expect("patch applies");
+    doc
+}
+
+#[test]
+fn a_labelled_pod_gets_a_native_sidecar_the_state_volume_and_the_url() {
+    let original = labelled();
+    let decision = decide(&pod(original.clone()), &template());
+    let patched = pod(apply(&original, &decision));
+    let spec = patched.spec.expect("spec");
+    let init = spec.init_containers.expect("init containers");
+    assert_eq!(init.len(), 1);
+    let sidecar = &init[0];
+    assert_eq!(sidecar.name, SIDECAR_NAME);
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    let env = sidecar.env.as_deref().expect("env");
+    let value = |n: &str| {
+        env.iter()
+            .find(|e| e.name == n)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value("KUBEFLAKE_SEQUENCE").as_deref(), Some("orders"));
+    assert_eq!(value("KUBEFLAKE_LISTEN").as_deref(), Some("127.0.0.1:7070"));
+    let uid = env.iter().find(|e| e.name == "POD_UID").expect("POD_UID");
+    let field = uid.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+    assert_eq!(field.map(|f| f.field_path.as_str()), Some("metadata.uid"));
+    assert_eq!(spec.volumes.expect("volumes")[0].name, STATE_VOLUME);
+    for c in &spec.containers {
+        let env = c.env.as_deref().expect("env added");
+        let url = env
+            .iter()
+            .find(|e| e.name == URL_ENV)
+            .expect("KUBEFLAKE_URL");
+        assert_eq!(url.value.as_deref(), Some("http://127.0.0.1:7070"));
+    }
+    assert_eq!(
+        spec.containers[1].env.as_ref().map(Vec::len),
+        Some(2),
+        "existing env kept"
+    );
+    let annotations = patched.metadata.annotations.expect("annotations");
+    assert!(annotations.contains_key(INJECTED_ANNOTATION));
+}
+
+#[test]
+fn the_sidecar_runs_under_the_restricted_pod_security_profile() {
+    let original = labelled();
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let init = patched.spec.and_then(|s| s.init_containers).expect("init");
+    let sc = init[0].security_context.clone().expect("security context");
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(
+        sc.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault")
+    );
+    let probe = init[0]
+        .readiness_probe
+        .clone()
+        .and_then(|p| p.http_get)
+        .expect("probe");
+    assert_eq!(probe.port, IntOrString::Int(7071));
+    let resources = init[0].resources.clone().expect("resources");
+    assert!(resources.requests.is_some() && resources.limits.is_some());
+}
+
+#[test]
+fn injection_is_idempotent_a_second_invocation_changes_nothing() {
+    let original = labelled();
+    let once = apply(&original, &decide(&pod(original.clone()), &template()));
+    assert_eq!(
+        decide(&pod(once), &template()),
+        Decision::Skip("sidecar already injected")
+    );
+}
+
+#[test]
+fn existing_init_containers_volumes_and_annotations_are_kept_and_the_sidecar_goes_first() {
+    let mut original = labelled();
+    original["metadata"]["annotations"] = json!({"team": "orders"});
+    original["spec"]["initContainers"] = json!([{"name": "migrate", "image": "m"}]);
+    original["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let spec = patched.spec.expect("spec");
+    let names: Vec<_> = spec
+        .init_containers
+        .expect("init")
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, [SIDECAR_NAME, "migrate"]);
+    let volumes: Vec<_> = spec
+        .volumes
+        .expect("volumes")
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(volumes, ["data", STATE_VOLUME]);
+    let annotations = patched.metadata.annotations.expect("annotations");
+    assert_eq!(annotations.get("team").map(String::as_str), Some("orders"));
+    assert!(annotations.contains_key(INJECTED_ANNOTATION));
+}
+
+#[test]
+fn an_app_that_sets_its_own_kubeflake_url_keeps_it() {
+    let mut original = labelled();
+    original["spec"]["containers"][0]["env"] = json!([{"name": URL_ENV, "value": "http://x"}]);
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let env = patched.spec.expect("spec").containers[0]
+        .env
+        .clone()
+        .expect("env");
+    assert_eq!(env.len(), 1);
+    assert_eq!(env[0].value.as_deref(), Some("http://x"));
+}
+
+#[test]
+fn an_empty_sequence_label_is_denied_with_a_message_naming_the_label() {
+    let mut empty = labelled();
+    empty["metadata"]["labels"] = json!({SEQUENCE_LABEL: ""});
+    let Decision::Deny(message) = decide(&pod(empty), &template()) else {
+        panic!("an empty label must be denied");
+    };
+    assert!(
+        message.contains("kubeflake.io/sequence label is empty"),
+        "{message}"
+    );
+    assert!(!message.contains("retry"), "{message}");
+}
+
+#[test]
+fn a_pod_without_a_service_account_token_is_denied_because_the_sidecar_needs_it() {
+    let mut no_token = labelled();
+    no_token["spec"]["automountServiceAccountToken"] = json!(false);
+    let Decision::Deny(message) = decide(&pod(no_token.clone()), &template()) else {
+        panic!("a pod without a token must be denied");
+    };
+    assert!(
+        message.contains("automountServiceAccountToken: false"),
+        "{message}"
+    );
+    assert!(message.contains(INJECT_ANNOTATION), "{message}");
+    // Opted out, it is not our business; with the token mounted, it is injected.
+    no_token["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "false"});
+    assert!(matches!(
+        decide(&pod(no_token), &template()),
+        Decision::Skip(_)
+    ));
+    let mut with_token = labelled();
+    with_token["spec"]["automountServiceAccountToken"] = json!(true);
+    assert!(matches!(
+        decide(&pod(with_token), &template()),
+        Decision::Inject { .. }
+    ));
+}
+
+#[test]
+fn a_part_that_cannot_be_serialised_fails_the_admission_instead_of_patching_null() {
+    // serde_json refuses maps whose keys are not strings.
+    let failure = serde_json::to_value(BTreeMap::from([((1, 2), 3)]))
+        .expect_err("a map with tuple keys does not serialise");
+    let result = patch_value("sidecar container", Err(failure));
+    let expected = match &result {
+        Err(error) => error.to_string(),
+        Ok(value) => panic!("a failed serialisation must be an error, got {value}"),
+    };
+    let Decision::Fail(message) = inject_or_fail("orders", result) else {
+        panic!("a failed patch must not be injected");
+    };
+    assert_eq!(message, expected);
+    assert!(message.contains("sidecar container"), "{message}");
+    assert!(message.contains("key must be a string"), "{message}");
+    assert!(message.contains("bug in the operator"), "{message}");
+    // A good serialisation passes through unchanged.
+    let volume = patch_value("state volume", serde_json::to_value(json!({"name": "v"})));
+    assert_eq!(volume.ok(), Some(json!({"name": "v"})));
+}
+
+#[test]
+fn unlabelled_and_opted_out_pods_are_left_alone() {
+    let mut unlabelled = labelled();
+    unlabelled["metadata"]["labels"] = json!({"app": "x"});
+    assert!(matches!(
+        decide(&pod(unlabelled), &template()),
+        Decision::Skip(_)
+    ));
+    let mut opted_out = labelled();
+    opted_out["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "false"});
+    assert!(matches!(
+        decide(&pod(opted_out), &template()),
+        Decision::Skip(_)
+    ));
+    let mut opted_in = labelled();
+    opted_in["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "true"});
+    assert!(matches!(
+        decide(&pod(opted_in), &template()),
+        Decision::Inject { .. }
+    ));
+}

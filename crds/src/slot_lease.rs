@@ -108,6 +108,34 @@ impl SlotLease {
         })
     }
 
+    /// The Lease this record describes, owned by `sequence`: what the operator writes back
+    /// through [`assign`] and [`release`] (fields it does not model, such as the renew
+    /// time, are not carried over; the write is conditional on [`Self::resource_version`]).
+    pub fn to_lease(&self, sequence: &IdSequence) -> Lease {
+        let mut lease = vacant(sequence, self.slot);
+        lease.metadata.name = Some(self.name.clone());
+        lease.metadata.resource_version = self.resource_version.clone();
+        lease.metadata.labels = Some(lease_labels(
+            &sequence.name_any(),
+            self.slot,
+            self.holder.as_deref(),
+        ));
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(FENCE_ANNOTATION.to_string(), self.fence.0.to_string());
+        if let Some(pod) = &self.holder_pod {
+            annotations.insert(HOLDER_POD_ANNOTATION.to_string(), pod.clone());
+        }
+        if let Some(at) = &self.released_at {
+            annotations.insert(RELEASED_AT_ANNOTATION.to_string(), at.clone());
+        }
+        lease.spec = Some(LeaseSpec {
+            holder_identity: self.holder.clone(),
+            lease_transitions: Some(self.transitions),
+            ..Default::default()
+        });
+        lease
+    }
+
     /// When the slot was last released, parsed: compare these, not the texts.
     pub fn released_time(&self) -> Option<DateTime<Utc>> {
         self.released_at.as_deref().and_then(parse_lease_time)
@@ -444,6 +472,19 @@ mod tests {
         }
         assert_eq!(by_operator.unwrap().fence, Tick(900), "rule 9");
         assert_eq!(by_holder.unwrap().fence, Tick(640), "rule 5's exception");
+    }
+
+    #[test]
+    fn a_parsed_slot_lease_written_back_reads_the_same() {
+        let mut seq = IdSequence::new("orders", Default::default());
+        seq.metadata.namespace = Some("shop".into());
+        let held = assign(&vacant(&seq, Slot(3)), POD_A, 15, at(0)).unwrap();
+        let held = renew(&held, "uid-a", Tick(77), at(1)).unwrap();
+        let freed = release(&held, Releaser::Operator, at(2)).unwrap();
+        for lease in [held, freed] {
+            let parsed = SlotLease::parse(&lease).unwrap();
+            assert_eq!(SlotLease::parse(&parsed.to_lease(&seq)).unwrap(), parsed);
+        }
     }
 
     #[test]

@@ -1,15 +1,14 @@
 //! Health, readiness and metrics endpoints of the operator, on a port of their own.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use std::time::Duration;
+
+use hyper::StatusCode;
+use kubeflake_runtime::reply::Reply;
+use kubeflake_runtime::serve::ServeOptions;
 use tokio::net::TcpListener;
 
 use crate::certs::ServingCert;
@@ -93,17 +92,11 @@ impl Health {
     }
 }
 
-fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    r
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Reply {
+    kubeflake_runtime::reply::body(status, content_type, body)
 }
 
-fn answer(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+fn answer(path: &str, health: &Health, metrics: &Metrics) -> Reply {
     let json = "application/json";
     match path {
         "/healthz" => match health.liveness() {
@@ -133,7 +126,7 @@ fn answer(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes
         }
         "/metrics" => reply(
             StatusCode::OK,
-            "text/plain; version=0.0.4",
+            kubeflake_runtime::reply::PROMETHEUS_TEXT,
             metrics.render(),
         ),
         other => reply(
@@ -144,24 +137,19 @@ fn answer(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes
     }
 }
 
-/// Serves the probes and metrics until the task is dropped.
+/// Serves the probes and metrics until the task is dropped (the shared serve loop:
+/// header-read timeout, accept back-off).
 pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
-    let mut backoff = crate::webhook::AcceptBackoff::new();
-    loop {
-        let (stream, _) = backoff.accept(&listener, "probe server").await;
-        let (health, metrics) = (health.clone(), metrics.clone());
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let r = answer(req.uri().path(), &health, &metrics);
-                async move { Ok::<_, Infallible>(r) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    let options = ServeOptions {
+        name: "operator probes",
+        header_read_timeout: Duration::from_secs(10),
+        drain: Duration::ZERO,
+    };
+    let handler = move |req: hyper::Request<hyper::body::Incoming>| {
+        let reply = answer(req.uri().path(), &health, &metrics);
+        async move { reply }
+    };
+    kubeflake_runtime::serve::serve(listener, options, handler, std::future::pending()).await
 }
 
 #[cfg(test)]
@@ -225,7 +213,7 @@ mod tests {
         );
     }
 
-    fn body_json(r: Response<Full<Bytes>>) -> serde_json::Value {
+    fn body_json(r: Reply) -> serde_json::Value {
         use http_body_util::BodyExt;
         let bytes = futures::executor::block_on(r.into_body().collect())
             .expect("a full body never fails")

@@ -26,7 +26,7 @@
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
-pub mod backoff;
+pub use kubeflake_runtime::backoff;
 pub mod certs;
 pub mod controller;
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! `kubeflake-operator`: the command line. Parses flags, sets up logging, runs the controller.
 
+use kubeflake_runtime::log::LogFormat;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubeflake_operator::certs::SelfManaged;
 use kubeflake_operator::inject::SidecarTemplate;
@@ -192,45 +193,17 @@ impl WebhookArgs {
     }
 }
 
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-/// Installs the SIGTERM and SIGINT handlers now and returns a future that completes on
-/// either. Installing eagerly matters: a handler installed only when the future is first
-/// polled leaves a window in which SIGTERM kills the process without a graceful stop.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("can install a SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    init_logging(args.log_format);
-    let shutdown = shutdown_signal();
+    kubeflake_runtime::log::init(args.log_format);
+    let shutdown = match kubeflake_runtime::signal::shutdown_signal() {
+        Ok(signal) => signal,
+        Err(e) => {
+            eprintln!("kubeflake-operator: error: cannot install signal handlers: {e}");
+            std::process::exit(1);
+        }
+    };
     let webhook = match args.webhook.config() {
         Ok(w) => w,
         Err(e) => {

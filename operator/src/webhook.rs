@@ -8,22 +8,20 @@
 //! Every replica serves the webhook (it needs no leadership: it only reads), so a rolling
 //! update or a lost leader never blocks pod creation.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::{Api, Client};
 use kubeflake_crds::IdSequence;
+use kubeflake_runtime::reply::{self, Reply};
+use kubeflake_runtime::serve::ServeOptions;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -43,25 +41,12 @@ pub struct Webhook {
     pub metrics: Arc<Metrics>,
 }
 
-type Reply = Response<Full<Bytes>>;
-
 fn json(status: StatusCode, body: Vec<u8>) -> Reply {
-    let mut reply = Response::new(Full::new(Bytes::from(body)));
-    *reply.status_mut() = status;
-    reply.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    reply
+    reply::body(status, reply::JSON, body)
 }
 
 fn error(status: StatusCode, message: &str) -> Reply {
-    json(
-        status,
-        serde_json::json!({ "error": message })
-            .to_string()
-            .into_bytes(),
-    )
+    reply::error(status, message, serde_json::Value::Null)
 }
 
 impl Webhook {
@@ -237,104 +222,53 @@ impl Default for Timeouts {
     }
 }
 
-/// Backs off after a failed `accept()` (typically EMFILE: out of file descriptors), so
-/// that the loop does not spin at full CPU while the condition lasts.
-#[derive(Debug)]
-pub(crate) struct AcceptBackoff(Duration);
-
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(10);
-    const MAX: Duration = Duration::from_secs(1);
-
-    pub(crate) fn new() -> Self {
-        AcceptBackoff(Duration::ZERO)
-    }
-
-    /// The pause after one more consecutive failure: 10 ms, doubling, at most 1 s.
-    fn failed(&mut self) -> Duration {
-        self.0 = (self.0 * 2).clamp(Self::FIRST, Self::MAX);
-        self.0
-    }
-
-    fn succeeded(&mut self) {
-        self.0 = Duration::ZERO;
-    }
-
-    /// Accepts the next connection, pausing after each failure (logged as `what`).
-    pub(crate) async fn accept(
-        &mut self,
-        listener: &TcpListener,
-        what: &'static str,
-    ) -> (tokio::net::TcpStream, std::net::SocketAddr) {
-        loop {
-            match listener.accept().await {
-                Ok(accepted) => {
-                    self.succeeded();
-                    return accepted;
-                }
-                Err(e) => {
-                    let pause = self.failed();
-                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "{what} accept failed; backing off");
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        }
-    }
-}
-
-/// Serves the webhook until the task is dropped.
+/// Serves the webhook until the task is dropped: the shared serve loop, with each
+/// connection's TLS handshake bounded by `timeouts.handshake`.
 pub async fn serve(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     webhook: Arc<Webhook>,
     timeouts: Timeouts,
 ) {
-    let mut backoff = AcceptBackoff::new();
-    loop {
-        let (stream, peer) = backoff.accept(&listener, "webhook").await;
-        let (acceptor, webhook) = (acceptor.clone(), webhook.clone());
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await
-            {
-                Ok(Ok(tls)) => tls,
+    let options = ServeOptions {
+        name: "webhook",
+        header_read_timeout: timeouts.header_read,
+        drain: Duration::ZERO,
+    };
+    let handshake = move |stream: tokio::net::TcpStream, peer: SocketAddr| {
+        let acceptor = acceptor.clone();
+        async move {
+            match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => Some(tls),
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
+                    None
                 }
                 Err(_) => {
                     tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
+                    None
                 }
-            };
-            let service = service_fn(move |req| {
-                let webhook = webhook.clone();
-                async move { Ok::<_, Infallible>(webhook.answer(req).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(timeouts.header_read)
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
-        });
-    }
+            }
+        }
+    };
+    let handler = move |req: Request<Incoming>| {
+        let webhook = webhook.clone();
+        async move { webhook.answer(req).await }
+    };
+    kubeflake_runtime::serve::serve_upgraded(
+        listener,
+        options,
+        handshake,
+        handler,
+        std::future::pending(),
+    )
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
-
-    #[test]
-    fn accept_errors_back_off_doubling_up_to_a_second_and_reset_on_success() {
-        let mut b = AcceptBackoff::new();
-        let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
-        assert_eq!(pauses[0], Duration::from_millis(10));
-        assert_eq!(pauses[1], Duration::from_millis(20));
-        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(*pauses.last().expect("pauses"), Duration::from_secs(1));
-        b.succeeded();
-        assert_eq!(b.failed(), Duration::from_millis(10));
-    }
 
     #[tokio::test]
     async fn a_client_that_never_completes_the_tls_handshake_is_disconnected() {

@@ -99,12 +99,10 @@ impl Listener for TcpListener {
 impl Listener for UnixListener {
     type Stream = UnixStream;
     type Peer = ();
-    fn accept(&self) -> impl Future<Output = std::io::Result<(UnixStream, ())>> + Send {
-        async move {
-            UnixListener::accept(self)
-                .await
-                .map(|(stream, _)| (stream, ()))
-        }
+    async fn accept(&self) -> std::io::Result<(UnixStream, ())> {
+        UnixListener::accept(self)
+            .await
+            .map(|(stream, _)| (stream, ()))
     }
     fn prepare(_stream: &UnixStream) {}
 }

@@ -118,10 +118,9 @@ pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceS
 /// Binds the optional Unix socket of the API ([`kubeflake_crds::contract::SOCKET_MODE`]).
 fn bind_unix(
     path: Option<&std::path::Path>,
-) -> Result<Option<tokio::net::UnixListener>, StandaloneError> {
-    Ok(path
-        .map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
-        .transpose()?)
+) -> Result<Option<tokio::net::UnixListener>, kubeflake_runtime::unix_socket::SocketError> {
+    path.map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
+        .transpose()
 }
 
 /// Segment mode standalone: the counter is a file in the state directory.

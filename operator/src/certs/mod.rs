@@ -374,7 +374,7 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> CertError {
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
+    kubeflake_runtime::kube_error::status_code(e) == Some(code)
 }
 
 /// Keeps the Secret, the served certificate and the `caBundle` right, until dropped.

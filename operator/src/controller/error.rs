@@ -37,13 +37,6 @@ impl Error {
     }
 }
 
-/// Whether the API server refused a write because the object changed since it was read
-/// (409): another writer was first; read again and decide again (docs/safety.md rule 1).
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-/// Whether the object is not there (404).
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
+/// A refused write because the object changed since it was read (409) means another
+/// writer was first: read again and decide again (docs/safety.md rule 1). 404: not there.
+pub(crate) use kubeflake_runtime::kube_error::{is_conflict, is_not_found};

@@ -20,20 +20,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use serde_json::{Value, json};
 
-/// Name of the injected init container (also how a second invocation recognises it).
-pub const SIDECAR_NAME: &str = "kubeflake-sidecar";
-/// Pod annotation that switches injection off: `kubeflake.io/inject: "false"`.
-pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
-/// Pod annotation the webhook sets on pods it changed, with the operator's version.
-pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
-/// Environment variable that tells app containers where the sidecar listens.
-pub const URL_ENV: &str = "KUBEFLAKE_URL";
-/// The emptyDir that keeps the pod-local fence across sidecar restarts (rule 6).
-pub const STATE_VOLUME: &str = "kubeflake-state";
-/// Where the state volume is mounted in the sidecar.
-pub const STATE_DIR: &str = "/var/run/kubeflake";
-/// Numeric non-root user the sidecar runs as (the image's user too).
-pub const SIDECAR_UID: i64 = 65532;
+// The names both sides of the injection agree on live in the API crate.
+use kubeflake_crds::contract;
+pub use kubeflake_crds::contract::{
+    INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_NAME, SIDECAR_UID, SOCKET_DIR, SOCKET_ENV,
+    SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME, URL_ENV,
+};
 
 /// How to build the sidecar container; set from the operator's `--sidecar-*` flags.
 #[derive(Debug, Clone)]
@@ -171,18 +163,39 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
     )?;
     add_to(&mut ops, has_init, "/spec/initContainers", "0", sidecar);
 
-    let volume = patch_value(
-        "state volume",
-        serde_json::to_value(Volume {
-            name: STATE_VOLUME.into(),
-            empty_dir: Some(Default::default()),
+    // Two emptyDirs: the state volume (the fence) only the sidecar mounts; the socket
+    // volume the sidecar and every app container mount. An app must not be able to touch
+    // the fence (docs/safety.md rule 6).
+    let mut has_volumes = spec.is_some_and(|s| s.volumes.is_some());
+    for (what, name) in [
+        ("state volume", STATE_VOLUME),
+        ("socket volume", SOCKET_VOLUME),
+    ] {
+        let volume = patch_value(
+            what,
+            serde_json::to_value(Volume {
+                name: name.into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            }),
+        )?;
+        add_to(&mut ops, has_volumes, "/spec/volumes", "-", volume);
+        has_volumes = true;
+    }
+
+    let url = json!({"name": URL_ENV, "value": contract::sidecar_url(template.port)});
+    let socket = json!({"name": SOCKET_ENV, "value": SOCKET_PATH});
+    let socket_mount = patch_value(
+        "socket volume mount",
+        serde_json::to_value(VolumeMount {
+            name: SOCKET_VOLUME.into(),
+            mount_path: SOCKET_DIR.into(),
+            // Connecting needs no write access to the directory; the app cannot replace
+            // or remove the socket.
+            read_only: Some(true),
             ..Default::default()
         }),
     )?;
-    let has_volumes = spec.is_some_and(|s| s.volumes.is_some());
-    add_to(&mut ops, has_volumes, "/spec/volumes", "-", volume);
-
-    let url = json!({"name": URL_ENV, "value": format!("http://127.0.0.1:{}", template.port)});
     for (i, container) in spec
         .map(|s| s.containers.as_slice())
         .unwrap_or_default()
@@ -190,11 +203,21 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
         .enumerate()
     {
         let env = container.env.as_deref().unwrap_or_default();
-        if env.iter().any(|e| e.name == URL_ENV) {
-            continue; // the app chose its own address; keep it
-        }
         let parent = format!("/spec/containers/{i}/env");
-        add_to(&mut ops, container.env.is_some(), &parent, "-", url.clone());
+        let mut has_env = container.env.is_some();
+        // A variable the app sets itself is its choice; keep it.
+        for (name, value) in [(URL_ENV, &url), (SOCKET_ENV, &socket)] {
+            if !env.iter().any(|e| e.name == name) {
+                add_to(&mut ops, has_env, &parent, "-", value.clone());
+                has_env = true;
+            }
+        }
+        let mounts = container.volume_mounts.as_deref().unwrap_or_default();
+        if !mounts.iter().any(|m| m.mount_path == SOCKET_DIR) {
+            let parent = format!("/spec/containers/{i}/volumeMounts");
+            let has_mounts = container.volume_mounts.is_some();
+            add_to(&mut ops, has_mounts, &parent, "-", socket_mount.clone());
+        }
     }
 
     let has_annotations = pod.metadata.annotations.is_some();
@@ -242,36 +265,40 @@ fn http_probe(path: &str, port: u16, period: i32) -> Probe {
     }
 }
 
-/// The sidecar container: the downward API gives it the pod's identity, the emptyDir
-/// its local fence; it runs as a numeric non-root user with nothing it does not need.
+/// The sidecar container: the downward API gives it the pod's identity, one emptyDir its
+/// local fence, another the Unix socket it shares with the app; it runs as a numeric non-root user with nothing it does not need.
 fn sidecar(sequence: &str, t: &SidecarTemplate) -> Container {
     Container {
         name: SIDECAR_NAME.into(),
         image: Some(t.image.clone()),
         image_pull_policy: Some(t.image_pull_policy.clone()),
         restart_policy: Some("Always".into()),
-        args: Some(vec!["cluster".into()]),
-        env: Some(vec![
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_NAMESPACE", "metadata.namespace"),
-            field_env("POD_UID", "metadata.uid"),
-            plain_env("KUBEFLAKE_SEQUENCE", sequence.into()),
-            plain_env("KUBEFLAKE_LISTEN", format!("127.0.0.1:{}", t.port)),
-            plain_env(
-                "KUBEFLAKE_PROBE_LISTEN",
-                format!("0.0.0.0:{}", t.probe_port),
-            ),
-            plain_env("KUBEFLAKE_FENCE_DIR", STATE_DIR.into()),
-            plain_env("KUBEFLAKE_LOG_FORMAT", "json".into()),
-        ]),
+        args: Some(vec![contract::CLUSTER_SUBCOMMAND.into()]),
+        env: Some(
+            contract::POD_FIELDS
+                .iter()
+                .map(|(name, path)| field_env(name, path))
+                .chain([
+                    plain_env(contract::SEQUENCE_ENV, sequence.into()),
+                    plain_env(contract::LISTEN_ENV, contract::listen_addr(t.port)),
+                    plain_env(contract::LISTEN_UNIX_ENV, SOCKET_PATH.into()),
+                    plain_env(
+                        contract::PROBE_LISTEN_ENV,
+                        contract::probe_listen_addr(t.probe_port),
+                    ),
+                    plain_env(contract::STATE_DIR_ENV, STATE_DIR.into()),
+                    plain_env(contract::LOG_FORMAT_ENV, "json".into()),
+                ])
+                .collect(),
+        ),
         ports: Some(vec![ContainerPort {
-            name: Some("kubeflake-probe".into()),
+            name: Some(contract::PROBE_PORT_NAME.into()),
             container_port: t.probe_port.into(),
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        readiness_probe: Some(http_probe("/readyz", t.probe_port, 2)),
-        liveness_probe: Some(http_probe("/healthz", t.probe_port, 10)),
+        readiness_probe: Some(http_probe(contract::READYZ_PATH, t.probe_port, 2)),
+        liveness_probe: Some(http_probe(contract::HEALTHZ_PATH, t.probe_port, 10)),
         resources: Some(ResourceRequirements {
             requests: Some(t.requests.clone()).filter(|r| !r.is_empty()),
             limits: Some(t.limits.clone()).filter(|l| !l.is_empty()),
@@ -294,11 +321,18 @@ fn sidecar(sequence: &str, t: &SidecarTemplate) -> Container {
             }),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: STATE_VOLUME.into(),
-            mount_path: STATE_DIR.into(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: STATE_VOLUME.into(),
+                mount_path: STATE_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: SOCKET_VOLUME.into(),
+                mount_path: SOCKET_DIR.into(),
+                ..Default::default()
+            },
+        ]),
         ..Default::default()
     }
 }

@@ -70,8 +70,8 @@ fn a_labelled_pod_gets_a_native_sidecar_the_state_volume_and_the_url() {
     }
     assert_eq!(
         spec.containers[1].env.as_ref().map(Vec::len),
-        Some(2),
-        "existing env kept"
+        Some(3),
+        "existing env kept, KUBEFLAKE_URL and KUBEFLAKE_SOCKET added"
     );
     let annotations = patched.metadata.annotations.expect("annotations");
     assert!(annotations.contains_key(INJECTED_ANNOTATION));
@@ -141,7 +141,7 @@ fn existing_init_containers_volumes_and_annotations_are_kept_and_the_sidecar_goe
         .into_iter()
         .map(|v| v.name)
         .collect();
-    assert_eq!(volumes, ["data", STATE_VOLUME]);
+    assert_eq!(volumes, ["data", STATE_VOLUME, SOCKET_VOLUME]);
     let annotations = patched.metadata.annotations.expect("annotations");
     assert_eq!(annotations.get("team").map(String::as_str), Some("orders"));
     assert!(annotations.contains_key(INJECTED_ANNOTATION));
@@ -159,8 +159,76 @@ fn an_app_that_sets_its_own_kubeflake_url_keeps_it() {
         .env
         .clone()
         .expect("env");
-    assert_eq!(env.len(), 1);
     assert_eq!(env[0].value.as_deref(), Some("http://x"));
+    assert_eq!(
+        env.iter().filter(|e| e.name == URL_ENV).count(),
+        1,
+        "the app's own KUBEFLAKE_URL is not overridden or repeated"
+    );
+}
+
+/// Issue 18: the Unix socket lives in its own emptyDir, mounted read-only into every app
+/// container and writable into the sidecar, which serves it at KUBEFLAKE_SOCKET; the
+/// state volume (the fence) is mounted into the sidecar alone (docs/safety.md rule 6).
+#[test]
+fn apps_get_the_socket_volume_and_kubeflake_socket_but_never_the_state_volume() {
+    let original = labelled();
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let spec = patched.spec.expect("spec");
+    let sidecar = &spec.init_containers.as_ref().expect("init")[0];
+    let sidecar_env = sidecar.env.as_deref().expect("env");
+    let listen_unix = sidecar_env
+        .iter()
+        .find(|e| e.name == "KUBEFLAKE_LISTEN_UNIX")
+        .and_then(|e| e.value.as_deref());
+    assert_eq!(listen_unix, Some(SOCKET_PATH));
+    assert!(
+        sidecar_env
+            .iter()
+            .any(|e| e.name == "KUBEFLAKE_STATE_DIR" && e.value.as_deref() == Some(STATE_DIR)),
+        "one name for the state directory in both modes"
+    );
+    let sidecar_mounts: Vec<_> = sidecar
+        .volume_mounts
+        .as_deref()
+        .expect("mounts")
+        .iter()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
+        .collect();
+    assert_eq!(
+        sidecar_mounts,
+        [
+            (STATE_VOLUME, STATE_DIR, None),
+            (SOCKET_VOLUME, SOCKET_DIR, None)
+        ]
+    );
+    assert!(!spec.containers.is_empty());
+    for c in &spec.containers {
+        let socket = c
+            .env
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|e| e.name == SOCKET_ENV)
+            .and_then(|e| e.value.as_deref());
+        assert_eq!(socket, Some(SOCKET_PATH), "{}", c.name);
+        let mounts = c.volume_mounts.as_deref().unwrap_or_default();
+        assert!(
+            mounts.iter().any(|m| m.name == SOCKET_VOLUME
+                && m.mount_path == SOCKET_DIR
+                && m.read_only == Some(true)),
+            "{}: {mounts:?}",
+            c.name
+        );
+        assert!(
+            !mounts.iter().any(|m| m.name == STATE_VOLUME),
+            "{}: an app container must not mount the fence's volume",
+            c.name
+        );
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! compares the namespaces that have sequences with the bindings that exist; every write
 //! is a create or a delete with a precondition.
 
+use kubeflake_runtime::kube_error::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,7 +326,7 @@ async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &
             tracing::info!(?change, "sidecar RoleBinding {action}");
         }
         // Someone else did it first; the next pass sees the result.
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+        Err(e) if is_conflict(&e) || is_not_found(&e) => {}
         Err(e) => {
             tracing::warn!(?change, error = %e, "sidecar RoleBinding not written; retrying on the next pass")
         }

@@ -3,20 +3,14 @@
 //! (rule 9), and the conditional deletes of the leases once deletion may finish (rule 10).
 //! A conflict is normal (another writer was first): it is counted and the pass repeats.
 
-use std::collections::BTreeMap;
-
-use chrono::{DateTime, SecondsFormat, Utc};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::{Resource, ResourceExt};
+use kubeflake_crds::Slot;
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
-use kubeflake_crds::slot_lease::{
-    FENCE_ANNOTATION, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION, SlotLease, lease_labels,
-    lease_name,
-};
-use kubeflake_crds::{Slot, Tick};
+use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease};
 
 use super::plan::{PodInfo, ReleaseReason, Step};
 use crate::controller::context::Context;
@@ -47,7 +41,6 @@ pub async fn execute(
     step: Step,
     seq: &IdSequence,
     ns: &str,
-    name: &str,
     params: Option<&SequenceParams>,
     ctx: &Context,
 ) -> Result<Outcome, Error> {
@@ -58,11 +51,7 @@ pub async fn execute(
                 return Ok(Outcome::Skipped);
             }
             leases
-                .replace(
-                    &lease.name,
-                    &PostParams::default(),
-                    &released(seq, name, lease),
-                )
+                .replace(&lease.name, &PostParams::default(), &released(seq, lease)?)
                 .await
         }
         // The plan hands out no slot without params (deletion); nothing to write.
@@ -79,7 +68,7 @@ pub async fn execute(
                 .replace(
                     &lease.name,
                     &PostParams::default(),
-                    &assigned(seq, name, *slot, pod, Some(lease), params),
+                    &assigned(seq, *slot, pod, Some(lease), params)?,
                 )
                 .await
         }
@@ -94,7 +83,7 @@ pub async fn execute(
             leases
                 .create(
                     &PostParams::default(),
-                    &assigned(seq, name, *slot, pod, None, params),
+                    &assigned(seq, *slot, pod, None, params)?,
                 )
                 .await
         }
@@ -166,81 +155,36 @@ pub async fn delete_leases(ctx: &Context, ns: &str, leases: &[SlotLease]) -> Res
     Ok(true)
 }
 
-fn owner_meta(
-    seq: &IdSequence,
-    lease_name: String,
-    labels: BTreeMap<String, String>,
-    annotations: BTreeMap<String, String>,
-    resource_version: Option<String>,
-) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(lease_name),
-        namespace: seq.namespace(),
-        labels: Some(labels),
-        annotations: Some(annotations),
-        owner_references: seq.controller_owner_ref(&()).map(|o| vec![o]),
-        resource_version,
-        ..Default::default()
-    }
-}
-
-/// The lease with the slot given to `pod`; the fence is kept (rule 9).
+/// The lease with the slot given to `pod`: the API crate's one assignment transition,
+/// which keeps the fence (rule 9) and counts the acquisition.
 fn assigned(
     seq: &IdSequence,
-    name: &str,
     slot: Slot,
     pod: &PodInfo,
     existing: Option<&SlotLease>,
     params: &SequenceParams,
-) -> Lease {
-    let fence = existing.map(|l| l.fence).unwrap_or(Tick(0));
-    let mut annotations = BTreeMap::from([
-        (FENCE_ANNOTATION.to_string(), fence.0.to_string()),
-        (HOLDER_POD_ANNOTATION.to_string(), pod.name.clone()),
-    ]);
-    if let Some(released) = existing.and_then(|l| l.released_at.clone()) {
-        annotations.insert(RELEASED_AT_ANNOTATION.to_string(), released);
-    }
-    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-    Lease {
-        metadata: owner_meta(
-            seq,
-            lease_name(name, slot),
-            lease_labels(name, slot, Some(&pod.uid)),
-            annotations,
-            existing.and_then(|l| l.resource_version.clone()),
-        ),
-        spec: Some(LeaseSpec {
-            holder_identity: Some(pod.uid.clone()),
-            lease_duration_seconds: Some(params.lease_duration_secs as i32),
-            acquire_time: Some(now.clone()),
-            renew_time: Some(now),
-            lease_transitions: Some(existing.map(|l| l.transitions).unwrap_or(0) + 1),
-            ..Default::default()
-        }),
-    }
+) -> Result<Lease, Error> {
+    let base = match existing {
+        Some(lease) => lease.to_lease(seq),
+        None => slot_lease::vacant(seq, slot),
+    };
+    let holder = Holder {
+        uid: &pod.uid,
+        pod: &pod.name,
+    };
+    Ok(slot_lease::assign(
+        &base,
+        holder,
+        params.lease_duration_secs as i32,
+        Utc::now(),
+    )?)
 }
 
-/// The lease with its slot freed; the fence is kept (rule 9).
-fn released(seq: &IdSequence, name: &str, lease: &SlotLease) -> Lease {
-    let annotations = BTreeMap::from([
-        (FENCE_ANNOTATION.to_string(), lease.fence.0.to_string()),
-        (
-            RELEASED_AT_ANNOTATION.to_string(),
-            Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
-        ),
-    ]);
-    Lease {
-        metadata: owner_meta(
-            seq,
-            lease.name.clone(),
-            lease_labels(name, lease.slot, None),
-            annotations,
-            lease.resource_version.clone(),
-        ),
-        spec: Some(LeaseSpec {
-            lease_transitions: Some(lease.transitions),
-            ..Default::default()
-        }),
-    }
+/// The lease with its slot freed by the operator: the fence is kept (rule 9).
+fn released(seq: &IdSequence, lease: &SlotLease) -> Result<Lease, Error> {
+    Ok(slot_lease::release(
+        &lease.to_lease(seq),
+        Releaser::Operator,
+        Utc::now(),
+    )?)
 }

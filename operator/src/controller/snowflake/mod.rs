@@ -72,7 +72,7 @@ async fn pass(
         assign: params.is_some() && seq.metadata.deletion_timestamp.is_none(),
     });
     let outcomes: Vec<Outcome> = futures::stream::iter(plan.steps.clone())
-        .map(|step| apply::execute(step, seq, ns, &name, params, ctx))
+        .map(|step| apply::execute(step, seq, ns, params, ctx))
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect::<Vec<Result<Outcome, Error>>>()
         .await

@@ -155,10 +155,9 @@ fn free_slots(o: &Observed<'_>) -> Vec<(Slot, Option<SlotLease>)> {
     free.sort_by(|(a_slot, a), (b_slot, b)| {
         let key = |lease: &Option<SlotLease>| {
             let fence = lease.as_ref().map(|l| l.fence).unwrap_or(Tick(0));
-            let released = lease
-                .as_ref()
-                .and_then(|l| l.released_at.clone())
-                .unwrap_or_default();
+            // Parsed times: older versions wrote released-at with other precisions,
+            // which do not sort as text.
+            let released = lease.as_ref().and_then(SlotLease::released_time);
             (fence >= o.now, released)
         };
         (key(a), a_slot).cmp(&(key(b), b_slot))

@@ -5,12 +5,14 @@
 //! - [`layout`]: how the 63 usable bits of an ID are split, as a type that cannot hold a
 //!   layout whose bits do not add up, plus encode/decode.
 //! - [`timebase`]: the epoch and time unit that turn wall-clock instants into ticks.
+//! - [`manifest`]: reading an `IdSequence` manifest file.
 //! - [`segment_counter`]: the Lease that holds a Segment-mode sequence's counter.
 //! - [`sequence`]: the `IdSequence` custom resource, from which `crds/idsequence.yaml` is
 //!   generated (`cargo run -p kubeflake-crds --bin crdgen`).
 
 pub mod contract;
 pub mod layout;
+pub mod manifest;
 pub mod segment_counter;
 pub mod sequence;
 pub mod slot_lease;

@@ -147,6 +147,13 @@ impl SlotLease {
     }
 }
 
+/// Whether a pod is on its way out (deleted, or its containers ended for good): it keeps
+/// the slot it holds until it is gone, but is given no new one.
+pub fn pod_is_leaving(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"))
+}
+
 /// The one format of every time a slot lease's annotations carry: RFC 3339 in UTC with
 /// microseconds, e.g. `2026-11-23T08:00:00.123456Z`.
 pub fn lease_time(t: DateTime<Utc>) -> String {

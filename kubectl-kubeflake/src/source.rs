@@ -11,7 +11,7 @@ use std::path::Path;
 
 use kubeflake_crds::sequence::{IdSequenceSpec, Mode, SequenceParams, SpecError};
 use kubeflake_crds::timebase::{EpochError, rfc3339};
-use kubeflake_crds::{IdSequence, LayoutError};
+use kubeflake_crds::LayoutError;
 use serde::Serialize;
 
 use crate::cli::LayoutArgs;
@@ -174,8 +174,7 @@ pub fn from_file(path: &Path) -> Result<Resolved, CliError> {
     } else {
         std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?
     };
-    let seq: IdSequence =
-        serde_yaml::from_str(&text).map_err(|e| bad(format!("not an IdSequence manifest: {e}")))?;
+    let seq = kubeflake_crds::manifest::parse(&text).map_err(|e| bad(e.to_string()))?;
     let name = match seq.metadata.name.as_deref() {
         Some(n) => format!("-f {shown} (idsequence {n})"),
         None => format!("-f {shown}"),

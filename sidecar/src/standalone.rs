@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::sequence::{SequenceParams, SpecError};
-use kubeflake_crds::{IdSequence, LayoutError, Tick};
+use kubeflake_crds::{LayoutError, Tick};
 
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
@@ -109,8 +109,8 @@ pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequencePar
 pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceSpec), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--sequence-file {}: cannot read it: {e}", path.display()))?;
-    let seq: IdSequence = serde_yaml::from_str(&text)
-        .map_err(|e| format!("--sequence-file {}: not an IdSequence: {e}", path.display()))?;
+    let seq = kubeflake_crds::manifest::parse(&text)
+        .map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
     let name = seq.metadata.name.unwrap_or_else(|| "default".to_string());
     Ok((name, seq.spec))
 }

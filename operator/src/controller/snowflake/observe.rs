@@ -6,7 +6,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease, SlotLeaseError};
+use kubeflake_crds::slot_lease::{self, SEQUENCE_LABEL, SlotLease, SlotLeaseError};
 
 use super::plan::PodInfo;
 
@@ -34,7 +34,6 @@ pub fn pods(store: &Store<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
         .filter(|p| p.namespace().as_deref() == Some(ns))
         .filter(|p| p.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name))
         .filter_map(|p| {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             Some(PodInfo {
                 name: p.name_any(),
                 uid: p.uid()?,
@@ -42,8 +41,7 @@ pub fn pods(store: &Store<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
                     .creation_timestamp()
                     .map(|t| t.0.to_string())
                     .unwrap_or_default(),
-                leaving: p.metadata.deletion_timestamp.is_some()
-                    || matches!(phase, Some("Succeeded" | "Failed")),
+                leaving: slot_lease::pod_is_leaving(&p),
             })
         })
         .collect()

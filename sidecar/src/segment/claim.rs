@@ -72,13 +72,14 @@ pub trait CounterStore: Send + Sync + 'static {
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async { Ok(0) })
     }
-    /// Claims up to `size` values in one step, when the store can do that atomically (a
-    /// local file under one lock: one blocking job instead of two). `None`: the caller
-    /// reads and compares-and-swaps.
+    /// Claims up to `size` values starting at `max(next, min_start)` ([`block_from`]) in
+    /// one step, when the store can do that atomically (a local file under one lock: one
+    /// blocking job instead of two). `None`: the caller reads and compares-and-swaps.
     fn claim_at_once(
         &self,
         _size: u64,
         _floor: u64,
+        _min_start: u64,
     ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
         None
     }
@@ -164,6 +165,19 @@ pub struct Claimed {
     pub conflicts: u32,
 }
 
+/// The block a claim takes when the counter reads `next`: up to `size` (at least 1) values
+/// from `next`, or from `min_start` when that is higher (an `after` request: the counter is
+/// raised to at least `min_start`, the values skipped are a gap), cut at 2^63. `None` when
+/// no value is left below 2^63. The counter's new `next` is the block's `end`, so it only
+/// ever goes up.
+pub fn block_from(next: u64, min_start: u64, size: u64) -> Option<Block> {
+    let start = next.max(min_start);
+    (start < LIMIT).then(|| Block {
+        start,
+        end: start.saturating_add(size.max(1)).min(LIMIT),
+    })
+}
+
 /// Claims up to `size` values (fewer only at the very end of the value range). `floor` is
 /// the end of the highest block the caller claimed before (0 if none): a counter below it
 /// is refused with [`ClaimError::CounterBehind`]; a counter with fewer claims than the
@@ -174,7 +188,19 @@ pub async fn claim(
     floor: u64,
     backoff: &Backoff,
 ) -> Result<Claimed, ClaimError> {
-    if let Some(at_once) = store.claim_at_once(size, floor) {
+    claim_above(store, size, floor, 0, backoff).await
+}
+
+/// [`claim`] a block that starts at `min_start` or above (docs/safety.md rule 12): when the
+/// counter is lower, the same compare-and-set raises it to `min_start + size`.
+pub async fn claim_above(
+    store: &dyn CounterStore,
+    size: u64,
+    floor: u64,
+    min_start: u64,
+    backoff: &Backoff,
+) -> Result<Claimed, ClaimError> {
+    if let Some(at_once) = store.claim_at_once(size, floor, min_start) {
         return match tokio::time::timeout(backoff.call_timeout, at_once).await {
             Ok(block) => block.map(|block| Claimed {
                 block,
@@ -205,24 +231,17 @@ pub async fn claim(
                 known,
             });
         }
-        if seen.next >= LIMIT {
+        let Some(block) = block_from(seen.next, min_start, size) else {
             return Err(ClaimError::Exhausted);
-        }
-        let end = seen.next.saturating_add(size.max(1)).min(LIMIT);
+        };
         let new = Counter {
-            next: end,
+            next: block.end,
             claims: seen.claims.saturating_add(1),
             resource_version: seen.resource_version.clone(),
         };
         match bounded(backoff.call_timeout, store.compare_and_swap(&seen, new)).await {
             Ok(()) => {
-                return Ok(Claimed {
-                    block: Block {
-                        start: seen.next,
-                        end,
-                    },
-                    conflicts,
-                });
+                return Ok(Claimed { block, conflicts });
             }
             Err(StoreError::Conflict) => {
                 conflicts += 1;

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use kubeflake_crds::segment_counter::{Counter, LIMIT};
 use serde::{Deserialize, Serialize};
 
-use super::claim::{Block, ClaimError, CounterStore, StoreError};
+use super::claim::{Block, ClaimError, CounterStore, StoreError, block_from};
 use crate::fence::write_durably;
 
 /// What the file holds.
@@ -236,19 +236,28 @@ impl CounterStore for FileCounter {
         &self,
         size: u64,
         floor: u64,
+        min_start: u64,
     ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
         let paths = self.inner.clone();
         Some(Box::pin(async move {
-            tokio::task::spawn_blocking(move || FileCounter::claim_locked(&paths, size, floor))
-                .await
-                .map_err(|e| ClaimError::Store(blocking_error(e)))?
+            tokio::task::spawn_blocking(move || {
+                FileCounter::claim_locked(&paths, size, floor, min_start)
+            })
+            .await
+            .map_err(|e| ClaimError::Store(blocking_error(e)))?
         }))
     }
 }
 
 impl FileCounter {
-    /// One claim under one lock: read, check, write durably.
-    fn claim_locked(paths: &Paths, size: u64, floor: u64) -> Result<Block, ClaimError> {
+    /// One claim under one lock: read, check, write durably (the same arithmetic as the
+    /// compare-and-swap claim, [`block_from`]).
+    fn claim_locked(
+        paths: &Paths,
+        size: u64,
+        floor: u64,
+        min_start: u64,
+    ) -> Result<Block, ClaimError> {
         let _lock = paths
             .locked()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
@@ -269,22 +278,18 @@ impl FileCounter {
                 floor,
             });
         }
-        if record.next >= LIMIT {
+        let Some(block) = block_from(record.next, min_start, size) else {
             return Err(ClaimError::Exhausted);
-        }
-        let end = record.next.saturating_add(size.max(1)).min(LIMIT);
+        };
         let written = CounterRecord {
             sequence: paths.sequence.clone(),
-            next: end,
+            next: block.end,
             claims: record.claims.saturating_add(1),
         };
         paths
             .write(&written)
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Block {
-            start: record.next,
-            end,
-        })
+        Ok(block)
     }
 }
 

@@ -125,6 +125,7 @@ impl Segment {
                 prefetch_permille: 0,
                 last_error: None,
                 top: 0,
+                above: 0,
             }),
             store,
             params,
@@ -172,23 +173,37 @@ impl Segment {
     /// Takes `want` values, waiting (up to the wait limit) for claims when the buffer runs
     /// dry. On a refusal, values already taken for this request are dropped (a gap).
     pub async fn take(self: &Arc<Self>, want: u64) -> Result<Runs, SegmentRefusal> {
+        self.take_from(want, 0).await
+    }
+
+    /// [`take`](Self::take), every value at least `min` (`after + 1`, docs/safety.md rule
+    /// 12): buffered values below `min` are dropped (gaps), and claims made for this
+    /// request start at `min` or above, raising the counter to at least `min` by
+    /// compare-and-set when it is lower.
+    pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         let mut runs = Runs::with_capacity(2);
         // Fast path: from the buffer, without subscribing to refills or reading the clock.
-        let (taken, fetch) = self.take_buffered(want, &mut runs);
+        let (taken, fetch) = self.take_buffered(want, min, &mut runs);
         if fetch {
             self.clone().spawn_fetch();
         }
         if taken == want {
             return Ok(runs);
         }
-        self.take_waiting(want, taken, runs).await
+        self.take_waiting(want, min, taken, runs).await
     }
 
     /// Takes one value (the `/id` path): no allocation when it is buffered.
     pub async fn take_one(self: &Arc<Self>) -> Result<u64, SegmentRefusal> {
+        self.take_one_from(0).await
+    }
+
+    /// [`take_one`](Self::take_one), at least `min` (see [`take_from`](Self::take_from)).
+    pub async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
         let (value, fetch) = {
             let mut s = self.lock();
-            let value = if !s.stopped && s.cursor < s.end && s.end - s.cursor > 1 {
+            let value = if !s.stopped && s.cursor >= min && s.cursor < s.end && s.end - s.cursor > 1
+            {
                 // Not the block's last value: nothing to switch or learn.
                 s.cursor += 1;
                 Some(s.cursor - 1)
@@ -203,10 +218,15 @@ impl Segment {
         }
         match value {
             Some(v) => Ok(v),
-            // `take(1)` returns exactly one value or a refusal; never invent one.
-            None => self.take(1).await?.first().map(|b| b.start).ok_or_else(|| {
-                SegmentRefusal::NoBlock("no value was taken from the buffer".to_string())
-            }),
+            // `take_from(1, _)` returns exactly one value or a refusal; never invent one.
+            None => self
+                .take_from(1, min)
+                .await?
+                .first()
+                .map(|b| b.start)
+                .ok_or_else(|| {
+                    SegmentRefusal::NoBlock("no value was taken from the buffer".to_string())
+                }),
         }
     }
 
@@ -215,6 +235,7 @@ impl Segment {
     async fn take_waiting(
         self: &Arc<Self>,
         want: u64,
+        min: u64,
         mut taken: u64,
         mut runs: Runs,
     ) -> Result<Runs, SegmentRefusal> {
@@ -222,7 +243,7 @@ impl Segment {
         loop {
             // Subscribe before looking, so a refill between the look and the wait is seen.
             let mut refills = self.refilled.subscribe();
-            let (n, fetch) = self.take_buffered(want - taken, &mut runs);
+            let (n, fetch) = self.take_buffered(want - taken, min, &mut runs);
             taken += n;
             if fetch {
                 self.clone().spawn_fetch();

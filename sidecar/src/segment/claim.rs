@@ -616,4 +616,103 @@ mod tests {
         let distinct: std::collections::HashSet<_> = (0..20).map(|_| b.delay(5)).collect();
         assert!(distinct.len() > 1, "jitter spreads retries");
     }
+
+    // docs/safety.md rule 12: "raise the counter to at least x+1, then add a block".
+
+    #[test]
+    fn rule12_block_from_starts_at_the_higher_of_next_and_the_minimum_and_stops_at_2_pow_63() {
+        assert_eq!(block_from(10, 0, 5), Some(Block { start: 10, end: 15 }));
+        assert_eq!(block_from(10, 7, 5), Some(Block { start: 10, end: 15 }));
+        assert_eq!(
+            block_from(10, 500, 5),
+            Some(Block {
+                start: 500,
+                end: 505
+            })
+        );
+        assert_eq!(
+            block_from(10, 500, 0),
+            Some(Block {
+                start: 500,
+                end: 501
+            })
+        );
+        assert_eq!(
+            block_from(1, LIMIT - 1, 100),
+            Some(Block {
+                start: LIMIT - 1,
+                end: LIMIT
+            })
+        );
+        assert_eq!(block_from(1, LIMIT, 100), None);
+        assert_eq!(block_from(LIMIT, 0, 100), None);
+    }
+
+    #[tokio::test]
+    async fn rule12_a_claim_above_raises_the_counter_by_compare_and_set_and_never_lowers_it() {
+        let store = FakeStore::starting_at(10);
+        let b = Backoff::default();
+        let c = claim_above(&store, 100, 0, 5000, &b).await.unwrap();
+        assert_eq!(
+            c.block,
+            Block {
+                start: 5000,
+                end: 5100
+            }
+        );
+        assert_eq!(store.next(), 5100);
+        let c = claim_above(&store, 100, c.block.end, 20, &b).await.unwrap();
+        assert_eq!(c.block.start, 5100, "a lower minimum changes nothing");
+        assert_eq!(store.writes.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A lost reply: the raise happened, nothing of it is served, the next claim is above.
+        store
+            .apply_then_fail
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(claim_above(&store, 100, 0, 9000, &b).await.is_err());
+        store
+            .apply_then_fail
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(claim(&store, 100, 0, &b).await.unwrap().block.start, 9100);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rule12_concurrent_claimers_above_get_disjoint_blocks_each_at_or_above_its_minimum() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        let backoff = Backoff {
+            max_conflicts: 10_000,
+            ..Backoff::default()
+        };
+        let tasks: Vec<_> = (0..16u64)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut blocks: Vec<(u64, Block)> = Vec::new();
+                    for n in 0..30u64 {
+                        let floor = blocks.last().map_or(0, |(_, b)| b.end);
+                        // Every third claim asks to start above a value someone "saw".
+                        let min = if n % 3 == 0 {
+                            (n * 97 + i * 13) * 10
+                        } else {
+                            0
+                        };
+                        let c = claim_above(store.as_ref(), 10, floor, min, &backoff)
+                            .await
+                            .unwrap();
+                        blocks.push((min, c.block));
+                    }
+                    blocks
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            for (min, block) in t.await.unwrap() {
+                assert!(block.start >= min, "{block:?} starts below {min}");
+                all.push(block);
+            }
+        }
+        all.sort_by_key(|b| b.start);
+        assert!(all.windows(2).all(|w| w[0].end <= w[1].start), "no overlap");
+        assert_eq!(all.last().unwrap().end, store.next());
+    }
 }

@@ -380,4 +380,28 @@ mod tests {
         let err = FileCounter::open(dir.path(), "t", 1).unwrap_err();
         assert!(err.to_string().contains("belongs to sequence"), "{err}");
     }
+
+    #[tokio::test]
+    async fn rule12_the_file_claim_raises_the_counter_to_at_least_the_minimum_under_its_lock() {
+        use super::super::claim::claim_above;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        let (b, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        let first = claim(&a, 10, 0, &Backoff::default()).await.unwrap().block;
+        assert_eq!(first.start, 1);
+        let raised = claim_above(&b, 10, 0, 777, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
+        assert_eq!((raised.start, raised.end), (777, 787));
+        assert_eq!(a.read().await.unwrap().next, 787, "written durably");
+        let next = claim_above(&a, 10, first.end, 5, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
+        assert_eq!(next.start, 787, "never lowered");
+        drop((a, b));
+        let (_, next) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        assert_eq!(next, 797, "survives reopen");
+    }
 }

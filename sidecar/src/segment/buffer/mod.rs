@@ -50,7 +50,17 @@ pub enum SegmentRefusal {
     Exhausted,
     #[error("the sidecar is stopping")]
     Stopping,
+    #[error(
+        "after={after} was never issued by this sequence (its counter is at {next}), and an \
+         `after` may raise the counter only below 2^62, so that no request can use up the \
+         sequence"
+    )]
+    AfterAboveCounter { after: u64, next: u64 },
 }
+
+/// An `after` may raise the counter only below this (docs/safety.md rule 12): what is
+/// left above it, 2^62 values, cannot be used up by requests.
+pub const RAISE_LIMIT: u64 = 1 << 62;
 
 impl SegmentRefusal {
     /// A short, fixed label for metrics and JSON.
@@ -59,6 +69,7 @@ impl SegmentRefusal {
             SegmentRefusal::NoBlock(_) => "no_block",
             SegmentRefusal::Exhausted => "exhausted",
             SegmentRefusal::Stopping => "stopping",
+            SegmentRefusal::AfterAboveCounter { .. } => "after_above_counter",
         }
     }
 
@@ -181,6 +192,10 @@ impl Segment {
     /// request start at `min` or above, raising the counter to at least `min` by
     /// compare-and-set when it is lower.
     pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+        // Before anything is dropped or `above` is raised: a refused request changes nothing.
+        if min > RAISE_LIMIT && min > self.lock().top {
+            self.check_raise(min).await?;
+        }
         let mut runs = Runs::with_capacity(2);
         // Fast path: from the buffer, without subscribing to refills or reading the clock.
         let (taken, fetch) = self.take_buffered(want, min, &mut runs);
@@ -191,6 +206,24 @@ impl Segment {
             return Ok(runs);
         }
         self.take_waiting(want, min, taken, runs).await
+    }
+
+    /// Whether serving values of at least `min` (above [`RAISE_LIMIT`]) can do without
+    /// raising the counter: one read of the counter, only on this rare path.
+    async fn check_raise(&self, min: u64) -> Result<(), SegmentRefusal> {
+        let read = tokio::time::timeout(self.backoff.call_timeout, self.store.read()).await;
+        match read {
+            Ok(Ok(counter)) if min <= counter.next => Ok(()),
+            Ok(Ok(counter)) => Err(SegmentRefusal::AfterAboveCounter {
+                after: min - 1,
+                next: counter.next,
+            }),
+            Ok(Err(e)) => Err(SegmentRefusal::NoBlock(format!("reading the counter: {e}"))),
+            Err(_) => Err(SegmentRefusal::NoBlock(format!(
+                "reading the counter took more than {:?}",
+                self.backoff.call_timeout
+            ))),
+        }
     }
 
     /// Takes one value (the `/id` path): no allocation when it is buffered.

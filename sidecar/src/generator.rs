@@ -54,6 +54,29 @@ pub enum Refusal {
     TimestampExhausted,
     #[error("a batch of {requested} IDs cannot fit before the fence or drift limit")]
     BatchTooLarge { requested: u64 },
+    #[error(
+        "the `after` ID needs an answer in tick {tick}, {ahead_ms} ms ahead of this sidecar's \
+         clock, more than the {max_drift_ms} ms drift limit allows; retry when the clock has \
+         caught up"
+    )]
+    AfterAheadOfClock {
+        tick: u64,
+        ahead_ms: u64,
+        max_drift_ms: u64,
+        retry_after_ms: u64,
+    },
+}
+
+/// Why an `after` value can never be answered by this sequence (HTTP 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AfterError {
+    #[error(
+        "after={after} is not an ID of this sequence: its layout has {total_bits} bits, so its \
+         IDs are below 2^{total_bits}"
+    )]
+    NotInLayout { after: u64, total_bits: u32 },
+    #[error("after={after} is the largest ID this sequence's layout can hold: no ID is above it")]
+    Largest { after: u64 },
 }
 
 impl Refusal {
@@ -66,13 +89,17 @@ impl Refusal {
             Refusal::Stopped => "stopped",
             Refusal::TimestampExhausted => "timestamp_exhausted",
             Refusal::BatchTooLarge { .. } => "batch_too_large",
+            Refusal::AfterAheadOfClock { .. } => "after_ahead_of_clock",
         }
     }
 
     /// Seconds a client should wait before trying again.
     pub fn retry_after_secs(&self) -> u64 {
         match self {
-            Refusal::AheadOfClock { retry_after_ms, .. } => retry_after_ms.div_ceil(1000).max(1),
+            Refusal::AheadOfClock { retry_after_ms, .. }
+            | Refusal::AfterAheadOfClock { retry_after_ms, .. } => {
+                retry_after_ms.div_ceil(1000).max(1)
+            }
             _ => 1,
         }
     }
@@ -145,12 +172,22 @@ impl Generator {
     /// Reserves `count` (>= 1) consecutive positions.
     #[inline]
     pub fn reserve(&self, count: u64) -> Result<Reservation, Refusal> {
+        self.reserve_from(count, 0)
+    }
+
+    /// Reserves `count` (>= 1) consecutive positions, none below `floor` (a position from
+    /// [`position_after`](Self::position_after); 0 for none). The floor only takes part in
+    /// choosing `first` inside the same compare-and-swap as every reservation, so the
+    /// position still only grows, and the fence and drift checks apply to it unchanged
+    /// (docs/safety.md rule 12).
+    #[inline]
+    pub fn reserve_from(&self, count: u64, floor: u64) -> Result<Reservation, Refusal> {
         debug_assert!(count >= 1);
         let now = self.now_tick()?;
         let now_position = now.0 << self.seq_bits;
         let mut last = self.last.load(Ordering::Acquire);
         loop {
-            let (first, end) = self.check(last, now, now_position, count)?;
+            let (first, end) = self.check(last, now, now_position, count, floor)?;
             match self
                 .last
                 .compare_exchange_weak(last, end, Ordering::AcqRel, Ordering::Acquire)
@@ -172,6 +209,36 @@ impl Generator {
         self.reserve(1).map(|r| self.id_at(r.first))
     }
 
+    /// The lowest position whose ID (with this worker's datacenter and slot) is greater than
+    /// `after`, an ID of this sequence's layout from any worker of any datacenter. IDs order
+    /// by tick, then datacenter and worker, then sequence number, so:
+    /// - same datacenter and worker as this one: the position just after `after`'s;
+    /// - this worker's field is larger: `after`'s tick, sequence 0;
+    /// - this worker's field is smaller: the next tick, sequence 0.
+    ///
+    /// Refuses values with bits above the layout and the layout's largest ID (nothing is
+    /// above it). The result may lie beyond the layout's last tick; reserving then refuses.
+    pub fn position_after(&self, after: u64) -> Result<u64, AfterError> {
+        let layout = &self.config.layout;
+        let total_bits = layout.total_bits();
+        let parts = Id::new(after)
+            .and_then(|id| layout.decode(id))
+            .map_err(|_| AfterError::NotInLayout { after, total_bits })?;
+        if after == (1u64 << total_bits) - 1 {
+            return Err(AfterError::Largest { after });
+        }
+        let worker_bits = layout.worker_bits();
+        let theirs = (u64::from(parts.datacenter.0) << worker_bits) | u64::from(parts.slot.0);
+        let ours =
+            (u64::from(self.config.datacenter.0) << worker_bits) | u64::from(self.config.slot.0);
+        let tick_start = parts.tick.0 << self.seq_bits;
+        Ok(match ours.cmp(&theirs) {
+            std::cmp::Ordering::Greater => tick_start,
+            std::cmp::Ordering::Equal => (tick_start | u64::from(parts.sequence)) + 1,
+            std::cmp::Ordering::Less => (parts.tick.0 + 1) << self.seq_bits,
+        })
+    }
+
     /// Whether an ID could be issued now (without issuing one): the readiness check.
     pub fn check_ready(&self) -> Result<(), Refusal> {
         let now = self.now_tick()?;
@@ -180,11 +247,13 @@ impl Generator {
             now,
             now.0 << self.seq_bits,
             1,
+            0,
         )
         .map(|_| ())
     }
 
-    /// Decides the positions `[first, end]` for a reservation after `last`, or refuses.
+    /// Decides the positions `[first, end]` for a reservation after `last` and at or above
+    /// `floor`, or refuses.
     #[inline]
     fn check(
         &self,
@@ -192,11 +261,29 @@ impl Generator {
         now: Tick,
         now_position: u64,
         count: u64,
+        floor: u64,
     ) -> Result<(u64, u64), Refusal> {
         if last & STOPPED != 0 {
             return Err(Refusal::Stopped);
         }
-        let first = (last + 1).max(now_position);
+        let unforced = (last + 1).max(now_position);
+        let first = unforced.max(floor);
+        if first > unforced {
+            // An `after` moves the position. Beyond the drift limit that is the caller's
+            // value running ahead of this clock, not this sidecar failing: say so, with
+            // when it could be served (the fence and drift checks below still apply).
+            let first_tick = first >> self.seq_bits;
+            let limit = now.0 + self.max_drift_ticks;
+            if first_tick > limit {
+                let unit = self.config.timebase.unit().millis();
+                return Err(Refusal::AfterAheadOfClock {
+                    tick: first_tick,
+                    ahead_ms: (first_tick - now.0).saturating_mul(unit),
+                    max_drift_ms: self.config.max_drift_ms,
+                    retry_after_ms: (first_tick - limit).saturating_mul(unit),
+                });
+            }
+        }
         let end = first + (count - 1);
         let end_tick = end >> self.seq_bits;
         if end_tick > self.config.layout.max_tick().0 {
@@ -560,5 +647,339 @@ mod tests {
         ticker.join().unwrap();
         assert!(all.len() >= THREADS * PER_THREAD);
         assert!(all.len() >= 1_000_000);
+    }
+
+    // docs/safety.md rule 12: an ID issued for `after = x` is greater than x, or refused;
+    // the fence and drift limit still hold, and nothing goes down.
+
+    /// The ID of another worker (`dc`, `slot`) at `tick`, sequence `seq`.
+    fn foreign(layout: Layout, tick: u64, dc: u32, slot: u32, seq: u32) -> u64 {
+        layout
+            .encode(IdParts {
+                tick: Tick(tick),
+                datacenter: DatacenterId(dc),
+                slot: Slot(slot),
+                sequence: seq,
+            })
+            .unwrap()
+            .get()
+    }
+
+    fn after(g: &Generator, x: u64) -> Result<Id, Refusal> {
+        let floor = g.position_after(x).unwrap();
+        g.reserve_from(1, floor).map(|r| g.id_at(r.first))
+    }
+
+    #[test]
+    fn rule12_an_after_in_the_past_changes_nothing() {
+        let (g, clock) = generator_with(Layout::default(), 0);
+        let old = g.next_id().unwrap();
+        clock.advance_millis(5);
+        let id = after(&g, old.get()).unwrap();
+        let p = decode(&g, id);
+        assert_eq!(
+            (p.tick, p.sequence),
+            (Tick(1_000_005), 0),
+            "the clock's tick, as without after"
+        );
+        let from_another_worker = foreign(Layout::default(), 1_000_001, 0, 1000, 4095);
+        let id2 = after(&g, from_another_worker).unwrap();
+        assert_eq!(decode(&g, id2).sequence, 1, "just the next position");
+        assert_eq!(g.ahead_of_clock_ms(), 0);
+    }
+
+    #[test]
+    fn rule12_an_after_in_the_current_tick_with_a_larger_low_part_is_still_exceeded() {
+        let layout = Layout::default();
+        let (g, _) = generator_with(layout, 0);
+        let mine = g.next_id().unwrap(); // tick 1_000_000, sequence 0
+        // Same tick, a higher worker: no ID of worker 7 in this tick is above it.
+        let x = foreign(layout, 1_000_000, 0, 8, 0);
+        let id = after(&g, x).unwrap();
+        assert!(id.get() > x && id > mine);
+        assert_eq!(
+            decode(&g, id).tick,
+            Tick(1_000_001),
+            "borrowed the next tick"
+        );
+        // Same tick and worker, a larger sequence (an ID of this worker seen elsewhere).
+        let x = foreign(layout, 1_000_001, 0, 7, 4000);
+        let id = after(&g, x).unwrap();
+        assert_eq!(id.get(), x + 1, "the very next position");
+        // The last sequence of a tick carries into the next tick.
+        let x = foreign(layout, 1_000_001, 0, 7, 4095);
+        let id = after(&g, x).unwrap();
+        assert_eq!(
+            (decode(&g, id).tick, decode(&g, id).sequence),
+            (Tick(1_000_002), 0)
+        );
+        assert!(id.get() > x);
+        // A lower worker, later sequence, same tick: sequence 0 of this worker is above it,
+        // but the position never goes back, so the answer is simply the next one.
+        let x = foreign(layout, 1_000_002, 0, 6, 4095);
+        let before = decode(&g, id);
+        let id = after(&g, x).unwrap();
+        assert!(id.get() > x);
+        assert_eq!(decode(&g, id).sequence, before.sequence + 1);
+    }
+
+    #[test]
+    fn rule12_every_position_after_is_the_lowest_position_above_the_after() {
+        // Every (tick, datacenter, worker, sequence) around this worker's own fields.
+        let layout = Layout::new(44, 2, 14, 3, 63).unwrap();
+        let clock = Arc::new(ManualClock::at_millis(START_MS));
+        let cfg = WorkerConfig {
+            datacenter: DatacenterId(2),
+            ..config(layout)
+        };
+        let g = Generator::start_above(cfg, Tick(0), clock);
+        for tick in [0, 1, 1_000_000] {
+            for dc in 0..4 {
+                for slot in [0, 6, 7, 8, (1 << 14) - 1] {
+                    for seq in 0..8 {
+                        let x = foreign(layout, tick, dc, slot, seq);
+                        let p = g.position_after(x).unwrap();
+                        assert!(g.id_at(p).get() > x, "{tick}/{dc}/{slot}/{seq}");
+                        assert!(
+                            p == 0 || g.id_at(p - 1).get() <= x,
+                            "lowest: {tick}/{dc}/{slot}/{seq}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rule12_ids_of_other_datacenters_order_by_tick_then_datacenter_and_worker() {
+        let layout = Layout::new(41, 2, 8, 12, 63).unwrap();
+        let clock = Arc::new(ManualClock::at_millis(START_MS));
+        let cfg = WorkerConfig {
+            datacenter: DatacenterId(1),
+            ..config(layout)
+        };
+        let g = Generator::start_above(cfg, Tick(0), clock);
+        g.raise_fence(Tick(u64::MAX >> 2));
+        // Datacenter 0, even its highest worker, sorts below datacenter 1 in the same tick.
+        let x = foreign(layout, 1_000_500, 0, 255, 4095);
+        let id = after(&g, x).unwrap();
+        assert!(id.get() > x);
+        let p = decode(&g, id);
+        assert_eq!(
+            (p.tick, p.datacenter, p.sequence),
+            (Tick(1_000_500), DatacenterId(1), 0)
+        );
+        // Datacenter 2, even worker 0, sorts above: the next tick.
+        let x = foreign(layout, 1_000_600, 2, 0, 0);
+        let id = after(&g, x).unwrap();
+        assert!(id.get() > x);
+        assert_eq!(decode(&g, id).tick, Tick(1_000_601));
+    }
+
+    #[test]
+    fn rule12_an_after_moves_the_position_up_to_the_edge_of_the_drift_limit_and_no_further() {
+        let layout = Layout::default();
+        let (g, clock) = generator_with(layout, 0);
+        let now = 1_000_000;
+        // At the edge: tick now + 2000 (the drift limit) is served ...
+        let edge = foreign(layout, now + 2000, 0, 3, 9);
+        let id = after(&g, edge).unwrap();
+        assert_eq!(decode(&g, id).tick, Tick(now + 2000));
+        assert_eq!(g.ahead_of_clock_ms(), 2000);
+        // ... one tick further is refused, with when it could be served.
+        let beyond = foreign(layout, now + 2000, 0, 9, 0);
+        let refusal = after(&g, beyond).unwrap_err();
+        assert_eq!(
+            refusal,
+            Refusal::AfterAheadOfClock {
+                tick: now + 2001,
+                ahead_ms: 2001,
+                max_drift_ms: 2000,
+                retry_after_ms: 1
+            }
+        );
+        assert_eq!(refusal.reason(), "after_ahead_of_clock");
+        assert_eq!(refusal.retry_after_secs(), 1);
+        assert!(
+            g.check_ready().is_ok(),
+            "a refused after does not make the sidecar unready"
+        );
+        let far = foreign(layout, now + 10_000, 0, 0, 0);
+        let refusal = after(&g, far).unwrap_err();
+        assert!(
+            matches!(
+                refusal,
+                Refusal::AfterAheadOfClock {
+                    retry_after_ms: 8000,
+                    ..
+                }
+            ),
+            "{refusal:?}"
+        );
+        assert_eq!(refusal.retry_after_secs(), 8);
+        // Nothing was consumed by the refusals: plain IDs continue after the edge ID.
+        let next = g.next_id().unwrap();
+        assert_eq!(next.get(), id.get() + 1);
+        // After Retry-After, it is served.
+        clock.advance_millis(1);
+        assert!(after(&g, beyond).unwrap().get() > beyond);
+        clock.advance_millis(7_999);
+        assert!(after(&g, far).unwrap().get() > far);
+    }
+
+    #[test]
+    fn rule12_an_after_never_takes_the_generator_past_its_fence() {
+        let layout = Layout::default();
+        let clock = Arc::new(ManualClock::at_millis(START_MS));
+        let g = Generator::start_above(config(layout), Tick(0), clock.clone());
+        g.raise_fence(Tick(1_000_100));
+        let at_fence = foreign(layout, 1_000_100, 0, 3, 0);
+        let id = after(&g, at_fence).unwrap();
+        assert_eq!(
+            decode(&g, id).tick,
+            Tick(1_000_100),
+            "the fence tick itself may be used"
+        );
+        let past_fence = foreign(layout, 1_000_100, 0, 8, 0);
+        assert_eq!(
+            after(&g, past_fence),
+            Err(Refusal::FenceReached { fence: 1_000_100 })
+        );
+        assert_eq!(
+            g.reserve_from(5, g.position_after(past_fence).unwrap()),
+            Err(Refusal::FenceReached { fence: 1_000_100 })
+        );
+        assert_eq!(
+            g.high_water_tick(),
+            Tick(1_000_100),
+            "nothing above the fence was taken"
+        );
+        g.raise_fence(Tick(1_000_500));
+        assert!(after(&g, past_fence).unwrap().get() > past_fence);
+    }
+
+    #[test]
+    fn rule12_a_batch_after_x_is_all_above_x_and_refused_whole_when_it_cannot_fit() {
+        let layout = Layout::new(44, 0, 16, 3, 63).unwrap(); // 8 IDs per tick
+        let (g, _) = generator_with(layout, 0);
+        let x = foreign(layout, 1_000_010, 0, 9, 2);
+        let r = g.reserve_from(20, g.position_after(x).unwrap()).unwrap();
+        let ids: Vec<u64> = (r.first..r.first + r.count)
+            .map(|p| g.id_at(p).get())
+            .collect();
+        assert!(ids.iter().all(|&id| id > x));
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(decode(&g, Id::new(ids[0]).unwrap()).tick, Tick(1_000_011));
+        // 8 per tick, drift 2000 ticks: from tick now+1999 only 16 positions fit.
+        let high = foreign(layout, 1_001_998, 0, 9, 0);
+        let floor = g.position_after(high).unwrap();
+        assert_eq!(
+            g.reserve_from(17, floor),
+            Err(Refusal::BatchTooLarge { requested: 17 })
+        );
+        let r = g.reserve_from(16, floor).unwrap();
+        assert!(g.id_at(r.first).get() > high);
+    }
+
+    #[test]
+    fn rule12_values_outside_the_layout_and_its_largest_id_are_refused_as_bad_input() {
+        let (g, _) = generator_with(Layout::default(), 0);
+        assert_eq!(
+            g.position_after(1 << 63),
+            Err(AfterError::NotInLayout {
+                after: 1 << 63,
+                total_bits: 63
+            })
+        );
+        assert_eq!(
+            g.position_after(u64::MAX >> 1),
+            Err(AfterError::Largest {
+                after: u64::MAX >> 1
+            })
+        );
+        let js = Layout::new(41, 0, 3, 9, 53).unwrap();
+        let (g, _) = generator_with(js, 0);
+        let err = g.position_after(1 << 53).unwrap_err();
+        assert!(err.to_string().contains("below 2^53"), "{err}");
+        assert_eq!(
+            g.position_after((1 << 53) - 1),
+            Err(AfterError::Largest {
+                after: (1 << 53) - 1
+            })
+        );
+        assert!(g.position_after((1 << 53) - 2).is_ok());
+        assert!(g.position_after(0).is_ok());
+    }
+
+    #[test]
+    fn rule12_after_stops_with_the_generator() {
+        let (g, _) = generator_with(Layout::default(), 0);
+        g.stop();
+        let x = foreign(Layout::default(), 1_000_001, 0, 1, 1);
+        assert_eq!(after(&g, x), Err(Refusal::Stopped));
+    }
+
+    #[test]
+    fn rule12_concurrent_callers_passing_ids_around_always_get_an_id_above_what_they_passed() {
+        const THREADS: usize = 4;
+        const PER_THREAD: usize = 25_000;
+        let layout = Layout::new(44, 0, 16, 3, 63).unwrap(); // 8 per tick: ticks are borrowed
+        let (g, clock) = generator_with(layout, 0);
+        let g = Arc::new(g);
+        // The highest ID any caller has seen, including IDs of "other workers" made up
+        // from it; every caller passes it (or its own last ID) as `after`.
+        let seen = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (g, seen, clock) = (g.clone(), seen.clone(), clock.clone());
+                std::thread::spawn(move || {
+                    let mut mine = Vec::with_capacity(PER_THREAD);
+                    let mut i = 0u64;
+                    while mine.len() < PER_THREAD {
+                        i += 1;
+                        let x = match i % 3 {
+                            0 => seen.load(Ordering::Acquire),
+                            // An ID of worker 9 in the tick of the latest seen ID.
+                            1 => {
+                                let s = seen.load(Ordering::Acquire);
+                                let tick = if s == 0 {
+                                    0
+                                } else {
+                                    layout.decode(Id::new(s).unwrap()).unwrap().tick.0
+                                };
+                                foreign(layout, tick, 0, 9, (t % 8) as u32)
+                            }
+                            _ => mine.last().copied().unwrap_or(0),
+                        };
+                        let floor = g.position_after(x).unwrap();
+                        let count = if i.is_multiple_of(10) { 5 } else { 1 };
+                        let Ok(r) = g.reserve_from(count, floor) else {
+                            // Refused (drift limit): time passes, as it would for a retry.
+                            clock.advance_millis(1);
+                            continue;
+                        };
+                        for p in r.first..r.first + r.count {
+                            let id = g.id_at(p).get();
+                            assert!(id > x, "{id} is not above after={x}");
+                            mine.push(id);
+                        }
+                        seen.fetch_max(*mine.last().unwrap(), Ordering::AcqRel);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for h in handles {
+            let ids = h.join().unwrap();
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "each caller's IDs increase"
+            );
+            for id in ids {
+                assert!(all.insert(id), "duplicate {id}");
+            }
+        }
+        assert!(all.len() >= THREADS * PER_THREAD);
     }
 }

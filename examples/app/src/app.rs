@@ -4,12 +4,18 @@
 //! |--------------------|---------------------------------------------------------------|
 //! | `GET /`            | `{"id":"<id>","pod":"<POD_NAME>"}` from the sidecar's `/id`    |
 //! | `GET /ids?count=N` | `{"ids":["<id>",...],"pod":"..."}`, 1 <= N <= 1000             |
+//!
+//! Both take `after=<id>`: the ID of what caused this request, carried along by the caller
+//! (here a query field; a header works the same). It is passed to the sidecar, which then
+//! answers only IDs greater than it, so causally later events get larger IDs across pods.
 //! | `GET /healthz`     | 200 `ok` while the process runs                               |
 //! | `GET /readyz`      | 200 `ok` when the sidecar's `/readyz` answers 2xx, else 503    |
 //!
-//! Errors are JSON `{"error":"..."}`: 400 bad query, 404 unknown path, 405 not GET, 502
-//! when the sidecar is unreachable or answers an error or nonsense, 503 (with
-//! `Retry-After`) when the sidecar answers 503 (not ready to issue).
+//! Errors are JSON `{"error":"..."}`: 400 bad query (or an `after` the sidecar refuses as
+//! not an ID of its sequence), 404 unknown path, 405 not GET, 409 (with `Retry-After`)
+//! when the sidecar cannot honour `after` yet, 502 when the sidecar is unreachable or
+//! answers an error or nonsense, 503 (with `Retry-After`) when the sidecar answers 503
+//! (not ready to issue).
 
 use serde_json::json;
 
@@ -126,10 +132,23 @@ pub fn query_params<'a>(
     Ok(params)
 }
 
+/// The optional `after=<id>` of `/` and `/ids` (`allowed`: the route's other keys too).
+pub fn parse_after(query: &str, allowed: &[&str]) -> Result<Option<u64>, String> {
+    let params = query_params(query, allowed)?;
+    let Some((_, raw)) = params.iter().find(|(k, _)| *k == "after") else {
+        return Ok(None);
+    };
+    raw.parse::<u64>()
+        .ok()
+        .filter(|_| raw.bytes().all(|b| b.is_ascii_digit()))
+        .map(Some)
+        .ok_or_else(|| format!("after must be an ID in decimal digits, got {raw:?}"))
+}
+
 /// The `count` of `/ids?count=N`: a decimal number from 1 to [`MAX_COUNT`].
 pub fn parse_count(query: &str) -> Result<u32, String> {
-    let params = query_params(query, &["count"])?;
-    let Some((_, raw)) = params.first() else {
+    let params = query_params(query, &["count", "after"])?;
+    let Some((_, raw)) = params.iter().find(|(k, _)| *k == "count") else {
         return Err(format!(
             "missing query parameter count: use /ids?count=N with 1 <= N <= {MAX_COUNT}"
         ));
@@ -155,9 +174,19 @@ pub fn ids_body(ids: &[u64], pod: &str) -> serde_json::Value {
 }
 
 /// The reply to a failed sidecar call: 503 passing on `Retry-After` when the sidecar
-/// said "not now", else 502.
+/// said "not now", 409 likewise when it cannot honour `after` yet, else 502.
 pub fn sidecar_failure(error: &SidecarError) -> Response {
     match error {
+        SidecarError::AfterConflict { retry_after, .. } => {
+            let response = Response::error(409, error.to_string());
+            match retry_after
+                .as_deref()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            {
+                Some(seconds) => response.with_header("Retry-After", seconds),
+                None => response,
+            }
+        }
         SidecarError::NotReady { retry_after, .. } => Response::error(503, error.to_string())
             .with_header(
                 "Retry-After",
@@ -167,6 +196,17 @@ pub fn sidecar_failure(error: &SidecarError) -> Response {
                     .unwrap_or("1"),
             ),
         _ => Response::error(502, error.to_string()),
+    }
+}
+
+/// [`sidecar_failure`], except that a 400 to a request carrying `after` is the caller's
+/// (an `after` that is not an ID of the sequence), passed on as 400.
+fn after_failure(error: &SidecarError, after: Option<u64>) -> Response {
+    match error {
+        SidecarError::Status { status: 400, .. } if after.is_some() => {
+            Response::error(400, error.to_string())
+        }
+        _ => sidecar_failure(error),
     }
 }
 
@@ -189,18 +229,20 @@ impl App {
             .with_header("Allow", "GET");
         }
         match path {
-            "/" => match query_params(query, &[]) {
+            "/" => match parse_after(query, &["after"]) {
                 Err(e) => Response::error(400, e),
-                Ok(_) => match self.sidecar.id() {
+                Ok(after) => match self.sidecar.id_after(after) {
                     Ok(id) => Response::json(200, &id_body(id, &self.pod)),
-                    Err(e) => sidecar_failure(&e),
+                    Err(e) => after_failure(&e, after),
                 },
             },
-            "/ids" => match parse_count(query) {
+            "/ids" => match parse_count(query).and_then(|count| {
+                parse_after(query, &["count", "after"]).map(|after| (count, after))
+            }) {
                 Err(e) => Response::error(400, e),
-                Ok(count) => match self.sidecar.ids(count) {
+                Ok((count, after)) => match self.sidecar.ids_after(count, after) {
                     Ok(ids) => Response::json(200, &ids_body(&ids, &self.pod)),
-                    Err(e) => sidecar_failure(&e),
+                    Err(e) => after_failure(&e, after),
                 },
             },
             "/healthz" => Response::text(200, "ok"),
@@ -250,9 +292,9 @@ mod tests {
                 .contains("given twice")
         );
         assert!(
-            parse_count("count=1&after=5")
+            parse_count("count=1&size=5")
                 .unwrap_err()
-                .contains("unknown query parameter \"after\"")
+                .contains("unknown query parameter \"size\"")
         );
     }
 
@@ -298,6 +340,33 @@ mod tests {
         assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
         assert!(wire.contains("\r\nContent-Length: 2\r\n"), "{wire}");
         assert!(wire.ends_with("\r\n\r\nok"), "{wire}");
+    }
+
+    #[test]
+    fn an_after_the_sidecar_cannot_honour_yet_is_409_with_its_retry_after() {
+        let conflict = SidecarError::AfterConflict {
+            request: "GET /id?after=5".into(),
+            body: r#"{"error":"...","reason":"after_ahead_of_clock"}"#.into(),
+            retry_after: Some("3".into()),
+        };
+        let r = sidecar_failure(&conflict);
+        assert_eq!(r.status, 409);
+        assert_eq!(r.headers, vec![("Retry-After", "3".to_string())]);
+        assert!(r.body.contains("after_ahead_of_clock"), "{}", r.body);
+        assert_eq!(parse_after("after=12", &["after"]), Ok(Some(12)));
+        assert_eq!(parse_after("", &["after"]), Ok(None));
+        for bad in [
+            "after=",
+            "after=+1",
+            "after=x",
+            "after=18446744073709551616",
+        ] {
+            assert!(
+                parse_after(bad, &["after"])
+                    .unwrap_err()
+                    .contains("after must be")
+            );
+        }
     }
 
     #[test]

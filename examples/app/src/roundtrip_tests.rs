@@ -343,7 +343,8 @@ fn bad_counts_are_400_without_calling_the_sidecar() {
         "/ids?count=1001",
         "/ids?count=x",
         "/ids",
-        "/ids?count=2&after=1",
+        "/ids?count=2&after=x",
+        "/ids?count=2&after=-1",
     ] {
         let reply = get(app.addr, target);
         assert_eq!(reply.status, 400, "{target}: {}", reply.body);
@@ -584,4 +585,41 @@ fn connections_beyond_the_limit_wait_for_a_free_slot() {
         .unwrap();
     let reply = read_reply(&mut third);
     assert_eq!((reply.status, reply.body.as_str()), (200, "ok"));
+}
+
+#[test]
+fn after_is_carried_to_the_sidecar_and_its_409_passed_on_with_retry_after() {
+    let fake = FakeSidecar::start(Mode::Normal);
+    let app = AppServer::start(&fake.url());
+    assert_eq!(get(app.addr, "/?after=250096622069874000").status, 200);
+    assert_eq!(get(app.addr, "/ids?count=2&after=7").status, 200);
+    let seen = fake.seen();
+    assert!(
+        seen[0].starts_with("GET /id?after=250096622069874000 HTTP/1.1\r\n"),
+        "{}",
+        seen[0]
+    );
+    assert!(
+        seen[1].starts_with("GET /ids?after=7&count=2 HTTP/1.1\r\n"),
+        "{}",
+        seen[1]
+    );
+    *fake.mode.lock().unwrap() = Mode::Status(
+        409,
+        "{\"error\":\"ahead\",\"reason\":\"after_ahead_of_clock\"}",
+    );
+    let reply = get(app.addr, "/?after=5");
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(
+        reply.error().contains("after_ahead_of_clock"),
+        "{}",
+        reply.body
+    );
+    *fake.mode.lock().unwrap() = Mode::Status(400, "{\"error\":\"after=1 is not an ID\"}");
+    assert_eq!(get(app.addr, "/?after=1").status, 400);
+    assert_eq!(
+        get(app.addr, "/").status,
+        502,
+        "a 400 without after is the app's bug"
+    );
 }

@@ -165,6 +165,13 @@ pub enum SidecarError {
         body: String,
         retry_after: Option<String>,
     },
+    /// The sidecar answered 409: it cannot honour `after` now (it lies further ahead of its
+    /// clock than the drift limit; `Retry-After` says when it could).
+    AfterConflict {
+        request: String,
+        body: String,
+        retry_after: Option<String>,
+    },
     /// Another non-2xx status.
     Status {
         request: String,
@@ -183,6 +190,12 @@ impl fmt::Display for SidecarError {
             }
             SidecarError::NotReady { request, body, .. } => {
                 write!(f, "sidecar not ready: {request} answered 503: {body}")
+            }
+            SidecarError::AfterConflict { request, body, .. } => {
+                write!(
+                    f,
+                    "sidecar cannot honour after yet: {request} answered 409: {body}"
+                )
             }
             SidecarError::Status {
                 request,
@@ -276,6 +289,12 @@ impl Sidecar {
                 retry_after: answer.header("retry-after").map(str::to_string),
                 body,
             })
+        } else if answer.status == 409 {
+            Err(SidecarError::AfterConflict {
+                request,
+                retry_after: answer.header("retry-after").map(str::to_string),
+                body,
+            })
         } else {
             Err(SidecarError::Status {
                 request,
@@ -285,18 +304,27 @@ impl Sidecar {
         }
     }
 
-    /// One ID: `GET /id`, answer `{"id":"<decimal>"}`.
-    pub fn id(&self) -> Result<u64, SidecarError> {
-        let answer = self.get_ok("/id")?;
+    /// One ID: `GET /id`, answer `{"id":"<decimal>"}`; with `after`, `GET /id?after=<x>`:
+    /// an ID greater than `x`.
+    pub fn id_after(&self, after: Option<u64>) -> Result<u64, SidecarError> {
+        let path = match after {
+            Some(x) => format!("/id?after={x}"),
+            None => "/id".to_string(),
+        };
+        let answer = self.get_ok(&path)?;
         parse_id_answer(&answer.body).map_err(|detail| SidecarError::BadAnswer {
-            request: self.describe("/id"),
+            request: self.describe(&path),
             detail,
         })
     }
 
-    /// `count` IDs: `GET /ids?count=N`, answer `{"ids":["<decimal>",...]}`.
-    pub fn ids(&self, count: u32) -> Result<Vec<u64>, SidecarError> {
-        let path = format!("/ids?count={count}");
+    /// `count` IDs: `GET /ids?count=N`, answer `{"ids":["<decimal>",...]}`; with `after`,
+    /// each greater than it.
+    pub fn ids_after(&self, count: u32, after: Option<u64>) -> Result<Vec<u64>, SidecarError> {
+        let path = match after {
+            Some(x) => format!("/ids?after={x}&count={count}"),
+            None => format!("/ids?count={count}"),
+        };
         let answer = self.get_ok(&path)?;
         parse_ids_answer(&answer.body, count as usize).map_err(|detail| SidecarError::BadAnswer {
             request: self.describe(&path),

@@ -9,6 +9,10 @@
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
 //! | `GET /metrics`     | Prometheus text                                             |
 //!
+//! `/id` and `/ids` take `after=<x>`: only values greater than `x` (docs/safety.md rule
+//! 12); an `after` this sidecar cannot honour now is a 409 (`after_ahead_of_clock` with
+//! `Retry-After`, or `after_above_counter`), one that is not a value of the sequence a 400.
+//!
 //! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
 //! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
 //!

@@ -68,6 +68,22 @@ impl HttpError {
                 metrics.refusals.with_label_values(&[reason]).inc();
                 unavailable(json!({ "error": message, "reason": reason }), 1)
             }
+            // `after` conflicts with this sidecar's state, not a failure of the sidecar: 409
+            // (a 503 would read as "this sidecar is unwell" to retry policies and alerts).
+            HttpError::Segment(refusal @ SegmentRefusal::AfterAboveCounter { .. }) => json_reply(
+                StatusCode::CONFLICT,
+                json!({ "error": message, "reason": refusal.reason() }),
+            ),
+            HttpError::Refused(refusal @ Refusal::AfterAheadOfClock { .. }) => {
+                let mut reply = json_reply(
+                    StatusCode::CONFLICT,
+                    json!({ "error": message, "reason": refusal.reason() }),
+                );
+                reply
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(refusal.retry_after_secs()));
+                reply
+            }
             HttpError::Segment(refusal) => {
                 metrics
                     .refusals

@@ -75,17 +75,65 @@ fn query_params<'a>(
     Ok(params)
 }
 
-fn parse_count(query: Option<&str>, max: u64) -> Result<u64, HttpError> {
-    let params = query_params(query, &["count"])?;
-    let Some((_, raw)) = params.first() else {
-        return Err(HttpError::BadRequest(format!(
-            "missing query parameter count: use /ids?count=N with 1 <= N <= {max}"
-        )));
+/// What `/id` and `/ids` were asked for: how many values, and the raw `after` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wanted {
+    count: u64,
+    after: Option<u64>,
+}
+
+/// Parses the query of `/id` (`many` false: only `after`) or `/ids` (`count`, `after`).
+fn parse_wanted(query: Option<&str>, many: bool, max: u64) -> Result<Wanted, HttpError> {
+    let allowed: &[&str] = if many {
+        &["count", "after"]
+    } else {
+        &["after"]
     };
-    match raw.parse::<u64>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(HttpError::BadRequest(format!(
-            "count must be a whole number from 1 to {max}, got {raw:?}"
+    let params = query_params(query, allowed)?;
+    let raw = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let count = if many {
+        let Some(raw) = raw("count") else {
+            return Err(HttpError::BadRequest(format!(
+                "missing query parameter count: use /ids?count=N with 1 <= N <= {max}"
+            )));
+        };
+        match raw.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => n,
+            _ => {
+                return Err(HttpError::BadRequest(format!(
+                    "count must be a whole number from 1 to {max}, got {raw:?}"
+                )));
+            }
+        }
+    } else {
+        1
+    };
+    let after = raw("after").map(parse_after).transpose()?;
+    Ok(Wanted { count, after })
+}
+
+/// `after` must be decimal digits of a u64 (no sign, no spaces, not empty).
+fn parse_after(raw: &str) -> Result<u64, HttpError> {
+    raw.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| raw.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| {
+            HttpError::BadRequest(format!(
+                "after must be an ID or value in decimal digits (below 2^63), got {raw:?}"
+            ))
+        })
+}
+
+/// The smallest segment value an `after` allows (docs/safety.md rule 12): values are below
+/// 2^63, so nothing is above 2^63-1.
+fn segment_min_after(after: Option<u64>) -> Result<u64, HttpError> {
+    match after {
+        None => Ok(0),
+        Some(x) if x < kubeflake_crds::segment_counter::LIMIT - 1 => Ok(x + 1),
+        Some(x) => Err(HttpError::BadRequest(format!(
+            "after={x} leaves no segment value above it: values are below 2^63, so after must \
+             be at most 9223372036854775806"
         ))),
     }
 }
@@ -123,6 +171,8 @@ enum Planned {
     Segment {
         segment: Arc<Segment>,
         count: u64,
+        /// The smallest value allowed (`after + 1`; 0 without `after`).
+        min: u64,
         many: bool,
         json: bool,
     },
@@ -149,8 +199,40 @@ impl Api {
         Ok(one_value_reply(id.get(), json))
     }
 
-    fn many_ids(&self, generator: &Generator, count: u64, json: bool) -> Result<Reply, HttpError> {
-        let reservation = generator.reserve(count)?;
+    /// `/id` and `/ids` in Snowflake mode.
+    fn snowflake_ids(
+        &self,
+        generator: &Generator,
+        wanted: Wanted,
+        many: bool,
+        json: bool,
+    ) -> Result<Reply, HttpError> {
+        match (wanted.after, many) {
+            (None, false) => self.one_id(generator, json),
+            (None, true) => self.many_ids(generator, wanted.count, 0, json),
+            (Some(after), _) => {
+                let floor = generator
+                    .position_after(after)
+                    .map_err(|e| HttpError::BadRequest(e.to_string()))?;
+                if many {
+                    self.many_ids(generator, wanted.count, floor, json)
+                } else {
+                    let r = generator.reserve_from(1, floor)?;
+                    self.metrics.ids_issued.inc();
+                    Ok(one_value_reply(generator.id_at(r.first).get(), json))
+                }
+            }
+        }
+    }
+
+    fn many_ids(
+        &self,
+        generator: &Generator,
+        count: u64,
+        floor: u64,
+        json: bool,
+    ) -> Result<Reply, HttpError> {
+        let reservation = generator.reserve_from(count, floor)?;
         self.metrics.ids_issued.inc_by(count);
         let positions = reservation.first..reservation.first + reservation.count;
         Ok(many_values_reply(
@@ -165,15 +247,16 @@ impl Api {
         &self,
         segment: &Arc<Segment>,
         count: u64,
+        min: u64,
         many: bool,
         json: bool,
     ) -> Result<Reply, HttpError> {
         if !many {
-            let value = segment.take_one().await?;
+            let value = segment.take_one_from(min).await?;
             self.metrics.ids_issued.inc();
             return Ok(one_value_reply(value, json));
         }
-        let runs = segment.take(count).await?;
+        let runs = segment.take_from(count, min).await?;
         self.metrics.ids_issued.inc_by(count);
         Ok(many_values_reply(
             runs.iter().flat_map(|b| b.start..b.end),
@@ -303,31 +386,23 @@ impl Api {
         let json = wants_json(req);
         let state = self.state.load();
         let result = match (route, &**state) {
-            ("id", Serving::Segment(segment)) => {
-                query_params(query, &[]).map(|_| Planned::Segment {
-                    segment: segment.clone(),
-                    count: 1,
-                    many: false,
-                    json,
+            ("id" | "ids", serving) => {
+                let many = route == "ids";
+                parse_wanted(query, many, self.max_batch).and_then(|wanted| match serving {
+                    Serving::Segment(segment) => {
+                        segment_min_after(wanted.after).map(|min| Planned::Segment {
+                            segment: segment.clone(),
+                            count: wanted.count,
+                            min,
+                            many,
+                            json,
+                        })
+                    }
+                    Serving::Snowflake(g) => self
+                        .snowflake_ids(g, wanted, many, json)
+                        .map(Planned::Reply),
+                    other => Err(not_ready(other)),
                 })
-            }
-            ("ids", Serving::Segment(segment)) => {
-                parse_count(query, self.max_batch).map(|count| Planned::Segment {
-                    segment: segment.clone(),
-                    count,
-                    many: true,
-                    json,
-                })
-            }
-            ("id", Serving::Snowflake(g)) => query_params(query, &[])
-                .and_then(|_| self.one_id(g, json))
-                .map(Planned::Reply),
-            ("ids", Serving::Snowflake(g)) => parse_count(query, self.max_batch)
-                .and_then(|n| self.many_ids(g, n, json))
-                .map(Planned::Reply),
-            ("id", other) => query_params(query, &[]).and_then(|_| Err(not_ready(other))),
-            ("ids", other) => {
-                parse_count(query, self.max_batch).and_then(|_| Err(not_ready(other)))
             }
             ("decode", state) => query_params(query, &[]).and_then(|_| {
                 let raw = &path["/decode/".len()..];
@@ -367,9 +442,10 @@ impl Api {
                 Ok(Planned::Segment {
                     segment,
                     count,
+                    min,
                     many,
                     json,
-                }) => self.segment_ids(&segment, count, many, json).await,
+                }) => self.segment_ids(&segment, count, min, many, json).await,
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));

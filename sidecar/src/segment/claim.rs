@@ -72,13 +72,14 @@ pub trait CounterStore: Send + Sync + 'static {
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async { Ok(0) })
     }
-    /// Claims up to `size` values in one step, when the store can do that atomically (a
-    /// local file under one lock: one blocking job instead of two). `None`: the caller
-    /// reads and compares-and-swaps.
+    /// Claims up to `size` values starting at `max(next, min_start)` ([`block_from`]) in
+    /// one step, when the store can do that atomically (a local file under one lock: one
+    /// blocking job instead of two). `None`: the caller reads and compares-and-swaps.
     fn claim_at_once(
         &self,
         _size: u64,
         _floor: u64,
+        _min_start: u64,
     ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
         None
     }
@@ -164,6 +165,19 @@ pub struct Claimed {
     pub conflicts: u32,
 }
 
+/// The block a claim takes when the counter reads `next`: up to `size` (at least 1) values
+/// from `next`, or from `min_start` when that is higher (an `after` request: the counter is
+/// raised to at least `min_start`, the values skipped are a gap), cut at 2^63. `None` when
+/// no value is left below 2^63. The counter's new `next` is the block's `end`, so it only
+/// ever goes up.
+pub fn block_from(next: u64, min_start: u64, size: u64) -> Option<Block> {
+    let start = next.max(min_start);
+    (start < LIMIT).then(|| Block {
+        start,
+        end: start.saturating_add(size.max(1)).min(LIMIT),
+    })
+}
+
 /// Claims up to `size` values (fewer only at the very end of the value range). `floor` is
 /// the end of the highest block the caller claimed before (0 if none): a counter below it
 /// is refused with [`ClaimError::CounterBehind`]; a counter with fewer claims than the
@@ -174,7 +188,19 @@ pub async fn claim(
     floor: u64,
     backoff: &Backoff,
 ) -> Result<Claimed, ClaimError> {
-    if let Some(at_once) = store.claim_at_once(size, floor) {
+    claim_above(store, size, floor, 0, backoff).await
+}
+
+/// [`claim`] a block that starts at `min_start` or above (docs/safety.md rule 12): when the
+/// counter is lower, the same compare-and-set raises it to `min_start + size`.
+pub async fn claim_above(
+    store: &dyn CounterStore,
+    size: u64,
+    floor: u64,
+    min_start: u64,
+    backoff: &Backoff,
+) -> Result<Claimed, ClaimError> {
+    if let Some(at_once) = store.claim_at_once(size, floor, min_start) {
         return match tokio::time::timeout(backoff.call_timeout, at_once).await {
             Ok(block) => block.map(|block| Claimed {
                 block,
@@ -205,24 +231,17 @@ pub async fn claim(
                 known,
             });
         }
-        if seen.next >= LIMIT {
+        let Some(block) = block_from(seen.next, min_start, size) else {
             return Err(ClaimError::Exhausted);
-        }
-        let end = seen.next.saturating_add(size.max(1)).min(LIMIT);
+        };
         let new = Counter {
-            next: end,
+            next: block.end,
             claims: seen.claims.saturating_add(1),
             resource_version: seen.resource_version.clone(),
         };
         match bounded(backoff.call_timeout, store.compare_and_swap(&seen, new)).await {
             Ok(()) => {
-                return Ok(Claimed {
-                    block: Block {
-                        start: seen.next,
-                        end,
-                    },
-                    conflicts,
-                });
+                return Ok(Claimed { block, conflicts });
             }
             Err(StoreError::Conflict) => {
                 conflicts += 1;
@@ -596,5 +615,104 @@ mod tests {
         }
         let distinct: std::collections::HashSet<_> = (0..20).map(|_| b.delay(5)).collect();
         assert!(distinct.len() > 1, "jitter spreads retries");
+    }
+
+    // docs/safety.md rule 12: "raise the counter to at least x+1, then add a block".
+
+    #[test]
+    fn rule12_block_from_starts_at_the_higher_of_next_and_the_minimum_and_stops_at_2_pow_63() {
+        assert_eq!(block_from(10, 0, 5), Some(Block { start: 10, end: 15 }));
+        assert_eq!(block_from(10, 7, 5), Some(Block { start: 10, end: 15 }));
+        assert_eq!(
+            block_from(10, 500, 5),
+            Some(Block {
+                start: 500,
+                end: 505
+            })
+        );
+        assert_eq!(
+            block_from(10, 500, 0),
+            Some(Block {
+                start: 500,
+                end: 501
+            })
+        );
+        assert_eq!(
+            block_from(1, LIMIT - 1, 100),
+            Some(Block {
+                start: LIMIT - 1,
+                end: LIMIT
+            })
+        );
+        assert_eq!(block_from(1, LIMIT, 100), None);
+        assert_eq!(block_from(LIMIT, 0, 100), None);
+    }
+
+    #[tokio::test]
+    async fn rule12_a_claim_above_raises_the_counter_by_compare_and_set_and_never_lowers_it() {
+        let store = FakeStore::starting_at(10);
+        let b = Backoff::default();
+        let c = claim_above(&store, 100, 0, 5000, &b).await.unwrap();
+        assert_eq!(
+            c.block,
+            Block {
+                start: 5000,
+                end: 5100
+            }
+        );
+        assert_eq!(store.next(), 5100);
+        let c = claim_above(&store, 100, c.block.end, 20, &b).await.unwrap();
+        assert_eq!(c.block.start, 5100, "a lower minimum changes nothing");
+        assert_eq!(store.writes.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A lost reply: the raise happened, nothing of it is served, the next claim is above.
+        store
+            .apply_then_fail
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(claim_above(&store, 100, 0, 9000, &b).await.is_err());
+        store
+            .apply_then_fail
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(claim(&store, 100, 0, &b).await.unwrap().block.start, 9100);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rule12_concurrent_claimers_above_get_disjoint_blocks_each_at_or_above_its_minimum() {
+        let store = Arc::new(FakeStore::starting_at(1));
+        let backoff = Backoff {
+            max_conflicts: 10_000,
+            ..Backoff::default()
+        };
+        let tasks: Vec<_> = (0..16u64)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut blocks: Vec<(u64, Block)> = Vec::new();
+                    for n in 0..30u64 {
+                        let floor = blocks.last().map_or(0, |(_, b)| b.end);
+                        // Every third claim asks to start above a value someone "saw".
+                        let min = if n % 3 == 0 {
+                            (n * 97 + i * 13) * 10
+                        } else {
+                            0
+                        };
+                        let c = claim_above(store.as_ref(), 10, floor, min, &backoff)
+                            .await
+                            .unwrap();
+                        blocks.push((min, c.block));
+                    }
+                    blocks
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            for (min, block) in t.await.unwrap() {
+                assert!(block.start >= min, "{block:?} starts below {min}");
+                all.push(block);
+            }
+        }
+        all.sort_by_key(|b| b.start);
+        assert!(all.windows(2).all(|w| w[0].end <= w[1].start), "no overlap");
+        assert_eq!(all.last().unwrap().end, store.next());
     }
 }

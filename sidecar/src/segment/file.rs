@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use kubeflake_crds::segment_counter::{Counter, LIMIT};
 use serde::{Deserialize, Serialize};
 
-use super::claim::{Block, ClaimError, CounterStore, StoreError};
+use super::claim::{Block, ClaimError, CounterStore, StoreError, block_from};
 use crate::fence::write_durably;
 
 /// What the file holds.
@@ -236,19 +236,28 @@ impl CounterStore for FileCounter {
         &self,
         size: u64,
         floor: u64,
+        min_start: u64,
     ) -> Option<BoxFuture<'_, Result<Block, ClaimError>>> {
         let paths = self.inner.clone();
         Some(Box::pin(async move {
-            tokio::task::spawn_blocking(move || FileCounter::claim_locked(&paths, size, floor))
-                .await
-                .map_err(|e| ClaimError::Store(blocking_error(e)))?
+            tokio::task::spawn_blocking(move || {
+                FileCounter::claim_locked(&paths, size, floor, min_start)
+            })
+            .await
+            .map_err(|e| ClaimError::Store(blocking_error(e)))?
         }))
     }
 }
 
 impl FileCounter {
-    /// One claim under one lock: read, check, write durably.
-    fn claim_locked(paths: &Paths, size: u64, floor: u64) -> Result<Block, ClaimError> {
+    /// One claim under one lock: read, check, write durably (the same arithmetic as the
+    /// compare-and-swap claim, [`block_from`]).
+    fn claim_locked(
+        paths: &Paths,
+        size: u64,
+        floor: u64,
+        min_start: u64,
+    ) -> Result<Block, ClaimError> {
         let _lock = paths
             .locked()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
@@ -269,22 +278,18 @@ impl FileCounter {
                 floor,
             });
         }
-        if record.next >= LIMIT {
+        let Some(block) = block_from(record.next, min_start, size) else {
             return Err(ClaimError::Exhausted);
-        }
-        let end = record.next.saturating_add(size.max(1)).min(LIMIT);
+        };
         let written = CounterRecord {
             sequence: paths.sequence.clone(),
-            next: end,
+            next: block.end,
             claims: record.claims.saturating_add(1),
         };
         paths
             .write(&written)
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Block {
-            start: record.next,
-            end,
-        })
+        Ok(block)
     }
 }
 
@@ -374,5 +379,29 @@ mod tests {
         .unwrap();
         let err = FileCounter::open(dir.path(), "t", 1).unwrap_err();
         assert!(err.to_string().contains("belongs to sequence"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn rule12_the_file_claim_raises_the_counter_to_at_least_the_minimum_under_its_lock() {
+        use super::super::claim::claim_above;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        let (b, _) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        let first = claim(&a, 10, 0, &Backoff::default()).await.unwrap().block;
+        assert_eq!(first.start, 1);
+        let raised = claim_above(&b, 10, 0, 777, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
+        assert_eq!((raised.start, raised.end), (777, 787));
+        assert_eq!(a.read().await.unwrap().next, 787, "written durably");
+        let next = claim_above(&a, 10, first.end, 5, &Backoff::default())
+            .await
+            .unwrap()
+            .block;
+        assert_eq!(next.start, 787, "never lowered");
+        drop((a, b));
+        let (_, next) = FileCounter::open(dir.path(), "s", 1).unwrap();
+        assert_eq!(next, 797, "survives reopen");
     }
 }

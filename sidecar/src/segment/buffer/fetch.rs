@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::Segment;
 use super::sizing::{metrics_block_size, prefetch_threshold};
-use crate::segment::claim::{Backoff, ClaimError, claim};
+use crate::segment::claim::{Backoff, ClaimError, claim_above};
 
 impl Segment {
     /// Claims blocks until one is in the buffer (or the sidecar stops, or the sequence is
@@ -17,12 +17,14 @@ impl Segment {
             let mut failures: u32 = 0;
             loop {
                 // The top of our own blocks is a floor: the counter cannot be below it.
-                let (size, floor) = {
+                // `above`: requests with `after` want the block to start there or higher.
+                let (size, floor, above) = {
                     let s = self.lock();
-                    (s.size, s.top)
+                    (s.size, s.top, s.above)
                 };
                 let started = Instant::now();
-                let result = claim(self.store.as_ref(), size, floor, &self.backoff).await;
+                let result =
+                    claim_above(self.store.as_ref(), size, floor, above, &self.backoff).await;
                 let took = started.elapsed();
                 self.metrics.claim_seconds.observe(took.as_secs_f64());
                 let retry = {

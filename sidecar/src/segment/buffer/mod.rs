@@ -50,7 +50,17 @@ pub enum SegmentRefusal {
     Exhausted,
     #[error("the sidecar is stopping")]
     Stopping,
+    #[error(
+        "after={after} was never issued by this sequence (its counter is at {next}), and an \
+         `after` may raise the counter only below 2^62, so that no request can use up the \
+         sequence"
+    )]
+    AfterAboveCounter { after: u64, next: u64 },
 }
+
+/// An `after` may raise the counter only below this (docs/safety.md rule 12): what is
+/// left above it, 2^62 values, cannot be used up by requests.
+pub const RAISE_LIMIT: u64 = 1 << 62;
 
 impl SegmentRefusal {
     /// A short, fixed label for metrics and JSON.
@@ -59,6 +69,7 @@ impl SegmentRefusal {
             SegmentRefusal::NoBlock(_) => "no_block",
             SegmentRefusal::Exhausted => "exhausted",
             SegmentRefusal::Stopping => "stopping",
+            SegmentRefusal::AfterAboveCounter { .. } => "after_above_counter",
         }
     }
 
@@ -125,6 +136,7 @@ impl Segment {
                 prefetch_permille: 0,
                 last_error: None,
                 top: 0,
+                above: 0,
             }),
             store,
             params,
@@ -172,23 +184,59 @@ impl Segment {
     /// Takes `want` values, waiting (up to the wait limit) for claims when the buffer runs
     /// dry. On a refusal, values already taken for this request are dropped (a gap).
     pub async fn take(self: &Arc<Self>, want: u64) -> Result<Runs, SegmentRefusal> {
+        self.take_from(want, 0).await
+    }
+
+    /// [`take`](Self::take), every value at least `min` (`after + 1`, docs/safety.md rule
+    /// 12): buffered values below `min` are dropped (gaps), and claims made for this
+    /// request start at `min` or above, raising the counter to at least `min` by
+    /// compare-and-set when it is lower.
+    pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+        // Before anything is dropped or `above` is raised: a refused request changes nothing.
+        if min > RAISE_LIMIT && min > self.lock().top {
+            self.check_raise(min).await?;
+        }
         let mut runs = Runs::with_capacity(2);
         // Fast path: from the buffer, without subscribing to refills or reading the clock.
-        let (taken, fetch) = self.take_buffered(want, &mut runs);
+        let (taken, fetch) = self.take_buffered(want, min, &mut runs);
         if fetch {
             self.clone().spawn_fetch();
         }
         if taken == want {
             return Ok(runs);
         }
-        self.take_waiting(want, taken, runs).await
+        self.take_waiting(want, min, taken, runs).await
+    }
+
+    /// Whether serving values of at least `min` (above [`RAISE_LIMIT`]) can do without
+    /// raising the counter: one read of the counter, only on this rare path.
+    async fn check_raise(&self, min: u64) -> Result<(), SegmentRefusal> {
+        let read = tokio::time::timeout(self.backoff.call_timeout, self.store.read()).await;
+        match read {
+            Ok(Ok(counter)) if min <= counter.next => Ok(()),
+            Ok(Ok(counter)) => Err(SegmentRefusal::AfterAboveCounter {
+                after: min - 1,
+                next: counter.next,
+            }),
+            Ok(Err(e)) => Err(SegmentRefusal::NoBlock(format!("reading the counter: {e}"))),
+            Err(_) => Err(SegmentRefusal::NoBlock(format!(
+                "reading the counter took more than {:?}",
+                self.backoff.call_timeout
+            ))),
+        }
     }
 
     /// Takes one value (the `/id` path): no allocation when it is buffered.
     pub async fn take_one(self: &Arc<Self>) -> Result<u64, SegmentRefusal> {
+        self.take_one_from(0).await
+    }
+
+    /// [`take_one`](Self::take_one), at least `min` (see [`take_from`](Self::take_from)).
+    pub async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
         let (value, fetch) = {
             let mut s = self.lock();
-            let value = if !s.stopped && s.cursor < s.end && s.end - s.cursor > 1 {
+            let value = if !s.stopped && s.cursor >= min && s.cursor < s.end && s.end - s.cursor > 1
+            {
                 // Not the block's last value: nothing to switch or learn.
                 s.cursor += 1;
                 Some(s.cursor - 1)
@@ -203,10 +251,15 @@ impl Segment {
         }
         match value {
             Some(v) => Ok(v),
-            // `take(1)` returns exactly one value or a refusal; never invent one.
-            None => self.take(1).await?.first().map(|b| b.start).ok_or_else(|| {
-                SegmentRefusal::NoBlock("no value was taken from the buffer".to_string())
-            }),
+            // `take_from(1, _)` returns exactly one value or a refusal; never invent one.
+            None => self
+                .take_from(1, min)
+                .await?
+                .first()
+                .map(|b| b.start)
+                .ok_or_else(|| {
+                    SegmentRefusal::NoBlock("no value was taken from the buffer".to_string())
+                }),
         }
     }
 
@@ -215,6 +268,7 @@ impl Segment {
     async fn take_waiting(
         self: &Arc<Self>,
         want: u64,
+        min: u64,
         mut taken: u64,
         mut runs: Runs,
     ) -> Result<Runs, SegmentRefusal> {
@@ -222,7 +276,7 @@ impl Segment {
         loop {
             // Subscribe before looking, so a refill between the look and the wait is seen.
             let mut refills = self.refilled.subscribe();
-            let (n, fetch) = self.take_buffered(want - taken, &mut runs);
+            let (n, fetch) = self.take_buffered(want - taken, min, &mut runs);
             taken += n;
             if fetch {
                 self.clone().spawn_fetch();

@@ -32,11 +32,37 @@ pub(super) struct State {
     pub(super) last_error: Option<String>,
     /// End of the highest block claimed (for giving back the unused top on stop).
     pub(super) top: u64,
+    /// The highest `after + 1` asked for: claims start at or above it (docs/safety.md
+    /// rule 12). Only grows; once the counter has passed it, it changes nothing.
+    pub(super) above: u64,
 }
 
 impl State {
     pub(super) fn buffered(&self) -> u64 {
         (self.end - self.cursor) + self.spare.map_or(0, |b| b.len())
+    }
+
+    /// Forgets the buffered values below `min` (never to be served: gaps) and makes later
+    /// claims start at `min` or above; returns how many values were dropped.
+    pub(super) fn drop_below(&mut self, min: u64) -> u64 {
+        self.above = self.above.max(min);
+        let mut dropped = 0;
+        if self.cursor < min {
+            let to = min.min(self.end);
+            dropped += to - self.cursor;
+            self.cursor = to;
+        }
+        if let Some(spare) = self.spare
+            && spare.start < min
+        {
+            let to = min.min(spare.end);
+            dropped += to - spare.start;
+            self.spare = (to < spare.end).then_some(Block {
+                start: to,
+                end: spare.end,
+            });
+        }
+        dropped
     }
 
     /// Forgets every buffered value (never to be served); returns how many there were.
@@ -71,8 +97,16 @@ impl State {
 impl Segment {
     /// Takes up to `want` buffered values without waiting; returns them and whether a
     /// claim must be started.
-    pub(super) fn take_buffered(&self, want: u64, out: &mut Runs) -> (u64, bool) {
+    /// Values below `min` are dropped first (`after`, docs/safety.md rule 12): the blocks
+    /// are in increasing order, so everything taken after that is at least `min`.
+    pub(super) fn take_buffered(&self, want: u64, min: u64, out: &mut Runs) -> (u64, bool) {
         let mut s = self.lock();
+        if min > s.cursor || s.spare.is_some_and(|b| b.start < min) {
+            let dropped = s.drop_below(min);
+            if dropped > 0 {
+                self.metrics.values_dropped.inc_by(dropped);
+            }
+        }
         let mut taken = 0;
         while taken < want && !s.stopped {
             if s.cursor == s.end {

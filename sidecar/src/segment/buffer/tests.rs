@@ -444,3 +444,134 @@ fn adaptive_size_aims_at_one_claim_per_interval_within_bounds() {
         }
     }
 }
+
+// docs/safety.md rule 12: values handed out for `after = x` are above x.
+
+#[tokio::test]
+async fn rule12_a_buffered_block_below_after_is_dropped_and_the_counter_raised_above_it() {
+    let store = Arc::new(FakeStore::starting_at(1));
+    let seg = Segment::start(
+        store.clone(),
+        params(100, 100, 90),
+        Duration::from_secs(2),
+        SegmentMetrics::unregistered(),
+    );
+    assert_eq!(seg.take_one().await.unwrap(), 1);
+    settle(&store, 1).await;
+    // Another sidecar handed out 5000: the whole buffered block (2..101) lies below it.
+    assert_eq!(seg.take_one_from(5001).await.unwrap(), 5001);
+    assert_eq!(
+        seg.metrics.values_dropped.get(),
+        99,
+        "the block below x was dropped"
+    );
+    assert!(
+        store.next() >= 5002,
+        "the counter was raised above x by the claim"
+    );
+    assert!(
+        store.next() <= 5001 + 100,
+        "to at least x+1, plus one block"
+    );
+    // Plain requests continue above it, never below.
+    let next = seg.take_one().await.unwrap();
+    assert_eq!(next, 5002);
+    let batch = values(&seg.take_from(150, 5001).await.unwrap());
+    assert!(batch.iter().all(|&v| v > 5002));
+    assert!(batch.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[tokio::test]
+async fn rule12_an_after_inside_the_buffer_skips_only_the_values_up_to_it() {
+    let store = Arc::new(FakeStore::starting_at(1));
+    let seg = Segment::start(
+        store.clone(),
+        params(100, 100, 90),
+        Duration::from_secs(2),
+        SegmentMetrics::unregistered(),
+    );
+    ready_within_5s(&seg).await; // the first block, 1..101, is buffered
+    assert_eq!(
+        values(&seg.take_from(3, 50).await.unwrap()),
+        vec![50, 51, 52]
+    );
+    assert_eq!(seg.metrics.values_dropped.get(), 49, "1..49 skipped");
+    assert_eq!(store.next(), 101, "no claim was needed for it");
+    // An after in the past changes nothing.
+    assert_eq!(seg.take_one_from(10).await.unwrap(), 53);
+    assert_eq!(values(&seg.take_from(2, 0).await.unwrap()), vec![54, 55]);
+    assert_eq!(seg.metrics.values_dropped.get(), 49);
+}
+
+#[tokio::test]
+async fn rule12_the_spare_block_below_after_is_trimmed_or_dropped() {
+    let store = Arc::new(FakeStore::starting_at(1));
+    let seg = Segment::start(
+        store.clone(),
+        params(10, 10, 10),
+        Duration::from_secs(2),
+        SegmentMetrics::unregistered(),
+    );
+    assert_eq!(values(&seg.take(2).await.unwrap()), vec![1, 2]); // 20%: spare is due
+    settle(&store, 2).await; // 1..11 current, 11..21 spare
+    assert_eq!(seg.buffered(), 18);
+    assert_eq!(seg.take_one_from(16).await.unwrap(), 16, "within the spare");
+    assert_eq!(seg.take_one().await.unwrap(), 17);
+    // Both blocks below x: dropped, and a claim starts above x.
+    let v = seg.take_one_from(1000).await.unwrap();
+    assert_eq!(v, 1000);
+    assert!(
+        values(&seg.take(30).await.unwrap())
+            .iter()
+            .all(|&v| v > 1000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rule12_concurrent_takers_passing_values_around_never_get_one_at_or_below_their_after() {
+    // Two sidecars on one counter (FakeStore: the API server's CAS) pass what they got to
+    // each other as `after`, from several tasks at once.
+    let store = Arc::new(FakeStore::starting_at(1));
+    let segs: Vec<Arc<Segment>> = (0..2)
+        .map(|_| {
+            Segment::start(
+                store.clone(),
+                params(50, 50, 50),
+                Duration::from_secs(5),
+                SegmentMetrics::unregistered(),
+            )
+        })
+        .collect();
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let (seg, seen) = (segs[t % 2].clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for i in 0..300u64 {
+                    let x = seen.load(Ordering::Acquire);
+                    let vals = if i % 4 == 0 {
+                        values(&seg.take_from(7, x + 1).await.unwrap())
+                    } else {
+                        vec![seg.take_one_from(x + 1).await.unwrap()]
+                    };
+                    for &v in &vals {
+                        assert!(v > x, "{v} is not above after={x}");
+                    }
+                    seen.fetch_max(*vals.last().unwrap(), Ordering::AcqRel);
+                    got.extend(vals);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = std::collections::HashSet::new();
+    for t in tasks {
+        let got = t.await.unwrap();
+        assert!(got.windows(2).all(|w| w[0] < w[1]));
+        for v in got {
+            assert!(all.insert(v), "duplicate {v}");
+        }
+    }
+    assert!(all.iter().all(|&v| v < store.next()), "only claimed values");
+}

@@ -4,6 +4,9 @@
 //! What a JSON schema cannot say is written as CEL rules (`x-kubernetes-validations`), each
 //! with a message telling the user what to change. Layout, epoch, time unit and datacenter
 //! ID are immutable: changing any of them could make new IDs collide with issued ones.
+//!
+//! One piece (over 400 lines) because the resource is one schema: every field, its
+//! default, its CEL rule and its validation into `SequenceParams` must change together.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};

@@ -5,6 +5,9 @@
 //! ([`build`]) so it can be tested without a cluster; the e2e test runs the whole command
 //! against a real API server.
 //!
+//! One piece (over 400 lines): reading, joining and printing the one table belong to one
+//! command; the join is pure and tested on its own.
+//!
 //! A Segment sequence has no slots: its sidecars claim blocks from one counter Lease. For
 //! it the report says so, with zero slots and nobody waiting (so scripts reading `slots`
 //! keep working), and shows the counter instead ([`build_segment`]); exit code 0.

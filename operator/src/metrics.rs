@@ -5,10 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
 /// `metric_label()`; pre-registered so each series exists from the start (a test in
@@ -45,10 +42,9 @@ pub struct Metrics {
     per_sequence: Mutex<HashMap<String, (u64, u64)>>,
 }
 
-fn register<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
-    r.register(Box::new(m.clone()))
-        .expect("metric names are unique");
-    m
+/// Registers through the shared runtime's registrar (one home for registration).
+fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    kubeflake_runtime::metrics::Registrar(registry).register(metric)
 }
 
 impl Metrics {
@@ -206,11 +202,7 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .expect("encoding into a Vec cannot fail");
-        String::from_utf8(out).unwrap_or_default()
+        kubeflake_runtime::metrics::render(&self.registry)
     }
 }
 

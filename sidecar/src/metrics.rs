@@ -2,8 +2,8 @@
 //! status codes, refusal reasons), never from request data.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::generator::Generator;
@@ -114,11 +114,9 @@ impl SegmentMetrics {
     }
 }
 
+/// Registers through the shared runtime's registrar (one home for registration).
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("metric names are unique");
-    metric
+    kubeflake_runtime::metrics::Registrar(registry).register(metric)
 }
 
 impl Metrics {
@@ -266,11 +264,7 @@ impl Metrics {
     }
 
     fn encode(&self) -> String {
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
-            .expect("text encoding into a Vec cannot fail");
-        String::from_utf8(out).unwrap_or_default()
+        kubeflake_runtime::metrics::render(&self.registry)
     }
 }
 

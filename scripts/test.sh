@@ -19,6 +19,9 @@ bin_dir=$(e2e/controlplane/build.sh | tail -n 1)
 export KUBEFLAKE_BIN_DIR="$bin_dir"
 step "building (or finding cached) CoreDNS"
 e2e/dns/build.sh >/dev/null
+step "building (or finding cached) the linearizability checker (porcupine)"
+KUBEFLAKE_LINCHECK=$(e2e/linearizability/build.sh | tail -n 1)
+export KUBEFLAKE_LINCHECK
 step "building (or finding cached) the images"
 e2e/images/build.sh >/dev/null
 

@@ -18,6 +18,8 @@
 //! - [`cluster`]: starts, waits for, hands out and stops the control plane.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
 //! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API.
+//! - [`linearizability`]: a history recorder and two checkers (its own, porcupine's) for
+//!   values that must increase in real-time order across every sidecar.
 //!
 //! See `e2e/README.md` for building the binaries and running the tests.
 
@@ -25,6 +27,7 @@ pub mod bin_dir;
 pub mod certs;
 pub mod cluster;
 pub mod kubeconfig;
+pub mod linearizability;
 pub mod node;
 pub mod process;
 pub mod prometheus;

@@ -81,6 +81,11 @@ use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
 #[x_kube(validation = Rule::new("!has(self.segment) || self.mode == 'Segment'").message(
     "segment is set but mode is Snowflake: set mode: Segment to hand out counter values in blocks, or remove segment"
 ).field_path(".segment"))]
+#[x_kube(validation = Rule::new(
+    "(has(self.segment) && has(self.segment.strict) && self.segment.strict) == (has(oldSelf.segment) && has(oldSelf.segment.strict) && oldSelf.segment.strict)"
+).message(
+    "segment.strict is immutable: values served from blocks and strict values interleave, which would break the strict order; create a new IdSequence instead"
+).field_path(".segment"))]
 #[serde(rename_all = "camelCase")]
 pub struct IdSequenceSpec {
     /// Snowflake (default): time-based 64-bit IDs from a worker slot per pod. Segment:
@@ -150,6 +155,9 @@ pub enum Mode {
 #[x_kube(validation = Rule::new("!has(self.maxBlockSize) || self.maxBlockSize >= self.blockSize").message(Message::Expression(
     "'segment.maxBlockSize (%d) is below segment.blockSize (%d): raise maxBlockSize, lower blockSize, or remove maxBlockSize to keep a fixed block size'.format([self.maxBlockSize, self.blockSize])".into()
 )))]
+#[x_kube(validation = Rule::new("!has(self.strict) || !self.strict || !has(self.maxBlockSize)").message(
+    "segment.maxBlockSize has no effect with strict: true (a strict sequence claims no blocks, every request is one write of the counter): remove maxBlockSize"
+))]
 #[serde(rename_all = "camelCase")]
 pub struct SegmentSpec {
     /// The first value handed out (0 or more; default 1). Raising it later moves the
@@ -179,6 +187,14 @@ pub struct SegmentSpec {
     #[serde(default = "default_claim_interval")]
     #[schemars(range(min = 1, max = 86400))]
     pub target_claim_interval_seconds: i32,
+    /// Strict sequence (default false): every request is one compare-and-set write of the
+    /// counter in the API server, with no blocks and no prefetch. Values then increase
+    /// across all pods in real-time order: a request that returned before another one
+    /// started, on any pod, got the smaller value (usable as fencing tokens). Costs one
+    /// API write per request (concurrent requests to one sidecar share a write);
+    /// blockSize, prefetchPercent and targetClaimIntervalSeconds are ignored. Immutable.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 fn default_segment_start() -> i64 {
@@ -202,6 +218,7 @@ impl Default for SegmentSpec {
             max_block_size: None,
             prefetch_percent: default_prefetch_percent(),
             target_claim_interval_seconds: default_claim_interval(),
+            strict: false,
         }
     }
 }
@@ -215,6 +232,8 @@ pub struct SegmentParams {
     pub max_block_size: u64,
     pub prefetch_percent: u8,
     pub target_claim_interval_secs: u64,
+    /// Every request is its own counter write (`segment.strict`).
+    pub strict: bool,
 }
 
 impl SegmentSpec {
@@ -230,6 +249,9 @@ impl SegmentSpec {
             .ok()
             .filter(|b| *b >= 1)
             .ok_or_else(|| bad("blockSize", self.block_size, "1 or more"))?;
+        if self.strict && self.max_block_size.is_some() {
+            return Err(SpecError::StrictWithMaxBlockSize);
+        }
         let max_block_size = match self.max_block_size {
             None => block_size,
             Some(m) => u64::try_from(m)
@@ -257,6 +279,7 @@ impl SegmentSpec {
             max_block_size,
             prefetch_percent,
             target_claim_interval_secs,
+            strict: self.strict,
         })
     }
 }
@@ -455,6 +478,10 @@ pub enum SpecError {
         "segment is set but mode is Snowflake: set mode: Segment to hand out counter values in blocks, or remove segment"
     )]
     SegmentWithoutMode,
+    #[error(
+        "segment.maxBlockSize has no effect with strict: true (a strict sequence claims no blocks, every request is one write of the counter): remove maxBlockSize"
+    )]
+    StrictWithMaxBlockSize,
 }
 
 /// Everything a generator needs from a spec, validated.

@@ -271,3 +271,65 @@ fn cel_rejects_changing_the_mode() {
         "segment settings may change"
     );
 }
+
+#[test]
+fn cel_accepts_a_strict_segment_sequence_and_rejects_max_block_size_with_it() {
+    let strict = segment_spec(json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10,
+                                     "targetClaimIntervalSeconds": 60, "strict": true}));
+    assert_eq!(cel_errors(object(strict.clone()), None), "");
+    let typed: IdSequenceSpec = serde_json::from_value(strict).unwrap();
+    assert!(typed.segment_params().unwrap().unwrap().strict);
+
+    let with_max = segment_spec(json!({"start": 1, "blockSize": 1000, "maxBlockSize": 5000,
+                                       "prefetchPercent": 10, "targetClaimIntervalSeconds": 60,
+                                       "strict": true}));
+    let errors = cel_errors(object(with_max.clone()), None);
+    assert!(
+        errors.contains("segment.maxBlockSize has no effect with strict: true"),
+        "{errors}"
+    );
+    let typed: IdSequenceSpec = serde_json::from_value(with_max).unwrap();
+    assert!(matches!(
+        typed.segment_params(),
+        Err(SpecError::StrictWithMaxBlockSize)
+    ));
+}
+
+/// docs/safety.md rule 13: blocks and strict values would interleave.
+#[test]
+fn cel_rejects_turning_strict_on_or_off() {
+    let segment = |strict: Option<bool>| {
+        let mut s = json!({"start": 1, "blockSize": 1000, "prefetchPercent": 10,
+                           "targetClaimIntervalSeconds": 60});
+        if let Some(strict) = strict {
+            s["strict"] = json!(strict);
+        }
+        object(segment_spec(s))
+    };
+    let no_segment = || {
+        let mut spec = full_spec();
+        spec["mode"] = json!("Segment");
+        object(spec)
+    };
+    let cases = [
+        (segment(Some(false)), segment(Some(true))),
+        (segment(Some(true)), segment(Some(false))),
+        (segment(None), segment(Some(true))),
+        (no_segment(), segment(Some(true))),
+        (segment(Some(true)), no_segment()),
+    ];
+    for (old, new) in cases {
+        let errors = cel_errors(new.clone(), Some(old.clone()));
+        assert!(
+            errors.contains("segment.strict is immutable"),
+            "{old} -> {new}: {errors}"
+        );
+    }
+    // Unchanged, or only other settings changed: accepted.
+    assert_eq!(
+        cel_errors(segment(Some(true)), Some(segment(Some(true)))),
+        ""
+    );
+    assert_eq!(cel_errors(segment(None), Some(segment(Some(false)))), "");
+    assert_eq!(cel_errors(no_segment(), Some(segment(None))), "");
+}

@@ -265,3 +265,126 @@ async fn bench_operator_memory_and_cpu_with_a_thousand_pods() -> Result<()> {
     }));
     Ok(())
 }
+
+/// Closed-loop clients: `clients` threads, client `i` on its own keep-alive connection to
+/// `ports[i % ports.len()]`, each asking `target` as fast as it is answered for `window`.
+/// Returns the successful answers; the first failure ends the benchmark with its answer.
+fn closed_loop(ports: &[u16], clients: usize, target: &str, window: Duration) -> Result<u64> {
+    let deadline = Instant::now() + window;
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (port, target) = (ports[i % ports.len()], target.to_string());
+            std::thread::spawn(move || -> Result<u64> {
+                let stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+                let mut conn = std::io::BufReader::new(stream);
+                let mut ok = 0u64;
+                while Instant::now() < deadline {
+                    match sidecar_support::request(&mut conn, &target) {
+                        Some((200, _)) => ok += 1,
+                        other => bail!("{target} on port {port}: {other:?}"),
+                    }
+                }
+                Ok(ok)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in threads {
+        total += t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+    }
+    Ok(total)
+}
+
+/// Lease writes (PATCH and PUT) the API server answered so far, and how many were 409.
+async fn lease_writes(client: &kube::Client) -> Result<(f64, f64)> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let (mut writes, mut conflicts) = (0.0, 0.0);
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("resource=\"leases\""))
+        .filter(|l| l.contains("verb=\"PATCH\"") || l.contains("verb=\"PUT\""))
+    {
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        writes += value;
+        if line.contains("code=\"409\"") {
+            conflicts += value;
+        }
+    }
+    Ok((writes, conflicts))
+}
+
+/// Issue 17 item 4: strict values/s with 1, 4 and 16 clients over 1 and 4 sidecars, the
+/// API writes they cost, and a plain segment sequence beside them (same clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark for bench/run: about 2 minutes; run it by name"]
+async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> {
+    let window = Duration::from_secs(env_number("KUBEFLAKE_BENCH_STRICT_SECS", 10));
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("bench-strict").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    let mut table = String::from(
+        "| sequence | sidecars | clients | values/s | lease writes/s | of which 409 | values per write |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let runs: [(&str, serde_json::Value, &[usize]); 2] = [
+        ("strict", json!({"strict": true}), &[1, 4, 16]),
+        ("segment", json!({"blockSize": 1000}), &[16]),
+    ];
+    for (kind, segment, client_counts) in runs {
+        for sidecar_count in [1usize, 4] {
+            let name = format!("{kind}-{sidecar_count}");
+            create_sequence(&ns, &name, json!({"mode": "Segment", "segment": segment})).await?;
+            let pods = create_pods(&ns, &name, &name, sidecar_count).await?;
+            let sidecars = pods
+                .iter()
+                .map(|pod| Sidecar::start(cluster, &ns.name, pod, &name, false))
+                .collect::<Result<Vec<_>>>()?;
+            eventually(Duration::from_secs(60), "sidecars ready", || async {
+                Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
+            })
+            .await?;
+            let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
+            for &clients in client_counts {
+                // Warm-up: connections, the first claims.
+                closed_loop(&ports, clients, "/id", Duration::from_secs(1))?;
+                let before = lease_writes(&ns.client).await?;
+                let started = Instant::now();
+                let values = {
+                    let ports = ports.clone();
+                    tokio::task::spawn_blocking(move || closed_loop(&ports, clients, "/id", window))
+                        .await??
+                };
+                let secs = started.elapsed().as_secs_f64();
+                let after = lease_writes(&ns.client).await?;
+                let (writes, conflicts) = (after.0 - before.0, after.1 - before.1);
+                let figure = json!({
+                    "figure": "strict", "sequence": kind, "sidecars": sidecar_count,
+                    "clients": clients, "values_per_sec": values as f64 / secs,
+                    "lease_writes_per_sec": writes / secs, "conflicts_per_sec": conflicts / secs,
+                });
+                report(figure);
+                table.push_str(&format!(
+                    "| {kind} | {sidecar_count} | {clients} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
+                    values as f64 / secs,
+                    writes / secs,
+                    conflicts / secs,
+                    values as f64 / (writes - conflicts).max(1.0),
+                ));
+                assert!(values > 0, "{kind}: no value in the window");
+            }
+            drop(sidecars);
+        }
+    }
+    println!("{table}");
+    Ok(())
+}

@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use kubeflake_crds::IdSequenceSpec;
+use kubeflake_crds::contract;
 use kubeflake_crds::slot_lease::{RELEASED_AT_ANNOTATION, SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::Cluster;
 use kubeflake_e2e::node::{self, CONTAINERD_SOCKET};
@@ -510,6 +511,9 @@ async fn while_an_operator_pod_is_deleted_the_webhook_keeps_admitting_through_th
     Ok(())
 }
 
+/// Also issue 18's socket check on the real node: the app (non-root, as the restricted
+/// standard demands) reaches its sidecar over `KUBEFLAKE_SOCKET`, and the sidecar's state
+/// volume, which holds the fence file, is not mounted in the app container at all.
 #[tokio::test]
 async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injected_pods()
 -> Result<()> {
@@ -541,7 +545,100 @@ async fn a_namespace_enforcing_the_restricted_pod_security_standard_runs_injecte
     let pod = first_ready_pod(&ns, "example-app").await?;
     let ids = ids_from_pod(&ns, &pod.name_any(), 10).await?;
     assert_eq!(ids.len(), 10);
+
+    let answer = app_answer(&ns, &pod.name_any(), "/").await?;
+    assert_eq!(
+        answer["via"], "unix",
+        "the app used the injected KUBEFLAKE_SOCKET: {answer}"
+    );
+    let pid = task_pid(&app_container_id(&pod)?)?;
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|e| e.starts_with(format!("{}=/", contract::SOCKET_ENV).as_bytes())),
+        "KUBEFLAKE_SOCKET in the app's environment"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .context("Uid in /proc/<pid>/status")?;
+    assert_ne!(uid, "0", "the app runs as a non-root user");
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))?;
+    let mounts = parse_mountinfo(&mounts);
+    let socket_mount = mounts
+        .iter()
+        .find(|m| m.point == contract::SOCKET_DIR)
+        .with_context(|| format!("{} mounted in the app container", contract::SOCKET_DIR))?;
+    assert!(
+        socket_mount.options.split(',').any(|o| o == "ro"),
+        "the socket volume is read-only for the app: {socket_mount:?}"
+    );
+    let state_volume = format!("kubernetes.io~empty-dir/{}", contract::STATE_VOLUME);
+    let fence_mounts: Vec<_> = mounts
+        .iter()
+        .filter(|m| m.point == contract::STATE_DIR || m.root.contains(&state_volume))
+        .collect();
+    assert!(
+        fence_mounts.is_empty(),
+        "the fence file's volume must not reach the app container: {fence_mounts:?}"
+    );
     Ok(())
+}
+
+/// One line of /proc/<pid>/mountinfo: the root within the mounted file system, where it
+/// is mounted, and the per-mount options.
+#[derive(Debug)]
+struct Mount {
+    root: String,
+    point: String,
+    options: String,
+}
+
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            Some(Mount {
+                root: fields.get(3)?.to_string(),
+                point: fields.get(4)?.to_string(),
+                options: fields.get(5)?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The containerd container id of the pod's first app container.
+fn app_container_id(pod: &Pod) -> Result<String> {
+    let status = pod.status.as_ref().context("status")?;
+    let app = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .first()
+        .context("the app container's status")?;
+    let id = app
+        .container_id
+        .as_deref()
+        .context("the app container's id")?;
+    Ok(id.trim_start_matches("containerd://").to_owned())
+}
+
+/// The host pid of a running containerd task (`ctr tasks ls`: TASK PID STATUS).
+fn task_pid(container: &str) -> Result<u32> {
+    let tasks = ctr(&["tasks", "ls"])?;
+    tasks
+        .lines()
+        .skip(1)
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some(container)).then(|| fields.next())?
+        })
+        .with_context(|| format!("no task {container} in `ctr tasks ls`: {tasks}"))?
+        .parse()
+        .context("the task's pid")
 }
 
 #[tokio::test]

@@ -1,4 +1,6 @@
-//! `decode <id>...`: the fields of IDs under one layout.
+//! `decode <id>...`: the fields of IDs under one layout, and whether each ID is above the
+//! one before it (what `after=<previous>` guarantees, README "after"), so an incident
+//! review can check that causally later events got larger IDs.
 //!
 //! Every argument is checked before anything is printed, so a script never gets half an
 //! answer: one bad ID fails the command (exit 2) naming each bad argument.
@@ -22,6 +24,10 @@ pub struct Decoded {
     pub datacenter: u32,
     pub worker: u32,
     pub sequence: u32,
+    /// Whether this ID is greater than the one before it on the command line (an answer
+    /// to `after=<previous>` always is); absent for the first.
+    #[serde(rename = "abovePrevious", skip_serializing_if = "Option::is_none")]
+    pub above_previous: Option<bool>,
 }
 
 /// What `decode` prints.
@@ -44,11 +50,24 @@ impl Report for DecodeReport {
                     d.datacenter.to_string(),
                     d.worker.to_string(),
                     d.sequence.to_string(),
+                    match d.above_previous {
+                        None => "-".to_string(),
+                        Some(true) => "yes".to_string(),
+                        Some(false) => "NO".to_string(),
+                    },
                 ]
             })
             .collect();
         table(
-            &["ID", "TIME", "TICK", "DATACENTER", "WORKER", "SEQUENCE"],
+            &[
+                "ID",
+                "TIME",
+                "TICK",
+                "DATACENTER",
+                "WORKER",
+                "SEQUENCE",
+                "ABOVE PREVIOUS",
+            ],
             &rows,
         )
     }
@@ -106,14 +125,19 @@ fn decode_one(id: Id, source: &Resolved) -> Result<Decoded, CliError> {
         datacenter: parts.datacenter.0,
         worker: parts.slot.0,
         sequence: parts.sequence,
+        above_previous: None,
     })
 }
 
 /// Decodes every ID, or fails with the errors of all that do not fit the layout.
 pub fn decode(ids: &[Id], source: &Resolved) -> Result<DecodeReport, Vec<CliError>> {
+    let mut decoded = collect_all(ids.iter().map(|id| decode_one(*id, source)))?;
+    for (d, pair) in decoded.iter_mut().skip(1).zip(ids.windows(2)) {
+        d.above_previous = Some(pair[1] > pair[0]);
+    }
     Ok(DecodeReport {
         layout: source.view(),
-        ids: collect_all(ids.iter().map(|id| decode_one(*id, source)))?,
+        ids: decoded,
     })
 }
 
@@ -140,6 +164,23 @@ mod tests {
         assert_eq!(
             d.time,
             rfc3339(source.params.timebase.start_of(Tick(123_456_789)))
+        );
+    }
+
+    /// Carrying an ID along (`after`): the review question "did the later event get the
+    /// larger ID?" is answered per pair.
+    #[test]
+    fn each_id_says_whether_it_is_above_the_one_before() {
+        let source = from_flags(&LayoutArgs::default()).unwrap();
+        let ids = parse_ids(&["100".into(), "5000".into(), "4999".into()]).unwrap();
+        let report = decode(&ids, &source).unwrap();
+        let above: Vec<_> = report.ids.iter().map(|d| d.above_previous).collect();
+        assert_eq!(above, vec![None, Some(true), Some(false)]);
+        let table = report.table();
+        assert!(table.contains("ABOVE PREVIOUS"), "{table}");
+        assert!(
+            table.lines().last().unwrap().trim_end().ends_with("NO"),
+            "{table}"
         );
     }
 

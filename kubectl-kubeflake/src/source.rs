@@ -9,9 +9,9 @@
 use std::io::Read;
 use std::path::Path;
 
+use kubeflake_crds::LayoutError;
 use kubeflake_crds::sequence::{IdSequenceSpec, Mode, SequenceParams, SpecError};
 use kubeflake_crds::timebase::{EpochError, rfc3339};
-use kubeflake_crds::LayoutError;
 use serde::Serialize;
 
 use crate::cli::LayoutArgs;

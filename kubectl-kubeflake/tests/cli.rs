@@ -165,7 +165,16 @@ fn decode_prints_a_table_with_one_row_per_id() {
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["ID", "TIME", "TICK", "DATACENTER", "WORKER", "SEQUENCE"]
+        [
+            "ID",
+            "TIME",
+            "TICK",
+            "DATACENTER",
+            "WORKER",
+            "SEQUENCE",
+            "ABOVE",
+            "PREVIOUS"
+        ]
     );
     // Tick 1000 at 1 ms after the default epoch 2025-01-01T00:00:00Z is one second later.
     assert_eq!(
@@ -176,7 +185,8 @@ fn decode_prints_a_table_with_one_row_per_id() {
             "1000",
             "0",
             "513",
-            "7"
+            "7",
+            "-"
         ]
     );
 }

@@ -171,6 +171,12 @@ struct StandaloneArgs {
     /// used (default 10).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=90))]
     prefetch_percent: Option<u8>,
+    /// Segment mode: a strict sequence (docs/segment.md): every request is one fsynced
+    /// write of the counter file, with no blocks held in memory, so values strictly
+    /// increase across every process sharing the counter file. Default: the file's
+    /// segment.strict, else off.
+    #[arg(long)]
+    strict: bool,
 }
 
 /// The segment settings from the sequence file overridden by the flags; `None` in
@@ -190,6 +196,7 @@ fn segment_settings(
         ("--block-size", args.block_size.is_some()),
         ("--max-block-size", args.max_block_size.is_some()),
         ("--prefetch-percent", args.prefetch_percent.is_some()),
+        ("--strict", args.strict),
     ];
     if spec.mode == Mode::Snowflake {
         if let Some((flag, _)) = flags.iter().find(|(_, set)| *set) {
@@ -215,6 +222,16 @@ fn segment_settings(
     }
     if let Some(v) = args.prefetch_percent {
         segment.prefetch_percent = v.into();
+    }
+    if args.strict {
+        segment.strict = true;
+    }
+    if segment.strict
+        && let Some((flag, _)) = flags[1..4].iter().find(|(_, set)| *set)
+    {
+        return Err(format!(
+            "{flag} has no effect with --strict (or segment.strict in the --sequence-file): a strict sequence claims no blocks, every request is one write of the counter; remove {flag}"
+        ));
     }
     if let Some(max) = segment.max_block_size.filter(|m| *m < segment.block_size) {
         return Err(format!(

@@ -23,7 +23,7 @@ use crate::http::{Api, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::segment::file::{FileCounter, FileCounterError};
-use crate::segment::{DEFAULT_WAIT_LIMIT, Segment};
+use crate::segment::{DEFAULT_WAIT_LIMIT, Source};
 use crate::state::{Serving, ServingCell};
 use crate::watch::watch_clock;
 use kubeflake_crds::sequence::{IdSequenceSpec, SegmentParams};
@@ -140,7 +140,7 @@ pub struct SegmentStandaloneConfig {
 pub struct SegmentStandalone {
     api: Arc<Api>,
     state: ServingCell,
-    segment: Arc<Segment>,
+    segment: Source,
     listener: tokio::net::TcpListener,
     unix: Option<tokio::net::UnixListener>,
     drain: Duration,
@@ -165,7 +165,7 @@ impl SegmentStandalone {
             })?;
         let unix = bind_unix(config.listen_unix.as_deref())?;
         let metrics = Arc::new(Metrics::new());
-        let segment = Segment::start(
+        let segment = Source::start(
             Arc::new(counter.clone()),
             config.segment,
             DEFAULT_WAIT_LIMIT,
@@ -175,6 +175,7 @@ impl SegmentStandalone {
             listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             sequence = %config.sequence_name,
             mode = "Segment",
+            strict = config.segment.strict,
             counter_next = next,
             block_size = config.segment.block_size,
             max_block_size = config.segment.max_block_size,
@@ -216,9 +217,8 @@ impl SegmentStandalone {
 
 /// Stops a segment source for good and gives back the unused top of its blocks when nobody
 /// claimed after it (docs/safety.md, segment mode rules 4/5). Both modes end this way.
-pub async fn stop_segment(segment: &Segment) {
-    segment.stop();
-    if let Some((unused, given)) = segment.give_back().await {
+pub async fn stop_segment(segment: &Source) {
+    if let Some((unused, given)) = segment.stop().await {
         tracing::info!(
             unused_start = unused.start,
             unused_end = unused.end,

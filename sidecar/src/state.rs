@@ -23,7 +23,7 @@ use prometheus::IntGaugeVec;
 
 use crate::generator::Generator;
 use crate::metrics::Metrics;
-use crate::segment::Segment;
+use crate::segment::Source;
 
 /// Why nothing is served yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,8 +80,8 @@ pub enum Serving {
     Waiting(WaitReason),
     /// Snowflake IDs from the generator of the slot held.
     Snowflake(Arc<Generator>),
-    /// Segment values from the block buffer.
-    Segment(Arc<Segment>),
+    /// Segment values: from blocks, or one counter write per request when strict.
+    Segment(Source),
     /// Shutting down for good: nothing is issued any more.
     Stopping,
 }

@@ -98,6 +98,7 @@ fn segment(state: &std::path::Path, block: u64) -> Server {
             max_block_size: block,
             prefetch_percent: 50,
             target_claim_interval_secs: 60,
+            strict: false,
         },
         max_batch: 10_000,
         drain: Duration::from_secs(5),

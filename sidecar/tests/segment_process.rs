@@ -182,6 +182,11 @@ fn segment_mode_comes_from_the_sequence_file_and_bad_flags_name_the_flag() {
             vec!["--sequence-file", &snowflake_with_segment],
             "segment is set but mode is Snowflake",
         ),
+        (vec!["--strict"], "--strict applies only to segment mode"),
+        (
+            vec!["--mode", "segment", "--strict", "--block-size", "10"],
+            "--block-size has no effect with --strict",
+        ),
     ];
     for (args, expected) in cases {
         let mut all = vec!["--state-dir", dir, "--listen", "127.0.0.1:0"];
@@ -193,4 +198,46 @@ fn segment_mode_comes_from_the_sequence_file_and_bad_flags_name_the_flag() {
             "{args:?}: expected {expected:?} in {stderr}"
         );
     }
+}
+
+/// docs/safety.md rule 13 standalone: each value is written to the counter file before it
+/// is served, so two processes sharing the file answer in strictly increasing order,
+/// whichever is asked, and a kill -9 loses nothing that was served.
+#[test]
+fn rule13_strict_processes_sharing_a_counter_file_answer_in_real_time_order() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().to_str().unwrap();
+    let args = ["--state-dir", dir, "--mode", "segment", "--strict"];
+    let a = SidecarProcess::start(&args, None);
+    let b = SidecarProcess::start(&args, None);
+    let mut last = 0;
+    for i in 0..300 {
+        let p = if i % 3 == 0 { &a } else { &b };
+        let got = if i % 10 == 0 {
+            values(p, 3)
+        } else {
+            values(p, 1)
+        };
+        assert!(got[0] > last, "call {i}: {got:?} after {last}");
+        assert!(
+            got.windows(2).all(|w| w[1] == w[0] + 1),
+            "a batch is consecutive"
+        );
+        last = *got.last().unwrap();
+        assert_eq!(
+            counter_next(state.path()),
+            last + 1,
+            "call {i}: the counter file holds nothing beyond what was served"
+        );
+    }
+    a.signal("KILL");
+    drop(a);
+    let after_kill = values(&b, 1)[0];
+    assert_eq!(
+        after_kill,
+        last + 1,
+        "no gap: a strict process holds no block"
+    );
+    let ready = get(b.addr, "/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.body);
 }

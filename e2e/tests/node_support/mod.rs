@@ -254,21 +254,22 @@ pub async fn first_ready_pod(ns: &TestNamespace, app: &str) -> Result<Pod> {
         .with_context(|| format!("no ready pod of {app} in {}", ns.name))
 }
 
-/// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy
-/// (the API server reaches the pod on the bridge), with the namespace's client.
-pub async fn ids_from_pod(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>> {
-    let path = format!(
-        "/api/v1/namespaces/{}/pods/{pod}:8080/proxy/ids?count={count}",
-        ns.name
-    );
+/// The example app's JSON answer to `path` in `pod`, through the API server's pod proxy.
+pub async fn app_answer(ns: &TestNamespace, pod: &str, path: &str) -> Result<serde_json::Value> {
+    let path = format!("/api/v1/namespaces/{}/pods/{pod}:8080/proxy{path}", ns.name);
     let request = http::Request::get(&path).body(Vec::new())?;
     let text = ns
         .client
         .request_text(request)
         .await
         .with_context(|| format!("GET {path}"))?;
-    let body: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))?;
+    serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))
+}
+
+/// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy
+/// (the API server reaches the pod on the bridge), with the namespace's client.
+pub async fn ids_from_pod(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>> {
+    let body = app_answer(ns, pod, &format!("/ids?count={count}")).await?;
     let ids = body["ids"]
         .as_array()
         .with_context(|| format!("no ids in {body}"))?

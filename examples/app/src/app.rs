@@ -211,6 +211,12 @@ fn after_failure(error: &SidecarError, after: Option<u64>) -> Response {
 }
 
 impl App {
+    /// Adds `"via": "unix" | "tcp"`: how this app reached its sidecar.
+    fn via(&self, mut body: serde_json::Value) -> serde_json::Value {
+        body["via"] = self.sidecar.transport().into();
+        body
+    }
+
     /// Answers one request. `target` is the request target (`/path?query`).
     pub fn handle(&self, method: &str, target: &str) -> Response {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -232,7 +238,7 @@ impl App {
             "/" => match parse_after(query, &["after"]) {
                 Err(e) => Response::error(400, e),
                 Ok(after) => match self.sidecar.id_after(after) {
-                    Ok(id) => Response::json(200, &id_body(id, &self.pod)),
+                    Ok(id) => Response::json(200, &self.via(id_body(id, &self.pod))),
                     Err(e) => after_failure(&e, after),
                 },
             },
@@ -241,7 +247,7 @@ impl App {
             }) {
                 Err(e) => Response::error(400, e),
                 Ok((count, after)) => match self.sidecar.ids_after(count, after) {
-                    Ok(ids) => Response::json(200, &ids_body(&ids, &self.pod)),
+                    Ok(ids) => Response::json(200, &self.via(ids_body(&ids, &self.pod))),
                     Err(e) => after_failure(&e, after),
                 },
             },

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::app::App;
 use crate::server::Limits;
 use crate::shutdown::Shutdown;
-use crate::sidecar::{Sidecar, SidecarUrl, URL_ENV};
+use crate::sidecar::{SOCKET_ENV, Sidecar, SidecarUrl, URL_ENV};
 
 const NAME: &str = "kubeflake-example-app";
 const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -39,6 +39,8 @@ Options:
 
 Environment:
   KUBEFLAKE_URL   the sidecar, http://IP:PORT (required; set by the kubeflake webhook)
+  KUBEFLAKE_SOCKET  the sidecar's Unix socket; when set, calls go over it instead of TCP
+                  (set by the webhook too)
   POD_NAME        reported in answers (downward API; optional)
 
 Routes: GET / (one ID), GET /ids?count=N (1..=1000), GET /healthz, GET /readyz";
@@ -47,6 +49,8 @@ Routes: GET / (one ID), GET /ids?count=N (1..=1000), GET /healthz, GET /readyz";
 struct Config {
     listen: SocketAddr,
     sidecar: SidecarUrl,
+    /// `KUBEFLAKE_SOCKET`, when set and not empty.
+    socket: Option<std::path::PathBuf>,
     pod: String,
 }
 
@@ -119,10 +123,25 @@ fn parse_config(
         }
         Some(raw) => SidecarUrl::parse(&raw).map_err(|e| e.to_string())?,
     };
+    let socket = env_string(env, SOCKET_ENV)?
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s.starts_with('/') {
+                Ok(std::path::PathBuf::from(s))
+            } else {
+                Err(format!(
+                    "{SOCKET_ENV}={s:?} is not an absolute path: set it to the sidecar's socket, \
+                     e.g. /var/run/kubeflake-socket/kubeflake.sock, or unset it to use {URL_ENV}"
+                ))
+            }
+        })
+        .transpose()?;
     let pod = env_string(env, POD_ENV)?.unwrap_or_default();
     Ok(Command::Run(Config {
         listen,
         sidecar,
+        socket,
         pod,
     }))
 }
@@ -160,14 +179,18 @@ fn main() -> ExitCode {
         }
     };
     let local = listener.local_addr().unwrap_or(config.listen);
+    let via = match &config.socket {
+        Some(path) => format!(" over {SOCKET_ENV}={}", path.display()),
+        None => String::new(),
+    };
     eprintln!(
-        "{NAME} {}: listening on {local}, sidecar {URL_ENV}={}, pod {:?}",
+        "{NAME} {}: listening on {local}, sidecar {URL_ENV}={}{via}, pod {:?}",
         env!("CARGO_PKG_VERSION"),
         config.sidecar,
         config.pod
     );
     let app = Arc::new(App {
-        sidecar: Sidecar::new(config.sidecar),
+        sidecar: Sidecar::new(config.sidecar).with_socket(config.socket),
         pod: config.pod,
     });
     let limits = Limits::default();
@@ -235,6 +258,19 @@ mod tests {
         assert_eq!(
             config(&["--listen=127.0.0.1:82"], &env).listen,
             "127.0.0.1:82".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn the_socket_comes_from_kubeflake_socket_and_must_be_absolute() {
+        assert_eq!(config(&[], &[URL]).socket, None);
+        assert_eq!(config(&[], &[URL, ("KUBEFLAKE_SOCKET", "")]).socket, None);
+        let c = config(&[], &[URL, ("KUBEFLAKE_SOCKET", "/run/k/kubeflake.sock")]);
+        assert_eq!(c.socket, Some("/run/k/kubeflake.sock".into()));
+        let relative = run(&[], &[URL, ("KUBEFLAKE_SOCKET", "k.sock")]).unwrap_err();
+        assert!(
+            relative.contains("KUBEFLAKE_SOCKET=\"k.sock\" is not an absolute path"),
+            "{relative}"
         );
     }
 

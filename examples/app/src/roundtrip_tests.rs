@@ -283,7 +283,7 @@ fn root_returns_an_id_from_the_sidecar() {
     assert_eq!(reply.header("connection"), Some("close"));
     assert_eq!(
         reply.body,
-        format!("{{\"id\":\"{FIRST_ID}\",\"pod\":\"web-0\"}}")
+        format!("{{\"id\":\"{FIRST_ID}\",\"pod\":\"web-0\",\"via\":\"tcp\"}}")
     );
     let second = get(app.addr, "/").json();
     assert_eq!(second["id"], (FIRST_ID + 1).to_string());
@@ -312,7 +312,7 @@ fn ids_returns_count_ids_from_the_sidecar() {
     let expected: Vec<String> = (FIRST_ID..FIRST_ID + 5).map(|i| i.to_string()).collect();
     assert_eq!(
         reply.json(),
-        serde_json::json!({ "ids": expected, "pod": "web-0" })
+        serde_json::json!({ "ids": expected, "pod": "web-0", "via": "tcp" })
     );
     assert_eq!(
         get(app.addr, "/ids?count=1000").json()["ids"]

@@ -1,5 +1,7 @@
 //! The app's side of the sidecar API: `KUBEFLAKE_URL` parsing and a minimal HTTP/1.1
-//! client over `std::net` (one connection per call, `Connection: close`).
+//! client over `std::net` (one connection per call, `Connection: close`), or over the
+//! sidecar's Unix socket when `KUBEFLAKE_SOCKET` is set (the webhook sets both; the socket
+//! skips the TCP stack, and only processes that can open the file can connect).
 //!
 //! The sidecar listens on plain HTTP on the pod's loopback, and the injected
 //! `KUBEFLAKE_URL` is an IP URL (`http://127.0.0.1:7070`), so there is no TLS and no name
@@ -12,10 +14,15 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The environment variable the operator's webhook sets in every app container.
 pub const URL_ENV: &str = "KUBEFLAKE_URL";
+
+/// The sidecar's Unix socket (set by the webhook beside `KUBEFLAKE_URL`); preferred when set.
+pub const SOCKET_ENV: &str = "KUBEFLAKE_SOCKET";
 
 /// Default timeout of each sidecar call, for connecting and (separately) for the answer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -237,20 +244,79 @@ impl Answer {
 #[derive(Debug, Clone)]
 pub struct Sidecar {
     pub url: SidecarUrl,
+    /// `KUBEFLAKE_SOCKET`: when set, calls go over this Unix socket (the URL still gives
+    /// the `Host` header and the base path).
+    pub socket: Option<PathBuf>,
     /// Connect timeout, and separately the time allowed for the whole answer.
     pub timeout: Duration,
 }
+
+/// A connection to the sidecar: TCP or Unix socket, the same HTTP over both.
+trait Connection: Read + Write {
+    fn set_read_limit(&self, limit: Duration) -> io::Result<()>;
+    fn set_write_limit(&self, limit: Duration) -> io::Result<()>;
+}
+
+/// Both stream types have the same inherent timeout setters.
+macro_rules! connection {
+    ($stream:ty) => {
+        impl Connection for $stream {
+            fn set_read_limit(&self, limit: Duration) -> io::Result<()> {
+                self.set_read_timeout(Some(limit))
+            }
+            fn set_write_limit(&self, limit: Duration) -> io::Result<()> {
+                self.set_write_timeout(Some(limit))
+            }
+        }
+    };
+}
+connection!(TcpStream);
+connection!(UnixStream);
 
 impl Sidecar {
     pub fn new(url: SidecarUrl) -> Sidecar {
         Sidecar {
             url,
+            socket: None,
             timeout: DEFAULT_TIMEOUT,
         }
     }
 
+    /// Calls go over the Unix socket at `path` instead of TCP.
+    pub fn with_socket(mut self, path: Option<PathBuf>) -> Sidecar {
+        self.socket = path;
+        self
+    }
+
+    /// `"unix"` or `"tcp"`: how calls reach the sidecar (reported in the app's answers).
+    pub fn transport(&self) -> &'static str {
+        if self.socket.is_some() { "unix" } else { "tcp" }
+    }
+
     fn describe(&self, path: &str) -> String {
-        format!("GET {}{path} ({URL_ENV}={})", self.url.base_path, self.url)
+        match &self.socket {
+            Some(socket) => format!(
+                "GET {}{path} ({SOCKET_ENV}={})",
+                self.url.base_path,
+                socket.display()
+            ),
+            None => format!("GET {}{path} ({URL_ENV}={})", self.url.base_path, self.url),
+        }
+    }
+
+    fn connect(&self) -> Result<Box<dyn Connection>, String> {
+        match &self.socket {
+            Some(path) => UnixStream::connect(path)
+                .map(|s| Box::new(s) as Box<dyn Connection>)
+                .map_err(|e| format!("connect to {}: {e}", path.display())),
+            None => {
+                let stream = TcpStream::connect_timeout(&self.url.addr, self.timeout)
+                    .map_err(|e| format!("connect to {}: {e}", self.url.addr))?;
+                // Only latency: a failure leaves Nagle on, still correct.
+                let _ = stream.set_nodelay(true);
+                Ok(Box::new(stream))
+            }
+        }
     }
 
     /// `GET <base><path_and_query>` with `Accept: application/json`; any status.
@@ -259,11 +325,9 @@ impl Sidecar {
             request: self.describe(path_and_query),
             detail,
         };
-        let mut stream = TcpStream::connect_timeout(&self.url.addr, self.timeout)
-            .map_err(|e| unreachable(format!("connect to {}: {e}", self.url.addr)))?;
-        let _ = stream.set_nodelay(true);
+        let mut stream = self.connect().map_err(unreachable)?;
         stream
-            .set_write_timeout(Some(self.timeout))
+            .set_write_limit(self.timeout)
             .map_err(|e| unreachable(e.to_string()))?;
         let request = format!(
             "GET {}{} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\n\
@@ -276,7 +340,7 @@ impl Sidecar {
         stream
             .write_all(request.as_bytes())
             .map_err(|e| unreachable(format!("send: {e}")))?;
-        read_answer(&mut stream, Instant::now() + self.timeout).map_err(unreachable)
+        read_answer(stream.as_mut(), Instant::now() + self.timeout).map_err(unreachable)
     }
 
     /// Like [`get`](Self::get), turning every non-2xx answer into an error.
@@ -392,7 +456,7 @@ pub fn parse_ids_answer(body: &[u8], expected: usize) -> Result<Vec<u64>, String
 
 /// Reads from `stream` until `deadline`, appending to `buf`; `Ok(0)` at end of stream.
 fn read_some(
-    stream: &mut TcpStream,
+    stream: &mut dyn Connection,
     buf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<usize, String> {
@@ -400,9 +464,7 @@ fn read_some(
     if left.is_zero() {
         return Err("timed out waiting for the answer".into());
     }
-    stream
-        .set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
+    stream.set_read_limit(left).map_err(|e| e.to_string())?;
     let mut chunk = [0u8; 8192];
     loop {
         match stream.read(&mut chunk) {
@@ -431,7 +493,7 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 
 /// Reads one HTTP/1.1 response: body by `Content-Length`, chunked, or until the server
 /// closes (we asked for `Connection: close`).
-fn read_answer(stream: &mut TcpStream, deadline: Instant) -> Result<Answer, String> {
+fn read_answer(stream: &mut dyn Connection, deadline: Instant) -> Result<Answer, String> {
     let mut buf = Vec::with_capacity(4096);
     let head_len = loop {
         if let Some(end) = head_end(&buf) {
@@ -731,5 +793,63 @@ mod tests {
         let quoted = quote_body(long.as_bytes());
         assert_eq!(quoted.chars().count(), QUOTED_BODY + 3);
         assert!(quoted.ends_with("..."));
+    }
+}
+
+#[cfg(test)]
+mod socket_tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn socket_path(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kubeflake-app-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("kubeflake.sock")
+    }
+
+    fn url() -> SidecarUrl {
+        SidecarUrl::parse("http://127.0.0.1:7070").unwrap()
+    }
+
+    /// With `KUBEFLAKE_SOCKET` the call goes over the socket, with the same HTTP.
+    #[test]
+    fn calls_go_over_the_unix_socket_when_one_is_given() {
+        let path = socket_path("serve");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while head_end(&head).is_none() {
+                stream.read_exact(&mut byte).unwrap();
+                head.push(byte[0]);
+            }
+            let body = r#"{"id":"42"}"#;
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let sidecar = Sidecar::new(url()).with_socket(Some(path));
+        assert_eq!(sidecar.transport(), "unix");
+        assert_eq!(sidecar.id_after(Some(7)).unwrap(), 42);
+        let head = server.join().unwrap();
+        assert!(head.starts_with("GET /id?after=7 HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("Host: 127.0.0.1:7070\r\n"), "{head}");
+    }
+
+    #[test]
+    fn a_missing_socket_is_unreachable_and_the_error_names_the_variable() {
+        let path = socket_path("missing");
+        let sidecar = Sidecar::new(url()).with_socket(Some(path.clone()));
+        let err = sidecar.id_after(None).unwrap_err().to_string();
+        assert!(err.contains("sidecar unreachable"), "{err}");
+        assert!(err.contains(SOCKET_ENV), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert_eq!(Sidecar::new(url()).transport(), "tcp");
     }
 }

@@ -56,7 +56,7 @@ use crate::fence::{FenceFile, FenceFileError, FenceRecord};
 use crate::http::{Api as HttpApi, serve_api, serve_probes};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
-use crate::segment::Segment;
+use crate::segment::Source;
 use crate::standalone::stop_segment;
 use crate::state::{Serving, ServingCell, WaitReason};
 use crate::watch::{Notify, watch_clock};
@@ -113,7 +113,7 @@ pub(crate) enum Lifecycle {
     /// A slot is served.
     Holding(Held),
     /// A Segment sequence is served.
-    Segment(Arc<Segment>),
+    Segment(Source),
     /// Shutdown began; what is left to hand back once the server has drained.
     Done(Ending),
 }
@@ -123,7 +123,7 @@ pub(crate) enum Lifecycle {
 pub(crate) enum Ending {
     Unheld(Unheld),
     Held(Held),
-    Segment(Arc<Segment>),
+    Segment(Source),
 }
 
 /// What every state's steps use.

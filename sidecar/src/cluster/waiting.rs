@@ -13,7 +13,7 @@ use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
 use super::holder::Acquire;
 use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
 use crate::segment::lease::LeaseCounter;
-use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Segment};
+use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
 use crate::slot::wait_for_assignment;
 use crate::state::{Serving, WaitReason};
 
@@ -92,7 +92,7 @@ impl Ctx {
 
     /// Segment mode: waits for the counter Lease (the operator creates it), then serves
     /// values from blocks claimed from it. `None` if shutdown began first.
-    async fn start_segment(&self, params: SegmentParams) -> Option<Arc<Segment>> {
+    async fn start_segment(&self, params: SegmentParams) -> Option<Source> {
         let store = Arc::new(LeaseCounter::new(
             self.client.clone(),
             &self.config.pod.namespace,
@@ -121,7 +121,7 @@ impl Ctx {
         if self.stopping() {
             return None;
         }
-        let segment = Segment::start(
+        let segment = Source::start(
             store,
             params,
             DEFAULT_WAIT_LIMIT,
@@ -132,8 +132,13 @@ impl Ctx {
             false,
             "SegmentServing",
             format!(
-                "serving values of segment sequence {} in blocks",
-                self.config.sequence
+                "serving values of segment sequence {} {}",
+                self.config.sequence,
+                if segment.is_strict() {
+                    "strictly, one counter write per request"
+                } else {
+                    "in blocks"
+                }
             ),
         );
         Some(segment)

@@ -16,7 +16,7 @@
 //! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
 //! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
 //!
-//! In segment mode the same routes serve counter values from a [`crate::segment::Segment`]:
+//! In segment mode the same routes serve counter values from a [`crate::segment::Source`]:
 //! `/ids` may span blocks (values increase, but are not always consecutive) and waits for a
 //! claim only when the buffer runs dry; `/decode` says the value carries no fields.
 //!

@@ -22,7 +22,7 @@ use super::reply::{
 };
 use crate::generator::Generator;
 use crate::metrics::Metrics;
-use crate::segment::Segment;
+use crate::segment::Source;
 use crate::state::{Serving, ServingReader};
 
 /// This API's description (OpenAPI 3), served at `/openapi.yaml` so a client team can
@@ -173,7 +173,7 @@ fn not_ready(state: &Serving) -> HttpError {
 enum Planned {
     Reply(Reply),
     Segment {
-        segment: Arc<Segment>,
+        segment: Source,
         count: u64,
         /// The smallest value allowed (`after + 1`; 0 without `after`).
         min: u64,
@@ -249,7 +249,7 @@ impl Api {
     /// `/id` and `/ids` in segment mode: values from the block buffer.
     async fn segment_ids(
         &self,
-        segment: &Arc<Segment>,
+        segment: &Source,
         count: u64,
         min: u64,
         many: bool,
@@ -320,7 +320,7 @@ impl Api {
                 Ok(()) => {
                     return json_reply(
                         StatusCode::OK,
-                        json!({ "status": "ready", "mode": "Segment", "phase": phase }),
+                        json!({ "status": "ready", "mode": "Segment", "strict": segment.is_strict(), "phase": phase }),
                     );
                 }
                 Err(r) => (r.reason(), r.to_string(), r.retry_after_secs()),

@@ -7,6 +7,8 @@
 //!
 //! - [`claim`]: the counter store interface, the CAS claim loop with jittered backoff.
 //! - [`buffer`]: the per-sidecar double buffer (prefetch, adaptive block size).
+//! - [`strict`]: strict sequences, one counter write per group of concurrent requests.
+//! - [`source`]: one of the two, as the HTTP layer and the lifecycle see it.
 //! - [`lease`]: the counter as a Lease (cluster mode).
 //! - [`file`]: the counter as a file in the state directory (standalone).
 
@@ -14,9 +16,12 @@ pub mod buffer;
 pub mod claim;
 pub mod file;
 pub mod lease;
+pub mod source;
+pub mod strict;
 
 pub use buffer::{Segment, SegmentRefusal};
 pub use claim::{Block, CounterStore};
+pub use source::Source;
 
 /// How long a request may wait for a block when none is buffered (API server slow or
 /// down, or a burst larger than the buffer) before it is refused with 503.

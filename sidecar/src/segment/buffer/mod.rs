@@ -81,6 +81,28 @@ impl SegmentRefusal {
     }
 }
 
+/// Whether serving values of at least `min` (above [`RAISE_LIMIT`]) can do without raising
+/// the counter: one read of the counter, only on this rare path.
+pub(crate) async fn check_raise(
+    store: &dyn CounterStore,
+    backoff: &Backoff,
+    min: u64,
+) -> Result<(), SegmentRefusal> {
+    let read = tokio::time::timeout(backoff.call_timeout, store.read()).await;
+    match read {
+        Ok(Ok(counter)) if min <= counter.next => Ok(()),
+        Ok(Ok(counter)) => Err(SegmentRefusal::AfterAboveCounter {
+            after: min - 1,
+            next: counter.next,
+        }),
+        Ok(Err(e)) => Err(SegmentRefusal::NoBlock(format!("reading the counter: {e}"))),
+        Err(_) => Err(SegmentRefusal::NoBlock(format!(
+            "reading the counter took more than {:?}",
+            backoff.call_timeout
+        ))),
+    }
+}
+
 /// Values taken from the buffer: consecutive runs, in increasing order.
 pub type Runs = Vec<Block>;
 
@@ -194,7 +216,7 @@ impl Segment {
     pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         // Before anything is dropped or `above` is raised: a refused request changes nothing.
         if min > RAISE_LIMIT && min > self.lock().top {
-            self.check_raise(min).await?;
+            check_raise(self.store.as_ref(), &self.backoff, min).await?;
         }
         let mut runs = Runs::with_capacity(2);
         // Fast path: from the buffer, without subscribing to refills or reading the clock.
@@ -206,24 +228,6 @@ impl Segment {
             return Ok(runs);
         }
         self.take_waiting(want, min, taken, runs).await
-    }
-
-    /// Whether serving values of at least `min` (above [`RAISE_LIMIT`]) can do without
-    /// raising the counter: one read of the counter, only on this rare path.
-    async fn check_raise(&self, min: u64) -> Result<(), SegmentRefusal> {
-        let read = tokio::time::timeout(self.backoff.call_timeout, self.store.read()).await;
-        match read {
-            Ok(Ok(counter)) if min <= counter.next => Ok(()),
-            Ok(Ok(counter)) => Err(SegmentRefusal::AfterAboveCounter {
-                after: min - 1,
-                next: counter.next,
-            }),
-            Ok(Err(e)) => Err(SegmentRefusal::NoBlock(format!("reading the counter: {e}"))),
-            Err(_) => Err(SegmentRefusal::NoBlock(format!(
-                "reading the counter took more than {:?}",
-                self.backoff.call_timeout
-            ))),
-        }
     }
 
     /// Takes one value (the `/id` path): no allocation when it is buffered.

@@ -14,6 +14,7 @@ fn params(block: u64, max: u64, prefetch: u8) -> SegmentParams {
         max_block_size: max,
         prefetch_percent: prefetch,
         target_claim_interval_secs: 60,
+        strict: false,
     }
 }
 

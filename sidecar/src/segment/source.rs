@@ -1,0 +1,95 @@
+//! Where a segment sidecar's values come from: blocks held in memory ([`Segment`]), or one
+//! counter write per group of concurrent requests in a strict sequence ([`Strict`]). The
+//! HTTP layer and the lifecycle code see only [`Source`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubeflake_crds::sequence::SegmentParams;
+
+use super::buffer::{Runs, Segment, SegmentRefusal};
+use super::claim::{Backoff, Block, CounterStore};
+use super::strict::Strict;
+use crate::metrics::SegmentMetrics;
+
+/// A running segment source.
+#[derive(Clone)]
+pub enum Source {
+    /// Values from claimed blocks, the next one prefetched.
+    Blocks(Arc<Segment>),
+    /// `segment.strict`: every value from its own counter write (docs/safety.md rule 13).
+    Strict(Arc<Strict>),
+}
+
+impl Source {
+    /// The source `params` ask for; blocks start claiming in the background at once.
+    pub fn start(
+        store: Arc<dyn CounterStore>,
+        params: SegmentParams,
+        wait_limit: Duration,
+        metrics: SegmentMetrics,
+    ) -> Source {
+        if params.strict {
+            Source::Strict(Strict::start(
+                store,
+                wait_limit,
+                Backoff::default(),
+                metrics,
+            ))
+        } else {
+            Source::Blocks(Segment::start(store, params, wait_limit, metrics))
+        }
+    }
+
+    pub fn is_strict(&self) -> bool {
+        matches!(self, Source::Strict(_))
+    }
+
+    /// `Ok` when a request can be answered now.
+    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+        match self {
+            Source::Blocks(s) => s.check_ready(),
+            Source::Strict(s) => s.check_ready(),
+        }
+    }
+
+    /// Values held in memory, ready to be served (always 0 when strict).
+    pub fn buffered(&self) -> u64 {
+        match self {
+            Source::Blocks(s) => s.buffered(),
+            Source::Strict(_) => 0,
+        }
+    }
+
+    /// `want` values, each at least `min` (`after + 1`, docs/safety.md rule 12).
+    pub async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+        match self {
+            Source::Blocks(s) => s.take_from(want, min).await,
+            Source::Strict(s) => s.take_from(want, min).await,
+        }
+    }
+
+    /// One value of at least `min`.
+    pub async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
+        match self {
+            Source::Blocks(s) => s.take_one_from(min).await,
+            Source::Strict(s) => s.take_one_from(min).await,
+        }
+    }
+
+    /// Stops serving for good, then gives the unused top of the blocks back to the counter
+    /// when nobody claimed after this sidecar (a strict source holds nothing to give
+    /// back). Returns the unused values and whether they were given back.
+    pub async fn stop(&self) -> Option<(Block, bool)> {
+        match self {
+            Source::Blocks(s) => {
+                s.stop();
+                s.give_back().await
+            }
+            Source::Strict(s) => {
+                s.stop();
+                None
+            }
+        }
+    }
+}

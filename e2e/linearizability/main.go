@@ -208,27 +208,15 @@ func readHistory(r io.Reader) ([]op, error) {
 	return ops, nil
 }
 
-// quickWitness checks the property without a search. Ordered by lo, the runs must be
-// disjoint (else a value was returned twice); then the only possible linearization is
-// the order by lo, and it respects real time iff no operation B called after an
-// operation A returned has values at or below A's. Returns the witness lines, empty
-// when the history is linearizable.
+// quickWitness checks the property without a search. Two conditions, both necessary:
+// an operation called after another returned has values above the other's (a sweep in
+// call order, keeping the operation with the highest hi among those that returned
+// strictly before the current call: closed intervals, touching is concurrent); and no
+// two runs share a value or interleave (ordered by lo, each starts above the previous
+// hi). Together they are sufficient: with disjoint runs the order by lo is a
+// linearization, and it respects real time. Returns the witness lines, empty when the
+// history is linearizable.
 func quickWitness(ops []op) []string {
-	byLo := append([]op(nil), ops...)
-	sort.Slice(byLo, func(i, j int) bool { return byLo[i].lo < byLo[j].lo })
-	for i := 1; i < len(byLo); i++ {
-		if byLo[i].lo <= byLo[i-1].hi {
-			a, b := byLo[i-1], byLo[i]
-			return []string{
-				fmt.Sprintf("value %d was returned twice:", b.lo),
-				"  " + a.String(),
-				"  " + b.String(),
-			}
-		}
-	}
-	// Sweep in call order, keeping the operation with the highest hi among those that
-	// returned strictly before the current call (closed intervals: touching is
-	// concurrent).
 	byCall := append([]op(nil), ops...)
 	sort.Slice(byCall, func(i, j int) bool { return byCall[i].call < byCall[j].call })
 	byRet := append([]op(nil), ops...)
@@ -249,6 +237,17 @@ func quickWitness(ops []op) []string {
 				"  " + highest.String(),
 				"  " + b.String(),
 			}
+		}
+	}
+	byLo := append([]op(nil), ops...)
+	sort.Slice(byLo, func(i, j int) bool { return byLo[i].lo < byLo[j].lo })
+	for i := 1; i < len(byLo); i++ {
+		if a, b := byLo[i-1], byLo[i]; b.lo <= a.hi {
+			what := "these runs share values or interleave (concurrent, but no order puts one above the other):"
+			if a.lo == a.hi && b.lo == b.hi {
+				what = fmt.Sprintf("value %d was returned twice:", b.lo)
+			}
+			return []string{what, "  " + a.String(), "  " + b.String()}
 		}
 	}
 	return nil

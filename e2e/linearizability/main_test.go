@@ -49,12 +49,20 @@ func TestALowerValueAfterAHigherOneReturnedIsNotLinearizable(t *testing.T) {
 }
 
 func TestAValueReturnedTwiceIsNotLinearizable(t *testing.T) {
-	// Concurrent, but 12 is inside the other run.
-	in := `{"client":0,"call":0,"return":100,"lo":10,"hi":12}
+	// Concurrent, so only the values say it.
+	in := `{"client":0,"call":0,"return":100,"lo":12,"hi":12}
 {"client":1,"call":5,"return":50,"lo":12,"hi":12}
 `
 	code, out := check(t, in)
 	if code != exitNotLinearizable || !strings.Contains(out, "value 12 was returned twice") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	// 12 inside another concurrent run.
+	in = `{"client":0,"call":0,"return":100,"lo":10,"hi":13}
+{"client":1,"call":5,"return":50,"lo":12,"hi":12}
+`
+	code, out = check(t, in)
+	if code != exitNotLinearizable || !strings.Contains(out, "share values or interleave") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 }

@@ -190,23 +190,16 @@ impl std::error::Error for Violation {}
 
 /// Checks that the operations are linearizable as a strict sequence, in O(n log n).
 ///
-/// Ordered by `lo`, the runs must be disjoint; then the only order the values allow is
-/// the order by `lo`, and it respects real time iff no operation called after another
-/// returned has values at or below the other's. Intervals are closed: an operation
-/// called at the very nanosecond another returned counts as concurrent with it.
+/// Two conditions, both necessary: whenever an operation was called after another had
+/// returned, its values are above the other's (checked first: a sweep in call order
+/// keeping the highest run among the operations returned so far); and no two runs share a
+/// value or interleave (ordered by `lo`, each starts above the previous one's `hi`).
+/// Together they are sufficient: with disjoint runs the order by `lo` is a
+/// linearization, and it respects real time. Intervals are closed: an operation called at
+/// the very nanosecond another returned counts as concurrent with it.
 pub fn check(ops: &[Op]) -> Result<(), Violation> {
     if let Some(op) = ops.iter().find(|o| o.lo > o.hi) {
         return Err(Violation::NotIncreasingWithin(*op));
-    }
-    let mut by_lo: Vec<&Op> = ops.iter().collect();
-    by_lo.sort_by_key(|o| (o.lo, o.hi));
-    for w in by_lo.windows(2) {
-        if w[1].lo <= w[0].hi {
-            return Err(Violation::Overlap {
-                first: *w[0],
-                second: *w[1],
-            });
-        }
     }
     let mut by_call: Vec<&Op> = ops.iter().collect();
     by_call.sort_by_key(|o| o.call);
@@ -228,6 +221,16 @@ pub fn check(ops: &[Op]) -> Result<(), Violation> {
             return Err(Violation::RealTimeOrder {
                 earlier: *earlier,
                 later: *later,
+            });
+        }
+    }
+    let mut by_lo: Vec<&Op> = ops.iter().collect();
+    by_lo.sort_by_key(|o| (o.lo, o.hi));
+    for w in by_lo.windows(2) {
+        if w[1].lo <= w[0].hi {
+            return Err(Violation::Overlap {
+                first: *w[0],
+                second: *w[1],
             });
         }
     }
@@ -379,6 +382,9 @@ mod tests {
     fn a_batch_must_lie_above_the_whole_run_of_one_that_returned_before() {
         // The second batch starts above the first's lo but not above its hi.
         let ops = [op(0, 0, 10, 10, 12), op(1, 20, 30, 11, 13)];
+        assert!(matches!(check(&ops), Err(Violation::RealTimeOrder { .. })));
+        // The same runs, concurrent: they interleave, so no order works either.
+        let ops = [op(0, 0, 30, 10, 12), op(1, 20, 30, 11, 13)];
         assert!(matches!(check(&ops), Err(Violation::Overlap { .. })));
         let ops = [op(0, 0, 10, 10, 12), op(1, 20, 30, 13, 15)];
         assert_eq!(check(&ops), Ok(()));

@@ -36,7 +36,7 @@ impl FromStr for Target {
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         raw.parse::<SocketAddr>().map(Target::Tcp).map_err(|_| {
-            format!("{raw:?} is neither HOST:PORT (e.g. 127.0.0.1:7070) nor unix:/path/to/socket")
+            format!("{raw:?} is neither IP:PORT (e.g. 127.0.0.1:7070) nor unix:/path/to/socket")
         })
     }
 }
@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn a_bad_target_names_both_accepted_forms() {
         let err = "localhost".parse::<Target>().unwrap_err();
-        assert!(err.contains("HOST:PORT") && err.contains("unix:/"), "{err}");
+        assert!(err.contains("IP:PORT") && err.contains("unix:/"), "{err}");
         assert!(
             "unix:"
                 .parse::<Target>()

@@ -41,7 +41,7 @@ struct Cli {
 enum PeerArgs {
     /// Keep-alive HTTP/1.1 GETs (kubeflake or the ceiling server).
     Http {
-        /// HOST:PORT, or unix:/path/to/socket.
+        /// IP:PORT, or unix:/path/to/socket.
         #[arg(long)]
         addr: Target,
         #[arg(long, default_value = "/id")]
@@ -52,7 +52,7 @@ enum PeerArgs {
     },
     /// Redis INCR / INCRBY, one round trip at a time per connection.
     Redis {
-        /// HOST:PORT, or unix:/path/to/socket (redis-server's `unixsocket`).
+        /// IP:PORT, or unix:/path/to/socket (redis-server's `unixsocket`).
         #[arg(long)]
         addr: Target,
         #[arg(long, default_value = "kubeflake:bench")]

@@ -7,3 +7,4 @@ pub mod http1;
 pub mod load;
 pub mod resp;
 pub mod stats;
+pub mod target;

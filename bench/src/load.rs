@@ -1,20 +1,22 @@
 //! The closed-loop load generator: N connections, each sending one request and waiting
 //! for its answer before the next, for a fixed time after a warm-up. Every peer (kubeflake,
 //! the bare hyper ceiling, Redis, PostgreSQL) is driven by this same loop, so differences
-//! in the figures are the servers', not the clients'.
+//! in the figures are the servers', not the clients'. HTTP and Redis peers are reached over
+//! TCP or a Unix socket ([`Target`]); the loop is generic over the stream ([`Dial`]), so
+//! both transports run the very same code.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::http1::{self, ResponseError};
 use crate::resp::{self, ReplyError};
 use crate::stats::{Summary, new_histogram};
+use crate::target::{Dial, Target};
 
 /// A request that takes longer than this ends the run with an error instead of a hang.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,12 +67,12 @@ pub enum RedisOp {
 pub enum Peer {
     /// `GET path` on keep-alive HTTP/1.1; a 200 answer carries `ids_per_answer` IDs.
     Http {
-        addr: SocketAddr,
+        addr: Target,
         path: String,
         ids_per_answer: u64,
     },
     Redis {
-        addr: SocketAddr,
+        addr: Target,
         key: String,
         op: RedisOp,
     },
@@ -87,11 +89,24 @@ pub enum Peer {
 impl Peer {
     fn describe(&self) -> String {
         match self {
-            Peer::Http { addr, path, .. } => format!("http://{addr}{path}"),
+            Peer::Http {
+                addr: Target::Tcp(addr),
+                path,
+                ..
+            } => format!("http://{addr}{path}"),
+            Peer::Http { addr, path, .. } => format!("GET {path} on {addr}"),
             Peer::Redis { addr, .. } => format!("redis {addr}"),
             Peer::Postgres {
                 socket_dir, port, ..
             } => format!("postgres {}:{port}", socket_dir.display()),
+        }
+    }
+
+    /// The address the load generator dials itself (PostgreSQL's client dials its own).
+    fn target(&self) -> Option<&Target> {
+        match self {
+            Peer::Http { addr, .. } | Peer::Redis { addr, .. } => Some(addr),
+            Peer::Postgres { .. } => None,
         }
     }
 }
@@ -111,16 +126,16 @@ struct Tally {
     refused: u64,
 }
 
-/// One open connection, ready to make requests.
-enum Conn {
+/// One open connection over a stream of type `S`, ready to make requests.
+enum Conn<S> {
     Http {
-        stream: TcpStream,
+        stream: S,
         request: Vec<u8>,
         buf: Vec<u8>,
         ids_per_answer: u64,
     },
     Redis {
-        stream: TcpStream,
+        stream: S,
         request: Vec<u8>,
         replies: u64,
         ids_per_round: u64,
@@ -134,16 +149,15 @@ enum Conn {
 
 const SEQUENCE: &str = "kubeflake_bench_ids";
 
-async fn connect(peer: &Peer) -> Result<Conn, LoadError> {
+async fn connect<S: Dial>(peer: &Peer) -> Result<Conn<S>, LoadError> {
     let name = peer.describe();
-    let tcp = |addr: SocketAddr| {
+    let dial = |addr: &Target| {
         let name = name.clone();
+        let addr = addr.clone();
         async move {
-            let stream = TcpStream::connect(addr)
+            S::dial(&addr)
                 .await
-                .map_err(|source| LoadError::Connect { peer: name, source })?;
-            let _ = stream.set_nodelay(true);
-            Ok::<_, LoadError>(stream)
+                .map_err(|source| LoadError::Connect { peer: name, source })
         }
     };
     match peer {
@@ -152,7 +166,7 @@ async fn connect(peer: &Peer) -> Result<Conn, LoadError> {
             path,
             ids_per_answer,
         } => Ok(Conn::Http {
-            stream: tcp(*addr).await?,
+            stream: dial(addr).await?,
             request: http1::get_request(path),
             buf: Vec::with_capacity(64 * 1024),
             ids_per_answer: *ids_per_answer,
@@ -166,7 +180,7 @@ async fn connect(peer: &Peer) -> Result<Conn, LoadError> {
                 }
             };
             Ok(Conn::Redis {
-                stream: tcp(*addr).await?,
+                stream: dial(addr).await?,
                 request,
                 replies,
                 ids_per_round,
@@ -220,8 +234,8 @@ async fn pg_client(
 }
 
 /// Reads until `buf` holds one whole HTTP answer; returns it and drops it from `buf`.
-async fn read_answer(
-    stream: &mut TcpStream,
+async fn read_answer<S: Dial>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     peer: &str,
 ) -> Result<u16, LoadError> {
@@ -243,7 +257,11 @@ async fn read_answer(
     }
 }
 
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, peer: &str) -> Result<(), LoadError> {
+async fn read_more<S: Dial>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    peer: &str,
+) -> Result<(), LoadError> {
     if buf.capacity() - buf.len() < 16 * 1024 {
         buf.reserve(64 * 1024);
     }
@@ -259,7 +277,7 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, peer: &str) -> Res
     Ok(())
 }
 
-impl Conn {
+impl<S: Dial> Conn<S> {
     /// Makes one request; returns the IDs it got (0 for a refusal).
     async fn round_trip(&mut self, peer: &str) -> Result<u64, LoadError> {
         let io = |source| LoadError::Io {
@@ -321,8 +339,8 @@ impl Conn {
     }
 }
 
-async fn drive(
-    mut conn: Conn,
+async fn drive<S: Dial>(
+    mut conn: Conn<S>,
     peer: String,
     start: Instant,
     plan: Plan,
@@ -377,11 +395,20 @@ async fn prepare_postgres(peer: &Peer) -> Result<(), LoadError> {
 
 /// Runs `plan` against `peer`, labelled `name` in the summary.
 pub async fn run(peer: &Peer, name: &str, plan: Plan) -> Result<Summary, LoadError> {
+    match peer.target() {
+        Some(Target::Unix(_)) => run_over::<UnixStream>(peer, name, plan).await,
+        // TCP; and PostgreSQL, whose client opens its own socket (the type goes unused).
+        Some(Target::Tcp(_)) | None => run_over::<TcpStream>(peer, name, plan).await,
+    }
+}
+
+/// [`run`] with the connections' stream type fixed.
+async fn run_over<S: Dial>(peer: &Peer, name: &str, plan: Plan) -> Result<Summary, LoadError> {
     prepare_postgres(peer).await?;
     // Every connection is open before the clock starts.
     let mut conns = Vec::with_capacity(plan.connections);
     for _ in 0..plan.connections.max(1) {
-        conns.push(connect(peer).await?);
+        conns.push(connect::<S>(peer).await?);
     }
     let start = Instant::now();
     let tasks: Vec<_> = conns

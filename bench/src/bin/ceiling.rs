@@ -1,27 +1,34 @@
-//! `kubeflake-ceiling`: the fastest any HTTP ID sidecar could be on this stack. A hyper 1
-//! server set up exactly like the sidecar's (`kubeflake_sidecar::http::serve`: the same
-//! multi-thread tokio runtime, accept loop, `TCP_NODELAY`, HTTP/1 connection builder and
-//! graceful-shutdown watcher), answering every request with a constant ID-sized body. The
-//! gap between it and kubeflake's `GET /id` is what ID generation, routing and metrics cost.
+//! `kubeflake-ceiling`: the fastest any HTTP ID sidecar could be on this stack. It serves
+//! through the sidecar's own serve loop (`kubeflake_runtime::serve`: the same multi-thread
+//! tokio runtime, accept back-off, `TCP_NODELAY`, HTTP/1 connection builder, header-read
+//! timeout and graceful drain), on loopback TCP and, when asked, on a Unix socket bound
+//! like the sidecar's `--listen-unix`, and answers every request with a constant ID-sized
+//! body. The gap between it and kubeflake's `GET /id` is what ID generation, routing and
+//! metrics cost.
 //!
-//! Run: `kubeflake-ceiling --listen 127.0.0.1:7171` (stops on SIGTERM or SIGINT).
+//! Run: `kubeflake-ceiling --listen 127.0.0.1:7171 [--listen-unix /tmp/dir/ceiling.sock]`
+//! (stops on SIGTERM or SIGINT).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Parser;
-use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::service::service_fn;
-use hyper::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper::StatusCode;
+use hyper::body::Incoming;
+use kubeflake_runtime::reply::{self, Reply};
+use kubeflake_runtime::serve::{Listener, ServeOptions};
 use tokio::net::TcpListener;
 
 /// The same bytes as a kubeflake text answer to `GET /id`: 19 digits and a newline.
 const CONSTANT_ID: &[u8] = b"7263811919712256001\n";
+
+/// The sidecar's header-read timeout and a short drain: the ceiling has nothing to finish.
+const OPTIONS: ServeOptions = ServeOptions {
+    name: "ceiling",
+    header_read_timeout: Duration::from_secs(30),
+    drain: Duration::from_secs(1),
+};
 
 /// A constant-answer hyper server: the ceiling for HTTP ID sidecars.
 #[derive(Parser, Debug)]
@@ -30,75 +37,80 @@ struct Cli {
     /// Address to serve on; loopback only.
     #[arg(long, default_value = "127.0.0.1:7171")]
     listen: SocketAddr,
+    /// Also serve on a Unix domain socket at this path (mode 0666, a stale socket file
+    /// replaced), as the sidecar's `--listen-unix` does.
+    #[arg(long)]
+    listen_unix: Option<PathBuf>,
 }
 
-fn answer() -> Response<Full<Bytes>> {
-    let mut reply = Response::new(Full::new(Bytes::from_static(CONSTANT_ID)));
-    *reply.status_mut() = StatusCode::OK;
-    reply
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    reply
+async fn answer(_req: hyper::Request<Incoming>) -> Reply {
+    reply::body(StatusCode::OK, "text/plain", CONSTANT_ID)
 }
 
-async fn serve(listener: TcpListener) {
-    let graceful = GracefulShutdown::new();
-    let shutdown = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+/// Serves on `listener` until `stopped` says so.
+async fn serve_on<L: Listener>(listener: L, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let shutdown = async move {
+        // An error means the sender is gone, which happens only after it sent.
+        let _ = stopped.wait_for(|s| *s).await;
     };
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let service = service_fn(|_req| async { Ok::<_, Infallible>(answer()) });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-            () = &mut shutdown => break,
-        }
-    }
+    kubeflake_runtime::serve::serve(listener, OPTIONS, answer, shutdown).await
+}
+
+fn exit(msg: &str) -> ! {
+    eprintln!("kubeflake-ceiling: error: {msg}");
+    std::process::exit(2);
 }
 
 fn main() {
     let cli = Cli::parse();
     if !cli.listen.ip().is_loopback() {
-        eprintln!(
-            "kubeflake-ceiling: error: --listen {} is not a loopback address; use 127.0.0.1:PORT",
+        exit(&format!(
+            "--listen {} is not a loopback address; use 127.0.0.1:PORT",
             cli.listen
-        );
-        std::process::exit(2);
+        ));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .expect("can start the tokio runtime");
+    {
+        Ok(rt) => rt,
+        Err(e) => exit(&format!("cannot start the tokio runtime: {e}")),
+    };
     runtime.block_on(async {
-        let listener = match TcpListener::bind(cli.listen).await {
+        let tcp = match TcpListener::bind(cli.listen).await {
             Ok(l) => l,
-            Err(e) => {
-                eprintln!(
-                    "kubeflake-ceiling: error: cannot listen on {}: {e}",
-                    cli.listen
-                );
-                std::process::exit(2);
+            Err(e) => exit(&format!("cannot listen on {}: {e}", cli.listen)),
+        };
+        let unix = match cli.listen_unix.as_deref().map(|path| {
+            kubeflake_runtime::unix_socket::bind(path, kubeflake_crds::contract::SOCKET_MODE)
+        }) {
+            None => None,
+            Some(Ok(l)) => Some(l),
+            Some(Err(e)) => exit(&e.to_string()),
+        };
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let signal = async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            if let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+            } else {
+                eprintln!("kubeflake-ceiling: cannot watch signals; serving until killed");
+                std::future::pending::<()>().await;
+            }
+            // Fails only when every serve loop already ended.
+            let _ = stop.send(true);
+        };
+        let unix_loop = async {
+            if let Some(unix) = unix {
+                serve_on(unix, stopped.clone()).await;
             }
         };
-        serve(listener).await;
+        tokio::join!(signal, serve_on(tcp, stopped.clone()), unix_loop);
+        if let Some(path) = &cli.listen_unix {
+            let _ = std::fs::remove_file(path);
+        }
     });
 }

@@ -2,13 +2,14 @@
 //! PostgreSQL) with N closed-loop connections and prints one JSON line per run.
 //!
 //! Example: `kubeflake-loadgen --connections 16 --secs 5 http --addr 127.0.0.1:7070 --path /id`
+//! (or `--addr unix:/path/to/kubeflake.sock` for the same requests over a Unix socket).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use kubeflake_bench::load::{self, Peer, Plan, RedisOp};
+use kubeflake_bench::target::Target;
 
 /// Closed-loop load on one ID server; prints a JSON summary line per run.
 #[derive(Parser, Debug)]
@@ -40,8 +41,9 @@ struct Cli {
 enum PeerArgs {
     /// Keep-alive HTTP/1.1 GETs (kubeflake or the ceiling server).
     Http {
+        /// IP:PORT, or unix:/path/to/socket.
         #[arg(long)]
-        addr: SocketAddr,
+        addr: Target,
         #[arg(long, default_value = "/id")]
         path: String,
         /// IDs in one 200 answer (the count of /ids?count=N).
@@ -50,8 +52,9 @@ enum PeerArgs {
     },
     /// Redis INCR / INCRBY, one round trip at a time per connection.
     Redis {
+        /// IP:PORT, or unix:/path/to/socket (redis-server's `unixsocket`).
         #[arg(long)]
-        addr: SocketAddr,
+        addr: Target,
         #[arg(long, default_value = "kubeflake:bench")]
         key: String,
         /// incr | incrby:N (a block of N per call) | pipeline:N (N INCRs per round trip).

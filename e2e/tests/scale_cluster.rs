@@ -125,7 +125,12 @@ fn proc_stats(pid: Option<u32>) -> ProcStats {
     // Fields after the command name (which may contain spaces) start at the state, field 3.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the state.
     // SAFETY: sysconf only reads a configuration value.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -252,7 +257,10 @@ impl Probe<'_> {
             apiserver: proc_stats(self.pid("kube-apiserver")),
             etcd: proc_stats(self.pid("etcd")),
             reconciles: metric_sum(&metrics, "kubeflake_operator_reconciles_total"),
-            reconcile_secs: metric_sum(&metrics, "kubeflake_operator_reconcile_duration_seconds_sum"),
+            reconcile_secs: metric_sum(
+                &metrics,
+                "kubeflake_operator_reconcile_duration_seconds_sum",
+            ),
             renewals: self.renewals.attempts(),
         })
     }
@@ -411,7 +419,11 @@ impl Tracker {
                 continue;
             };
             if let Some(uid) = parsed.holder {
-                let sequence = lease.labels().get(SEQUENCE_LABEL).cloned().unwrap_or_default();
+                let sequence = lease
+                    .labels()
+                    .get(SEQUENCE_LABEL)
+                    .cloned()
+                    .unwrap_or_default();
                 held.entry(sequence)
                     .or_default()
                     .entry(uid)
@@ -760,16 +772,20 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
         });
     }
     // Every sequence reconciled once (its status says how many slots it has).
-    eventually(Duration::from_secs(120), "every sequence's status", || async {
-        for s in &sequences {
-            let api: Api<IdSequence> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
-            let got = api.get(&s.name).await?;
-            if got.status.and_then(|st| st.capacity).is_none() {
-                return Ok(None);
+    eventually(
+        Duration::from_secs(120),
+        "every sequence's status",
+        || async {
+            for s in &sequences {
+                let api: Api<IdSequence> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+                let got = api.get(&s.name).await?;
+                if got.status.and_then(|st| st.capacity).is_none() {
+                    return Ok(None);
+                }
             }
-        }
-        Ok(Some(()))
-    })
+            Ok(Some(()))
+        },
+    )
     .await?;
 
     let tracker = Tracker::start(client.clone()).await?;
@@ -860,7 +876,11 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     let delete = futures::stream::iter(doomed.clone())
         .map(|(ns, name, _)| {
             let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            async move { api.delete(&name, &DeleteParams::default()).await.map(|_| ()) }
+            async move {
+                api.delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            }
         })
         .buffer_unordered(IN_FLIGHT / 2)
         .try_collect::<Vec<()>>();
@@ -908,7 +928,11 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     };
     let leases_api: Api<Lease> = Api::all(client.clone());
     let sample_lease = leases_api
-        .list(&kube::api::ListParams::default().labels(SEQUENCE_LABEL).limit(1))
+        .list(
+            &kube::api::ListParams::default()
+                .labels(SEQUENCE_LABEL)
+                .limit(1),
+        )
         .await?
         .items
         .into_iter()

@@ -68,7 +68,10 @@ fn hash_of(value: impl Hash) -> u64 {
 pub fn pod_trigger(pod: &Pod) -> u64 {
     hash_of((
         &pod.metadata.uid,
-        pod.metadata.labels.as_ref().and_then(|l| l.get(SEQUENCE_LABEL)),
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SEQUENCE_LABEL)),
         slot_lease::pod_is_leaving(pod),
     ))
 }
@@ -197,11 +200,10 @@ mod tests {
             assert!(slim_len * 5 < full_len, "{slim_len} of {full_len} bytes");
         }
         let mut deleted = full_pod("Running");
-        deleted.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-11-23T09:00:00Z".parse().unwrap(),
-            ),
-        );
+            ));
         slim_pod(&mut deleted);
         assert!(slot_lease::pod_is_leaving(&deleted), "deletion is kept");
     }
@@ -257,11 +259,14 @@ mod tests {
             Apply(lease("1", Some("a"), "100", "2026-11-23T08:00:00.000000Z")),
             Apply(lease("2", Some("a"), "200", "2026-11-23T08:00:40.000000Z")),
         ];
-        let woken: Vec<Lease> =
-            reflect_triggers(stream::iter(events.into_iter().map(Ok)), writer, lease_trigger)
-                .try_collect()
-                .await
-                .unwrap();
+        let woken: Vec<Lease> = reflect_triggers(
+            stream::iter(events.into_iter().map(Ok)),
+            writer,
+            lease_trigger,
+        )
+        .try_collect()
+        .await
+        .unwrap();
         assert_eq!(names(&woken), ["1"]);
         let cached = leases.state();
         assert_eq!(cached[0].metadata.resource_version.as_deref(), Some("2"));
@@ -275,11 +280,14 @@ mod tests {
         let mut done = full_pod("Succeeded");
         done.metadata.resource_version = Some("3".into());
         let events = [Apply(pending), Apply(running), Apply(done)];
-        let woken: Vec<Pod> =
-            reflect_triggers(stream::iter(events.into_iter().map(Ok)), writer, pod_trigger)
-                .try_collect()
-                .await
-                .unwrap();
+        let woken: Vec<Pod> = reflect_triggers(
+            stream::iter(events.into_iter().map(Ok)),
+            writer,
+            pod_trigger,
+        )
+        .try_collect()
+        .await
+        .unwrap();
         assert_eq!(names(&woken), ["1", "3"]);
     }
 

@@ -791,7 +791,7 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     let tracker = Tracker::start(client.clone()).await?;
     let params: HashMap<String, SequenceParams> = sequences
         .iter()
-        .map(|s| (s.name.clone(), s.params.clone()))
+        .map(|s| (s.name.clone(), s.params))
         .collect();
     let renewer = Renewer::start(
         client.clone(),

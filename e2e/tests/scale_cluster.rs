@@ -859,9 +859,14 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     // ---- Churn: every tenth pod of each sequence deleted, as many new ones created, at
     // once, while the others hold their slots.
     let step = (labelled / sizes.churn.max(1)).max(1);
+    let mut nth: HashMap<&str, usize> = HashMap::new();
     let doomed: Vec<(String, String, String)> = created
         .iter()
-        .step_by(step)
+        .filter(|(ns, _, _)| {
+            let n = nth.entry(ns.as_str()).or_default();
+            *n += 1;
+            n.is_multiple_of(step)
+        })
         .take(sizes.churn)
         .cloned()
         .collect();

@@ -66,6 +66,7 @@ pub struct Cluster {
     controller_manager: Process,
     apiserver: Process,
     etcd: Process,
+    etcd_url: String,
     network: Option<Network>,
 }
 
@@ -356,6 +357,7 @@ impl Cluster {
             controller_manager,
             apiserver,
             etcd,
+            etcd_url,
             network,
         })
     }
@@ -378,6 +380,11 @@ impl Cluster {
     /// The API server URL, `https://127.0.0.1:<port>`.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// etcd's client URL (`http://127.0.0.1:<port>`, no TLS): its `/metrics` are there.
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
     }
 
     /// The state directory: certificates, kubeconfigs, etcd data and one log per process.

@@ -17,6 +17,7 @@
 //! | how the status is written | `controller/update_status.rs` (server-side apply, only when changed) |
 //! | controller errors and their metric label | `controller/error.rs` |
 //! | watches, leader election, readiness wiring | `run.rs` |
+//! | what the caches keep of pods and leases, which changes wake the controller | [`watches`] |
 //! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
 //! | the sidecars' RoleBindings | [`rbac`] |
@@ -35,6 +36,7 @@ pub mod http;
 pub mod inject;
 pub mod metrics;
 pub mod rbac;
+pub mod watches;
 pub mod webhook;
 
 /// Former home of the controller's entry points: now [`controller`].

@@ -20,7 +20,7 @@ use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 
 use crate::{
     CertSource, OperatorConfig, WebhookConfig, backoff, certs, controller, http, metrics, rbac,
-    webhook,
+    watches, webhook,
 };
 
 /// Starts the webhook's certificate keeper and HTTPS server; both end with the process.
@@ -218,18 +218,25 @@ async fn run_controller(
             stop_requested.store(true, Ordering::Release);
         }
     };
-    // Only labelled pods and leases are watched and cached.
+    // Only labelled pods and leases are watched and cached, slimmed; renewals and pod
+    // status updates fill the caches without waking the controller (see `watches`).
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_stream = watcher(api::<Pod>(&client, &config.namespace), selected.clone())
-        .backoff(backoff::WatchBackoff::default())
-        .reflect(pod_writer)
-        .touched_objects();
+    let pod_stream = watches::reflect_triggers(
+        watcher(api::<Pod>(&client, &config.namespace), selected.clone())
+            .backoff(backoff::WatchBackoff::default())
+            .modify(watches::slim_pod),
+        pod_writer,
+        watches::pod_trigger,
+    );
     let (leases, lease_writer) = reflector::store::<Lease>();
-    let lease_stream = watcher(api::<Lease>(&client, &config.namespace), selected)
-        .backoff(backoff::WatchBackoff::default())
-        .reflect(lease_writer)
-        .touched_objects();
+    let lease_stream = watches::reflect_triggers(
+        watcher(api::<Lease>(&client, &config.namespace), selected)
+            .backoff(backoff::WatchBackoff::default())
+            .modify(watches::slim_lease),
+        lease_writer,
+        watches::lease_trigger,
+    );
 
     let reporter = Reporter {
         controller: "kubeflake-operator".into(),

@@ -117,13 +117,21 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra command-line arguments.
     pub fn start_with(cluster: &Cluster, ns: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
+        let args: Vec<&str> = ["--namespace", ns].iter().chain(extra).copied().collect();
+        Operator::start_args(cluster, &format!("{ns}-{tag}"), tag, &args)
+    }
+
+    /// An operator watching every namespace, as a cluster runs it.
+    pub fn start_cluster_wide(cluster: &Cluster, tag: &str, extra: &[&str]) -> Result<Operator> {
+        Operator::start_args(cluster, &format!("all-{tag}"), tag, extra)
+    }
+
+    fn start_args(cluster: &Cluster, log: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
         let port = free_port();
         let spec = ProcessSpec {
             name: format!("kubeflake-operator-{tag}"),
             program: workspace_binary("kubeflake-operator"),
             args: [
-                "--namespace",
-                ns,
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
                 "--instance",
@@ -135,7 +143,7 @@ impl Operator {
             .chain(extra)
             .map(OsString::from)
             .collect(),
-            log: cluster.dir().join(format!("operator-{ns}-{tag}.log")),
+            log: cluster.dir().join(format!("operator-{log}.log")),
         };
         // The process inherits KUBECONFIG from here.
         // SAFETY: tests in this binary only ever set it to the same value.

@@ -122,7 +122,10 @@ fn serves_ids_and_exits_0_on_sigterm_after_finishing_requests_in_flight() {
     assert_eq!(get(addr, "/healthz"), (200, "ok".to_string()));
     assert_eq!(
         get(addr, "/"),
-        (200, r#"{"id":"1000","pod":"pod-a","via":"tcp"}"#.to_string())
+        (
+            200,
+            r#"{"id":"1000","pod":"pod-a","via":"tcp"}"#.to_string()
+        )
     );
     assert!(seen.recv().unwrap().starts_with("GET /id HTTP/1.1\r\n"));
 
@@ -136,7 +139,10 @@ fn serves_ids_and_exits_0_on_sigterm_after_finishing_requests_in_flight() {
     );
     assert_eq!(
         in_flight.join().unwrap(),
-        (200, r#"{"id":"1001","pod":"pod-a","via":"tcp"}"#.to_string())
+        (
+            200,
+            r#"{"id":"1001","pod":"pod-a","via":"tcp"}"#.to_string()
+        )
     );
 
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -6,8 +6,6 @@
 mod operator_support;
 mod sidecar_support;
 
-use std::time::Duration;
-
 use anyhow::{Context, Result, ensure};
 use kubeflake_e2e::Cluster;
 use operator_support::*;
@@ -32,15 +30,7 @@ async fn two_sidecars(
 ) -> Result<Vec<Sidecar>> {
     create_sequence(ns, sequence, spec).await?;
     let pods = create_pods(ns, sequence, sequence, 2).await?;
-    let sidecars = pods
-        .iter()
-        .map(|pod| Sidecar::start(cluster, &ns.name, pod, sequence, false))
-        .collect::<Result<Vec<_>>>()?;
-    eventually(Duration::from_secs(60), "both sidecars ready", || async {
-        Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
-    })
-    .await?;
-    Ok(sidecars)
+    Sidecar::start_all_ready(cluster, &ns.name, &pods, sequence).await
 }
 
 /// Passes each answer to the other sidecar as `after`, `rounds` times.

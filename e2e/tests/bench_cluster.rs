@@ -345,14 +345,7 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
             let name = format!("{kind}-{sidecar_count}");
             create_sequence(&ns, &name, json!({"mode": "Segment", "segment": segment})).await?;
             let pods = create_pods(&ns, &name, &name, sidecar_count).await?;
-            let sidecars = pods
-                .iter()
-                .map(|pod| Sidecar::start(cluster, &ns.name, pod, &name, false))
-                .collect::<Result<Vec<_>>>()?;
-            eventually(Duration::from_secs(60), "sidecars ready", || async {
-                Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
-            })
-            .await?;
+            let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, &name).await?;
             let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
             for &clients in client_counts {
                 // Warm-up: connections, the first claims.

@@ -216,17 +216,7 @@ async fn setup(
         );
     }
     let pods = create_pods(&ns, sequence, "app", n).await?;
-    let mut sidecars = Vec::new();
-    for pod in &pods {
-        sidecars.push(Sidecar::start(cluster, &ns.name, pod, sequence, false)?);
-    }
-    eventually(Duration::from_secs(60), "every sidecar ready", || async {
-        for s in &sidecars {
-            s.process.check_running()?;
-        }
-        Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
-    })
-    .await?;
+    let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, sequence).await?;
     Ok((ns, operator, sidecars))
 }
 

@@ -195,16 +195,7 @@ async fn setup(
     .await?;
     // Labelled like Snowflake pods: the operator must still not give them slots.
     let pods = create_pods(&ns, sequence, "app", n).await?;
-    let mut sidecars = Vec::new();
-    for pod in &pods {
-        sidecars.push(Sidecar::start(cluster, &ns.name, pod, sequence, false)?);
-    }
-    eventually(
-        Duration::from_secs(60),
-        "every segment sidecar ready",
-        || async { Ok(sidecars.iter().all(Sidecar::ready).then_some(())) },
-    )
-    .await?;
+    let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, sequence).await?;
     Ok((ns, operator, sidecars))
 }
 

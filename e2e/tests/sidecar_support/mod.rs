@@ -118,6 +118,32 @@ impl Sidecar {
         }
     }
 
+    /// One sidecar per pod of `sequence` (real clocks), and waits up to a minute until
+    /// every one is ready; a sidecar process that exits fails the wait at once.
+    pub async fn start_all_ready(
+        cluster: &Cluster,
+        ns: &str,
+        pods: &[Pod],
+        sequence: &str,
+    ) -> Result<Vec<Sidecar>> {
+        let sidecars = pods
+            .iter()
+            .map(|pod| Sidecar::start(cluster, ns, pod, sequence, false))
+            .collect::<Result<Vec<_>>>()?;
+        crate::operator_support::eventually(
+            Duration::from_secs(60),
+            &format!("every sidecar of {sequence} ready"),
+            || async {
+                for s in &sidecars {
+                    s.process.check_running()?;
+                }
+                Ok(sidecars.iter().all(Sidecar::ready).then_some(()))
+            },
+        )
+        .await?;
+        Ok(sidecars)
+    }
+
     pub fn ready(&self) -> bool {
         get(self.port, "/readyz")
             .map(|(status, _)| status == 200)

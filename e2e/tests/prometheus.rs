@@ -500,6 +500,17 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
         let prom = prom.clone();
         blocking(move || prom.wait_series(r#"up{job="kubeflake-sidecar"} == 1"#, LIMIT)).await?;
     }
+    // The hand-over below must move a counter Prometheus already holds a sample of:
+    // `increase` needs a sample before the change, and the operator's first scrape may
+    // come after the sidecars' (a fast reclaim would otherwise be its first sample).
+    {
+        let prom = prom.clone();
+        blocking(move || {
+            prom.wait_series("kubeflake_operator_pod_to_slot_seconds_count >= 2", LIMIT)
+        })
+        .await
+        .context("the operator's first two assignments in Prometheus")?;
+    }
     eprintln!("prometheus: scraping after {:?}", started.elapsed());
 
     // The waiting pod's sidecar refuses (no_slot) ...

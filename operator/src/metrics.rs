@@ -31,6 +31,7 @@ pub struct Metrics {
     pub assignments: IntCounter,
     pub reclaims: IntCounterVec,
     pub conflicts: IntCounter,
+    pub passes_deferred: IntCounter,
     pub pod_to_slot: Histogram,
     pub webhook_requests: IntCounterVec,
     pub webhook_seconds: Histogram,
@@ -101,6 +102,14 @@ impl Metrics {
                 IntCounter::new(
                     "kubeflake_operator_write_conflicts_total",
                     "Lease writes that lost a compare-and-swap race and were retried.",
+                )
+                .expect("valid metric"),
+            ),
+            passes_deferred: register(
+                &r,
+                IntCounter::new(
+                    "kubeflake_operator_passes_deferred_total",
+                    "Snowflake passes put off because the cache did not show the last pass's own lease writes yet.",
                 )
                 .expect("valid metric"),
             ),

@@ -1,5 +1,6 @@
 //! What every pass shares: the client, the caches, the metrics, the Event recorder and the
-//! operator's own memory of lease versions (for silence, docs/safety.md rule 9).
+//! operator's own memory of lease versions (for silence, docs/safety.md rule 9) and of its
+//! last writes (expectations).
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
+use super::expectations::Expectations;
 use super::silence::SilenceBook;
 use crate::metrics::Metrics;
 
@@ -22,6 +24,8 @@ pub struct Context {
     /// For each sequence, the version of each of its held leases and since when it was
     /// seen unchanged (monotonic clock).
     pub(crate) silence: SilenceBook,
+    /// For each sequence, the lease writes of its last pass the cache may not show yet.
+    pub(crate) expectations: Expectations,
 }
 
 impl Context {
@@ -39,6 +43,7 @@ impl Context {
             leases,
             metrics,
             silence: SilenceBook::default(),
+            expectations: Expectations::default(),
         }
     }
 }

@@ -12,12 +12,14 @@
 //! 4. [`update_status`](mod@update_status): the one status writer; an unchanged status is not written.
 //!
 //! Below them: [`status`] (condition types and reasons, pure), [`silence`] (rule 9's
-//! clock), [`context`], [`error`].
+//! clock), [`expectations`] (a pass waits for the cache to see the last pass's writes),
+//! [`context`], [`error`].
 //! Every write is a compare-and-swap (docs/safety.md rule 1): a conflict is normal, the
 //! pass is repeated.
 
 pub mod context;
 pub mod error;
+pub mod expectations;
 pub mod finalizer;
 pub mod segment;
 pub mod silence;

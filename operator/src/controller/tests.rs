@@ -149,6 +149,42 @@ async fn a_409_on_a_lease_write_requeues_soon_and_counts_a_conflict() {
 }
 
 #[tokio::test]
+async fn a_pass_waits_for_the_cache_to_show_its_own_writes_so_a_waiting_pod_never_gets_a_second_slot()
+ {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let written = slot_lease(Some("a"), 0);
+    let api = FakeApi::new()
+        .expect(Method::POST, LEASES, 201, json!(written))
+        .always(Method::PATCH, STATUS, 200, echo(&seq));
+    let mut f = fixture(&api, vec![pod("a")], vec![]);
+    reconcile(Arc::new(seq.clone()), f.ctx.clone())
+        .await
+        .expect("the pass that assigns");
+    // The watch event of the created lease has not arrived: in the cache pod "a" still
+    // waits and every slot is free. Planning now would create a second lease for "a".
+    let put_off = reconcile(Arc::new(seq.clone()), f.ctx.clone())
+        .await
+        .expect("a put-off pass");
+    assert_eq!(put_off, Action::requeue(Duration::from_millis(200)));
+    assert_eq!(f.ctx.metrics.passes_deferred.get(), 1);
+    // Once the cache shows the write, passes plan again (and find nothing to do).
+    f._writers
+        .1
+        .apply_watcher_event(&watcher::Event::Apply(written));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("a pass on a current cache");
+    api.verify();
+    assert_eq!(
+        api.requests(&Method::POST, LEASES).len(),
+        1,
+        "one slot for pod a"
+    );
+    assert_eq!(f.ctx.metrics.assignments.get(), 1);
+    assert_eq!(f.ctx.metrics.passes_deferred.get(), 1);
+}
+
+#[tokio::test]
 async fn a_pod_gone_release_is_skipped_when_the_direct_read_finds_the_pod() {
     let seq = sequence(IdSequenceSpec::default(), true, false);
     // The cache has not seen pod "a" yet; the API server has it.

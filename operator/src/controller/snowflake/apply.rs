@@ -15,6 +15,7 @@ use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease};
 use super::plan::{PodInfo, ReleaseReason, Step};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, is_conflict, is_not_found};
+use crate::controller::expectations::Written;
 
 /// What happened to one attempted write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,29 @@ pub enum Outcome {
     /// Another writer changed the lease first (counted in
     /// `kubeflake_operator_write_conflicts_total`).
     Conflict,
+}
+
+/// The lease a planned step of sequence `sequence` writes, and the version it replaces
+/// (what the next pass waits to see in the cache).
+pub fn written_by(sequence: &str, step: &Step) -> Written {
+    match step {
+        Step::Release { lease, .. }
+        | Step::Assign {
+            existing: Some(lease),
+            ..
+        } => Written {
+            lease: lease.name.clone(),
+            replaced: lease.resource_version.clone(),
+        },
+        Step::Assign {
+            slot,
+            existing: None,
+            ..
+        } => Written {
+            lease: slot_lease::lease_name(sequence, *slot),
+            replaced: None,
+        },
+    }
 }
 
 /// Performs one planned step. `params` is `None` while the sequence is deleted (then the

@@ -3,6 +3,9 @@
 //! -> [`events`] -> [`status`] (pure) -> the one status writer. Deletion runs the same pass
 //! without handing out slots, then finishes (docs/safety.md rule 10).
 //!
+//! A pass plans only on a cache that shows the previous pass's own writes
+//! ([`crate::controller::expectations`]), else it is put off briefly.
+//!
 //! Slot reclaim (which slot goes, and when) is decided in [`plan`]; silence is measured in
 //! [`crate::controller::silence`]; the writes that reclaim are in [`apply`].
 
@@ -12,7 +15,7 @@ pub mod observe;
 pub mod plan;
 pub mod status;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -25,6 +28,7 @@ use self::apply::Outcome;
 use self::plan::{Observed, Plan};
 use super::context::Context;
 use super::error::Error;
+use super::expectations::{Readiness, Written};
 use super::finalizer;
 use super::update_status::update_status;
 use super::validate::Teardown;
@@ -33,6 +37,9 @@ use super::validate::Teardown;
 const WRITE_CONCURRENCY: usize = 8;
 /// How soon a pass that lost a compare-and-swap race is repeated.
 const AFTER_CONFLICT: Duration = Duration::from_millis(500);
+/// How soon a pass put off for a cache behind its own writes is tried again (the watch
+/// event of the write usually wakes it sooner).
+const CACHE_BEHIND: Duration = Duration::from_millis(200);
 
 /// What one pass saw and did.
 struct Pass {
@@ -49,7 +56,14 @@ impl Pass {
     }
 }
 
-/// Observes, plans, writes and publishes Events; `assign` is false while deleting.
+/// A pass either planned and wrote, or waited for the cache to show the last pass's writes.
+enum Ran {
+    Planned(Pass),
+    Deferred,
+}
+
+/// Observes, plans, writes and publishes Events; `assign` is false while deleting. Put off
+/// (without planning) while the cache does not show the previous pass's own writes yet.
 async fn pass(
     seq: &IdSequence,
     ctx: &Context,
@@ -58,8 +72,23 @@ async fn pass(
     lease_duration: Duration,
     now: Tick,
     capacity: u64,
-) -> Result<Pass, Error> {
+) -> Result<Ran, Error> {
     let name = seq.name_any();
+    let cached = |lease: &str| observe::lease_version(&ctx.leases, ns, lease);
+    match ctx
+        .expectations
+        .readiness(ns, &name, cached, Instant::now())
+    {
+        Readiness::Current => {}
+        Readiness::Behind { unseen } => {
+            ctx.metrics.passes_deferred.inc();
+            tracing::debug!(sequence = %name, namespace = ns, unseen, "pass put off: the cache does not show the last pass's writes yet");
+            return Ok(Ran::Deferred);
+        }
+        Readiness::GaveUp { unseen } => {
+            tracing::warn!(sequence = %name, namespace = ns, unseen, "the cache still does not show the last pass's writes; planning anyway (every write is a compare-and-swap)");
+        }
+    }
     let leases = observe::leases(&ctx.leases, ns, &name)?;
     let pods = observe::pods(&ctx.pods, ns, &name);
     let silent = ctx.silence.silent(ns, &name, &leases, lease_duration);
@@ -71,12 +100,24 @@ async fn pass(
         now,
         assign: params.is_some() && seq.metadata.deletion_timestamp.is_none(),
     });
-    let outcomes: Vec<Outcome> = futures::stream::iter(plan.steps.clone())
-        .map(|step| apply::execute(step, seq, ns, params, ctx))
+    let results: Vec<(Written, Result<Outcome, Error>)> = futures::stream::iter(plan.steps.clone())
+        .map(|step| async {
+            let written = apply::written_by(&name, &step);
+            (written, apply::execute(step, seq, ns, params, ctx).await)
+        })
         .buffer_unordered(WRITE_CONCURRENCY)
-        .collect::<Vec<Result<Outcome, Error>>>()
-        .await
+        .collect()
+        .await;
+    // What the next pass waits to see: every write that succeeded, also when another failed.
+    let writes = results
+        .iter()
+        .filter(|(_, r)| matches!(r, Ok(Outcome::Assigned { .. } | Outcome::Released { .. })))
+        .map(|(w, _)| w.clone())
+        .collect();
+    ctx.expectations.expect(ns, &name, writes, Instant::now());
+    let outcomes: Vec<Outcome> = results
         .into_iter()
+        .map(|(_, r)| r)
         .collect::<Result<_, _>>()?;
     events::publish(seq, ctx, &outcomes, plan.still_waiting, capacity).await;
     let mut pass = Pass {
@@ -90,7 +131,7 @@ async fn pass(
     pass.assigned = (pass.plan.assigned as i64 + assigned_now - released_now).max(0);
     ctx.metrics
         .set_slots(ns, &name, pass.assigned as u64, capacity);
-    Ok(pass)
+    Ok(Ran::Planned(pass))
 }
 
 /// Reconciles one live Snowflake sequence.
@@ -103,7 +144,10 @@ pub async fn reconcile(
     let lease_duration = Duration::from_secs(params.lease_duration_secs);
     let now = params.timebase.tick_at(status::now_ms()).unwrap_or(Tick(0));
     let capacity = params.layout.slot_count();
-    let pass = pass(seq, ctx, ns, Some(params), lease_duration, now, capacity).await?;
+    let pass = match pass(seq, ctx, ns, Some(params), lease_duration, now, capacity).await? {
+        Ran::Planned(pass) => pass,
+        Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
+    };
     let conflicts = pass.count(|o| matches!(o, Outcome::Conflict));
     let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting);
     update_status(seq, ctx, status).await?;
@@ -129,7 +173,7 @@ pub async fn tear_down(
         Ok(timebase) => timebase.tick_at(status::now_ms()).unwrap_or(Tick(0)),
         Err(_) => Tick(0),
     };
-    let pass = pass(
+    let ran = pass(
         seq,
         ctx,
         ns,
@@ -139,6 +183,10 @@ pub async fn tear_down(
         spec.capacity,
     )
     .await?;
+    let pass = match ran {
+        Ran::Planned(pass) => pass,
+        Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
+    };
     if !finalizer::has_finalizer(seq) {
         return Ok(Action::await_change());
     }
@@ -168,6 +216,7 @@ pub async fn tear_down(
     let name = seq.name_any();
     ctx.metrics.forget(ns, &name);
     ctx.silence.forget(ns, &name);
+    ctx.expectations.forget(ns, &name);
     tracing::info!(sequence = %name, namespace = ns, leases = leases.len(), "sequence deleted after its slots were released");
     Ok(Action::await_change())
 }

@@ -5,7 +5,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kubeflake_crds::slot_lease::{self, SEQUENCE_LABEL, SlotLease, SlotLeaseError};
 
 use super::plan::PodInfo;
@@ -24,6 +24,13 @@ pub fn leases(
         }
     }
     Ok(leases)
+}
+
+/// The resourceVersion of lease `name` in namespace `ns` as the cache holds it, if it does.
+pub fn lease_version(store: &Store<Lease>, ns: &str, name: &str) -> Option<String> {
+    store
+        .get(&ObjectRef::new(name).within(ns))
+        .and_then(|lease| lease.metadata.resource_version.clone())
 }
 
 /// The sequence's pods, from the cache.

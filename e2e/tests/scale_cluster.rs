@@ -507,6 +507,9 @@ struct RenewCounts {
     ok: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
+    /// Renewals not sent: the cached lease no longer named the holder (`slot_lease::renew`
+    /// refused it locally, as the sidecar would). Not API requests, so not in `attempts`.
+    refused: AtomicU64,
     /// The most a renewal was started after it was due, in ms.
     max_late_ms: AtomicU64,
 }
@@ -610,6 +613,10 @@ impl Renewer {
                                 counts.errors.fetch_add(1, Ordering::Relaxed);
                                 after + Duration::from_secs(2)
                             }
+                            RenewResult::Refused => {
+                                counts.refused.fetch_add(1, Ordering::Relaxed);
+                                after + Duration::from_secs(1)
+                            }
                         };
                         if let Some(entry) = due.get_mut(&name) {
                             entry.1 = next;
@@ -633,6 +640,8 @@ enum RenewResult {
     Ok,
     Conflict,
     Error,
+    /// Not sent: the lease no longer names this holder.
+    Refused,
 }
 
 /// One sidecar renewal: the fence raised a lease duration ahead, a compare-and-swap.
@@ -650,7 +659,7 @@ async fn renew(
     let tick = params.timebase.tick_at(now_ms).unwrap_or(Tick(0));
     let fence = Tick(tick.0 + params.timebase.ticks_in_ms(lease_secs * 1000));
     let Ok(next) = slot_lease::renew(lease, uid, fence, chrono::Utc::now()) else {
-        return RenewResult::Conflict;
+        return RenewResult::Refused;
     };
     let api: Api<Lease> = Api::namespaced(client, &lease.namespace().unwrap_or_default());
     match api
@@ -1015,7 +1024,8 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
          | pods holding a slot at the end | {holding} |\n\
          | pods seen holding two slots at once (operator on a stale cache) | {} |\n\
          | operator write conflicts (metric) | {} |\n\
-         | renewals (ok / conflict / error), most late | {} / {} / {}, {} ms |\n\
+         | renewals sent (ok / conflict / error), refused locally, most late | {} / {} / {}, {}, {} ms |\n\
+         | passes put off for a cache behind the operator's writes (metric) | {} |\n\
          | lease history versions recorded, resyncs | {}, {} |\n\
          | etcd db size (total / in use) | {:.1} MiB / {:.1} MiB |\n\
          | etcd keys | {keys} |\n\
@@ -1039,7 +1049,9 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
         c.ok.load(Ordering::Relaxed),
         c.conflicts.load(Ordering::Relaxed),
         c.errors.load(Ordering::Relaxed),
+        c.refused.load(Ordering::Relaxed),
         c.max_late_ms.load(Ordering::Relaxed),
+        operator.metric("kubeflake_operator_passes_deferred_total"),
         tracker.history.len(),
         tracker.history.resyncs(),
         db_total / 1048576.0,

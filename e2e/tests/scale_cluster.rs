@@ -504,6 +504,9 @@ impl Drop for Tracker {
 
 #[derive(Default)]
 struct RenewCounts {
+    /// Counted as each request goes out (not when its batch is done), so that a window's
+    /// count matches the API server's within the renewals in flight.
+    sent: AtomicU64,
     ok: AtomicU64,
     conflicts: AtomicU64,
     errors: AtomicU64,
@@ -517,9 +520,7 @@ struct RenewCounts {
 impl RenewCounts {
     /// Every renewal sent (each a lease PUT the API server counts).
     fn attempts(&self) -> u64 {
-        self.ok.load(Ordering::Relaxed)
-            + self.conflicts.load(Ordering::Relaxed)
-            + self.errors.load(Ordering::Relaxed)
+        self.sent.load(Ordering::Relaxed)
     }
 }
 
@@ -585,6 +586,7 @@ impl Renewer {
                     let results: Vec<(String, RenewResult)> = futures::stream::iter(batch)
                         .map(|(lease, uid)| {
                             let client = client.clone();
+                            let counts = counts.clone();
                             let params = lease
                                 .labels()
                                 .get(SEQUENCE_LABEL)
@@ -592,7 +594,9 @@ impl Renewer {
                                 .cloned();
                             async move {
                                 let name = lease.name_any();
-                                (name, renew(client, &lease, &uid, params, lease_secs).await)
+                                let result =
+                                    renew(client, &lease, &uid, params, lease_secs, &counts).await;
+                                (name, result)
                             }
                         })
                         .buffer_unordered(RENEWALS_IN_FLIGHT)
@@ -651,6 +655,7 @@ async fn renew(
     uid: &str,
     params: Option<SequenceParams>,
     lease_secs: u64,
+    counts: &RenewCounts,
 ) -> RenewResult {
     let Some(params) = params else {
         return RenewResult::Error;
@@ -662,6 +667,7 @@ async fn renew(
         return RenewResult::Refused;
     };
     let api: Api<Lease> = Api::namespaced(client, &lease.namespace().unwrap_or_default());
+    counts.sent.fetch_add(1, Ordering::Relaxed);
     match api
         .replace(&lease.name_any(), &PostParams::default(), &next)
         .await

@@ -229,7 +229,9 @@ struct Snapshot {
     etcd: ProcStats,
     reconciles: f64,
     reconcile_secs: f64,
-    renewals: u64,
+    /// Renewals sent, read just before and just after the API server's counts: at 250/s
+    /// the read takes long enough for the difference to matter.
+    renewals: (u64, u64),
 }
 
 struct Probe<'a> {
@@ -250,9 +252,12 @@ impl Probe<'_> {
 
     async fn snapshot(&self) -> Result<Snapshot> {
         let metrics = self.operator.metrics();
+        let renewals_before = self.renewals.attempts();
+        let requests = all_request_counts(&self.client).await?;
+        let renewals_after = self.renewals.attempts();
         Ok(Snapshot {
             at: Instant::now(),
-            requests: all_request_counts(&self.client).await?,
+            requests,
             operator: proc_stats(self.operator.process.pid()),
             apiserver: proc_stats(self.pid("kube-apiserver")),
             etcd: proc_stats(self.pid("etcd")),
@@ -261,7 +266,7 @@ impl Probe<'_> {
                 &metrics,
                 "kubeflake_operator_reconcile_duration_seconds_sum",
             ),
-            renewals: self.renewals.attempts(),
+            renewals: (renewals_before, renewals_after),
         })
     }
 }
@@ -277,7 +282,11 @@ struct Window {
     operator_peak_rss: f64,
     reconciles: f64,
     reconcile_secs: f64,
+    /// Renewals sent in the window (midpoints of the two brackets).
     renewals: u64,
+    /// How far the renewals counted may be off the ones the API server counted: half of
+    /// each bracket plus the renewals in flight at either end.
+    renewals_uncertainty: u64,
 }
 
 impl Window {
@@ -299,7 +308,10 @@ impl Window {
             operator_peak_rss: b.operator.peak_rss_mib,
             reconciles: b.reconciles - a.reconciles,
             reconcile_secs: b.reconcile_secs - a.reconcile_secs,
-            renewals: b.renewals - a.renewals,
+            renewals: (b.renewals.0 + b.renewals.1) / 2 - (a.renewals.0 + a.renewals.1) / 2,
+            renewals_uncertainty: (a.renewals.1 - a.renewals.0).div_ceil(2)
+                + (b.renewals.1 - b.renewals.0).div_ceil(2)
+                + 2 * RENEWALS_IN_FLIGHT as u64,
         }
     }
 
@@ -312,7 +324,7 @@ impl Window {
     }
 
     /// Lease writes by the operator: all lease writes less the test's renewals (give or
-    /// take the renewals in flight at either end).
+    /// take `renewals_uncertainty`).
     fn operator_lease_writes(&self) -> f64 {
         self.count("leases", &["POST", "PUT", "PATCH"]) - self.renewals as f64
     }
@@ -331,7 +343,7 @@ impl Window {
         out.push_str(&format!(
             "\n| | |\n|---|---:|\n\
              | renewals played for the sidecars (lease PUTs sent) | {} |\n\
-             | operator lease writes (lease writes less renewals) | {} |\n\
+             | operator lease writes (lease writes less renewals) | {} ± {} |\n\
              | operator reconcile passes | {} |\n\
              | time in reconcile passes (s) | {:.1} |\n\
              | operator CPU (s) | {:.1} |\n\
@@ -341,6 +353,7 @@ impl Window {
              | operator peak RSS so far (MiB) | {:.1} |\n",
             self.renewals,
             self.operator_lease_writes(),
+            self.renewals_uncertainty,
             self.reconciles,
             self.reconcile_secs,
             self.operator_cpu,
@@ -1093,24 +1106,27 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
         "{doubles} pods were seen holding two slots: the operator planned on a cache behind its own writes"
     );
     // Counts, never times. One operator write per slot handed out, plus a few conflicts.
-    let slack = RENEWALS_IN_FLIGHT as f64;
+    let slack = assignment.renewals_uncertainty as f64;
     let assigned_writes = assignment.operator_lease_writes();
     ensure!(
-        assigned_writes >= labelled as f64 - slack && assigned_writes <= labelled as f64 * 1.1,
-        "operator lease writes during assignment: {assigned_writes} for {labelled} pods"
+        assigned_writes >= labelled as f64 - slack
+            && assigned_writes <= labelled as f64 * 1.1 + slack,
+        "operator lease writes during assignment: {assigned_writes} (± {slack}) for {labelled} pods"
     );
     // Churn: a release per deleted pod and an assignment per new one.
     let churn_writes = churn.operator_lease_writes();
     ensure!(
-        churn_writes <= 2.2 * sizes.churn as f64,
+        churn_writes <= 2.2 * sizes.churn as f64 + churn.renewals_uncertainty as f64,
         "operator lease writes during churn: {churn_writes} for {} pods",
         sizes.churn
     );
     // Steady state: the operator writes nothing, and renewals do not wake it: a sequence is
     // looked at once per requeue (a quarter of the lease duration), give or take two.
+    // The API server renews its own identity Lease every 10 s: counted too.
+    let steady_slack = steady.renewals_uncertainty as f64 + steady.secs / 10.0 + 2.0;
     ensure!(
-        steady.operator_lease_writes() <= slack,
-        "operator lease writes in the steady state: {}",
+        steady.operator_lease_writes() <= steady_slack,
+        "operator lease writes in the steady state: {} (± {steady_slack})",
         steady.operator_lease_writes()
     );
     let status_writes = steady.count("idsequences/status", &["PATCH", "PUT", "APPLY"]);

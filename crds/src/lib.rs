@@ -1,5 +1,6 @@
 //! The `kubeflake.io` API.
 //!
+//! - [`conditions`]: the status conditions' types and reasons, and how to set one.
 //! - [`contract`]: the names the operator's webhook and the sidecar's command line share.
 //! - [`slot_lease`]: the slot Lease and its transitions (assign, renew, release).
 //! - [`layout`]: how the 63 usable bits of an ID are split, as a type that cannot hold a
@@ -10,6 +11,7 @@
 //! - [`sequence`]: the `IdSequence` custom resource, from which `crds/idsequence.yaml` is
 //!   generated (`cargo run -p kubeflake-crds --bin crdgen`).
 
+pub mod conditions;
 pub mod contract;
 pub mod layout;
 pub mod manifest;

@@ -13,7 +13,7 @@
 //! | Events of a pass | `controller/snowflake/events.rs` |
 //! | deletion (finalizer, rule 10) | `controller/snowflake/mod.rs` `tear_down`, `controller/finalizer.rs` |
 //! | Segment mode (the counter Lease) | `controller/segment/` |
-//! | add a status condition or reason | `controller/status.rs` (types, reasons), then the mode's builder (`snowflake/status.rs`, `segment/counter.rs`) |
+//! | add a status condition or reason | `crds/src/conditions.rs` (types, reasons, part of the API), then the mode's builder (`snowflake/status.rs`, `segment/counter.rs`) |
 //! | how the status is written | `controller/update_status.rs` (server-side apply, only when changed) |
 //! | controller errors and their metric label | `controller/error.rs` |
 //! | watches, leader election, readiness wiring | `run.rs` |

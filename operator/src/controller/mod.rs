@@ -10,8 +10,9 @@
 //! 3. By mode: [`snowflake`] (observe -> plan -> apply -> events -> status; also deletion)
 //!    or [`segment`] (the counter Lease).
 //! 4. [`update_status`](mod@update_status): the one status writer; an unchanged status is not written.
+//!    Condition types and reasons are part of the API: `kubeflake_crds::conditions`.
 //!
-//! Below them: [`status`] (condition types and reasons, pure), [`silence`] (rule 9's
+//! Below them: [`silence`] (rule 9's
 //! clock), [`expectations`] (a pass waits for the cache to see the last pass's writes),
 //! [`context`], [`error`].
 //! Every write is a compare-and-swap (docs/safety.md rule 1): a conflict is normal, the
@@ -24,7 +25,6 @@ pub mod finalizer;
 pub mod segment;
 pub mod silence;
 pub mod snowflake;
-pub mod status;
 pub mod update_status;
 pub mod validate;
 
@@ -40,11 +40,11 @@ use kubeflake_crds::sequence::IdSequence;
 
 pub use self::context::Context;
 pub use self::error::Error;
-use self::status::{Reason, not_ready_status};
 use self::update_status::update_status;
 use self::validate::Valid;
 /// The `result` labels, kept with the metrics (re-exported here, their former home).
 pub use crate::metrics::RESULT_LABELS;
+use kubeflake_crds::conditions::{Reason, not_ready_status};
 
 /// The `result` label of `kubeflake_operator_reconciles_total` for one pass.
 fn result_label(result: &Result<Action, Error>) -> &'static str {

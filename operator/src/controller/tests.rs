@@ -21,10 +21,10 @@ use kubeflake_crds::sequence::{
 use kubeflake_crds::slot_lease::{FINALIZER, SEQUENCE_LABEL, SlotLeaseError};
 use serde_json::{Value, json};
 
-use super::status::{ConditionType, condition};
 use super::*;
 use crate::fake_api::{FakeApi, failure};
 use crate::metrics::Metrics;
+use kubeflake_crds::conditions::{ConditionType, condition};
 
 const NS: &str = "shop";
 const SEQ: &str = "orders";

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use kubeflake_crds::segment_counter::{Counter, LIMIT, counter_name};
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SegmentStatus};
 
-use crate::controller::status::{ConditionStatus, ConditionType, Reason, set_condition};
+use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, set_condition};
 
 /// The claim rate is measured over windows at least this long (at most one status write
 /// for it per window).

@@ -35,8 +35,8 @@ use kubeflake_crds::sequence::{IdSequence, SegmentParams};
 use self::counter::{Trouble, segment_status};
 use super::context::Context;
 use super::error::{Error, is_conflict};
-use super::status::{ConditionType, condition, not_ready_status};
 use super::update_status::update_status;
+use kubeflake_crds::conditions::{ConditionType, condition, not_ready_status};
 
 pub use self::counter::{LastSeen, counter_existed, observe, went_back};
 

@@ -7,7 +7,7 @@ use kubeflake_crds::sequence::IdSequence;
 
 use super::apply::Outcome;
 use crate::controller::context::Context;
-use crate::controller::status::{ConditionStatus, ConditionType, has_condition};
+use kubeflake_crds::conditions::{ConditionStatus, ConditionType, has_condition};
 
 /// The Events for this pass's outcomes: `(type, reason, action, note)`. Pure.
 pub fn events_for(

@@ -4,7 +4,7 @@ use chrono::Utc;
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus, SequenceParams};
 use kubeflake_crds::timebase::rfc3339;
 
-use crate::controller::status::{ConditionStatus, ConditionType, Reason, set_condition};
+use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, set_condition};
 
 /// A year: the `Expiring` condition turns true when less is left.
 const EXPIRING_WITHIN_MS: u64 = 365 * 24 * 3600 * 1000;

@@ -1,15 +1,14 @@
-//! The IdSequence's conditions: their types and reasons as enums, and the one way to set
-//! one. Pure, and free of anything operator-specific (only `k8s_openapi`, `chrono` and
-//! `kubeflake_crds` types), so that it can move into the API crate and be shared with the
-//! plugin.
+//! The IdSequence's status conditions, part of the API: their types and reasons as enums,
+//! and the one way to set one. The operator sets them; the plugin, the tests and anyone
+//! reading a status read them by these names.
 //!
 //! To add a condition: add its type to [`ConditionType`] and its reasons to [`Reason`]
-//! (each with its `as_str`), then set it with [`set_condition`] where the mode builds its
-//! status (`snowflake/status.rs`, `segment/counter.rs`). The status is written by
-//! `update_status.rs` only, and only when it changed.
+//! (each with its `as_str`), then set it with [`set_condition`] where the operator builds
+//! the status (`operator/src/controller/snowflake/status.rs`, `segment/counter.rs`). The
+//! operator writes the status in `update_status.rs` only, and only when it changed.
 
+use crate::sequence::{IdSequence, IdSequenceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus};
 
 /// The types of the IdSequence's conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +187,7 @@ pub fn not_ready_status(seq: &IdSequence, reason: Reason, message: &str) -> IdSe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeflake_crds::sequence::IdSequenceSpec;
+    use crate::sequence::IdSequenceSpec;
 
     #[test]
     fn every_type_and_reason_has_a_distinct_name() {
@@ -198,6 +197,25 @@ mod tests {
         let reasons: std::collections::BTreeSet<_> =
             Reason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(reasons.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn the_crds_ready_column_reads_the_ready_condition_by_its_name() {
+        use kube::CustomResourceExt;
+        let crd = IdSequence::crd();
+        let columns = &crd.spec.versions[0].additional_printer_columns;
+        let ready = columns
+            .iter()
+            .flatten()
+            .find(|c| c.name == "Ready")
+            .expect("a Ready column");
+        assert_eq!(
+            ready.json_path,
+            format!(
+                ".status.conditions[?(@.type==\"{}\")].status",
+                ConditionType::Ready.as_str()
+            )
+        );
     }
 
     #[test]

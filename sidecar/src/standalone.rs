@@ -19,7 +19,7 @@ use kubeflake_crds::{LayoutError, Tick};
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
-use crate::http::{Api, serve_api};
+use crate::http::{Api, ApiListeners, ListenError, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::segment::file::{FileCounter, FileCounterError};
@@ -64,13 +64,8 @@ pub enum StandaloneError {
         found: FenceIdentity,
         expected: FenceIdentity,
     },
-    #[error("cannot listen on --listen {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
     #[error(transparent)]
-    Socket(#[from] kubeflake_runtime::unix_socket::SocketError),
+    Listen(#[from] ListenError),
     #[error(transparent)]
     Counter(#[from] FileCounterError),
     #[error(transparent)]
@@ -115,14 +110,6 @@ pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceS
     Ok((name, seq.spec))
 }
 
-/// Binds the optional Unix socket of the API ([`kubeflake_crds::contract::SOCKET_MODE`]).
-fn bind_unix(
-    path: Option<&std::path::Path>,
-) -> Result<Option<tokio::net::UnixListener>, kubeflake_runtime::unix_socket::SocketError> {
-    path.map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
-        .transpose()
-}
-
 /// Segment mode standalone: the counter is a file in the state directory.
 #[derive(Debug, Clone)]
 pub struct SegmentStandaloneConfig {
@@ -141,8 +128,7 @@ pub struct SegmentStandalone {
     api: Arc<Api>,
     state: ServingCell,
     segment: Source,
-    listener: tokio::net::TcpListener,
-    unix: Option<tokio::net::UnixListener>,
+    listeners: ApiListeners,
     drain: Duration,
 }
 
@@ -157,13 +143,7 @@ impl SegmentStandalone {
             &config.sequence_name,
             config.segment.start,
         )?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StandaloneError::Listen {
-                addr: config.listen,
-                source,
-            })?;
-        let unix = bind_unix(config.listen_unix.as_deref())?;
+        let listeners = ApiListeners::bind(config.listen, config.listen_unix.as_deref()).await?;
         let metrics = Arc::new(Metrics::new());
         let segment = Source::start(
             Arc::new(counter.clone()),
@@ -172,7 +152,7 @@ impl SegmentStandalone {
             metrics.segment.clone(),
         );
         tracing::info!(
-            listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             sequence = %config.sequence_name,
             mode = "Segment",
             strict = config.segment.strict,
@@ -188,27 +168,19 @@ impl SegmentStandalone {
             api,
             state,
             segment,
-            listener,
-            unix,
+            listeners,
             drain: config.drain,
         })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
+        self.listeners.local_addr()
     }
 
     /// Serves until `shutdown`; then drains, stops, and gives the unused top of its blocks
     /// back to the counter when nobody claimed after it (so a clean restart leaves no gap).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
-        serve_api(
-            self.listener,
-            self.unix,
-            self.api.clone(),
-            shutdown,
-            self.drain,
-        )
-        .await;
+        serve_api(self.listeners, self.api.clone(), shutdown, self.drain).await;
         self.state.publish(Serving::Stopping);
         stop_segment(&self.segment).await;
         Ok(())
@@ -239,8 +211,7 @@ pub struct Standalone {
     state: ServingCell,
     generator: Arc<Generator>,
     fence: LocalFence,
-    listener: tokio::net::TcpListener,
-    unix: Option<tokio::net::UnixListener>,
+    listeners: ApiListeners,
     config: StandaloneConfig,
     clock: Arc<dyn Clock>,
 }
@@ -276,13 +247,7 @@ impl Standalone {
         };
         // Listeners before the first fence write: a start that fails on a flag leaves
         // the fence where it was, so the next start need not wait for it (rule 4).
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StandaloneError::Listen {
-                addr: config.listen,
-                source,
-            })?;
-        let unix = bind_unix(config.listen_unix.as_deref())?;
+        let listeners = ApiListeners::bind(config.listen, config.listen_unix.as_deref()).await?;
         let worker = WorkerConfig {
             layout: p.layout,
             timebase: p.timebase,
@@ -313,7 +278,7 @@ impl Standalone {
         let (fence, written) = off_worker(fence, LocalFence::renew).await?;
         written?;
         tracing::info!(
-            listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             sequence = %config.sequence_name,
             worker = slot.0,
             start_above_tick = found_fence,
@@ -327,15 +292,14 @@ impl Standalone {
             state,
             generator,
             fence,
-            listener,
-            unix,
+            listeners,
             config,
             clock,
         })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
+        self.listeners.local_addr()
     }
 
     pub fn generator(&self) -> Arc<Generator> {
@@ -352,8 +316,7 @@ impl Standalone {
             state,
             generator,
             fence,
-            listener,
-            unix,
+            listeners,
             config,
             clock,
         } = self;
@@ -369,7 +332,7 @@ impl Standalone {
             None,
         ));
         let died = tokio::select! {
-            () = serve_api(listener, unix, api.clone(), shutdown, config.drain) => None,
+            () = serve_api(listeners, api.clone(), shutdown, config.drain) => None,
             died = renewer.died() => Some(died),
         };
         watcher.abort();

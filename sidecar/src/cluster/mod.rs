@@ -53,7 +53,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, StepDetector};
 use crate::fence::{FenceFile, FenceFileError, FenceRecord};
-use crate::http::{Api as HttpApi, serve_api, serve_probes};
+use crate::http::{Api as HttpApi, ApiListeners, ListenError, serve_api, serve_probes};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
 use crate::segment::Source;
@@ -73,12 +73,7 @@ pub enum ClusterError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Socket(#[from] kubeflake_runtime::unix_socket::SocketError),
-    #[error("cannot listen on --listen {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Listen(#[from] ListenError),
     #[error(transparent)]
     FenceFile(#[from] FenceFileError),
     /// The task that writes the local fence died (a panic): serving on would run into the
@@ -202,20 +197,10 @@ pub async fn run(
     clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ClusterError> {
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ClusterError::Listen {
-            addr: config.listen,
-            source,
-        })?;
+    let listeners = ApiListeners::bind(config.listen, config.listen_unix.as_deref()).await?;
     if !config.listen.ip().is_loopback() {
         tracing::warn!(listen = %config.listen, "--listen is not a loopback address: the ID API is reachable from outside the pod");
     }
-    let unix = config
-        .listen_unix
-        .as_deref()
-        .map(|p| kubeflake_runtime::unix_socket::bind(p, kubeflake_crds::contract::SOCKET_MODE))
-        .transpose()?;
     let probe_listener = match config.probe_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -233,7 +218,7 @@ pub async fn run(
         config.max_batch,
     ));
     let events: Arc<dyn Notify> = Arc::new(events::PodEvents::new(client.clone(), &config.pod));
-    tracing::info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
+    tracing::info!(listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -253,8 +238,7 @@ pub async fn run(
         ));
     }
     let server = tokio::spawn(serve_api(
-        listener,
-        unix,
+        listeners,
         api.clone(),
         stopped(stop_rx.clone()),
         config.drain,

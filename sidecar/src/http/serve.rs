@@ -3,12 +3,16 @@
 //! header-read timeout, graceful drain) is the shared one of `kubeflake-runtime`.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
+use kubeflake_crds::contract::SOCKET_MODE;
 use kubeflake_runtime::serve::{Listener, ServeOptions};
+use kubeflake_runtime::unix_socket::{self, SocketError};
 use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
 
@@ -75,16 +79,61 @@ pub async fn serve(
     serve_routes(listener, api, shutdown, drain, false, HEADER_READ_TIMEOUT).await
 }
 
+/// Why the API's listeners could not be bound, naming the flag to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("cannot listen on --listen {addr}: {source}")]
+    Tcp {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// `--listen-unix`: a bad path, or a socket another process serves.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+}
+
+/// Where the ID API is served, in every mode: the loopback TCP address (`--listen`) and,
+/// when asked, the Unix socket (`--listen-unix`, mode [`SOCKET_MODE`] so the app's
+/// non-root user can connect). Bound before anything else starts, so that a bad flag
+/// fails the start with a message that names it.
+pub struct ApiListeners {
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+}
+
+impl ApiListeners {
+    pub async fn bind(
+        listen: SocketAddr,
+        unix: Option<&Path>,
+    ) -> Result<ApiListeners, ListenError> {
+        let tcp = TcpListener::bind(listen)
+            .await
+            .map_err(|source| ListenError::Tcp {
+                addr: listen,
+                source,
+            })?;
+        let unix = unix
+            .map(|path| unix_socket::bind(path, SOCKET_MODE))
+            .transpose()?;
+        Ok(ApiListeners { tcp, unix })
+    }
+
+    /// The TCP address actually bound (the port, when `--listen` asked for port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.tcp.local_addr().ok()
+    }
+}
+
 /// Serves `api` on the loopback listener and, when given, on the Unix socket too (the
 /// same routes), until `shutdown` completes; both then drain. The socket file is removed
 /// at the end.
 pub async fn serve_api(
-    tcp: TcpListener,
-    unix: Option<UnixListener>,
+    listeners: ApiListeners,
     api: Arc<Api>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
+    let ApiListeners { tcp, unix } = listeners;
     let Some(unix) = unix else {
         return serve(tcp, api, shutdown, drain).await;
     };
@@ -223,13 +272,13 @@ mod tests {
     async fn the_unix_socket_serves_the_same_routes_as_loopback() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeflake.sock");
-        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let unix = kubeflake_runtime::unix_socket::bind(&path, 0o666).unwrap();
+        let listeners = ApiListeners::bind("127.0.0.1:0".parse().unwrap(), Some(&path))
+            .await
+            .unwrap();
+        let addr = listeners.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve_api(
-            tcp,
-            Some(unix),
+            listeners,
             api(),
             async {
                 let _ = stopped.await;

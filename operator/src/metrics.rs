@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use kubeflake_runtime::metrics::Registrar;
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
 /// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
 /// `metric_label()`; pre-registered so each series exists from the start (a test in
@@ -43,130 +44,74 @@ pub struct Metrics {
     per_sequence: Mutex<HashMap<String, (u64, u64)>>,
 }
 
-/// Registers through the shared runtime's registrar (one home for registration).
-fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
-    kubeflake_runtime::metrics::Registrar(registry).register(metric)
-}
-
 impl Metrics {
     pub fn new() -> Metrics {
-        let r = Registry::new();
-        let gauge = |n: &str, h: &str| register(&r, IntGauge::new(n, h).expect("valid metric"));
-        let histogram = |n: &str, h: &str, buckets: Vec<f64>| {
-            register(
-                &r,
-                Histogram::with_opts(HistogramOpts::new(n, h).buckets(buckets))
-                    .expect("valid metric"),
-            )
-        };
+        let registry = Registry::new();
+        let r = Registrar(&registry);
         let m = Metrics {
-            reconciles: register(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kubeflake_operator_reconciles_total",
-                        "Reconcile passes by result (ok or an error kind).",
-                    ),
-                    &["result"],
-                )
-                .expect("valid metric"),
+            reconciles: r.counter_vec(
+                "kubeflake_operator_reconciles_total",
+                "Reconcile passes by result (ok or an error kind).",
+                &["result"],
             ),
-            reconcile_duration: histogram(
+            reconcile_duration: r.histogram(
                 "kubeflake_operator_reconcile_duration_seconds",
                 "Time one reconcile pass took.",
-                vec![
-                    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ],
+                vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
             ),
-            assignments: register(
-                &r,
-                IntCounter::new(
-                    "kubeflake_operator_slot_assignments_total",
-                    "Slots written to a new holder.",
-                )
-                .expect("valid metric"),
+            assignments: r.counter(
+                "kubeflake_operator_slot_assignments_total",
+                "Slots written to a new holder.",
             ),
-            reclaims: register(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kubeflake_operator_slot_reclaims_total",
-                        "Slots released, by reason (pod_gone, silent, duplicate).",
-                    ),
-                    &["reason"],
-                )
-                .expect("valid metric"),
+            reclaims: r.counter_vec(
+                "kubeflake_operator_slot_reclaims_total",
+                "Slots released, by reason (pod_gone, silent, duplicate).",
+                &["reason"],
             ),
-            conflicts: register(
-                &r,
-                IntCounter::new(
-                    "kubeflake_operator_write_conflicts_total",
-                    "Lease writes that lost a compare-and-swap race and were retried.",
-                )
-                .expect("valid metric"),
+            conflicts: r.counter(
+                "kubeflake_operator_write_conflicts_total",
+                "Lease writes that lost a compare-and-swap race and were retried.",
             ),
-            passes_deferred: register(
-                &r,
-                IntCounter::new(
-                    "kubeflake_operator_passes_deferred_total",
-                    "Snowflake passes put off because the cache did not show the last pass's own lease writes yet.",
-                )
-                .expect("valid metric"),
+            passes_deferred: r.counter(
+                "kubeflake_operator_passes_deferred_total",
+                "Snowflake passes put off because the cache did not show the last pass's own lease writes yet.",
             ),
-            pod_to_slot: histogram(
+            pod_to_slot: r.histogram(
                 "kubeflake_operator_pod_to_slot_seconds",
                 "Time from a pod's creation to its slot lease being written.",
                 vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
             ),
-            webhook_requests: register(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kubeflake_webhook_requests_total",
-                        "Admission reviews answered, by outcome (injected, skipped, denied, error).",
-                    ),
-                    &["outcome"],
-                )
-                .expect("valid metric"),
+            webhook_requests: r.counter_vec(
+                "kubeflake_webhook_requests_total",
+                "Admission reviews answered, by outcome (injected, skipped, denied, error).",
+                &["outcome"],
             ),
-            webhook_seconds: histogram(
+            webhook_seconds: r.histogram(
                 "kubeflake_webhook_duration_seconds",
                 "Time to answer one admission review (includes reading the IdSequence).",
                 vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
             ),
-            sidecar_bindings: register(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kubeflake_operator_sidecar_bindings_total",
-                        "Sidecar RoleBindings written, by action (created, deleted).",
-                    ),
-                    &["action"],
-                )
-                .expect("valid metric"),
+            sidecar_bindings: r.counter_vec(
+                "kubeflake_operator_sidecar_bindings_total",
+                "Sidecar RoleBindings written, by action (created, deleted).",
+                &["action"],
             ),
-            watch_errors: register(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "kubeflake_operator_watch_errors_total",
-                        "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_rolebindings); each is retried with back-off.",
-                    ),
-                    &["watch"],
-                )
-                .expect("valid metric"),
+            watch_errors: r.counter_vec(
+                "kubeflake_operator_watch_errors_total",
+                "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_rolebindings); each is retried with back-off.",
+                &["watch"],
             ),
-            slots_assigned: gauge(
+            slots_assigned: r.int_gauge(
                 "kubeflake_operator_slots_assigned",
                 "Slots held by pods, summed over all sequences.",
             ),
-            slots_free: gauge(
+            slots_free: r.int_gauge(
                 "kubeflake_operator_slots_free",
                 "Slots not held, summed over all sequences.",
             ),
-            sequences: gauge("kubeflake_operator_sequences", "IdSequences reconciled."),
+            sequences: r.int_gauge("kubeflake_operator_sequences", "IdSequences reconciled."),
             per_sequence: Mutex::new(HashMap::new()),
-            registry: r,
+            registry,
         };
         for result in RESULT_LABELS {
             m.reconciles.with_label_values(&[result]);

@@ -1,9 +1,9 @@
 //! Prometheus metrics of the sidecar. Label values come from small fixed sets (routes,
 //! status codes, refusal reasons), never from request data.
 
+use kubeflake_runtime::metrics::Registrar;
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    Gauge, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
 use crate::generator::Generator;
@@ -51,56 +51,44 @@ pub struct SegmentMetrics {
 
 impl SegmentMetrics {
     fn new(r: &Registry) -> SegmentMetrics {
-        let counter = |name: &str, help: &str| {
-            register(r, IntCounter::new(name, help).expect("valid metric"))
-        };
-        let int_gauge =
-            |name: &str, help: &str| register(r, IntGauge::new(name, help).expect("valid metric"));
+        let r = Registrar(r);
         SegmentMetrics {
-            blocks_claimed: counter(
+            blocks_claimed: r.counter(
                 "kubeflake_segment_blocks_claimed_total",
                 "Blocks of values claimed from the segment counter.",
             ),
-            claim_conflicts: counter(
+            claim_conflicts: r.counter(
                 "kubeflake_segment_claim_conflicts_total",
                 "Claims that lost a compare-and-swap race and were retried.",
             ),
-            claim_errors: counter(
+            claim_errors: r.counter(
                 "kubeflake_segment_claim_errors_total",
                 "Claims that failed (counter unreachable, too many conflicts) and were retried later.",
             ),
-            claim_seconds: register(
-                r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "kubeflake_segment_claim_seconds",
-                        "Time to claim one block, retries included.",
-                    )
-                    .buckets(vec![
-                        1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0,
-                    ]),
-                )
-                .expect("valid metric"),
+            claim_seconds: r.histogram(
+                "kubeflake_segment_claim_seconds",
+                "Time to claim one block, retries included.",
+                vec![1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0],
             ),
-            values_dropped: counter(
+            values_dropped: r.counter(
                 "kubeflake_segment_values_dropped_total",
                 "Values taken for a batch that was then refused: gaps.",
             ),
-            block_size: int_gauge(
+            block_size: r.int_gauge(
                 "kubeflake_segment_block_size",
                 "Size of the block claimed last (adaptive sizing).",
             ),
-            buffered_values: int_gauge(
+            buffered_values: r.int_gauge(
                 "kubeflake_segment_buffered_values",
                 "Values buffered (current block's rest and the spare).",
             ),
-            counter_behind: counter(
+            counter_behind: r.counter(
                 "kubeflake_segment_counter_behind_total",
                 "Claims refused because the counter was below this sidecar's own claimed top, \
                  or showed fewer claims than the IdSequence's status recorded (the counter was \
                  deleted and re-created, or restored from an older copy).",
             ),
-            claimed_top: int_gauge(
+            claimed_top: r.int_gauge(
                 "kubeflake_segment_claimed_top",
                 "End of the highest block this sidecar claimed: every value it issued is below. \
                  Exact below 2^53; the log has the exact value.",
@@ -114,116 +102,85 @@ impl SegmentMetrics {
     }
 }
 
-/// Registers through the shared runtime's registrar (one home for registration).
-fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
-    kubeflake_runtime::metrics::Registrar(registry).register(metric)
-}
-
 impl Metrics {
     pub fn new() -> Metrics {
-        let r = Registry::new();
-        let counter = |name: &str, help: &str| {
-            register(&r, IntCounter::new(name, help).expect("valid metric"))
-        };
-        let gauge =
-            |name: &str, help: &str| register(&r, Gauge::new(name, help).expect("valid metric"));
-        let int_gauge =
-            |name: &str, help: &str| register(&r, IntGauge::new(name, help).expect("valid metric"));
-        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            register(
-                &r,
-                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
-            )
-        };
+        let registry = Registry::new();
+        let r = Registrar(&registry);
         let metrics = Metrics {
-            ids_issued: counter("kubeflake_ids_issued_total", "IDs issued."),
-            requests: counter_vec(
+            ids_issued: r.counter("kubeflake_ids_issued_total", "IDs issued."),
+            requests: r.counter_vec(
                 "kubeflake_http_requests_total",
                 "HTTP requests by route and status code.",
                 &["route", "code"],
             ),
-            request_duration: register(
-                &r,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "kubeflake_http_request_duration_seconds",
-                        "Time to answer an HTTP request, by route.",
-                    )
-                    .buckets(vec![
-                        1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5,
-                    ]),
-                    &["route"],
-                )
-                .expect("valid metric"),
+            request_duration: r.histogram_vec(
+                "kubeflake_http_request_duration_seconds",
+                "Time to answer an HTTP request, by route.",
+                &["route"],
+                vec![1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5],
             ),
-            refusals: counter_vec(
+            refusals: r.counter_vec(
                 "kubeflake_refusals_total",
                 "Requests refused with 503, by reason.",
                 &["reason"],
             ),
-            clock_rollbacks: counter(
+            clock_rollbacks: r.counter(
                 "kubeflake_clock_rollbacks_total",
                 "Wall-clock steps back detected.",
             ),
-            clock_rollback_last_seconds: gauge(
+            clock_rollback_last_seconds: r.gauge(
                 "kubeflake_clock_rollback_last_seconds",
                 "Size of the last wall-clock step back.",
             ),
-            clock_forward_jumps: counter(
+            clock_forward_jumps: r.counter(
                 "kubeflake_clock_forward_jumps_total",
                 "Wall-clock jumps forward detected.",
             ),
-            clock_forward_jump_last_seconds: gauge(
+            clock_forward_jump_last_seconds: r.gauge(
                 "kubeflake_clock_forward_jump_last_seconds",
                 "Size of the last wall-clock jump forward.",
             ),
-            fence_writes: counter_vec(
+            fence_writes: r.counter_vec(
                 "kubeflake_fence_writes_total",
                 "Writes of the fence, by result (ok, error).",
                 &["result"],
             ),
-            clock_skew_seconds: gauge(
+            clock_skew_seconds: r.gauge(
                 "kubeflake_clock_skew_seconds",
                 "Local wall clock minus the API server's, last measured (cluster mode).",
             ),
-            phase: register(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "kubeflake_sidecar_phase",
-                        "1 for the serving phase the sidecar is in (waiting, snowflake, segment, \
-                         stopping), 0 for the others.",
-                    ),
-                    &["phase"],
-                )
-                .expect("valid metric"),
+            phase: r.int_gauge_vec(
+                "kubeflake_sidecar_phase",
+                "1 for the serving phase the sidecar is in (waiting, snowflake, segment, \
+                 stopping), 0 for the others.",
+                &["phase"],
             ),
-            ahead_of_clock_seconds: gauge(
+            ahead_of_clock_seconds: r.gauge(
                 "kubeflake_generator_ahead_of_clock_seconds",
                 "How far the generator's tick runs ahead of the wall clock.",
             ),
-            fence_headroom_seconds: gauge(
+            fence_headroom_seconds: r.gauge(
                 "kubeflake_fence_headroom_seconds",
                 "Time left before the wall clock reaches the fence.",
             ),
-            fence_tick: int_gauge(
+            fence_tick: r.int_gauge(
                 "kubeflake_fence_tick",
                 "The fence in force, in ticks since the epoch.",
             ),
-            ready: int_gauge(
+            ready: r.int_gauge(
                 "kubeflake_ready",
                 "1 when the sidecar can issue IDs, else 0.",
             ),
-            worker_slot: int_gauge(
+            worker_slot: r.int_gauge(
                 "kubeflake_worker_slot",
                 "The worker slot this sidecar issues for.",
             ),
-            timestamp_exhausts_at: gauge(
+            timestamp_exhausts_at: r.gauge(
                 "kubeflake_timestamp_exhausts_at_seconds",
                 "Unix time at which the layout's timestamp bits run out.",
             ),
-            segment: SegmentMetrics::new(&r),
-            registry: r,
+            segment: SegmentMetrics::new(&registry),
+            registry,
         };
         metrics.fence_writes.with_label_values(&["ok"]);
         metrics.fence_writes.with_label_values(&["error"]);

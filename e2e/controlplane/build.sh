@@ -6,7 +6,7 @@
 # Binaries go to a cache outside the repository:
 #   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/bin/<hash>/
 # where <hash> covers versions.env, go.mod, go.sum, the etcd wrapper, this
-# script and the Go version, so changing any pin builds into a fresh
+# script, e2e/lib/go-build.sh and the Go version, so changing any pin builds into a fresh
 # directory. Only binaries missing from that directory are built, so a warm
 # run is a no-op that takes well under a second.
 #
@@ -25,13 +25,9 @@ cd "$here"
 source ./versions.env
 
 log() { echo "build.sh: $*" >&2; }
-
-go=${GO:-go}
-if ! command -v "$go" >/dev/null 2>&1; then go=/usr/local/go/bin/go; fi
-if ! command -v "$go" >/dev/null 2>&1; then
-	log "no Go toolchain found (set GO=/path/to/go)"
-	exit 1
-fi
+# shellcheck source=../lib/go-build.sh
+source ../lib/go-build.sh
+go_find
 
 # go.mod is generated from versions.env by update.sh; refuse to build a
 # mixture of the two.
@@ -46,12 +42,7 @@ for pin in "k8s.io/kubernetes ${KUBERNETES_VERSION}" \
 done
 
 cache_root=${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}
-go_version=$("$go" env GOVERSION)
-hash=$({
-	cat versions.env go.mod go.sum cmd/etcd/main.go build.sh
-	echo "$go_version $("$go" env GOOS GOARCH)"
-} | sha256sum | cut -c1-16)
-bin_dir="$cache_root/bin/$hash"
+bin_dir="$cache_root/bin/$(go_cache_key versions.env go.mod go.sum cmd/etcd/main.go build.sh)"
 
 # name:package. The binary name is the last path element of the package.
 binaries=(
@@ -77,20 +68,11 @@ if [[ -z "$(missing)" ]]; then
 	exit 0
 fi
 
-mkdir -p "$bin_dir"
-# Several test binaries (or a person and a test) may call us at once: one
-# builds, the others wait and then find everything present.
-exec 9>"$bin_dir.lock"
-flock 9
+go_lock "$bin_dir"
 
 mapfile -t packages < <(missing)
 if ((${#packages[@]} > 0)); then
-	# Keep Go's caches under the same root so CI can cache a single directory.
-	export GOCACHE="$cache_root/go/build"
-	export GOMODCACHE="$cache_root/go/mod"
-	export GOFLAGS=-mod=readonly
-	export GOTOOLCHAIN=local
-	export CGO_ENABLED=0
+	go_build_env
 
 	# Version strings, as the Kubernetes release scripts set them. The build
 	# date is the release's commit time, so builds stay reproducible.

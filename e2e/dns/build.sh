@@ -5,8 +5,8 @@
 #
 # The binary goes to a cache outside the repository:
 #   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/bin/coredns-<hash>/coredns
-# where <hash> covers versions.env, go.mod, go.sum, this script and the Go
-# version, so changing any pin builds into a fresh directory. It is built only
+# where <hash> covers versions.env, go.mod, go.sum, this script,
+# e2e/lib/go-build.sh and the Go version, so changing any pin builds into a fresh directory. It is built only
 # when missing, so a warm run is a no-op that takes well under a second.
 #
 # Output contract: the bin directory is the LAST line on stdout; all progress
@@ -24,13 +24,9 @@ cd "$here"
 source ./versions.env
 
 log() { echo "build.sh (dns): $*" >&2; }
-
-go=${GO:-go}
-if ! command -v "$go" >/dev/null 2>&1; then go=/usr/local/go/bin/go; fi
-if ! command -v "$go" >/dev/null 2>&1; then
-	log "no Go toolchain found (set GO=/path/to/go)"
-	exit 1
-fi
+# shellcheck source=../lib/go-build.sh
+source ../lib/go-build.sh
+go_find
 
 # go.mod is generated from versions.env by update.sh; refuse to build a
 # mixture of the two.
@@ -41,32 +37,17 @@ if ! grep -qxF "${pin}" go.mod; then
 fi
 
 cache_root=${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}
-go_version=$("$go" env GOVERSION)
-hash=$({
-	cat versions.env go.mod go.sum build.sh
-	echo "$go_version $("$go" env GOOS GOARCH)"
-} | sha256sum | cut -c1-16)
-bin_dir="$cache_root/bin/coredns-$hash"
+bin_dir="$cache_root/bin/coredns-$(go_cache_key versions.env go.mod go.sum build.sh)"
 
 if [[ -x "$bin_dir/coredns" ]]; then
 	echo "$bin_dir"
 	exit 0
 fi
 
-mkdir -p "$bin_dir"
-# Several test binaries (or a person and a test) may call us at once: one
-# builds, the others wait and then find the binary present.
-exec 9>"$bin_dir.lock"
-flock 9
+go_lock "$bin_dir"
 
 if [[ ! -x "$bin_dir/coredns" ]]; then
-	# Keep Go's caches under the same root as e2e/controlplane/build.sh, so CI
-	# can cache a single directory.
-	export GOCACHE="$cache_root/go/build"
-	export GOMODCACHE="$cache_root/go/mod"
-	export GOFLAGS=-mod=readonly
-	export GOTOOLCHAIN=local
-	export CGO_ENABLED=0
+	go_build_env
 
 	# As CoreDNS's Makefile: strip, record the version where `coredns
 	# -version` shows the git commit, and build with grpcnotrace (drops

@@ -45,8 +45,9 @@ trap cleanup EXIT
 # A free loopback port, chosen by the kernel.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# Starts a standalone sidecar with the given extra flags; prints its base URL once it
-# answers /readyz (at most 100 tries, 10 s).
+# Starts a standalone sidecar with the given extra flags; sets `url` to its base URL once
+# it answers /readyz (at most 100 tries, 10 s). Not run in a $(...) subshell: its pid must
+# reach `pids` in this shell, or cleanup would leave the sidecar running.
 start() {
 	local name=$1
 	shift
@@ -58,7 +59,7 @@ start() {
 	pids+=($!)
 	for _ in $(seq 100); do
 		if curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
-			echo "http://127.0.0.1:$port"
+			url="http://127.0.0.1:$port"
 			return
 		fi
 		sleep 0.1
@@ -81,8 +82,10 @@ fuzz() {
 		--seed "$seed" --max-examples 100 --no-color)
 }
 
-snowflake=$(start snowflake)
+start snowflake
+snowflake=$url
 fuzz Snowflake "$snowflake"
-segment=$(start segment --mode segment --block-size 100)
+start segment --mode segment --block-size 100
+segment=$url
 fuzz Segment "$segment"
 echo "check-openapi: OK" >&2

@@ -721,6 +721,21 @@ fn pod(name: &str, sequence: Option<&str>) -> Pod {
 
 /// Creates `(namespace, name, sequence)` pods, `IN_FLIGHT` at once; returns
 /// `(namespace, name, uid)` in the order given.
+/// The UIDs of created pods (`create_all`'s answer), by the sequence of their namespace.
+fn uids_by_sequence(
+    pods: &[(String, String, String)],
+    seq_of_ns: &HashMap<String, String>,
+) -> HashMap<String, Vec<String>> {
+    let mut by_seq: HashMap<String, Vec<String>> = HashMap::new();
+    for (ns, _, uid) in pods {
+        by_seq
+            .entry(seq_of_ns[ns].clone())
+            .or_default()
+            .push(uid.clone());
+    }
+    by_seq
+}
+
 async fn create_all(
     client: &Client,
     pods: Vec<(String, String, Option<String>)>,
@@ -870,13 +885,7 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     let before = probe.snapshot().await?;
     let created = create_all(&client, wanted).await?;
     let all_created = before.at.elapsed();
-    let mut expect: HashMap<String, Vec<String>> = HashMap::new();
-    for (ns, _, uid) in &created {
-        expect
-            .entry(seq_of_ns[ns].clone())
-            .or_default()
-            .push(uid.clone());
-    }
+    let expect = uids_by_sequence(&created, &seq_of_ns);
     tracker
         .wait_assigned(&expect, &HashSet::new(), PHASE_LIMIT)
         .await?;
@@ -931,13 +940,12 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     for uids in expect_after.values_mut() {
         uids.retain(|u| !gone.contains(u));
     }
-    let mut newcomers_only: HashMap<String, Vec<String>> = HashMap::new();
-    for (ns, _, uid) in &new_pods {
-        for map in [&mut expect_after, &mut newcomers_only] {
-            map.entry(seq_of_ns[ns].clone())
-                .or_default()
-                .push(uid.clone());
-        }
+    let newcomers_only = uids_by_sequence(&new_pods, &seq_of_ns);
+    for (seq, uids) in &newcomers_only {
+        expect_after
+            .entry(seq.clone())
+            .or_default()
+            .extend(uids.iter().cloned());
     }
     tracker
         .wait_assigned(&newcomers_only, &HashSet::new(), PHASE_LIMIT)

@@ -88,6 +88,22 @@ pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
 /// Pod annotation the webhook sets on pods it changed, with the operator's version.
 pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
 
+/// Pod annotation that lets the app containers start at once, before the sidecar can issue
+/// (as before 0.3): `kubeflake.io/hold-app: "false"`. By default the sidecar's postStart
+/// hook ([`WAIT_READY_SUBCOMMAND`]) holds the app until the sidecar would answer `/id`.
+pub const HOLD_APP_ANNOTATION: &str = "kubeflake.io/hold-app";
+
+/// The sidecar binary's path in its image (the image holds nothing else).
+pub const SIDECAR_BINARY: &str = "/kubeflake-sidecar";
+/// The sidecar's subcommand that returns once the sidecar in the same container is ready
+/// (its `/readyz` answers 200): the injected postStart hook, so the kubelet starts the app
+/// containers only after the sidecar holds its slot or segment block.
+pub const WAIT_READY_SUBCOMMAND: &str = "wait-ready";
+
+/// Reason of the Warning Event the sidecar records on its pod when it has waited for a
+/// slot for a while, with the sequence's `Exhausted` condition when it is set.
+pub const WAITING_FOR_SLOT_REASON: &str = "WaitingForSlot";
+
 /// The app-facing URL of a sidecar listening on `port`.
 pub fn sidecar_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")

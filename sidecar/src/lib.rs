@@ -27,6 +27,8 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.
 //! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
+//! - [`wait_ready`]: the `wait-ready` subcommand, the injected postStart hook that holds the
+//!   app containers until the sidecar is ready.
 
 pub mod check;
 pub mod clock;
@@ -41,4 +43,5 @@ pub mod skew;
 pub mod slot;
 pub mod standalone;
 pub mod state;
+pub mod wait_ready;
 pub mod watch;

@@ -56,6 +56,21 @@ enum Command {
     /// GET an http:// URL and exit 0 on a 2xx answer (1 otherwise): a health check for
     /// images without a shell, used by the chart's `helm test` pod.
     Check(CheckArgs),
+    /// Wait until the sidecar at URL (its /readyz) is ready, then exit 0; exit 1 after
+    /// --timeout-secs. The injected postStart hook: the kubelet starts the app containers
+    /// only after it returned.
+    #[command(name = contract::WAIT_READY_SUBCOMMAND)]
+    WaitReady(WaitReadyArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct WaitReadyArgs {
+    /// The sidecar's readiness URL, e.g. http://127.0.0.1:7071/readyz.
+    url: String,
+    /// Give up after this many seconds (the kubelet then restarts the sidecar container).
+    /// A pod may wait long for a free slot: the default is a day.
+    #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    timeout_secs: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -358,10 +373,23 @@ fn run_check(args: CheckArgs) {
     }
 }
 
+fn run_wait_ready(args: WaitReadyArgs) {
+    use kubeflake_sidecar::wait_ready::{WaitPolicy, wait_ready};
+    let policy = WaitPolicy::hook(Duration::from_secs(args.timeout_secs));
+    match wait_ready(&args.url, policy) {
+        Ok(took) => eprintln!(
+            "kubeflake-sidecar: ready after {} ms; the app containers may start",
+            took.as_millis()
+        ),
+        Err(e) => fail(1, e),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let command = match cli.command {
         Some(Command::Check(args)) => return run_check(args),
+        Some(Command::WaitReady(args)) => return run_wait_ready(args),
         Some(Command::Standalone(args)) => Run::Standalone(args),
         Some(Command::Cluster(args)) => Run::Cluster(args),
         None => Run::Standalone(cli.standalone),

@@ -243,3 +243,34 @@ fn listen_unix_refuses_bad_or_occupied_paths_by_name_and_replaces_a_stale_socket
         .unwrap();
     assert!(id > 0);
 }
+
+#[test]
+fn wait_ready_the_injected_post_start_hook_exits_0_once_the_sidecar_is_ready_and_1_past_its_limit()
+{
+    let state = tempfile::tempdir().unwrap();
+    let sidecar = SidecarProcess::start(&["--state-dir", state.path().to_str().unwrap()], None);
+    let readyz = format!("http://{}/readyz", sidecar.addr);
+    let (code, output) = run_to_exit(&[kubeflake_crds::contract::WAIT_READY_SUBCOMMAND, &readyz]);
+    assert_eq!(code, Some(0), "{output}");
+    assert!(output.contains("ready after"), "{output}");
+
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("http://{nobody}/readyz");
+    let (code, output) = run_to_exit(&["wait-ready", &url, "--timeout-secs", "1"]);
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("was not ready after"), "{output}");
+    assert!(
+        output.contains(&url),
+        "the message names what was asked: {output}"
+    );
+
+    let (code, output) = run_to_exit(&["wait-ready", &url, "--timeout-secs", "0"]);
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.contains("--timeout-secs"),
+        "names the flag: {output}"
+    );
+}

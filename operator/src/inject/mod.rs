@@ -7,13 +7,26 @@
 //!
 //! Injection is idempotent: a pod that already has the sidecar gets no patch, so a
 //! re-invoked webhook (`reinvocationPolicy: IfNeeded`) never injects twice.
+//!
+//! ## The app starts only once the sidecar can issue
+//!
+//! The kubelet starts the containers after a native sidecar once that sidecar has
+//! *started*: its postStart hook returned (and its startup probe passed, if it had one).
+//! The sidecar gets a postStart hook, `kubeflake-sidecar wait-ready`, that returns as soon
+//! as the sidecar's `/readyz` answers 200 (it holds its slot or segment block and would
+//! answer `/id`), so an app may take an ID in its first line. A hook rather than a startup
+//! probe because a probe runs at most once a second: every pod would start up to a second
+//! later than its sidecar could serve. The hook waits without a time limit that matters
+//! (a day), so a pod that waits for a free slot keeps its app unstarted instead of having
+//! its sidecar killed in a loop; the sidecar records a `WaitingForSlot` Event on the pod.
+//! `kubeflake.io/hold-app: "false"` on a pod leaves the hook out (the app starts at once).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
-    VolumeMount,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
+    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -23,8 +36,8 @@ use serde_json::{Value, json};
 // The names both sides of the injection agree on live in the API crate.
 use kubeflake_crds::contract;
 pub use kubeflake_crds::contract::{
-    INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_NAME, SIDECAR_UID, SOCKET_DIR, SOCKET_ENV,
-    SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME, URL_ENV,
+    HOLD_APP_ANNOTATION, INJECT_ANNOTATION, INJECTED_ANNOTATION, SIDECAR_NAME, SIDECAR_UID,
+    SOCKET_DIR, SOCKET_ENV, SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME, URL_ENV,
 };
 
 /// How to build the sidecar container; set from the operator's `--sidecar-*` flags.
@@ -71,6 +84,32 @@ pub enum Decision {
     Inject { sequence: String, patch: Value },
 }
 
+/// Whether the app containers wait for the sidecar: the pod is held unless it says
+/// `kubeflake.io/hold-app: "false"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppStart {
+    /// The sidecar's postStart hook holds the app until the sidecar can issue (default).
+    WhenSidecarReady,
+    /// The app starts as soon as the sidecar's process runs (the pod opted out).
+    AtOnce,
+}
+
+impl AppStart {
+    pub fn of(pod: &Pod) -> AppStart {
+        let opted_out =
+            annotation(pod, HOLD_APP_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("false"));
+        if opted_out {
+            AppStart::AtOnce
+        } else {
+            AppStart::WhenSidecarReady
+        }
+    }
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
+    pod.metadata.annotations.as_ref().and_then(|a| a.get(key))
+}
+
 /// Decides what to do with `pod` (as it will be created).
 pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
     let Some(sequence) = pod
@@ -81,12 +120,8 @@ pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
     else {
         return Decision::Skip("pod has no kubeflake.io/sequence label");
     };
-    let opted_out = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(INJECT_ANNOTATION))
-        .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    let opted_out =
+        annotation(pod, INJECT_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("false"));
     if opted_out {
         return Decision::Skip("pod opted out with kubeflake.io/inject: \"false\"");
     }
@@ -159,7 +194,7 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
     // First, so that other init containers can already ask for IDs.
     let sidecar = patch_value(
         "sidecar container",
-        serde_json::to_value(sidecar(sequence, template)),
+        serde_json::to_value(sidecar(sequence, template, AppStart::of(pod))),
     )?;
     add_to(&mut ops, has_init, "/spec/initContainers", "0", sidecar);
 
@@ -265,9 +300,28 @@ fn http_probe(path: &str, port: u16, period: i32) -> Probe {
     }
 }
 
+/// The postStart hook that holds the app containers until the sidecar is ready (see the
+/// top of this module).
+fn wait_ready_hook(probe_port: u16) -> Lifecycle {
+    let readyz = format!("http://127.0.0.1:{probe_port}{}", contract::READYZ_PATH);
+    Lifecycle {
+        post_start: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    contract::SIDECAR_BINARY.into(),
+                    contract::WAIT_READY_SUBCOMMAND.into(),
+                    readyz,
+                ]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The sidecar container: the downward API gives it the pod's identity, one emptyDir its
 /// local fence, another the Unix socket it shares with the app; it runs as a numeric non-root user with nothing it does not need.
-fn sidecar(sequence: &str, t: &SidecarTemplate) -> Container {
+fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Container {
     Container {
         name: SIDECAR_NAME.into(),
         image: Some(t.image.clone()),
@@ -297,6 +351,10 @@ fn sidecar(sequence: &str, t: &SidecarTemplate) -> Container {
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
+        lifecycle: match app_start {
+            AppStart::WhenSidecarReady => Some(wait_ready_hook(t.probe_port)),
+            AppStart::AtOnce => None,
+        },
         readiness_probe: Some(http_probe(contract::READYZ_PATH, t.probe_port, 2)),
         liveness_probe: Some(http_probe(contract::HEALTHZ_PATH, t.probe_port, 10)),
         resources: Some(ResourceRequirements {

@@ -314,3 +314,66 @@ fn unlabelled_and_opted_out_pods_are_left_alone() {
         Decision::Inject { .. }
     ));
 }
+
+/// The injected sidecar, from the patch applied to `original`.
+fn injected_sidecar(original: Value) -> Container {
+    let decision = decide(&pod(original.clone()), &template());
+    let patched = pod(apply(&original, &decision));
+    let init = patched
+        .spec
+        .expect("spec")
+        .init_containers
+        .expect("init containers");
+    init.into_iter().next().expect("the sidecar")
+}
+
+#[test]
+fn the_app_is_held_by_a_post_start_hook_until_the_sidecars_readyz_answers() {
+    let sidecar = injected_sidecar(labelled());
+    let hook = sidecar
+        .lifecycle
+        .and_then(|l| l.post_start)
+        .and_then(|h| h.exec)
+        .and_then(|e| e.command)
+        .expect("a postStart exec hook");
+    assert_eq!(
+        hook,
+        [
+            "/kubeflake-sidecar",
+            "wait-ready",
+            "http://127.0.0.1:7071/readyz"
+        ],
+        "the hook asks the same /readyz, on the same probe port, as the readiness probe"
+    );
+    let probe_port = sidecar
+        .readiness_probe
+        .and_then(|p| p.http_get)
+        .map(|h| h.port);
+    assert_eq!(probe_port, Some(IntOrString::Int(7071)));
+    assert!(
+        sidecar.startup_probe.is_none(),
+        "no startup probe: its one-second period would delay every app start"
+    );
+}
+
+#[test]
+fn a_pod_that_opts_out_with_hold_app_false_starts_its_app_at_once() {
+    let mut original = labelled();
+    original["metadata"]["annotations"] = json!({HOLD_APP_ANNOTATION: "False"});
+    let sidecar = injected_sidecar(original);
+    assert!(
+        sidecar.lifecycle.is_none(),
+        "no hook: the app starts at once"
+    );
+    assert!(
+        sidecar.readiness_probe.is_some(),
+        "still probed for readiness"
+    );
+
+    let mut held = labelled();
+    held["metadata"]["annotations"] = json!({HOLD_APP_ANNOTATION: "true"});
+    assert!(
+        injected_sidecar(held).lifecycle.is_some(),
+        "any other value holds the app"
+    );
+}

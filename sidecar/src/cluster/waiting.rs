@@ -8,6 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kubeflake_crds::IdSequence;
+use kubeflake_crds::conditions::{ConditionType, condition};
+use kubeflake_crds::contract::WAITING_FOR_SLOT_REASON;
 use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
 
 use super::holder::Acquire;
@@ -16,6 +18,12 @@ use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
 use crate::slot::wait_for_assignment;
 use crate::state::{Serving, WaitReason};
+
+/// A pod that has waited this long for a slot gets a `WaitingForSlot` Warning Event (once
+/// per wait): its app containers do not start meanwhile (the postStart hook holds them), so
+/// `kubectl describe pod` must say why. Long enough that a burst of pods the operator is
+/// still working through records none.
+pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 
 impl Ctx {
     /// One round of waiting: ends holding a slot, serving a segment, still waiting (to be
@@ -77,17 +85,51 @@ impl Ctx {
             }));
         tracing::info!("waiting for a slot lease naming this pod");
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
-        tokio::select! {
-            found = wait_for_assignment(&leases, &self.config.sequence, &self.config.pod.uid) => match found {
-                Ok(lease) => Some(lease),
-                Err(e) => {
-                    tracing::warn!(error = %e, "waiting for a slot failed; retrying");
-                    self.pause(Duration::from_secs(1)).await;
-                    None
+        let assignment = wait_for_assignment(&leases, &self.config.sequence, &self.config.pod.uid);
+        tokio::pin!(assignment);
+        let tell = tokio::time::sleep(SLOT_WAIT_EVENT_AFTER);
+        tokio::pin!(tell);
+        let mut told = false;
+        loop {
+            tokio::select! {
+                found = &mut assignment => return match found {
+                    Ok(lease) => Some(lease),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "waiting for a slot failed; retrying");
+                        self.pause(Duration::from_secs(1)).await;
+                        None
+                    }
+                },
+                () = &mut tell, if !told => {
+                    told = true;
+                    self.tell_waiting_for_slot().await;
                 }
-            },
-            () = self.stopped() => None,
+                () = self.stopped() => return None,
+            }
         }
+    }
+
+    /// Records why this pod still has no slot on the pod (a Warning Event) and in the log.
+    async fn tell_waiting_for_slot(&self) {
+        let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let exhausted = match api.get_opt(&self.config.sequence).await {
+            Ok(seq) => seq.and_then(|seq| {
+                condition(seq.status.as_ref(), ConditionType::Exhausted)
+                    .filter(|c| c.status == "True")
+                    .map(|c| c.message.clone())
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the sequence's conditions");
+                None
+            }
+        };
+        let note = waiting_for_slot_note(
+            &self.config.sequence,
+            SLOT_WAIT_EVENT_AFTER,
+            exhausted.as_deref(),
+        );
+        tracing::warn!(%note, "still waiting for a slot");
+        self.events.notify(true, WAITING_FOR_SLOT_REASON, note);
     }
 
     /// Segment mode: waits for the counter Lease (the operator creates it), then serves
@@ -142,5 +184,43 @@ impl Ctx {
             ),
         );
         Some(segment)
+    }
+}
+
+/// The `WaitingForSlot` Event's note: the sequence's `Exhausted` message when it has one.
+fn waiting_for_slot_note(sequence: &str, waited: Duration, exhausted: Option<&str>) -> String {
+    let held = "the app containers start once the pod holds a slot";
+    match exhausted {
+        Some(why) => format!(
+            "IdSequence {sequence} has no free slot ({why}); {held} (kubectl kubeflake slots {sequence})"
+        ),
+        None => format!(
+            "no slot of IdSequence {sequence} assigned to this pod after {} s although the \
+             sequence is not exhausted: is kubeflake-operator running? {held} \
+             (kubectl kubeflake slots {sequence})",
+            waited.as_secs()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_for_slot_event_says_why_and_that_the_app_is_held() {
+        let exhausted = waiting_for_slot_note(
+            "orders",
+            SLOT_WAIT_EVENT_AFTER,
+            Some("2 pods wait for a free slot: all 4 slots are held"),
+        );
+        assert!(exhausted.contains("all 4 slots are held"), "{exhausted}");
+        assert!(
+            exhausted.contains("app containers start once"),
+            "{exhausted}"
+        );
+        let slow = waiting_for_slot_note("orders", SLOT_WAIT_EVENT_AFTER, None);
+        assert!(slow.contains("is kubeflake-operator running"), "{slow}");
+        assert!(slow.contains("after 10 s"), "{slow}");
     }
 }

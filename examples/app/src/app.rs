@@ -1,15 +1,18 @@
 //! The app's routes: what a request gets, given the sidecar.
 //!
-//! | route              | answer                                                        |
-//! |--------------------|---------------------------------------------------------------|
-//! | `GET /`            | `{"id":"<id>","pod":"<POD_NAME>"}` from the sidecar's `/id`    |
-//! | `GET /ids?count=N` | `{"ids":["<id>",...],"pod":"..."}`, 1 <= N <= 1000             |
+//! | route              | answer                                                          |
+//! |--------------------|-----------------------------------------------------------------|
+//! | `GET /`            | `{"id":"<id>","pod":"<POD_NAME>"}` from the sidecar's `/id`      |
+//! | `GET /ids?count=N` | `{"ids":["<id>",...],"pod":"..."}`, 1 <= N <= 1000               |
+//! | `GET /first`       | `{"id":"<id>","pod":"..."}`: the ID taken at start (`--first-id`) |
+//! | `GET /healthz`     | 200 `ok` while the process runs                                 |
+//! | `GET /readyz`      | 200 `ok` when the sidecar's `/readyz` answers 2xx, else 503      |
 //!
-//! Both take `after=<id>`: the ID of what caused this request, carried along by the caller
-//! (here a query field; a header works the same). It is passed to the sidecar, which then
-//! answers only IDs greater than it, so causally later events get larger IDs across pods.
-//! | `GET /healthz`     | 200 `ok` while the process runs                               |
-//! | `GET /readyz`      | 200 `ok` when the sidecar's `/readyz` answers 2xx, else 503    |
+//! `/` and `/ids` take `after=<id>`: the ID of what caused this request, carried along by
+//! the caller (here a query field; a header works the same). It is passed to the sidecar,
+//! which then answers only IDs greater than it, so causally later events get larger IDs
+//! across pods. `/first` never asks the sidecar; it is 404 when the app was started
+//! without `--first-id`.
 //!
 //! Errors are JSON `{"error":"..."}`: 400 bad query (or an `after` the sidecar refuses as
 //! not an ID of its sequence), 404 unknown path, 405 not GET, 409 (with `Retry-After`)
@@ -103,6 +106,8 @@ pub struct App {
     pub sidecar: Sidecar,
     /// `POD_NAME` (downward API), or empty.
     pub pod: String,
+    /// The ID taken before listening (`--first-id`), answered on `GET /first`.
+    pub first_id: Option<u64>,
 }
 
 /// Splits `a=1&b=2`, accepting only `allowed` keys, each at most once. No percent
@@ -211,6 +216,14 @@ fn after_failure(error: &SidecarError, after: Option<u64>) -> Response {
 }
 
 impl App {
+    /// `--first-id`: exactly one `GET /id` (over the socket when one is set), kept for
+    /// `GET /first`. No retry: a caller that cannot start without an ID stops on error.
+    pub fn take_first_id(&mut self) -> Result<u64, SidecarError> {
+        let id = self.sidecar.id_after(None)?;
+        self.first_id = Some(id);
+        Ok(id)
+    }
+
     /// Adds `"via": "unix" | "tcp"`: how this app reached its sidecar.
     fn via(&self, mut body: serde_json::Value) -> serde_json::Value {
         body["via"] = self.sidecar.transport().into();
@@ -220,11 +233,11 @@ impl App {
     /// Answers one request. `target` is the request target (`/path?query`).
     pub fn handle(&self, method: &str, target: &str) -> Response {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
-        let known = matches!(path, "/" | "/ids" | "/healthz" | "/readyz");
+        let known = matches!(path, "/" | "/ids" | "/first" | "/healthz" | "/readyz");
         if !known {
             return Response::error(
                 404,
-                format!("no route {path:?}; try GET /, /ids?count=N, /healthz or /readyz"),
+                format!("no route {path:?}; try GET /, /ids?count=N, /first, /healthz or /readyz"),
             );
         }
         if method != "GET" {
@@ -250,6 +263,14 @@ impl App {
                     Ok(ids) => Response::json(200, &self.via(ids_body(&ids, &self.pod))),
                     Err(e) => after_failure(&e, after),
                 },
+            },
+            "/first" => match (query_params(query, &[]), self.first_id) {
+                (Err(e), _) => Response::error(400, e),
+                (Ok(_), Some(id)) => Response::json(200, &self.via(id_body(id, &self.pod))),
+                (Ok(_), None) => Response::error(
+                    404,
+                    "no first ID: the app was started without --first-id (or APP_FIRST_ID)",
+                ),
             },
             "/healthz" => Response::text(200, "ok"),
             _ => match self.sidecar.ready() {
@@ -428,6 +449,7 @@ mod tests {
         let app = App {
             sidecar: Sidecar::new(SidecarUrl::parse("http://127.0.0.1:9").unwrap()),
             pod: "web-0".into(),
+            first_id: None,
         };
         assert_eq!(app.handle("GET", "/healthz"), Response::text(200, "ok"));
         let r = app.handle("GET", "/nope");
@@ -439,5 +461,28 @@ mod tests {
         assert_eq!(app.handle("GET", "/ids?count=0").status, 400);
         assert_eq!(app.handle("GET", "/ids").status, 400);
         assert_eq!(app.handle("GET", "/?x=1").status, 400);
+        let r = app.handle("GET", "/first");
+        assert_eq!(r.status, 404);
+        assert!(r.body.contains("started without --first-id"), "{}", r.body);
+        assert_eq!(app.handle("POST", "/first").status, 405);
+    }
+
+    /// `/first` answers the ID taken at start, as often as asked, without the sidecar.
+    #[test]
+    fn first_answers_the_id_taken_at_start_without_asking_the_sidecar() {
+        let app = App {
+            sidecar: Sidecar::new(SidecarUrl::parse("http://127.0.0.1:9").unwrap()),
+            pod: "web-0".into(),
+            first_id: Some(250096622069874688),
+        };
+        for _ in 0..2 {
+            let r = app.handle("GET", "/first");
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert_eq!(
+                r.body,
+                r#"{"id":"250096622069874688","pod":"web-0","via":"tcp"}"#
+            );
+        }
+        assert_eq!(app.handle("GET", "/first?x=1").status, 400);
     }
 }

@@ -25,15 +25,19 @@ use crate::sidecar::{SOCKET_ENV, Sidecar, SidecarUrl, URL_ENV};
 const NAME: &str = "kubeflake-example-app";
 const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 const LISTEN_ENV: &str = "APP_LISTEN";
+const FIRST_ID_ENV: &str = "APP_FIRST_ID";
 const POD_ENV: &str = "POD_NAME";
 
 const USAGE: &str = "\
 kubeflake-example-app: serves IDs from the kubeflake sidecar in its pod
 
-Usage: kubeflake-example-app [--listen ADDR]
+Usage: kubeflake-example-app [--listen ADDR] [--first-id]
 
 Options:
   --listen ADDR   address to serve on, IP:PORT [env: APP_LISTEN] [default: 0.0.0.0:8080]
+  --first-id      before listening, take one ID from the sidecar (one GET /id, no retry)
+                  and exit 1 if that fails; then serve it on GET /first
+                  [env: APP_FIRST_ID=true|false]
   -h, --help      print this help
   -V, --version   print the version
 
@@ -43,7 +47,8 @@ Environment:
                   (set by the webhook too)
   POD_NAME        reported in answers (downward API; optional)
 
-Routes: GET / (one ID), GET /ids?count=N (1..=1000), GET /healthz, GET /readyz";
+Routes: GET / (one ID), GET /ids?count=N (1..=1000), GET /first (the ID taken at start
+with --first-id), GET /healthz, GET /readyz";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Config {
@@ -52,6 +57,8 @@ struct Config {
     /// `KUBEFLAKE_SOCKET`, when set and not empty.
     socket: Option<std::path::PathBuf>,
     pod: String,
+    /// `--first-id` / `APP_FIRST_ID`: take one ID before listening, exit 1 if that fails.
+    first_id: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +87,7 @@ fn parse_config(
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<Command, String> {
     let mut listen_flag: Option<String> = None;
+    let mut first_id_flag = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let arg = arg
@@ -88,6 +96,7 @@ fn parse_config(
         match arg.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
+            "--first-id" => first_id_flag = true,
             "--listen" => {
                 let value = args
                     .next()
@@ -138,12 +147,27 @@ fn parse_config(
         })
         .transpose()?;
     let pod = env_string(env, POD_ENV)?.unwrap_or_default();
+    // The flag switches it on; the variable can too (an image's args need not change).
+    let first_id = first_id_flag || parse_switch(FIRST_ID_ENV, env_string(env, FIRST_ID_ENV)?)?;
     Ok(Command::Run(Config {
         listen,
         sidecar,
         socket,
         pod,
+        first_id,
     }))
+}
+
+/// An on/off variable: `true`/`1` or `false`/`0` (any case), unset or empty is off.
+fn parse_switch(name: &str, value: Option<String>) -> Result<bool, String> {
+    let Some(raw) = value else { return Ok(false) };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "false" | "0" => Ok(false),
+        "true" | "1" => Ok(true),
+        _ => Err(format!(
+            "{name}={raw:?} is not a switch: set it to true or false (or 1 or 0)"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -171,6 +195,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut app = App {
+        sidecar: Sidecar::new(config.sidecar.clone()).with_socket(config.socket.clone()),
+        pod: config.pod.clone(),
+        first_id: None,
+    };
+    if config.first_id {
+        // The app's very first action: one ID, before it listens, and no retry. An app
+        // that needs an ID to start must not start without one; the kubeflake webhook's
+        // postStart hook starts the app only once its sidecar can issue.
+        if let Err(e) = app.take_first_id() {
+            eprintln!("{NAME}: cannot take the first ID (--first-id), exiting: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let listener = match TcpListener::bind(config.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -183,16 +221,17 @@ fn main() -> ExitCode {
         Some(path) => format!(" over {SOCKET_ENV}={}", path.display()),
         None => String::new(),
     };
+    let first = match app.first_id {
+        Some(id) => format!(", first ID {id}"),
+        None => String::new(),
+    };
     eprintln!(
-        "{NAME} {}: listening on {local}, sidecar {URL_ENV}={}{via}, pod {:?}",
+        "{NAME} {}: listening on {local}, sidecar {URL_ENV}={}{via}, pod {:?}{first}",
         env!("CARGO_PKG_VERSION"),
         config.sidecar,
         config.pod
     );
-    let app = Arc::new(App {
-        sidecar: Sidecar::new(config.sidecar).with_socket(config.socket),
-        pod: config.pod,
-    });
+    let app = Arc::new(app);
     let limits = Limits::default();
     match server::serve(listener, app, &shutdown, limits) {
         Ok(stopped) if stopped.abandoned == 0 => {
@@ -272,6 +311,31 @@ mod tests {
             relative.contains("KUBEFLAKE_SOCKET=\"k.sock\" is not an absolute path"),
             "{relative}"
         );
+    }
+
+    #[test]
+    fn first_id_mode_comes_from_the_flag_or_app_first_id() {
+        assert!(!config(&[], &[URL]).first_id, "off by default");
+        assert!(config(&["--first-id"], &[URL]).first_id);
+        assert!(config(&["--listen", "127.0.0.1:1", "--first-id"], &[URL]).first_id);
+        for on in ["true", "TRUE", "1", " true "] {
+            assert!(config(&[], &[URL, ("APP_FIRST_ID", on)]).first_id, "{on:?}");
+        }
+        for off in ["false", "False", "0", ""] {
+            assert!(
+                !config(&[], &[URL, ("APP_FIRST_ID", off)]).first_id,
+                "{off:?}"
+            );
+        }
+        // The flag switches it on whatever the variable says.
+        assert!(config(&["--first-id"], &[URL, ("APP_FIRST_ID", "false")]).first_id);
+        let bad = run(&[], &[URL, ("APP_FIRST_ID", "yes")]).unwrap_err();
+        assert!(
+            bad.contains("APP_FIRST_ID=\"yes\" is not a switch"),
+            "{bad}"
+        );
+        let value = run(&["--first-id=true"], &[URL]).unwrap_err();
+        assert!(value.contains("unexpected argument"), "{value}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::app::App;
 use crate::server::{Limits, Stopped, serve};
 use crate::shutdown::{Reason, Shutdown};
-use crate::sidecar::{Sidecar, SidecarUrl, head_end, parse_response_head};
+use crate::sidecar::{Sidecar, SidecarError, SidecarUrl, head_end, parse_response_head};
 
 const FIRST_ID: u64 = 250096622069874688;
 
@@ -155,6 +155,14 @@ fn fake_answer(
     let _ = stream.write_all(wire.as_bytes());
 }
 
+fn app_of(sidecar_url: &str) -> App {
+    App {
+        sidecar: Sidecar::new(SidecarUrl::parse(sidecar_url).unwrap()),
+        pod: "web-0".into(),
+        first_id: None,
+    }
+}
+
 /// The app, serving on 127.0.0.1:0 in a thread.
 struct AppServer {
     addr: SocketAddr,
@@ -168,12 +176,20 @@ impl AppServer {
     }
 
     fn start_with(sidecar_url: &str, limits: Limits, sidecar_timeout: Duration) -> AppServer {
-        let mut sidecar = Sidecar::new(SidecarUrl::parse(sidecar_url).unwrap());
-        sidecar.timeout = sidecar_timeout;
-        let app = Arc::new(App {
-            sidecar,
-            pod: "web-0".into(),
-        });
+        let mut app = app_of(sidecar_url);
+        app.sidecar.timeout = sidecar_timeout;
+        AppServer::serve(app, limits)
+    }
+
+    /// As `main` does with `--first-id`: one ID first, then serve; the error if none.
+    fn start_first_id(sidecar_url: &str) -> Result<AppServer, SidecarError> {
+        let mut app = app_of(sidecar_url);
+        app.take_first_id()?;
+        Ok(AppServer::serve(app, Limits::default()))
+    }
+
+    fn serve(app: App, limits: Limits) -> AppServer {
+        let app = Arc::new(app);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = Arc::new(Shutdown::new().unwrap());
@@ -622,4 +638,82 @@ fn after_is_carried_to_the_sidecar_and_its_409_passed_on_with_retry_after() {
         502,
         "a 400 without after is the app's bug"
     );
+}
+
+/// `--first-id`: the first thing the app does is one `GET /id`; it keeps that ID for
+/// `/first`, and the IDs it serves afterwards come after it.
+#[test]
+fn first_id_mode_takes_one_id_before_serving_and_answers_it_on_first() {
+    let fake = FakeSidecar::start(Mode::Normal);
+    let app = AppServer::start_first_id(&fake.url()).expect("a first ID");
+    let seen = fake.seen();
+    assert_eq!(
+        seen.len(),
+        1,
+        "exactly one request before serving: {seen:?}"
+    );
+    assert!(seen[0].starts_with("GET /id HTTP/1.1\r\n"), "{}", seen[0]);
+
+    let first = get(app.addr, "/first");
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    assert_eq!(
+        first.json(),
+        serde_json::json!({"id": FIRST_ID.to_string(), "pod": "web-0", "via": "tcp"})
+    );
+    // Asked again, the same ID, and the sidecar is not called for it.
+    assert_eq!(get(app.addr, "/first").json()["id"], FIRST_ID.to_string());
+    assert_eq!(fake.seen().len(), 1);
+    // The app serves as usual: the next ID is the sidecar's next one.
+    assert_eq!(get(app.addr, "/").json()["id"], (FIRST_ID + 1).to_string());
+}
+
+/// Without `--first-id`, `/first` is 404 and says why; nothing was asked at start.
+#[test]
+fn without_first_id_mode_first_is_404_and_the_sidecar_is_not_asked_at_start() {
+    let fake = FakeSidecar::start(Mode::Normal);
+    let app = AppServer::start(&fake.url());
+    let reply = get(app.addr, "/first");
+    assert_eq!(reply.status, 404);
+    assert!(
+        reply.error().contains("without --first-id"),
+        "{}",
+        reply.body
+    );
+    assert!(fake.seen().is_empty(), "{:?}", fake.seen());
+}
+
+/// Every way the one call can fail is an error (the binary exits 1 on it), after exactly
+/// one request: no retry.
+#[test]
+fn first_id_mode_fails_on_refused_not_ready_error_or_nonsense_after_one_request() {
+    let err = AppServer::start_first_id(&dead_url())
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, SidecarError::Unreachable { .. }),
+        "refused: {err}"
+    );
+    assert!(err.to_string().contains("GET /id"), "{err}");
+
+    // (how the sidecar answers, the error's kind, a piece of its message)
+    let cases = [
+        (Mode::NotReady, "NotReady", "waiting for slot assignment"),
+        (Mode::Status(500, "{\"error\":\"boom\"}"), "Status", "boom"),
+        (Mode::Body("{\"id\":\"x\"}"), "BadAnswer", "not understood"),
+        (
+            Mode::Body("250096622069874688\n"),
+            "BadAnswer",
+            "not understood",
+        ),
+    ];
+    for (mode, kind, text) in cases {
+        let fake = FakeSidecar::start(mode.clone());
+        let err = AppServer::start_first_id(&fake.url())
+            .err()
+            .unwrap_or_else(|| panic!("{mode:?}: the app started"));
+        assert!(format!("{err:?}").starts_with(kind), "{mode:?}: {err:?}");
+        assert!(err.to_string().contains(text), "{mode:?}: {err}");
+        assert_eq!(fake.seen().len(), 1, "{mode:?}: one request, no retry");
+    }
 }

@@ -1,12 +1,14 @@
 //! Prometheus metrics of the operator. Labels take values from small fixed sets only
 //! (results, reasons); per-sequence figures are in each IdSequence's status instead of
-//! in labels, so the series count does not grow with the number of objects.
+//! in labels, so the series count does not grow with the number of objects. The slot
+//! gauges are kept per sequence in memory and exported summed (or, for the oldest wait,
+//! the maximum) over all sequences; [`Metrics::forget`] drops a deleted sequence.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use kubeflake_runtime::metrics::Registrar;
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
 /// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
 /// `metric_label()`; pre-registered so each series exists from the start (a test in
@@ -25,6 +27,19 @@ pub const RESULT_LABELS: [&str; 6] = [
 /// sidecar-binding keeper's two watches ([`crate::rbac`]).
 pub const WATCH_LABELS: [&str; 3] = ["controller", "rbac_idsequences", "rbac_rolebindings"];
 
+/// What the last Snowflake pass of one sequence saw, after its own writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotFigures {
+    /// Slots held.
+    pub assigned: u64,
+    /// Slots in the layout (2^workerBits).
+    pub capacity: u64,
+    /// Labelled pods that hold no slot and are not leaving.
+    pub waiting: u64,
+    /// Creation time (Unix ms) of the pod that has waited longest, if one waits.
+    pub oldest_waiting_since_ms: Option<i64>,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub reconciles: IntCounterVec,
@@ -41,7 +56,9 @@ pub struct Metrics {
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
-    per_sequence: Mutex<HashMap<String, (u64, u64)>>,
+    pods_waiting: IntGauge,
+    oldest_slot_wait: Gauge,
+    per_sequence: Mutex<HashMap<String, SlotFigures>>,
 }
 
 impl Metrics {
@@ -110,6 +127,14 @@ impl Metrics {
                 "Slots not held, summed over all sequences.",
             ),
             sequences: r.int_gauge("kubeflake_operator_sequences", "IdSequences reconciled."),
+            pods_waiting: r.int_gauge(
+                "kubeflake_operator_pods_waiting_for_slot",
+                "Labelled pods that hold no slot (and are not leaving) after the last pass, summed over all Snowflake sequences.",
+            ),
+            oldest_slot_wait: r.gauge(
+                "kubeflake_operator_oldest_slot_wait_seconds",
+                "How long the pod that has waited longest for a slot has waited (now minus its creation), over all sequences; 0 when no pod waits.",
+            ),
             per_sequence: Mutex::new(HashMap::new()),
             registry,
         };
@@ -131,13 +156,10 @@ impl Metrics {
         m
     }
 
-    /// Records one sequence's slot figures and refreshes the totals.
-    pub fn set_slots(&self, ns: &str, name: &str, assigned: u64, capacity: u64) {
+    /// Records what the last pass of one sequence saw and refreshes the totals.
+    pub fn set_slots(&self, ns: &str, name: &str, figures: SlotFigures) {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
-        all.insert(
-            format!("{ns}/{name}"),
-            (assigned, capacity.saturating_sub(assigned)),
-        );
+        all.insert(format!("{ns}/{name}"), figures);
         self.refresh(&all);
     }
 
@@ -148,14 +170,38 @@ impl Metrics {
         self.refresh(&all);
     }
 
-    fn refresh(&self, all: &HashMap<String, (u64, u64)>) {
-        self.slots_assigned
-            .set(all.values().map(|v| v.0 as i64).sum());
-        self.slots_free.set(all.values().map(|v| v.1 as i64).sum());
+    fn refresh(&self, all: &HashMap<String, SlotFigures>) {
+        let sum = |f: fn(&SlotFigures) -> u64| all.values().map(f).sum::<u64>() as i64;
+        self.slots_assigned.set(sum(|f| f.assigned));
+        self.slots_free
+            .set(sum(|f| f.capacity.saturating_sub(f.assigned)));
+        self.pods_waiting.set(sum(|f| f.waiting));
         self.sequences.set(all.len() as i64);
     }
 
+    /// Seconds the longest-waiting pod of any sequence has waited at `now_ms` (Unix ms);
+    /// 0 when no pod waits. A creation time ahead of `now_ms` (clock skew) counts as 0.
+    pub fn oldest_slot_wait_seconds(&self, now_ms: i64) -> f64 {
+        let all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
+        all.values()
+            .filter(|f| f.waiting > 0)
+            .filter_map(|f| f.oldest_waiting_since_ms)
+            .min()
+            .map_or(0.0, |since| {
+                now_ms.saturating_sub(since).max(0) as f64 / 1000.0
+            })
+    }
+
+    /// The metrics in the text format. The oldest wait is computed here, at scrape time,
+    /// from the creation times the passes recorded: it keeps growing between passes.
     pub fn render(&self) -> String {
+        self.render_at(chrono::Utc::now().timestamp_millis())
+    }
+
+    /// [`Metrics::render`] with the wall clock at `now_ms` (Unix ms).
+    pub fn render_at(&self, now_ms: i64) -> String {
+        self.oldest_slot_wait
+            .set(self.oldest_slot_wait_seconds(now_ms));
         kubeflake_runtime::metrics::render(&self.registry)
     }
 }
@@ -163,5 +209,118 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of an unlabelled series in `rendered`.
+    fn value(rendered: &str, name: &str) -> f64 {
+        rendered
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {name} in:\n{rendered}"))
+    }
+
+    fn waiting(waiting: u64, since_ms: Option<i64>) -> SlotFigures {
+        SlotFigures {
+            assigned: 4,
+            capacity: 4,
+            waiting,
+            oldest_waiting_since_ms: since_ms,
+        }
+    }
+
+    #[test]
+    fn the_waiting_gauges_are_exported_at_zero_before_any_pass() {
+        let rendered = Metrics::new().render_at(1_000_000);
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+            0.0
+        );
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+            0.0
+        );
+    }
+
+    #[test]
+    fn waiting_pods_are_summed_and_the_oldest_wait_is_the_longest_of_any_sequence_at_scrape_time() {
+        let m = Metrics::new();
+        m.set_slots("shop", "orders", waiting(2, Some(100_000)));
+        m.set_slots("shop", "carts", waiting(1, Some(40_000)));
+        m.set_slots("ops", "jobs", waiting(0, None));
+        let rendered = m.render_at(160_000);
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+            3.0
+        );
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+            120.0,
+            "carts' pod, created at 40 s, has waited 120 s at 160 s"
+        );
+        // No pass in between: the wait keeps growing with the clock.
+        let later = m.render_at(190_500);
+        assert_eq!(
+            value(&later, "kubeflake_operator_oldest_slot_wait_seconds"),
+            150.5
+        );
+    }
+
+    #[test]
+    fn a_pod_created_after_now_by_the_operators_clock_has_waited_zero_seconds() {
+        let m = Metrics::new();
+        m.set_slots("shop", "orders", waiting(1, Some(200_000)));
+        assert_eq!(m.oldest_slot_wait_seconds(150_000), 0.0);
+    }
+
+    #[test]
+    fn a_pass_that_leaves_no_pod_waiting_sets_both_gauges_back_to_zero() {
+        let m = Metrics::new();
+        m.set_slots("shop", "orders", waiting(1, Some(0)));
+        assert_eq!(m.oldest_slot_wait_seconds(60_000), 60.0);
+        m.set_slots("shop", "orders", waiting(0, None));
+        let rendered = m.render_at(60_000);
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+            0.0
+        );
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_deleted_sequence_no_longer_counts_in_any_slot_gauge() {
+        let m = Metrics::new();
+        m.set_slots("shop", "orders", waiting(2, Some(0)));
+        m.set_slots(
+            "shop",
+            "carts",
+            SlotFigures {
+                assigned: 1,
+                capacity: 8,
+                waiting: 0,
+                oldest_waiting_since_ms: None,
+            },
+        );
+        m.forget("shop", "orders");
+        let rendered = m.render_at(60_000);
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+            0.0
+        );
+        assert_eq!(
+            value(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+            0.0
+        );
+        assert_eq!(value(&rendered, "kubeflake_operator_slots_assigned"), 1.0);
+        assert_eq!(value(&rendered, "kubeflake_operator_slots_free"), 7.0);
+        assert_eq!(value(&rendered, "kubeflake_operator_sequences"), 1.0);
     }
 }

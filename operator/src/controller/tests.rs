@@ -528,3 +528,90 @@ fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
         produced
     );
 }
+
+/// Slot `slot`'s lease, held by pod `holder` (the fixture's [`slot_lease`] for any slot).
+fn held_slot_lease(slot: u32, holder: &str) -> Lease {
+    let mut lease = slot_lease(Some(holder), 0);
+    lease.metadata.name = Some(format!("orders-slot-{slot}"));
+    lease.metadata.labels = Some(kubeflake_crds::slot_lease::lease_labels(
+        SEQ,
+        kubeflake_crds::Slot(slot),
+        Some(&format!("uid-{holder}")),
+    ));
+    lease
+}
+
+/// A labelled pod created `ago_ms` before `now_ms` (Unix ms).
+fn pod_created(name: &str, now_ms: i64, ago_ms: i64) -> Pod {
+    let mut p = pod(name);
+    p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_millisecond(now_ms - ago_ms).expect("a time"),
+    ));
+    p
+}
+
+/// The value of an unlabelled series in the operator's `/metrics`.
+fn gauge(rendered: &str, name: &str) -> f64 {
+    rendered
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in:\n{rendered}"))
+}
+
+/// A pod that waits forever never reaches the pod-to-slot histogram: the waiting gauges
+/// show it from the first pass that sees it, and go back to 0 on the pass that sees none.
+#[tokio::test]
+async fn pods_without_a_free_slot_show_in_the_waiting_gauges_until_no_pod_waits() {
+    let mut spec = IdSequenceSpec::default();
+    spec.layout.worker_bits = 1; // two slots
+    spec.layout.sequence_bits = 21;
+    let seq = sequence(spec, true, false);
+    let now_ms = chrono::Utc::now().timestamp() * 1000;
+    let waiting = [
+        pod_created("c", now_ms, 90_000),
+        pod_created("d", now_ms, 30_000),
+    ];
+    let mut pods = vec![pod("a"), pod("b")];
+    pods.extend(waiting.iter().cloned());
+    let api = FakeApi::new().always(Method::PATCH, STATUS, 200, echo(&seq));
+    let mut f = fixture(
+        &api,
+        pods,
+        vec![held_slot_lease(0, "a"), held_slot_lease(1, "b")],
+    );
+    reconcile(Arc::new(seq.clone()), f.ctx.clone())
+        .await
+        .expect("a pass with both slots held");
+    assert!(
+        api.requests(&Method::POST, LEASES).is_empty(),
+        "no slot is free to hand out"
+    );
+    let rendered = f.ctx.metrics.render_at(now_ms);
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+        2.0
+    );
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+        90.0,
+        "pod c, created 90 s ago, has waited longest"
+    );
+
+    for p in waiting {
+        f._writers.0.apply_watcher_event(&watcher::Event::Delete(p));
+    }
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("a pass with no pod waiting");
+    api.verify();
+    let rendered = f.ctx.metrics.render_at(now_ms);
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+        0.0
+    );
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+        0.0
+    );
+}

@@ -32,6 +32,7 @@ use super::expectations::{Readiness, Written};
 use super::finalizer;
 use super::update_status::update_status;
 use super::validate::Teardown;
+use crate::metrics::SlotFigures;
 
 /// Writes in flight at once within one pass.
 const WRITE_CONCURRENCY: usize = 8;
@@ -129,8 +130,19 @@ async fn pass(
     let assigned_now = pass.count(|o| matches!(o, Outcome::Assigned { .. })) as i64;
     let released_now = pass.count(|o| matches!(o, Outcome::Released { .. })) as i64;
     pass.assigned = (pass.plan.assigned as i64 + assigned_now - released_now).max(0);
-    ctx.metrics
-        .set_slots(ns, &name, pass.assigned as u64, capacity);
+    // Every planned pass, so the waiting gauges return to 0 once no pod waits.
+    let figures = SlotFigures {
+        assigned: pass.assigned as u64,
+        capacity,
+        waiting: pass.plan.still_waiting,
+        oldest_waiting_since_ms: pass
+            .plan
+            .oldest_waiting_since
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp_millis()),
+    };
+    ctx.metrics.set_slots(ns, &name, figures);
     Ok(Ran::Planned(pass))
 }
 

@@ -70,6 +70,9 @@ pub struct Plan {
     pub assigned: u64,
     /// Pods that wait for a slot after this plan's assignments.
     pub still_waiting: u64,
+    /// RFC 3339 creation time of the oldest of them (the next to get a slot), for the
+    /// operator's waiting metrics; `None` when none waits.
+    pub oldest_waiting_since: Option<String>,
 }
 
 /// Everything planning needs.
@@ -133,10 +136,13 @@ pub fn plan(o: &Observed<'_>) -> Plan {
             existing,
         });
     }
+    // Waiting pods are served oldest first: those left over are the younger ones.
+    let left: &[&PodInfo] = waiting.get(handed_out..).unwrap_or_default();
     Plan {
         steps,
         assigned,
-        still_waiting: (waiting.len() - handed_out) as u64,
+        still_waiting: left.len() as u64,
+        oldest_waiting_since: left.first().map(|p| p.created.clone()),
     }
 }
 
@@ -250,6 +256,33 @@ mod tests {
     }
 
     #[test]
+    fn the_oldest_pod_left_waiting_is_reported_with_its_creation_time() {
+        let pods: Vec<PodInfo> = (0..6)
+            .rev()
+            .map(|i| pod(&format!("p{i}"), &format!("2026-01-01T00:00:0{i}Z")))
+            .collect();
+        let none = BTreeSet::new();
+        let plan = plan(&observe(4, &[], &pods, &none));
+        assert_eq!(plan.still_waiting, 2);
+        assert_eq!(
+            plan.oldest_waiting_since.as_deref(),
+            Some("2026-01-01T00:00:04Z"),
+            "p0..p3 got the slots; p4 is the oldest of the two left waiting"
+        );
+    }
+
+    #[test]
+    fn no_oldest_waiting_pod_when_every_pod_gets_a_slot_or_is_leaving() {
+        let mut leaving = pod("old", "2026-01-01T00:00:00Z");
+        leaving.leaving = true;
+        let pods = [leaving, pod("a", "2026-01-01T00:00:01Z")];
+        let none = BTreeSet::new();
+        let plan = plan(&observe(4, &[], &pods, &none));
+        assert_eq!(plan.still_waiting, 0);
+        assert_eq!(plan.oldest_waiting_since, None);
+    }
+
+    #[test]
     fn rule9_slots_are_released_only_from_pods_gone_or_silent() {
         let pods = [pod("alive", "1"), pod("quiet", "2")];
         let leases = [
@@ -336,5 +369,6 @@ mod tests {
         let plan = plan(&o);
         assert!(assignments(&plan).is_empty());
         assert_eq!(plan.still_waiting, 1);
+        assert_eq!(plan.oldest_waiting_since.as_deref(), Some("1"));
     }
 }

@@ -75,7 +75,10 @@ pub struct WaitingPod {
     pub pod: String,
     pub uid: String,
     pub node: Option<String>,
+    /// The pod's creation time: it has waited for a slot since then.
     pub created: Option<String>,
+    /// Whole seconds from `created` to when the report was made (null without `created`).
+    pub waiting_seconds: Option<i64>,
 }
 
 /// The counter of a Segment sequence, instead of slots.
@@ -239,10 +242,17 @@ impl Report for SlotsReport {
             let rows: Vec<Vec<String>> = self
                 .waiting
                 .iter()
-                .map(|w| vec![w.pod.clone(), dash(&w.node), ms_ago(now, &w.created)])
+                .map(|w| {
+                    vec![
+                        w.pod.clone(),
+                        dash(&w.node),
+                        dash(&w.created),
+                        w.waiting_seconds.map_or_else(|| "-".to_string(), age),
+                    ]
+                })
                 .collect();
             out.push_str("\nWaiting for a slot:\n");
-            out.push_str(&table(&["POD", "NODE", "AGE"], &rows));
+            out.push_str(&table(&["POD", "NODE", "SINCE", "WAITING"], &rows));
         }
         out
     }
@@ -348,16 +358,19 @@ pub fn build(
         .filter(|p| !leaving(p))
         .filter_map(|p| {
             let uid = p.metadata.uid.as_deref()?;
+            let created_ms = p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond());
             (!holders.contains(uid)).then(|| WaitingPod {
                 pod: p.metadata.name.clone().unwrap_or_default(),
                 uid: uid.to_string(),
                 node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
-                created: p
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
+                created: created_ms
+                    .and_then(|ms| u64::try_from(ms).ok())
                     .map(rfc3339),
+                waiting_seconds: created_ms.map(|ms| (now_unix_ms - ms).max(0) / 1000),
             })
         })
         .collect();
@@ -589,6 +602,78 @@ mod tests {
         let text = r.table();
         assert!(text.contains("4 slots, 3 held, 1 pod waiting"), "{text}");
         assert!(text.contains("Waiting for a slot:"), "{text}");
+    }
+
+    #[test]
+    fn waiting_pods_are_listed_oldest_first_with_when_they_started_waiting_and_for_how_long() {
+        let p = params(1);
+        let created_at = |name: &str, uid: &str, ms: i64| {
+            let mut pod = pod(name, uid, Some("node-b"));
+            pod.metadata.creation_timestamp = Some(Time(
+                k8s_openapi::jiff::Timestamp::from_millisecond(ms).unwrap(),
+            ));
+            pod
+        };
+        let t0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+        let pods = [
+            pod("app-0", "u0", Some("node-a")),
+            pod("app-1", "u1", Some("node-a")),
+            created_at("app-3", "u3", t0 + 240_000),
+            created_at("app-2", "u2", t0),
+        ];
+        let leases = [
+            lease(0, Some(("u0", "app-0")), 0),
+            lease(1, Some(("u1", "app-1")), 0),
+        ];
+        let now = t0 + 300_000;
+        let r = build("orders", "shop", &p, &leases, &pods, false, now);
+        let waiting: Vec<(&str, Option<&str>, Option<i64>)> = r
+            .waiting
+            .iter()
+            .map(|w| (w.pod.as_str(), w.created.as_deref(), w.waiting_seconds))
+            .collect();
+        assert_eq!(
+            waiting,
+            vec![
+                ("app-2", Some("2026-01-01T00:00:00.000Z"), Some(300)),
+                ("app-3", Some("2026-01-01T00:04:00.000Z"), Some(60)),
+            ]
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["waiting"][0]["waitingSeconds"], 300, "{json}");
+
+        let text = r.table();
+        assert!(text.contains("2 slots, 2 held, 2 pods waiting"), "{text}");
+        let section = text
+            .split("Waiting for a slot:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no waiting section in:\n{text}"));
+        let rows: Vec<Vec<&str>> = section
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                vec!["POD", "NODE", "SINCE", "WAITING"],
+                vec!["app-2", "node-b", "2026-01-01T00:00:00.000Z", "5m"],
+                vec!["app-3", "node-b", "2026-01-01T00:04:00.000Z", "60s"],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_waiting_pod_created_after_the_report_by_its_clock_has_waited_zero_seconds() {
+        let r = build(
+            "orders",
+            "shop",
+            &params(1),
+            &[],
+            &[pod("app-0", "u0", None)],
+            false,
+            1_767_225_600_000 - 5_000,
+        );
+        assert_eq!(r.waiting[0].waiting_seconds, Some(0));
     }
 
     #[test]

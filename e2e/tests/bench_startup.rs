@@ -1,0 +1,1616 @@
+//! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
+//! the same pod (the node's pause image as the app) three ways, created N at once,
+//!
+//! - **plain**: the app container alone;
+//! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
+//!   `restartPolicy: Always`, no probes): what any native sidecar costs;
+//! - **kubeflake**: the `kubeflake.io/sequence` label, so the webhook injects the sidecar,
+//!   the operator assigns a slot Lease and the sidecar takes it;
+//!
+//! alternating (plain, idle sidecar, kubeflake, plain, ...) for a number of rounds, every
+//! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
+//! sources on this machine's one clock:
+//!
+//! - **a watch on the pods**: the local receive time of the first event that shows a stage
+//!   (the objects' own times have whole seconds only): scheduled (`spec.nodeName`),
+//!   sandbox ready (`PodReadyToStartContainers`), sidecar running, started
+//!   (`started=true`, after its postStart hook) and ready, app running, pod Ready. This is
+//!   when the API server learnt of it: the kubelet writes a pod's status in batches, so
+//!   several stages often arrive in one event, up to a second after they happened;
+//! - **the kernel**: the start of each container's first process and of the sandbox's,
+//!   from `/proc/<pid>/stat` and the pod's cgroup (10 ms resolution), read while the pods
+//!   run: when the kubelet actually started each container;
+//! - **the slot Lease** (kubeflake only, a watch on the sequence's Leases):
+//!   `spec.acquireTime` (the operator's clock when it wrote the assignment), the watch's
+//!   receive time of that write, and `spec.renewTime` of the sidecar's first write (the
+//!   fence it writes as soon as it has seen the Lease), both microseconds.
+//!
+//! Printed as markdown for docs/benchmarks.md: per N, each stage from "created" (the
+//! create call's return) and from the stage it follows (p50 / p99 / max), "kubeflake over
+//! idle sidecar" for created -> Ready, each round, host CPU per variant (`/proc/stat`,
+//! `/proc/<pid>/stat`), and the increase of the kubelet's own histograms (through the API
+//! server's node proxy) and the operator's (pod proxy) over each variant's rounds. Only
+//! that every pod became Ready (within 5 minutes a round) is asserted. Ignored by default:
+//!
+//!   cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture
+//!
+//! Settings (environment): `KUBEFLAKE_BENCH_PODS` (pods created at once, a comma list,
+//! default `20,100`), `KUBEFLAKE_BENCH_ROUNDS` (rounds per variant and size, default 3),
+//! `KUBEFLAKE_BENCH_WARMUP` (pods per variant started once before measuring, default 1;
+//! 0 skips), `KUBEFLAKE_BENCH_METRICS=0` (skip the kubelet and operator metrics),
+//! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
+//! lines).
+
+mod chart_support;
+mod node_support;
+mod operator_support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflake_crds::contract::SIDECAR_NAME;
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use kubeflake_e2e::node::{NODE_NAME, PAUSE_IMAGE};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use node_support::helm_install;
+use operator_support::create_sequence;
+
+const RELEASE: &str = "startup";
+const RELEASE_NAMESPACE: &str = "kubeflake-startup";
+const SEQUENCE: &str = "startup";
+/// Label on every benchmark pod: its variant.
+const VARIANT_LABEL: &str = "kubeflake-bench/variant";
+const IDLE_SIDECAR: &str = "idle-sidecar";
+/// A round's pods must all be Ready within this.
+const READY_LIMIT: Duration = Duration::from_secs(300);
+/// A round's pods must all be gone within this after the delete.
+const GONE_LIMIT: Duration = Duration::from_secs(180);
+/// After the pods are Ready, how long to wait for the Lease watch to show every
+/// sidecar's first write (it is not asserted).
+const LEASE_GRACE: Duration = Duration::from_secs(10);
+/// Pause between rounds, once the pods are gone, so the node settles.
+const SETTLE: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Variant {
+    Plain,
+    Idle,
+    Kubeflake,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [Variant::Plain, Variant::Idle, Variant::Kubeflake];
+
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Idle => "idle",
+            Variant::Kubeflake => "kubeflake",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Idle => "idle sidecar",
+            Variant::Kubeflake => "kubeflake",
+        }
+    }
+
+    fn has_sidecar(self) -> bool {
+        self != Variant::Plain
+    }
+
+    /// The pod: the same app container in every variant.
+    fn pod(self, name: &str) -> Result<Pod> {
+        let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
+        if self == Variant::Kubeflake {
+            labels[SEQUENCE_LABEL] = serde_json::json!(SEQUENCE);
+        }
+        let mut spec = serde_json::json!({
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{"name": "app", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        });
+        if self == Variant::Idle {
+            spec["initContainers"] = serde_json::json!([{
+                "name": IDLE_SIDECAR, "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
+                "restartPolicy": "Always",
+            }]);
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        }))
+        .context("benchmark pod")
+    }
+}
+
+/// Wall-clock milliseconds (the Lease times are the operator's and sidecar's wall clocks,
+/// on this same machine).
+fn now_ms() -> f64 {
+    Utc::now().timestamp_micros() as f64 / 1000.0
+}
+
+fn micro_ms(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime) -> f64 {
+    t.0.as_microsecond() as f64 / 1000.0
+}
+
+/// What the watches saw of one pod: wall-clock ms of the first sight of each stage.
+#[derive(Clone, Debug, Default)]
+struct PodTimes {
+    sent: Option<f64>,
+    created: Option<f64>,
+    uid: Option<String>,
+    scheduled: Option<f64>,
+    sandbox: Option<f64>,
+    sidecar_running: Option<f64>,
+    sidecar_started: Option<f64>,
+    sidecar_ready: Option<f64>,
+    app_running: Option<f64>,
+    ready: Option<f64>,
+    /// Container name -> runtime ID (without `containerd://`), from the latest status.
+    container_ids: HashMap<String, String>,
+}
+
+/// What the Lease watch saw of one holder (pod UID).
+#[derive(Clone, Debug, Default)]
+struct LeaseTimes {
+    /// `spec.acquireTime`: the operator's clock when it wrote the assignment.
+    written: Option<f64>,
+    /// When the watch delivered the assignment.
+    written_seen: Option<f64>,
+    /// `spec.renewTime` of the first write after the assignment: the sidecar's first
+    /// fence write, made as soon as it saw the Lease (its clock).
+    taken: Option<f64>,
+}
+
+#[derive(Default)]
+struct Recorder {
+    pods: HashMap<String, PodTimes>,
+    leases: HashMap<String, LeaseTimes>,
+    watch_restarts: usize,
+}
+
+type Shared = Arc<Mutex<Recorder>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Recorder> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn first(slot: &mut Option<f64>, seen: bool, at: f64) {
+    if seen && slot.is_none() {
+        *slot = Some(at);
+    }
+}
+
+fn observe_pod(times: &mut PodTimes, pod: &Pod, at: f64) {
+    let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+    let status = pod.status.as_ref();
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let condition = |kind: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == kind && c.status == "True")
+    };
+    first(
+        &mut times.scheduled,
+        spec_node.is_some() || condition("PodScheduled"),
+        at,
+    );
+    first(
+        &mut times.sandbox,
+        condition("PodReadyToStartContainers"),
+        at,
+    );
+    first(&mut times.ready, condition("Ready"), at);
+    let running = |s: &k8s_openapi::api::core::v1::ContainerStatus| {
+        s.state.as_ref().is_some_and(|st| st.running.is_some())
+    };
+    for s in status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|s| s.name == SIDECAR_NAME || s.name == IDLE_SIDECAR)
+    {
+        first(&mut times.sidecar_running, running(s), at);
+        first(&mut times.sidecar_started, s.started == Some(true), at);
+        first(&mut times.sidecar_ready, s.ready, at);
+    }
+    for s in status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|s| s.name == "app")
+    {
+        first(&mut times.app_running, running(s), at);
+    }
+    let all = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .chain(
+            status
+                .and_then(|s| s.container_statuses.as_deref())
+                .unwrap_or(&[]),
+        );
+    for s in all {
+        if let Some(id) = s.container_id.as_deref().filter(|id| !id.is_empty()) {
+            let id = id.rsplit_once("://").map_or(id, |(_, id)| id);
+            times.container_ids.insert(s.name.clone(), id.to_owned());
+        }
+    }
+}
+
+/// The start of each container's first process, by pod UID and container ID, from
+/// `/proc/<pid>/stat` (field 22, in clock ticks of CLOCK_BOOTTIME; 10 ms resolution) and
+/// `/proc/<pid>/cgroup` (the kubelet's cgroupfs path `.../pod<uid>/<container id>`), as
+/// wall-clock ms. The process of a runc container is forked by `runc create`, which
+/// containerd's CRI runs inside StartContainer, just before the start: so this is when
+/// the kubelet started the container, whatever the pod's status says later. The sandbox is
+/// the pod's cgroup member that is none of its containers.
+fn container_process_starts() -> HashMap<(String, String), f64> {
+    let mut real = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut boot = real;
+    // SAFETY: valid pointers to timespec values owned here.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut real);
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut boot);
+    }
+    let ms = |t: &libc::timespec| t.tv_sec as f64 * 1000.0 + t.tv_nsec as f64 / 1e6;
+    let offset = ms(&real) - ms(&boot);
+    let hz = clock_ticks();
+    let mut out: HashMap<(String, String), f64> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        let Some((uid, container)) = cgroup.lines().find_map(|line| {
+            let path = line.splitn(3, ':').nth(2)?;
+            let mut parts = path.split('/').skip_while(|c| !c.starts_with("pod"));
+            let uid = parts.next()?.strip_prefix("pod")?.replace('_', "-");
+            let container = parts.next()?.to_owned();
+            Some((uid, container))
+        }) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(close) = text.rfind(')') else {
+            continue;
+        };
+        let Some(start) = text[close + 1..]
+            .split_whitespace()
+            .nth(22 - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let at = start as f64 / hz * 1000.0 + offset;
+        let slot = out.entry((uid, container)).or_insert(at);
+        *slot = slot.min(at);
+    }
+    out
+}
+
+fn observe_lease(recorder: &mut Recorder, lease: &Lease, at: f64) {
+    let Some(spec) = lease.spec.as_ref() else {
+        return;
+    };
+    let Some(holder) = spec.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
+        return;
+    };
+    let Some(acquired) = spec.acquire_time.as_ref().map(micro_ms) else {
+        return;
+    };
+    let times = recorder.leases.entry(holder.to_owned()).or_default();
+    if times.written.is_none() {
+        times.written = Some(acquired);
+        times.written_seen = Some(at);
+    }
+    if let Some(renewed) = spec.renew_time.as_ref().map(micro_ms)
+        && renewed > acquired
+        && times.taken.is_none()
+    {
+        times.taken = Some(renewed);
+    }
+}
+
+/// Watches `api` (from a fresh list) until aborted, handing every object to `seen` with
+/// its receive time. Resumes from the last resourceVersion when a watch ends; re-lists
+/// on 410 Gone (versions in between are then missed, and counted).
+fn spawn_watch<K>(
+    api: Api<K>,
+    params: WatchParams,
+    shared: Shared,
+    seen: fn(&mut Recorder, &K, f64),
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    tokio::spawn(async move {
+        let mut from = String::new();
+        // Bounded: a watch lasts up to 280 s, a benchmark run some hours at most.
+        for _ in 0..100_000 {
+            if from.is_empty() {
+                match api.list_metadata(&ListParams::default().limit(1)).await {
+                    Ok(list) => from = list.metadata.resource_version.unwrap_or_default(),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                }
+            }
+            let Ok(stream) = api.watch(&params, &from).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let mut stream = stream.boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                let at = now_ms();
+                let object = match event {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => o,
+                    WatchEvent::Bookmark(b) => {
+                        from = b.metadata.resource_version;
+                        continue;
+                    }
+                    WatchEvent::Error(e) => {
+                        if e.code == 410 {
+                            from.clear();
+                        }
+                        lock(&shared).watch_restarts += 1;
+                        break;
+                    }
+                };
+                if let Some(rv) = object.meta().resource_version.clone() {
+                    from = rv;
+                }
+                seen(&mut lock(&shared), &object, at);
+            }
+        }
+    })
+}
+
+/// One pod's stages, in wall-clock ms.
+#[derive(Clone, Debug)]
+struct Timeline {
+    sent: f64,
+    created: f64,
+    scheduled: Option<f64>,
+    sandbox_process: Option<f64>,
+    sandbox: Option<f64>,
+    sidecar_process: Option<f64>,
+    sidecar_running: Option<f64>,
+    app_process: Option<f64>,
+    slot_written: Option<f64>,
+    slot_seen: Option<f64>,
+    slot_taken: Option<f64>,
+    sidecar_started: Option<f64>,
+    sidecar_ready: Option<f64>,
+    app_running: Option<f64>,
+    ready: Option<f64>,
+}
+
+impl Timeline {
+    /// One JSON line: every stage in ms from "created" (null when not seen).
+    fn json(&self, variant: Variant, n: usize, tag: &str) -> serde_json::Value {
+        let mut line = serde_json::json!({
+            "variant": variant.label(), "pods": n, "round": tag,
+            "created_unix_ms": self.created,
+        });
+        for stage in stages() {
+            let key = stage.name.to_owned();
+            line[key] = serde_json::json!((stage.at)(self).map(|at| {
+                let from = if stage.from_name == "sent" {
+                    self.sent
+                } else {
+                    self.created
+                };
+                ((at - from) * 1000.0).round() / 1000.0
+            }));
+        }
+        line
+    }
+}
+
+type At = fn(&Timeline) -> Option<f64>;
+
+/// A row of the tables: when a stage was first seen, and the stage its step is timed
+/// from.
+struct Stage {
+    name: &'static str,
+    at: At,
+    from_name: &'static str,
+    from: At,
+    sidecar_only: bool,
+    kubeflake_only: bool,
+}
+
+fn stages() -> Vec<Stage> {
+    vec![
+        Stage {
+            name: "create call (sent -> returned)",
+            at: |t| Some(t.created),
+            from_name: "sent",
+            from: |t| Some(t.sent),
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "scheduled (watch: `spec.nodeName`)",
+            at: |t| t.scheduled,
+            from_name: "created",
+            from: |t| Some(t.created),
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "sandbox process started (/proc)",
+            at: |t| t.sandbox_process,
+            from_name: "scheduled",
+            from: |t| t.scheduled,
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "sandbox ready (watch: `PodReadyToStartContainers`)",
+            at: |t| t.sandbox,
+            from_name: "sandbox process started",
+            from: |t| t.sandbox_process,
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "sidecar process started (/proc)",
+            at: |t| t.sidecar_process,
+            from_name: "sandbox process started",
+            from: |t| t.sandbox_process,
+            sidecar_only: true,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "sidecar running (watch)",
+            at: |t| t.sidecar_running,
+            from_name: "sidecar process started",
+            from: |t| t.sidecar_process,
+            sidecar_only: true,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "slot: Lease written by the operator (`acquireTime`)",
+            at: |t| t.slot_written,
+            from_name: "created",
+            from: |t| Some(t.created),
+            sidecar_only: true,
+            kubeflake_only: true,
+        },
+        Stage {
+            name: "slot: Lease write seen (watch)",
+            at: |t| t.slot_seen,
+            from_name: "Lease written",
+            from: |t| t.slot_written,
+            sidecar_only: true,
+            kubeflake_only: true,
+        },
+        Stage {
+            name: "slot: sidecar's first Lease write (`renewTime`)",
+            at: |t| t.slot_taken,
+            from_name: "the later of sidecar process started and Lease written",
+            from: |t| Some(t.sidecar_process?.max(t.slot_written?)),
+            sidecar_only: true,
+            kubeflake_only: true,
+        },
+        Stage {
+            name: "sidecar started (watch: `started=true`)",
+            at: |t| t.sidecar_started,
+            from_name: "sidecar running",
+            from: |t| t.sidecar_running,
+            sidecar_only: true,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "sidecar ready (watch: `ready=true`)",
+            at: |t| t.sidecar_ready,
+            from_name: "sidecar started",
+            from: |t| t.sidecar_started,
+            sidecar_only: true,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "app process started (/proc)",
+            at: |t| t.app_process,
+            from_name: "kubeflake: sidecar's first Lease write; idle: sidecar process started; plain: sandbox process started",
+            from: |t| t.slot_taken.or(t.sidecar_process).or(t.sandbox_process),
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "app running (watch)",
+            at: |t| t.app_running,
+            from_name: "app process started",
+            from: |t| t.app_process,
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+        Stage {
+            name: "pod Ready (watch)",
+            at: |t| t.ready,
+            from_name: "app running",
+            from: |t| t.app_running,
+            sidecar_only: false,
+            kubeflake_only: false,
+        },
+    ]
+}
+
+impl Stage {
+    fn applies(&self, variant: Variant) -> bool {
+        (!self.sidecar_only || variant.has_sidecar())
+            && (!self.kubeflake_only || variant == Variant::Kubeflake)
+    }
+}
+
+/// Nearest-rank quantile of sorted values.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let n = sorted.len();
+    sorted[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]
+}
+
+/// p50, p99 and max, or None without values.
+fn summary(mut values: Vec<f64>) -> Option<(f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some((
+        quantile(&values, 0.5),
+        quantile(&values, 0.99),
+        quantile(&values, 1.0),
+    ))
+}
+
+/// "p50 / p99 / max" in seconds, with "(k of n)" when some pods lack the stage.
+fn cell(values: Vec<f64>, pods: usize) -> String {
+    let k = values.len();
+    match summary(values) {
+        None => "-".to_owned(),
+        Some((p50, p99, max)) => {
+            let mut s = format!(
+                "{:.2} / {:.2} / {:.2}",
+                p50 / 1000.0,
+                p99 / 1000.0,
+                max / 1000.0
+            );
+            if k < pods {
+                s.push_str(&format!(" ({k} of {pods})"));
+            }
+            s
+        }
+    }
+}
+
+/// CPU use of the whole machine and of each process (by command name) over a window.
+struct CpuSnapshot {
+    stat: Vec<u64>,
+    procs: HashMap<(u32, u64), (String, u64)>,
+}
+
+fn cpu_snapshot() -> CpuSnapshot {
+    let stat = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines().next().map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .filter_map(|v| v.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    let mut procs = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else {
+                continue;
+            };
+            let comm = text[open + 1..close].to_owned();
+            let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+            // Fields 14 (utime), 15 (stime) and 22 (starttime); `rest` starts at field 3.
+            let field = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+            if let (Some(utime), Some(stime), Some(start)) = (field(14), field(15), field(22)) {
+                procs.insert((pid, start), (comm, utime + stime));
+            }
+        }
+    }
+    CpuSnapshot { stat, procs }
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+/// CPU used over some windows, summed.
+#[derive(Default, Clone)]
+struct CpuUse {
+    wall_s: f64,
+    busy_ticks: u64,
+    iowait_ticks: u64,
+    total_ticks: u64,
+    /// CPU seconds by command name, of processes alive at the end of a window.
+    by_name: BTreeMap<String, f64>,
+    load1_max: f64,
+}
+
+fn process_group(comm: &str) -> String {
+    if comm.starts_with("bench_startup") {
+        "this test".to_owned()
+    } else {
+        comm.to_owned()
+    }
+}
+
+impl CpuUse {
+    fn add(&mut self, before: &CpuSnapshot, after: &CpuSnapshot, wall: Duration) {
+        let d = |i: usize| {
+            after
+                .stat
+                .get(i)
+                .unwrap_or(&0)
+                .saturating_sub(*before.stat.get(i).unwrap_or(&0))
+        };
+        // user nice system idle iowait irq softirq steal
+        let total: u64 = (0..8).map(d).sum();
+        let idle = d(3) + d(4);
+        self.total_ticks += total;
+        self.busy_ticks += total.saturating_sub(idle);
+        self.iowait_ticks += d(4);
+        self.wall_s += wall.as_secs_f64();
+        let hz = clock_ticks();
+        for (key, (comm, ticks)) in &after.procs {
+            let earlier = before.procs.get(key).map_or(0, |(_, t)| *t);
+            let used = ticks.saturating_sub(earlier);
+            if used > 0 {
+                *self.by_name.entry(process_group(comm)).or_default() += used as f64 / hz;
+            }
+        }
+        let load1 = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+            .unwrap_or(0.0);
+        self.load1_max = self.load1_max.max(load1);
+    }
+
+    fn row(&self, title: &str) -> String {
+        let hz = clock_ticks();
+        let pct = |ticks: u64| {
+            if self.total_ticks == 0 {
+                0.0
+            } else {
+                100.0 * ticks as f64 / self.total_ticks as f64
+            }
+        };
+        let busy_s = self.busy_ticks as f64 / hz;
+        let attributed: f64 = self.by_name.values().sum();
+        let mut top: Vec<(&String, &f64)> = self.by_name.iter().collect();
+        top.sort_by(|a, b| b.1.total_cmp(a.1));
+        let mut parts: Vec<String> = top
+            .iter()
+            .take(8)
+            .map(|(name, s)| format!("{name} {s:.1}"))
+            .collect();
+        parts.push(format!(
+            "exited or other {:.1}",
+            (busy_s - attributed).max(0.0)
+        ));
+        format!(
+            "| {title} | {:.1} | {busy_s:.1} | {:.0} % | {:.0} % | {:.2} | {} |",
+            self.wall_s,
+            pct(self.busy_ticks),
+            pct(self.iowait_ticks),
+            self.load1_max,
+            parts.join(", ")
+        )
+    }
+}
+
+/// One series of a Prometheus histogram (or a counter: `count` only).
+#[derive(Clone, Debug, Default)]
+struct Series {
+    histogram: bool,
+    /// (le, cumulative count), in the order given.
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+    count: f64,
+}
+
+/// (metric, labels without `le`) -> series.
+type MetricMap = BTreeMap<(String, String), Series>;
+
+/// Histograms and counters the tables show. Kubelet runtime operations: only these kinds.
+const KUBELET_METRICS: &[&str] = &[
+    "kubelet_pod_start_sli_duration_seconds",
+    "kubelet_pod_start_duration_seconds",
+    "kubelet_pod_start_total_duration_seconds",
+    "kubelet_pod_worker_start_duration_seconds",
+    "kubelet_pod_worker_duration_seconds",
+    "kubelet_pod_status_sync_duration_seconds",
+    "kubelet_pleg_relist_duration_seconds",
+    "kubelet_pleg_relist_interval_seconds",
+    "kubelet_run_podsandbox_duration_seconds",
+    "kubelet_runtime_operations_duration_seconds",
+    "rest_client_rate_limiter_duration_seconds",
+    "rest_client_requests_total",
+];
+const RUNTIME_OPERATIONS: &[&str] = &[
+    "run_podsandbox",
+    "create_container",
+    "start_container",
+    "exec_sync",
+    "podsandbox_status",
+    "container_status",
+];
+const OPERATOR_METRICS: &[&str] = &[
+    "kubeflake_operator_pod_to_slot_seconds",
+    "kubeflake_webhook_duration_seconds",
+    "kubeflake_operator_reconcile_duration_seconds",
+    "kubeflake_operator_slot_assignments_total",
+    "kubeflake_operator_passes_deferred_total",
+    "kubeflake_operator_write_conflicts_total",
+    "kubeflake_webhook_requests_total",
+];
+
+/// `k="v"` pairs of a label set (values with `\"` escapes).
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
+            chars.next();
+        }
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        if chars.next() != Some('"') {
+            break;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(e) = chars.next() {
+                        value.push(e);
+                    }
+                }
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim().to_owned(), value));
+    }
+    out
+}
+
+fn parse_metrics(text: &str, names: &[&str]) -> MetricMap {
+    let mut out = MetricMap::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (name, labels, rest) = match (line.find('{'), line.rfind('}')) {
+            (Some(open), Some(close)) if open < close => (
+                &line[..open],
+                parse_labels(&line[open + 1..close]),
+                &line[close + 1..],
+            ),
+            _ => match line.split_once(' ') {
+                Some((name, rest)) => (name, Vec::new(), rest),
+                None => continue,
+            },
+        };
+        let Some(value) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let (base, part) = if let Some(b) = name.strip_suffix("_bucket") {
+            (b, "bucket")
+        } else if let Some(b) = name.strip_suffix("_sum") {
+            (b, "sum")
+        } else if let Some(b) = name.strip_suffix("_count") {
+            (b, "count")
+        } else {
+            (name, "counter")
+        };
+        if !names.contains(&base) {
+            continue;
+        }
+        if base == "kubelet_runtime_operations_duration_seconds"
+            && !labels
+                .iter()
+                .any(|(k, v)| k == "operation_type" && RUNTIME_OPERATIONS.contains(&v.as_str()))
+        {
+            continue;
+        }
+        let le = labels
+            .iter()
+            .find(|(k, _)| k == "le")
+            .map(|(_, v)| v.clone());
+        let mut kept: Vec<(String, String)> =
+            labels.into_iter().filter(|(k, _)| k != "le").collect();
+        kept.sort();
+        let key_labels = kept
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let series = out.entry((base.to_owned(), key_labels)).or_default();
+        match part {
+            "bucket" => {
+                series.histogram = true;
+                let le = match le.as_deref() {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(v) => v.parse().unwrap_or(f64::INFINITY),
+                    None => f64::INFINITY,
+                };
+                series.buckets.push((le, value));
+            }
+            "sum" => {
+                series.histogram = true;
+                series.sum = value;
+            }
+            _ => series.count = value,
+        }
+    }
+    out
+}
+
+/// `after - before`, series by series (counters that went down count from zero).
+fn metrics_delta(before: &MetricMap, after: &MetricMap) -> MetricMap {
+    let mut out = MetricMap::new();
+    for (key, a) in after {
+        let b = before.get(key).cloned().unwrap_or_default();
+        let reset = a.count < b.count;
+        let minus = |x: f64, y: f64| if reset { x } else { x - y };
+        let buckets = a
+            .buckets
+            .iter()
+            .map(|(le, v)| {
+                let was = b
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0.0, |(_, v)| *v);
+                (*le, minus(*v, was))
+            })
+            .collect();
+        out.insert(
+            key.clone(),
+            Series {
+                histogram: a.histogram,
+                buckets,
+                sum: minus(a.sum, b.sum),
+                count: minus(a.count, b.count),
+            },
+        );
+    }
+    out
+}
+
+fn metrics_add(acc: &mut MetricMap, delta: &MetricMap) {
+    for (key, d) in delta {
+        let s = acc.entry(key.clone()).or_default();
+        s.histogram |= d.histogram;
+        s.sum += d.sum;
+        s.count += d.count;
+        for (le, v) in &d.buckets {
+            match s.buckets.iter_mut().find(|(l, _)| l == le) {
+                Some((_, have)) => *have += v,
+                None => s.buckets.push((*le, *v)),
+            }
+        }
+    }
+}
+
+/// The upper bound of the bucket that holds quantile `q` ("<= 0.5", "> 10").
+fn bucket_quantile(s: &Series, q: f64) -> String {
+    let mut buckets = s.buckets.clone();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let want = q * s.count;
+    let mut last_finite = 0.0;
+    for (le, cumulative) in &buckets {
+        if *cumulative >= want && *cumulative > 0.0 {
+            if le.is_finite() {
+                return format!("<= {le}");
+            }
+            return format!("> {last_finite}");
+        }
+        if le.is_finite() {
+            last_finite = *le;
+        }
+    }
+    "-".to_owned()
+}
+
+/// The metrics text of `path` (through the API server), or None if it cannot be read.
+async fn scrape(client: &Client, path: &str) -> Option<String> {
+    let request = http::Request::get(path).body(Vec::new()).ok()?;
+    tokio::time::timeout(Duration::from_secs(20), client.request_text(request))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// The kubelet's metrics (through the API server's node proxy) and the summed metrics of
+/// every operator replica (through the pod proxy).
+async fn scrape_all(client: &Client) -> (MetricMap, MetricMap) {
+    let kubelet = scrape(client, &format!("/api/v1/nodes/{NODE_NAME}/proxy/metrics"))
+        .await
+        .map(|t| parse_metrics(&t, KUBELET_METRICS))
+        .unwrap_or_default();
+    let mut operator = MetricMap::new();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    if let Ok(list) = pods.list(&ListParams::default()).await {
+        for pod in list.items {
+            let path = format!(
+                "/api/v1/namespaces/{RELEASE_NAMESPACE}/pods/{}:8080/proxy/metrics",
+                pod.name_any()
+            );
+            if let Some(text) = scrape(client, &path).await {
+                metrics_add(&mut operator, &parse_metrics(&text, OPERATOR_METRICS));
+            }
+        }
+    }
+    (kubelet, operator)
+}
+
+/// What one variant's rounds gave, for one N.
+#[derive(Default)]
+struct Results {
+    pods: Vec<Timeline>,
+    cpu: CpuUse,
+    kubelet: MetricMap,
+    operator: MetricMap,
+    /// created -> Ready: (round, p50, p99, max) in ms, and the round's span
+    /// (first create sent -> last Ready).
+    rounds: Vec<(usize, f64, f64, f64, f64)>,
+}
+
+struct Bench {
+    cluster: &'static Cluster,
+    ns: TestNamespace,
+    shared: Shared,
+    metrics: bool,
+}
+
+impl Bench {
+    /// Creates `n` pods of `variant` at once, waits until all are Ready, records their
+    /// stages, then deletes them and waits until they are gone.
+    async fn round(
+        &self,
+        variant: Variant,
+        n: usize,
+        tag: &str,
+        results: Option<&mut Results>,
+    ) -> Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.ns.client.clone(), &self.ns.name);
+        let names: Vec<String> = (0..n)
+            .map(|i| format!("{}-{tag}-{i}", variant.label()))
+            .collect();
+        let (kubelet_before, operator_before) = if self.metrics && results.is_some() {
+            scrape_all(&self.ns.client).await
+        } else {
+            Default::default()
+        };
+        let cpu_before = cpu_snapshot();
+        let started = Instant::now();
+        {
+            let mut r = lock(&self.shared);
+            for name in &names {
+                r.pods.insert(name.clone(), PodTimes::default());
+            }
+        }
+        let created = futures::future::join_all(names.iter().map(|name| {
+            let pods = pods.clone();
+            let shared = self.shared.clone();
+            async move {
+                let pod = variant.pod(name)?;
+                lock(&shared).pods.get_mut(name).context("recorded")?.sent = Some(now_ms());
+                let made = pods
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("create {name}"))?;
+                let at = now_ms();
+                let mut r = lock(&shared);
+                let times = r.pods.get_mut(name).context("recorded")?;
+                times.created = Some(at);
+                times.uid = made.metadata.uid.clone();
+                anyhow::Ok(())
+            }
+        }))
+        .await;
+        for c in created {
+            c?;
+        }
+
+        // Every pod Ready, polled every 100 ms, bounded.
+        let deadline = Instant::now() + READY_LIMIT;
+        loop {
+            let waiting: Vec<String> = {
+                let r = lock(&self.shared);
+                names
+                    .iter()
+                    .filter(|n| r.pods.get(*n).is_none_or(|t| t.ready.is_none()))
+                    .cloned()
+                    .collect()
+            };
+            if waiting.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let listing = self
+                    .cluster
+                    .kubectl(&["get", "pods", "-n", &self.ns.name, "-o", "wide"])
+                    .await?;
+                let events = self
+                    .cluster
+                    .kubectl(&[
+                        "get",
+                        "events",
+                        "-n",
+                        &self.ns.name,
+                        "--sort-by=.lastTimestamp",
+                    ])
+                    .await?;
+                bail!(
+                    "{} of {n} {} pods not Ready within {READY_LIMIT:?}: {:?}\npods:\n{}\nevents:\n{}",
+                    waiting.len(),
+                    variant.title(),
+                    waiting.iter().take(10).collect::<Vec<_>>(),
+                    listing.stdout,
+                    events.stdout
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let wall = started.elapsed();
+        let cpu_after = cpu_snapshot();
+        let (kubelet_after, operator_after) = if self.metrics && results.is_some() {
+            scrape_all(&self.ns.client).await
+        } else {
+            Default::default()
+        };
+        if variant == Variant::Kubeflake {
+            // The Lease watch may lag the pod watch a little: wait for the sidecars' first
+            // writes (not asserted; a pod without one shows as missing in the table).
+            let deadline = Instant::now() + LEASE_GRACE;
+            while Instant::now() < deadline {
+                let all = {
+                    let r = lock(&self.shared);
+                    names.iter().all(|n| {
+                        r.pods
+                            .get(n)
+                            .and_then(|t| t.uid.as_ref())
+                            .and_then(|uid| r.leases.get(uid))
+                            .is_some_and(|l| l.taken.is_some())
+                    })
+                };
+                if all {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+
+        // The container processes are alive now (every pod is Ready): their start times.
+        let processes = container_process_starts();
+        let timelines: Vec<Timeline> = {
+            let r = lock(&self.shared);
+            names
+                .iter()
+                .filter_map(|name| {
+                    let p = r.pods.get(name)?;
+                    let uid = p.uid.clone()?;
+                    let lease = r.leases.get(&uid);
+                    let of = |container: Option<&String>| {
+                        processes.get(&(uid.clone(), container?.clone())).copied()
+                    };
+                    let sandbox_process = processes
+                        .iter()
+                        .filter(|((u, id), _)| {
+                            *u == uid && !p.container_ids.values().any(|c| c == id)
+                        })
+                        .map(|(_, at)| *at)
+                        .min_by(f64::total_cmp);
+                    Some(Timeline {
+                        sent: p.sent?,
+                        created: p.created?,
+                        scheduled: p.scheduled,
+                        sandbox_process,
+                        sandbox: p.sandbox,
+                        sidecar_process: of(p
+                            .container_ids
+                            .get(SIDECAR_NAME)
+                            .or(p.container_ids.get(IDLE_SIDECAR))),
+                        sidecar_running: p.sidecar_running,
+                        app_process: of(p.container_ids.get("app")),
+                        slot_written: lease.and_then(|l| l.written),
+                        slot_seen: lease.and_then(|l| l.written_seen),
+                        slot_taken: lease.and_then(|l| l.taken),
+                        sidecar_started: p.sidecar_started,
+                        sidecar_ready: p.sidecar_ready,
+                        app_running: p.app_running,
+                        ready: p.ready,
+                    })
+                })
+                .collect()
+        };
+        let to_ready: Vec<f64> = timelines
+            .iter()
+            .filter_map(|t| Some(t.ready? - t.created))
+            .collect();
+        let first_sent = timelines.iter().map(|t| t.sent).fold(f64::MAX, f64::min);
+        let last_ready = timelines
+            .iter()
+            .filter_map(|t| t.ready)
+            .fold(f64::MIN, f64::max);
+        let span = last_ready - first_sent;
+        let (p50, p99, max) = summary(to_ready).unwrap_or_default();
+        println!(
+            "round {tag:>10} {:>12}: {n} pods, created -> Ready p50 {:.2} s, p99 {:.2} s, max {:.2} s; first sent -> last Ready {:.2} s",
+            variant.title(),
+            p50 / 1000.0,
+            p99 / 1000.0,
+            max / 1000.0,
+            span / 1000.0
+        );
+
+        // Delete and wait until gone (bounded), then let the node settle.
+        let selector = format!("{VARIANT_LABEL}={}", variant.label());
+        pods.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&selector),
+        )
+        .await
+        .context("delete the round's pods")?;
+        let deadline = Instant::now() + GONE_LIMIT;
+        loop {
+            let left = pods
+                .list_metadata(&ListParams::default().labels(VARIANT_LABEL))
+                .await?
+                .items
+                .len();
+            if left == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{left} benchmark pods still there {GONE_LIMIT:?} after the delete");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        {
+            let mut r = lock(&self.shared);
+            for name in &names {
+                r.pods.remove(name);
+            }
+        }
+        tokio::time::sleep(SETTLE).await;
+
+        if let Some(path) = std::env::var_os("KUBEFLAKE_BENCH_OUT")
+            && results.is_some()
+        {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("open {}", path.to_string_lossy()))?;
+            for t in &timelines {
+                writeln!(file, "{}", t.json(variant, n, tag))?;
+            }
+        }
+        if let Some(results) = results {
+            let round = results.rounds.len();
+            results.rounds.push((round, p50, p99, max, span));
+            results.pods.extend(timelines);
+            results.cpu.add(&cpu_before, &cpu_after, wall);
+            metrics_add(
+                &mut results.kubelet,
+                &metrics_delta(&kubelet_before, &kubelet_after),
+            );
+            metrics_add(
+                &mut results.operator,
+                &metrics_delta(&operator_before, &operator_after),
+            );
+        }
+        Ok(())
+    }
+}
+
+fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
+    match std::env::var(name) {
+        Err(_) => Ok(default.to_vec()),
+        Ok(text) => text
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .with_context(|| format!("{name}: not a number: {s:?}"))
+            })
+            .collect(),
+    }
+}
+
+fn env_number(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}: not a number: {text:?}")),
+    }
+}
+
+/// The markdown report for one N.
+fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(
+        &mut out,
+        format!(
+            "### {n} pods created at once, {rounds} round(s) per variant (variants alternating)\n"
+        ),
+    );
+    let header = |out: &mut String, first: &str| {
+        line(
+            out,
+            format!(
+                "| {first} | {} |",
+                Variant::ALL.map(Variant::title).join(" | ")
+            ),
+        );
+        line(out, "|---|---:|---:|---:|".to_owned());
+    };
+    line(
+        &mut out,
+        "From the create call's return to each stage's first sight, seconds, p50 / p99 / max:\n"
+            .to_owned(),
+    );
+    header(&mut out, "stage");
+    for stage in stages() {
+        let cells: Vec<String> = Variant::ALL
+            .iter()
+            .map(|v| {
+                if !stage.applies(*v) {
+                    return "".to_owned();
+                }
+                let pods = all.get(v).map_or(&[][..], |r| &r.pods[..]);
+                let values = pods
+                    .iter()
+                    .filter_map(|t| {
+                        let at = (stage.at)(t)?;
+                        let from = if stage.from_name == "sent" {
+                            t.sent
+                        } else {
+                            t.created
+                        };
+                        Some(at - from)
+                    })
+                    .collect();
+                cell(values, pods.len())
+            })
+            .collect();
+        line(
+            &mut out,
+            format!("| {} | {} |", stage.name, cells.join(" | ")),
+        );
+    }
+    line(
+        &mut out,
+        "\nEach stage from the one it follows (per pod, then p50 / p99 / max), seconds:\n"
+            .to_owned(),
+    );
+    header(&mut out, "step");
+    for stage in stages().into_iter().skip(1) {
+        let cells: Vec<String> = Variant::ALL
+            .iter()
+            .map(|v| {
+                if !stage.applies(*v) {
+                    return "".to_owned();
+                }
+                let pods = all.get(v).map_or(&[][..], |r| &r.pods[..]);
+                let values = pods
+                    .iter()
+                    .filter_map(|t| Some((stage.at)(t)? - (stage.from)(t)?))
+                    .collect();
+                cell(values, pods.len())
+            })
+            .collect();
+        line(
+            &mut out,
+            format!(
+                "| {} -> {} | {} |",
+                stage.from_name,
+                stage.name,
+                cells.join(" | ")
+            ),
+        );
+    }
+
+    let to_ready = |v: Variant| {
+        summary(
+            all.get(&v)
+                .map(|r| {
+                    r.pods
+                        .iter()
+                        .filter_map(|t| Some(t.ready? - t.created))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        )
+    };
+    line(
+        &mut out,
+        "\nCreated -> Ready, differences of the quantiles, seconds:\n".to_owned(),
+    );
+    line(&mut out, "| | p50 | p99 | max |".to_owned());
+    line(&mut out, "|---|---:|---:|---:|".to_owned());
+    for (title, a, b) in [
+        (
+            "kubeflake over idle sidecar",
+            Variant::Kubeflake,
+            Variant::Idle,
+        ),
+        ("idle sidecar over plain", Variant::Idle, Variant::Plain),
+        ("kubeflake over plain", Variant::Kubeflake, Variant::Plain),
+    ] {
+        if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
+            line(
+                &mut out,
+                format!(
+                    "| {title} | {:+.2} | {:+.2} | {:+.2} |",
+                    (a.0 - b.0) / 1000.0,
+                    (a.1 - b.1) / 1000.0,
+                    (a.2 - b.2) / 1000.0
+                ),
+            );
+        }
+    }
+
+    line(
+        &mut out,
+        "\nEach round, created -> Ready (p50 / p99 / max) and first create sent -> last Ready, seconds:\n"
+            .to_owned(),
+    );
+    header(&mut out, "round");
+    let most = all.values().map(|r| r.rounds.len()).max().unwrap_or(0);
+    for round in 0..most {
+        let cells: Vec<String> = Variant::ALL
+            .iter()
+            .map(|v| {
+                all.get(v).and_then(|r| r.rounds.get(round)).map_or(
+                    "-".to_owned(),
+                    |(_, p50, p99, max, span)| {
+                        format!(
+                            "{:.2} / {:.2} / {:.2}; {:.2}",
+                            p50 / 1000.0,
+                            p99 / 1000.0,
+                            max / 1000.0,
+                            span / 1000.0
+                        )
+                    },
+                )
+            })
+            .collect();
+        line(
+            &mut out,
+            format!("| {} | {} |", round + 1, cells.join(" | ")),
+        );
+    }
+
+    line(
+        &mut out,
+        "\nHost CPU from the first create to the last pod Ready, all rounds (2 cores; CPU seconds by process name, of processes alive at the end of each round):\n"
+            .to_owned(),
+    );
+    line(
+        &mut out,
+        "| variant | wall s | CPU s | busy | iowait | load1 max | CPU s by process |".to_owned(),
+    );
+    line(&mut out, "|---|---:|---:|---:|---:|---:|---|".to_owned());
+    for v in Variant::ALL {
+        if let Some(r) = all.get(&v) {
+            line(&mut out, r.cpu.row(v.title()));
+        }
+    }
+
+    let metric_rows = |out: &mut String, source: &str, pick: fn(&Results) -> &MetricMap| {
+        let mut keys: Vec<(String, String)> =
+            all.values().flat_map(|r| pick(r).keys().cloned()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut rows = Vec::new();
+        for key in keys {
+            for v in Variant::ALL {
+                let Some(s) = all.get(&v).and_then(|r| pick(r).get(&key)) else {
+                    continue;
+                };
+                if s.count < 0.5 {
+                    continue;
+                }
+                let labels = if key.1.is_empty() {
+                    String::new()
+                } else {
+                    format!("{{{}}}", key.1)
+                };
+                rows.push(if s.histogram {
+                    format!(
+                        "| {source} | `{}{labels}` | {} | {:.0} | {:.3} | {} | {} |",
+                        key.0,
+                        v.title(),
+                        s.count,
+                        s.sum / s.count,
+                        bucket_quantile(s, 0.5),
+                        bucket_quantile(s, 0.99)
+                    )
+                } else {
+                    format!(
+                        "| {source} | `{}{labels}` | {} | {:.0} | | | |",
+                        key.0,
+                        v.title(),
+                        s.count
+                    )
+                });
+            }
+        }
+        for row in rows {
+            line(out, row);
+        }
+    };
+    let any_metrics = all
+        .values()
+        .any(|r| !r.kubelet.is_empty() || !r.operator.is_empty());
+    if any_metrics {
+        line(
+            &mut out,
+            "\nThe kubelet's and the operator's own metrics over the same windows (increase; histograms: count, mean s, and the bucket bound that holds p50 / p99):\n"
+                .to_owned(),
+        );
+        line(
+            &mut out,
+            "| source | metric | variant | count | mean s | p50 | p99 |".to_owned(),
+        );
+        line(&mut out, "|---|---|---|---:|---:|---:|---:|".to_owned());
+        metric_rows(&mut out, "kubelet", |r| &r.kubelet);
+        metric_rows(&mut out, "operator", |r| &r.operator);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run it by hand (see the top of this file)"]
+async fn pod_startup_stages_plain_idle_sidecar_and_kubeflake() -> Result<()> {
+    let sizes = env_list("KUBEFLAKE_BENCH_PODS", &[20, 100])?;
+    let rounds = env_number("KUBEFLAKE_BENCH_ROUNDS", 3)?.max(1);
+    let warmup = env_number("KUBEFLAKE_BENCH_WARMUP", 1)?;
+    let metrics = std::env::var("KUBEFLAKE_BENCH_METRICS").as_deref() != Ok("0");
+
+    let cluster = Cluster::shared_with_node();
+    helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[]).await?;
+    let ns = cluster.namespace("bench-startup").await?;
+    // The default layout: 10 worker bits, 1024 slots.
+    create_sequence(&ns, SEQUENCE, serde_json::json!({})).await?;
+
+    let shared: Shared = Arc::default();
+    let pod_watch = spawn_watch(
+        Api::<Pod>::namespaced(ns.client.clone(), &ns.name),
+        WatchParams::default().labels(VARIANT_LABEL).timeout(280),
+        shared.clone(),
+        |r, pod: &Pod, at| {
+            if let Some(times) = r.pods.get_mut(&pod.name_any()) {
+                observe_pod(times, pod, at);
+            }
+        },
+    );
+    let lease_watch = spawn_watch(
+        Api::<Lease>::namespaced(ns.client.clone(), &ns.name),
+        WatchParams::default()
+            .labels(&format!("{SEQUENCE_LABEL}={SEQUENCE}"))
+            .timeout(280),
+        shared.clone(),
+        observe_lease,
+    );
+    let bench = Bench {
+        cluster,
+        ns,
+        shared: shared.clone(),
+        metrics,
+    };
+
+    let outcome = async {
+        // Watches established before the first pod (they list first).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if warmup > 0 {
+            for variant in Variant::ALL {
+                bench.round(variant, warmup, "warmup", None).await?;
+            }
+        }
+        let mut reports = Vec::new();
+        for &n in &sizes {
+            let mut all: BTreeMap<Variant, Results> = BTreeMap::new();
+            for round in 0..rounds {
+                for variant in Variant::ALL {
+                    let tag = format!("n{n}-r{}", round + 1);
+                    let results = all.entry(variant).or_default();
+                    bench.round(variant, n, &tag, Some(results)).await?;
+                }
+            }
+            reports.push(report(n, rounds, &all));
+        }
+        anyhow::Ok(reports)
+    }
+    .await;
+    pod_watch.abort();
+    lease_watch.abort();
+    let reports = outcome?;
+
+    println!(
+        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
+        sizes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    for r in reports {
+        println!("{r}");
+    }
+    let restarts = lock(&shared).watch_restarts;
+    if restarts > 0 {
+        println!(
+            "(the watches were restarted {restarts} time(s); stages in between may be seen late)"
+        );
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(bench.ns.client.clone());
+    let _ = namespaces
+        .delete(&bench.ns.name, &DeleteParams::default())
+        .await;
+    Ok(())
+}

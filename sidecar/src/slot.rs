@@ -55,6 +55,22 @@ fn holder_selector(sequence: &str, uid: &str) -> String {
     format!("{SEQUENCE_LABEL}={sequence},{HOLDER_LABEL}={uid}")
 }
 
+/// The slot lease of `sequence` that names `uid` as holder now, the lowest if several; one
+/// list call.
+pub async fn assigned_lease(
+    leases: &Api<Lease>,
+    sequence: &str,
+    uid: &str,
+) -> Result<Option<Lease>, SlotError> {
+    let mine = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(uid);
+    let listed = leases
+        .list(&ListParams::default().labels(&holder_selector(sequence, uid)))
+        .await?;
+    let mut held: Vec<Lease> = listed.items.into_iter().filter(|l| mine(l)).collect();
+    held.sort_by_key(|l| SlotLease::parse(l).map(|s| s.slot).ok());
+    Ok(held.into_iter().next())
+}
+
 /// Waits until a slot lease of `sequence` names `uid` as holder; returns the lowest such.
 pub async fn wait_for_assignment(
     leases: &Api<Lease>,
@@ -64,12 +80,7 @@ pub async fn wait_for_assignment(
     let selector = holder_selector(sequence, uid);
     let mine = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(uid);
     // Already assigned (a restarted container)? Take the lowest slot.
-    let listed = leases
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    let mut held: Vec<Lease> = listed.items.into_iter().filter(|l| mine(l)).collect();
-    held.sort_by_key(|l| SlotLease::parse(l).map(|s| s.slot).ok());
-    if let Some(lease) = held.into_iter().next() {
+    if let Some(lease) = assigned_lease(leases, sequence, uid).await? {
         return Ok(lease);
     }
     let stream = watcher(leases.clone(), watcher::Config::default().labels(&selector))

@@ -16,7 +16,7 @@ use super::holder::Acquire;
 use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
 use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
-use crate::slot::wait_for_assignment;
+use crate::slot::{assigned_lease, wait_for_assignment};
 use crate::state::{Serving, WaitReason};
 
 /// A pod that has waited this long for a slot gets a `WaitingForSlot` Warning Event (once
@@ -32,7 +32,15 @@ impl Ctx {
         if self.stopping() {
             return Ok(Lifecycle::Done(Ending::Unheld(unheld)));
         }
-        let Some((params, segment)) = self.read_sequence().await else {
+        // The operator usually writes a pod's slot lease before the pod's sidecar runs, so
+        // the sequence and the lease are read at once: the sidecar (and with it the app,
+        // which its postStart hook holds) is ready one API round trip sooner.
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        let (sequence, assigned) = tokio::join!(
+            self.read_sequence(),
+            assigned_lease(&leases, &self.config.sequence, &self.config.pod.uid)
+        );
+        let Some((params, segment)) = sequence else {
             return Ok(Lifecycle::Waiting(unheld));
         };
         if let Some(segment) = segment {
@@ -41,8 +49,16 @@ impl Ctx {
                 None => Lifecycle::Done(Ending::Unheld(unheld)),
             });
         }
-        let Some(lease) = self.wait_for_slot().await else {
-            return Ok(Lifecycle::Waiting(unheld));
+        let assigned = assigned.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "could not list this pod's slot lease; watching for it");
+            None
+        });
+        let lease = match assigned {
+            Some(lease) => lease,
+            None => match self.wait_for_slot().await {
+                Some(lease) => lease,
+                None => return Ok(Lifecycle::Waiting(unheld)),
+            },
         };
         match self.acquire(unheld, &params, lease).await {
             Ok(held) => Ok(Lifecycle::Holding(held)),

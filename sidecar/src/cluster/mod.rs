@@ -81,6 +81,15 @@ pub enum ClusterError {
     /// restarts the container, which starts above its fence (docs/safety.md rules 4, 6).
     #[error(transparent)]
     Renewer(#[from] RenewerError),
+    /// While waiting (holding nothing), the API server refused this pod's token: the pod
+    /// was deleted. The kubelet cannot stop a pod whose postStart hook still runs, so the
+    /// process ends, which ends the hook (docs/install.md, "How a labelled pod starts").
+    #[error(
+        "the API server no longer accepts this pod's service account token ({0}) while the \
+         sidecar waits for a slot: the pod was deleted (or its service account was); \
+         exiting, so that the kubelet can finish the pod. Nothing was issued, nothing is held"
+    )]
+    TokenRefused(String),
 }
 
 impl ClusterError {
@@ -88,7 +97,7 @@ impl ClusterError {
     /// while running.
     pub fn exit_code(&self) -> i32 {
         match self {
-            ClusterError::Renewer(_) => 1,
+            ClusterError::Renewer(_) | ClusterError::TokenRefused(_) => 1,
             _ => 2,
         }
     }

@@ -25,6 +25,18 @@ use crate::state::{Serving, WaitReason};
 /// still working through records none.
 pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 
+/// After [`SLOT_WAIT_EVENT_AFTER`], a waiting sidecar reads its sequence this often. A 401
+/// answer means the API server no longer accepts this pod's token: the pod was deleted (a
+/// pod-bound token is invalid a minute after the pod's deletion time, at once when the pod
+/// object is gone). The kubelet cannot stop a pod whose postStart hook still runs, so the
+/// sidecar exits instead, which ends the hook and lets the kubelet finish the deletion.
+pub const WAITING_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether the API server refused this pod's credentials (see [`WAITING_CHECK_EVERY`]).
+fn token_refused(e: &kube::Error) -> bool {
+    kubeflake_runtime::kube_error::status_code(e) == Some(401)
+}
+
 impl Ctx {
     /// One round of waiting: ends holding a slot, serving a segment, still waiting (to be
     /// called again), or done when shutdown began.
@@ -40,7 +52,7 @@ impl Ctx {
             self.read_sequence(),
             assigned_lease(&leases, &self.config.sequence, &self.config.pod.uid)
         );
-        let Some((params, segment)) = sequence else {
+        let Some((params, segment)) = sequence? else {
             return Ok(Lifecycle::Waiting(unheld));
         };
         if let Some(segment) = segment {
@@ -55,7 +67,7 @@ impl Ctx {
         });
         let lease = match assigned {
             Some(lease) => lease,
-            None => match self.wait_for_slot().await {
+            None => match self.wait_for_slot().await? {
                 Some(lease) => lease,
                 None => return Ok(Lifecycle::Waiting(unheld)),
             },
@@ -73,28 +85,36 @@ impl Ctx {
         }
     }
 
-    async fn read_sequence(&self) -> Option<(SequenceParams, Option<SegmentParams>)> {
+    #[allow(clippy::type_complexity)]
+    async fn read_sequence(
+        &self,
+    ) -> Result<Option<(SequenceParams, Option<SegmentParams>)>, ClusterError> {
         let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let name = &self.config.sequence;
         let problem = match api.get_opt(name).await {
             Ok(Some(seq)) => match (seq.spec.params(), seq.spec.segment_params()) {
-                (Ok(p), Ok(segment)) => return Some((p, segment)),
+                (Ok(p), Ok(segment)) => return Ok(Some((p, segment))),
                 (Err(e), _) | (_, Err(e)) => format!("IdSequence {name} is invalid: {e}"),
             },
             Ok(None) => format!(
                 "IdSequence {name} does not exist in namespace {}",
                 self.config.pod.namespace
             ),
+            Err(e) if token_refused(&e) => {
+                return Err(ClusterError::TokenRefused(e.to_string()));
+            }
             Err(e) => format!("cannot read IdSequence {name}: {e}"),
         };
         tracing::warn!(%problem, "waiting for the sequence");
         self.state
             .publish(Serving::Waiting(WaitReason::Sequence(problem)));
         self.pause(Duration::from_secs(2)).await;
-        None
+        Ok(None)
     }
 
-    async fn wait_for_slot(&self) -> Option<Lease> {
+    /// Waits for the operator to name this pod holder of a slot lease: `None` to try again
+    /// (or when shutdown began), an error when this pod's token was refused.
+    async fn wait_for_slot(&self) -> Result<Option<Lease>, ClusterError> {
         self.state
             .publish(Serving::Waiting(WaitReason::SlotAssignment {
                 sequence: self.config.sequence.clone(),
@@ -103,42 +123,53 @@ impl Ctx {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let assignment = wait_for_assignment(&leases, &self.config.sequence, &self.config.pod.uid);
         tokio::pin!(assignment);
-        let tell = tokio::time::sleep(SLOT_WAIT_EVENT_AFTER);
-        tokio::pin!(tell);
+        let check = tokio::time::sleep(SLOT_WAIT_EVENT_AFTER);
+        tokio::pin!(check);
         let mut told = false;
         loop {
             tokio::select! {
                 found = &mut assignment => return match found {
-                    Ok(lease) => Some(lease),
+                    Ok(lease) => Ok(Some(lease)),
                     Err(e) => {
                         tracing::warn!(error = %e, "waiting for a slot failed; retrying");
                         self.pause(Duration::from_secs(1)).await;
-                        None
+                        Ok(None)
                     }
                 },
-                () = &mut tell, if !told => {
-                    told = true;
-                    self.tell_waiting_for_slot().await;
+                () = &mut check => {
+                    let seq = self.sequence_while_waiting().await?;
+                    if !told {
+                        told = true;
+                        self.tell_waiting_for_slot(seq.as_ref());
+                    }
+                    check.as_mut().reset(tokio::time::Instant::now() + WAITING_CHECK_EVERY);
                 }
-                () = self.stopped() => return None,
+                () = self.stopped() => return Ok(None),
+            }
+        }
+    }
+
+    /// The sequence, read again while waiting; an error only when this pod's token was
+    /// refused (see [`WAITING_CHECK_EVERY`]).
+    async fn sequence_while_waiting(&self) -> Result<Option<IdSequence>, ClusterError> {
+        let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
+        match api.get_opt(&self.config.sequence).await {
+            Ok(seq) => Ok(seq),
+            Err(e) if token_refused(&e) => Err(ClusterError::TokenRefused(e.to_string())),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the sequence while waiting for a slot");
+                Ok(None)
             }
         }
     }
 
     /// Records why this pod still has no slot on the pod (a Warning Event) and in the log.
-    async fn tell_waiting_for_slot(&self) {
-        let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
-        let exhausted = match api.get_opt(&self.config.sequence).await {
-            Ok(seq) => seq.and_then(|seq| {
-                condition(seq.status.as_ref(), ConditionType::Exhausted)
-                    .filter(|c| c.status == "True")
-                    .map(|c| c.message.clone())
-            }),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the sequence's conditions");
-                None
-            }
-        };
+    fn tell_waiting_for_slot(&self, seq: Option<&IdSequence>) {
+        let exhausted = seq.and_then(|seq| {
+            condition(seq.status.as_ref(), ConditionType::Exhausted)
+                .filter(|c| c.status == "True")
+                .map(|c| c.message.clone())
+        });
         let note = waiting_for_slot_note(
             &self.config.sequence,
             SLOT_WAIT_EVENT_AFTER,

@@ -275,3 +275,76 @@ async fn a_dead_local_fence_renewal_stops_the_generator_and_ends_with_an_exit_er
     assert!(generator.is_stopped());
     assert_eq!(ctx.state.load().phase(), Phase::Stopping);
 }
+
+/// A fake API server for a pod that waits: the sequence exists, no lease names the pod, and
+/// from `refuse_after` GETs of the sequence on, the pod's token is refused (401), as the
+/// API server does a minute after a pod's deletion time.
+fn waiting_api(refuse_after: u64) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let gets = Arc::new(AtomicU64::new(0));
+    fake_api::client(move |method, path, _| {
+        if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
+            if gets.fetch_add(1, Ordering::SeqCst) >= refuse_after {
+                return fake_api::status(401, "Unauthorized");
+            }
+            let seq = serde_json::json!({
+                "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+                "metadata": {"name": "orders", "namespace": "ns"}, "spec": {}
+            });
+            return (200, seq);
+        }
+        if path.contains("watch=true") {
+            // Nothing ever names the pod.
+            return fake_api::status(500, "InternalError");
+        }
+        (
+            200,
+            serde_json::json!({"apiVersion": "v1", "kind": "LeaseList", "metadata": {"resourceVersion": "1"}, "items": []}),
+        )
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_sidecar_whose_pod_token_is_refused_exits_so_the_kubelet_can_delete_the_held_pod()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (client, seen) = waiting_api(2);
+    let (ctx, events) = ctx(client, Arc::new(ManualClock::at_millis(NOW_MS)), Duration::from_secs(1));
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(600),
+        ctx.hold(Lifecycle::Waiting(Unheld { file, found })),
+    )
+    .await
+    .expect("the wait ends by itself");
+    match outcome {
+        Err(e @ ClusterError::TokenRefused(_)) => {
+            assert_eq!(e.exit_code(), 1);
+            assert!(e.to_string().contains("the pod was deleted"), "{e}");
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("the wait ended without an error"),
+    }
+    assert_eq!(
+        events.0.lock().unwrap().as_slice(),
+        ["WaitingForSlot"],
+        "told once why it waits, before the token was refused"
+    );
+    let gets = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.method == "GET" && s.path.starts_with("/apis/kubeflake.io/"))
+        .count();
+    assert_eq!(gets, 3, "the start, the 10 s check, then the refused check 5 s later");
+}
+
+#[tokio::test]
+async fn a_sidecar_whose_token_is_refused_before_it_read_its_sequence_exits_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _) = waiting_api(0);
+    let (ctx, events) = ctx(client, Arc::new(ManualClock::at_millis(NOW_MS)), Duration::from_secs(1));
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    let outcome = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await;
+    assert!(matches!(outcome, Err(ClusterError::TokenRefused(_))));
+    assert!(events.0.lock().unwrap().is_empty());
+}

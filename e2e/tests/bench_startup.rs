@@ -40,6 +40,12 @@
 //! 0 skips), `KUBEFLAKE_BENCH_METRICS=0` (skip the kubelet and operator metrics),
 //! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
 //! lines).
+//!
+//! One file although long: it is one benchmark, run by hand, and the pod watch, the Lease
+//! watch, the /proc readings, the metrics scrapes and the report all describe the same
+//! rounds. Top to bottom: the variants' pods; what the watches and /proc see; the stages
+//! (one table row each); statistics; host CPU; the kubelet's and operator's metrics; one
+//! round; the markdown report; the test itself.
 
 mod chart_support;
 mod node_support;
@@ -62,6 +68,9 @@ use kubeflake_e2e::node::{NODE_NAME, PAUSE_IMAGE};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::helm_install;
 use operator_support::create_sequence;
+
+// ---------------------------------------------------------------------------------------
+// The variants' pods
 
 const RELEASE: &str = "startup";
 const RELEASE_NAMESPACE: &str = "kubeflake-startup";
@@ -132,6 +141,9 @@ impl Variant {
         .context("benchmark pod")
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// What the watches and /proc see
 
 /// Wall-clock milliseconds (the Lease times are the operator's and sidecar's wall clocks,
 /// on this same machine).
@@ -214,9 +226,13 @@ fn observe_pod(times: &mut PodTimes, pod: &Pod, at: f64) {
     let running = |s: &k8s_openapi::api::core::v1::ContainerStatus| {
         s.state.as_ref().is_some_and(|st| st.running.is_some())
     };
-    for s in status
+    let init = status
         .and_then(|s| s.init_container_statuses.as_deref())
-        .unwrap_or(&[])
+        .unwrap_or(&[]);
+    let main = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
+    for s in init
         .iter()
         .filter(|s| s.name == SIDECAR_NAME || s.name == IDLE_SIDECAR)
     {
@@ -224,29 +240,58 @@ fn observe_pod(times: &mut PodTimes, pod: &Pod, at: f64) {
         first(&mut times.sidecar_started, s.started == Some(true), at);
         first(&mut times.sidecar_ready, s.ready, at);
     }
-    for s in status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[])
-        .iter()
-        .filter(|s| s.name == "app")
-    {
+    for s in main.iter().filter(|s| s.name == "app") {
         first(&mut times.app_running, running(s), at);
     }
-    let all = status
-        .and_then(|s| s.init_container_statuses.as_deref())
-        .unwrap_or(&[])
-        .iter()
-        .chain(
-            status
-                .and_then(|s| s.container_statuses.as_deref())
-                .unwrap_or(&[]),
-        );
-    for s in all {
+    for s in init.iter().chain(main) {
         if let Some(id) = s.container_id.as_deref().filter(|id| !id.is_empty()) {
             let id = id.rsplit_once("://").map_or(id, |(_, id)| id);
             times.container_ids.insert(s.name.clone(), id.to_owned());
         }
     }
+}
+
+/// The IDs of the processes alive now, from `/proc`.
+fn pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
+        .collect()
+}
+
+/// `/proc/<pid>/stat`: the command name and the fields after it.
+struct ProcStat {
+    comm: String,
+    /// Fields 3 onwards, as text.
+    rest: Vec<String>,
+}
+
+impl ProcStat {
+    fn read(pid: u32) -> Option<ProcStat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (open, close) = (text.find('(')?, text.rfind(')')?);
+        Some(ProcStat {
+            comm: text[open + 1..close].to_owned(),
+            rest: text[close + 1..]
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        })
+    }
+
+    /// Field `n` (numbered from 1, as in proc(5); 3 or more) as a number.
+    fn field(&self, n: usize) -> Option<u64> {
+        self.rest.get(n - 3)?.parse().ok()
+    }
+}
+
+/// Clock ticks per second (`/proc` times are in these).
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
 }
 
 /// The start of each container's first process, by pod UID and container ID, from
@@ -271,13 +316,7 @@ fn container_process_starts() -> HashMap<(String, String), f64> {
     let offset = ms(&real) - ms(&boot);
     let hz = clock_ticks();
     let mut out: HashMap<(String, String), f64> = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
             continue;
         };
@@ -290,17 +329,7 @@ fn container_process_starts() -> HashMap<(String, String), f64> {
         }) else {
             continue;
         };
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(close) = text.rfind(')') else {
-            continue;
-        };
-        let Some(start) = text[close + 1..]
-            .split_whitespace()
-            .nth(22 - 3)
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
+        let Some(start) = ProcStat::read(pid).and_then(|stat| stat.field(22)) else {
             continue;
         };
         let at = start as f64 / hz * 1000.0 + offset;
@@ -393,6 +422,9 @@ where
     })
 }
 
+// ---------------------------------------------------------------------------------------
+// The stages
+
 /// One pod's stages, in wall-clock ms.
 #[derive(Clone, Debug)]
 struct Timeline {
@@ -414,28 +446,50 @@ struct Timeline {
 }
 
 impl Timeline {
+    /// created -> Ready, ms.
+    fn to_ready(&self) -> Option<f64> {
+        Some(self.ready? - self.created)
+    }
+
     /// One JSON line: every stage in ms from "created" (null when not seen).
     fn json(&self, variant: Variant, n: usize, tag: &str) -> serde_json::Value {
         let mut line = serde_json::json!({
             "variant": variant.label(), "pods": n, "round": tag,
             "created_unix_ms": self.created,
         });
-        for stage in stages() {
-            let key = stage.name.to_owned();
-            line[key] = serde_json::json!((stage.at)(self).map(|at| {
-                let from = if stage.from_name == "sent" {
-                    self.sent
-                } else {
-                    self.created
-                };
-                ((at - from) * 1000.0).round() / 1000.0
-            }));
+        for stage in STAGES {
+            line[stage.name] = serde_json::json!(
+                stage
+                    .since_start(self)
+                    .map(|ms| (ms * 1000.0).round() / 1000.0)
+            );
         }
         line
     }
 }
 
 type At = fn(&Timeline) -> Option<f64>;
+
+/// The variants a stage is seen in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Applies {
+    /// Plain, idle sidecar and kubeflake.
+    Every,
+    /// Idle sidecar and kubeflake.
+    WithSidecar,
+    /// Kubeflake alone (the slot Lease).
+    KubeflakeOnly,
+}
+
+impl Applies {
+    fn to(self, variant: Variant) -> bool {
+        match self {
+            Applies::Every => true,
+            Applies::WithSidecar => variant.has_sidecar(),
+            Applies::KubeflakeOnly => variant == Variant::Kubeflake,
+        }
+    }
+}
 
 /// A row of the tables: when a stage was first seen, and the stage its step is timed
 /// from.
@@ -444,133 +498,66 @@ struct Stage {
     at: At,
     from_name: &'static str,
     from: At,
-    sidecar_only: bool,
-    kubeflake_only: bool,
+    applies: Applies,
 }
 
-fn stages() -> Vec<Stage> {
-    vec![
-        Stage {
-            name: "create call (sent -> returned)",
-            at: |t| Some(t.created),
-            from_name: "sent",
-            from: |t| Some(t.sent),
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "scheduled (watch: `spec.nodeName`)",
-            at: |t| t.scheduled,
-            from_name: "created",
-            from: |t| Some(t.created),
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "sandbox process started (/proc)",
-            at: |t| t.sandbox_process,
-            from_name: "scheduled",
-            from: |t| t.scheduled,
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "sandbox ready (watch: `PodReadyToStartContainers`)",
-            at: |t| t.sandbox,
-            from_name: "sandbox process started",
-            from: |t| t.sandbox_process,
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "sidecar process started (/proc)",
-            at: |t| t.sidecar_process,
-            from_name: "sandbox process started",
-            from: |t| t.sandbox_process,
-            sidecar_only: true,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "sidecar running (watch)",
-            at: |t| t.sidecar_running,
-            from_name: "sidecar process started",
-            from: |t| t.sidecar_process,
-            sidecar_only: true,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "slot: Lease written by the operator (`acquireTime`)",
-            at: |t| t.slot_written,
-            from_name: "created",
-            from: |t| Some(t.created),
-            sidecar_only: true,
-            kubeflake_only: true,
-        },
-        Stage {
-            name: "slot: Lease write seen (watch)",
-            at: |t| t.slot_seen,
-            from_name: "Lease written",
-            from: |t| t.slot_written,
-            sidecar_only: true,
-            kubeflake_only: true,
-        },
-        Stage {
-            name: "slot: sidecar's first Lease write (`renewTime`)",
-            at: |t| t.slot_taken,
-            from_name: "the later of sidecar process started and Lease written",
-            from: |t| Some(t.sidecar_process?.max(t.slot_written?)),
-            sidecar_only: true,
-            kubeflake_only: true,
-        },
-        Stage {
-            name: "sidecar started (watch: `started=true`)",
-            at: |t| t.sidecar_started,
-            from_name: "sidecar running",
-            from: |t| t.sidecar_running,
-            sidecar_only: true,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "sidecar ready (watch: `ready=true`)",
-            at: |t| t.sidecar_ready,
-            from_name: "sidecar started",
-            from: |t| t.sidecar_started,
-            sidecar_only: true,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "app process started (/proc)",
-            at: |t| t.app_process,
-            from_name: "kubeflake: sidecar's first Lease write; idle: sidecar process started; plain: sandbox process started",
-            from: |t| t.slot_taken.or(t.sidecar_process).or(t.sandbox_process),
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "app running (watch)",
-            at: |t| t.app_running,
-            from_name: "app process started",
-            from: |t| t.app_process,
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-        Stage {
-            name: "pod Ready (watch)",
-            at: |t| t.ready,
-            from_name: "app running",
-            from: |t| t.app_running,
-            sidecar_only: false,
-            kubeflake_only: false,
-        },
-    ]
-}
-
-impl Stage {
-    fn applies(&self, variant: Variant) -> bool {
-        (!self.sidecar_only || variant.has_sidecar())
-            && (!self.kubeflake_only || variant == Variant::Kubeflake)
+const fn stage(
+    name: &'static str,
+    at: At,
+    from_name: &'static str,
+    from: At,
+    applies: Applies,
+) -> Stage {
+    Stage {
+        name,
+        at,
+        from_name,
+        from,
+        applies,
     }
 }
+
+/// Every stage, in the tables' order, one per line: name, when it was seen, the stage its
+/// step is timed from (name, when), the variants it is seen in. The first row is the create
+/// call itself, timed from its sending.
+#[rustfmt::skip]
+const STAGES: &[Stage] = &[
+    stage("create call (sent -> returned)", |t| Some(t.created), "sent", |t| Some(t.sent), Applies::Every),
+    stage("scheduled (watch: `spec.nodeName`)", |t| t.scheduled, "created", |t| Some(t.created), Applies::Every),
+    stage("sandbox process started (/proc)", |t| t.sandbox_process, "scheduled", |t| t.scheduled, Applies::Every),
+    stage("sandbox ready (watch: `PodReadyToStartContainers`)", |t| t.sandbox, "sandbox process started", |t| t.sandbox_process, Applies::Every),
+    stage("sidecar process started (/proc)", |t| t.sidecar_process, "sandbox process started", |t| t.sandbox_process, Applies::WithSidecar),
+    stage("sidecar running (watch)", |t| t.sidecar_running, "sidecar process started", |t| t.sidecar_process, Applies::WithSidecar),
+    stage("slot: Lease written by the operator (`acquireTime`)", |t| t.slot_written, "created", |t| Some(t.created), Applies::KubeflakeOnly),
+    stage("slot: Lease write seen (watch)", |t| t.slot_seen, "Lease written", |t| t.slot_written, Applies::KubeflakeOnly),
+    stage("slot: sidecar's first Lease write (`renewTime`)", |t| t.slot_taken, "the later of sidecar process started and Lease written", |t| Some(t.sidecar_process?.max(t.slot_written?)), Applies::KubeflakeOnly),
+    stage("sidecar started (watch: `started=true`)", |t| t.sidecar_started, "sidecar running", |t| t.sidecar_running, Applies::WithSidecar),
+    stage("sidecar ready (watch: `ready=true`)", |t| t.sidecar_ready, "sidecar started", |t| t.sidecar_started, Applies::WithSidecar),
+    stage("app process started (/proc)", |t| t.app_process, "kubeflake: sidecar's first Lease write; idle: sidecar process started; plain: sandbox process started", |t| t.slot_taken.or(t.sidecar_process).or(t.sandbox_process), Applies::Every),
+    stage("app running (watch)", |t| t.app_running, "app process started", |t| t.app_process, Applies::Every),
+    stage("pod Ready (watch)", |t| t.ready, "app running", |t| t.app_running, Applies::Every),
+];
+
+impl Stage {
+    /// ms to this stage from the create call's return (the first row: from its sending).
+    fn since_start(&self, t: &Timeline) -> Option<f64> {
+        let at = (self.at)(t)?;
+        let start = if self.from_name == "sent" {
+            t.sent
+        } else {
+            t.created
+        };
+        Some(at - start)
+    }
+
+    /// ms to this stage from the stage it follows.
+    fn step(&self, t: &Timeline) -> Option<f64> {
+        Some((self.at)(t)? - (self.from)(t)?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics
 
 /// Nearest-rank quantile of sorted values.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -591,18 +578,23 @@ fn summary(mut values: Vec<f64>) -> Option<(f64, f64, f64)> {
     ))
 }
 
+/// "p50 / p99 / max" of ms values, in seconds.
+fn seconds((p50, p99, max): (f64, f64, f64)) -> String {
+    format!(
+        "{:.2} / {:.2} / {:.2}",
+        p50 / 1000.0,
+        p99 / 1000.0,
+        max / 1000.0
+    )
+}
+
 /// "p50 / p99 / max" in seconds, with "(k of n)" when some pods lack the stage.
 fn cell(values: Vec<f64>, pods: usize) -> String {
     let k = values.len();
     match summary(values) {
         None => "-".to_owned(),
-        Some((p50, p99, max)) => {
-            let mut s = format!(
-                "{:.2} / {:.2} / {:.2}",
-                p50 / 1000.0,
-                p99 / 1000.0,
-                max / 1000.0
-            );
+        Some(quantiles) => {
+            let mut s = seconds(quantiles);
             if k < pods {
                 s.push_str(&format!(" ({k} of {pods})"));
             }
@@ -610,6 +602,9 @@ fn cell(values: Vec<f64>, pods: usize) -> String {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Host CPU
 
 /// CPU use of the whole machine and of each process (by command name) over a window.
 struct CpuSnapshot {
@@ -629,34 +624,16 @@ fn cpu_snapshot() -> CpuSnapshot {
             })
         })
         .unwrap_or_default();
-    let mut procs = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let (Some(open), Some(close)) = (text.find('('), text.rfind(')')) else {
-                continue;
-            };
-            let comm = text[open + 1..close].to_owned();
-            let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-            // Fields 14 (utime), 15 (stime) and 22 (starttime); `rest` starts at field 3.
-            let field = |n: usize| rest.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-            if let (Some(utime), Some(stime), Some(start)) = (field(14), field(15), field(22)) {
-                procs.insert((pid, start), (comm, utime + stime));
-            }
-        }
-    }
+    let procs = pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = ProcStat::read(pid)?;
+            // Fields 14 (utime), 15 (stime) and 22 (starttime).
+            let (utime, stime, start) = (stat.field(14)?, stat.field(15)?, stat.field(22)?);
+            Some(((pid, start), (stat.comm, utime + stime)))
+        })
+        .collect();
     CpuSnapshot { stat, procs }
-}
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
 }
 
 /// CPU used over some windows, summed.
@@ -742,6 +719,9 @@ impl CpuUse {
         )
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The kubelet's and the operator's metrics
 
 /// One series of a Prometheus histogram (or a counter: `count` only).
 #[derive(Clone, Debug, Default)]
@@ -996,6 +976,9 @@ async fn scrape_all(client: &Client) -> (MetricMap, MetricMap) {
     (kubelet, operator)
 }
 
+// ---------------------------------------------------------------------------------------
+// One round
+
 /// What one variant's rounds gave, for one N.
 #[derive(Default)]
 struct Results {
@@ -1016,6 +999,16 @@ struct Bench {
 }
 
 impl Bench {
+    /// The kubelet's and the operators' metrics now, for a measured round (none when
+    /// `KUBEFLAKE_BENCH_METRICS=0`).
+    async fn metrics_now(&self, measured: bool) -> (MetricMap, MetricMap) {
+        if self.metrics && measured {
+            scrape_all(&self.ns.client).await
+        } else {
+            Default::default()
+        }
+    }
+
     /// Creates `n` pods of `variant` at once, waits until all are Ready, records their
     /// stages, then deletes them and waits until they are gone.
     async fn round(
@@ -1029,11 +1022,7 @@ impl Bench {
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
-        let (kubelet_before, operator_before) = if self.metrics && results.is_some() {
-            scrape_all(&self.ns.client).await
-        } else {
-            Default::default()
-        };
+        let (kubelet_before, operator_before) = self.metrics_now(results.is_some()).await;
         let cpu_before = cpu_snapshot();
         let started = Instant::now();
         {
@@ -1107,11 +1096,7 @@ impl Bench {
         }
         let wall = started.elapsed();
         let cpu_after = cpu_snapshot();
-        let (kubelet_after, operator_after) = if self.metrics && results.is_some() {
-            scrape_all(&self.ns.client).await
-        } else {
-            Default::default()
-        };
+        let (kubelet_after, operator_after) = self.metrics_now(results.is_some()).await;
         if variant == Variant::Kubeflake {
             // The Lease watch may lag the pod watch a little: wait for the sidecars' first
             // writes (not asserted; a pod without one shows as missing in the table).
@@ -1177,10 +1162,7 @@ impl Bench {
                 })
                 .collect()
         };
-        let to_ready: Vec<f64> = timelines
-            .iter()
-            .filter_map(|t| Some(t.ready? - t.created))
-            .collect();
+        let to_ready: Vec<f64> = timelines.iter().filter_map(Timeline::to_ready).collect();
         let first_sent = timelines.iter().map(|t| t.sent).fold(f64::MAX, f64::min);
         let last_ready = timelines
             .iter()
@@ -1259,138 +1241,82 @@ impl Bench {
     }
 }
 
-fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
-    match std::env::var(name) {
-        Err(_) => Ok(default.to_vec()),
-        Ok(text) => text
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim()
-                    .parse::<usize>()
-                    .with_context(|| format!("{name}: not a number: {s:?}"))
-            })
-            .collect(),
-    }
-}
-
-fn env_number(name: &str, default: usize) -> Result<usize> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(text) => text
-            .trim()
-            .parse()
-            .with_context(|| format!("{name}: not a number: {text:?}")),
-    }
-}
+// ---------------------------------------------------------------------------------------
+// The report
 
 /// The markdown report for one N.
 fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, s: String| {
-        out.push_str(&s);
+    let line = |out: &mut String, s: &str| {
+        out.push_str(s);
         out.push('\n');
     };
     line(
         &mut out,
-        format!(
+        &format!(
             "### {n} pods created at once, {rounds} round(s) per variant (variants alternating)\n"
         ),
     );
     let header = |out: &mut String, first: &str| {
         line(
             out,
-            format!(
+            &format!(
                 "| {first} | {} |",
                 Variant::ALL.map(Variant::title).join(" | ")
             ),
         );
-        line(out, "|---|---:|---:|---:|".to_owned());
+        line(out, "|---|---:|---:|---:|");
+    };
+    // A stage's cells, one per variant: `value` of each pod, p50 / p99 / max.
+    let stage_cells = |stage: &Stage, value: fn(&Stage, &Timeline) -> Option<f64>| {
+        Variant::ALL
+            .iter()
+            .map(|v| {
+                if !stage.applies.to(*v) {
+                    return String::new();
+                }
+                let pods = all.get(v).map_or(&[][..], |r| &r.pods[..]);
+                let values = pods.iter().filter_map(|t| value(stage, t)).collect();
+                cell(values, pods.len())
+            })
+            .collect::<Vec<_>>()
+            .join(" | ")
     };
     line(
         &mut out,
-        "From the create call's return to each stage's first sight, seconds, p50 / p99 / max:\n"
-            .to_owned(),
+        "From the create call's return to each stage's first sight, seconds, p50 / p99 / max:\n",
     );
     header(&mut out, "stage");
-    for stage in stages() {
-        let cells: Vec<String> = Variant::ALL
-            .iter()
-            .map(|v| {
-                if !stage.applies(*v) {
-                    return "".to_owned();
-                }
-                let pods = all.get(v).map_or(&[][..], |r| &r.pods[..]);
-                let values = pods
-                    .iter()
-                    .filter_map(|t| {
-                        let at = (stage.at)(t)?;
-                        let from = if stage.from_name == "sent" {
-                            t.sent
-                        } else {
-                            t.created
-                        };
-                        Some(at - from)
-                    })
-                    .collect();
-                cell(values, pods.len())
-            })
-            .collect();
-        line(
-            &mut out,
-            format!("| {} | {} |", stage.name, cells.join(" | ")),
-        );
+    for stage in STAGES {
+        let cells = stage_cells(stage, Stage::since_start);
+        line(&mut out, &format!("| {} | {cells} |", stage.name));
     }
     line(
         &mut out,
-        "\nEach stage from the one it follows (per pod, then p50 / p99 / max), seconds:\n"
-            .to_owned(),
+        "\nEach stage from the one it follows (per pod, then p50 / p99 / max), seconds:\n",
     );
     header(&mut out, "step");
-    for stage in stages().into_iter().skip(1) {
-        let cells: Vec<String> = Variant::ALL
-            .iter()
-            .map(|v| {
-                if !stage.applies(*v) {
-                    return "".to_owned();
-                }
-                let pods = all.get(v).map_or(&[][..], |r| &r.pods[..]);
-                let values = pods
-                    .iter()
-                    .filter_map(|t| Some((stage.at)(t)? - (stage.from)(t)?))
-                    .collect();
-                cell(values, pods.len())
-            })
-            .collect();
+    for stage in &STAGES[1..] {
+        let cells = stage_cells(stage, Stage::step);
         line(
             &mut out,
-            format!(
-                "| {} -> {} | {} |",
-                stage.from_name,
-                stage.name,
-                cells.join(" | ")
-            ),
+            &format!("| {} -> {} | {cells} |", stage.from_name, stage.name),
         );
     }
 
     let to_ready = |v: Variant| {
         summary(
             all.get(&v)
-                .map(|r| {
-                    r.pods
-                        .iter()
-                        .filter_map(|t| Some(t.ready? - t.created))
-                        .collect()
-                })
+                .map(|r| r.pods.iter().filter_map(Timeline::to_ready).collect())
                 .unwrap_or_default(),
         )
     };
     line(
         &mut out,
-        "\nCreated -> Ready, differences of the quantiles, seconds:\n".to_owned(),
+        "\nCreated -> Ready, differences of the quantiles, seconds:\n",
     );
-    line(&mut out, "| | p50 | p99 | max |".to_owned());
-    line(&mut out, "|---|---:|---:|---:|".to_owned());
+    line(&mut out, "| | p50 | p99 | max |");
+    line(&mut out, "|---|---:|---:|---:|");
     for (title, a, b) in [
         (
             "kubeflake over idle sidecar",
@@ -1403,7 +1329,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
             line(
                 &mut out,
-                format!(
+                &format!(
                     "| {title} | {:+.2} | {:+.2} | {:+.2} |",
                     (a.0 - b.0) / 1000.0,
                     (a.1 - b.1) / 1000.0,
@@ -1415,8 +1341,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
 
     line(
         &mut out,
-        "\nEach round, created -> Ready (p50 / p99 / max) and first create sent -> last Ready, seconds:\n"
-            .to_owned(),
+        "\nEach round, created -> Ready (p50 / p99 / max) and first create sent -> last Ready, seconds:\n",
     );
     header(&mut out, "round");
     let most = all.values().map(|r| r.rounds.len()).max().unwrap_or(0);
@@ -1426,37 +1351,30 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             .map(|v| {
                 all.get(v).and_then(|r| r.rounds.get(round)).map_or(
                     "-".to_owned(),
-                    |(_, p50, p99, max, span)| {
-                        format!(
-                            "{:.2} / {:.2} / {:.2}; {:.2}",
-                            p50 / 1000.0,
-                            p99 / 1000.0,
-                            max / 1000.0,
-                            span / 1000.0
-                        )
+                    |&(_, p50, p99, max, span)| {
+                        format!("{}; {:.2}", seconds((p50, p99, max)), span / 1000.0)
                     },
                 )
             })
             .collect();
         line(
             &mut out,
-            format!("| {} | {} |", round + 1, cells.join(" | ")),
+            &format!("| {} | {} |", round + 1, cells.join(" | ")),
         );
     }
 
     line(
         &mut out,
-        "\nHost CPU from the first create to the last pod Ready, all rounds (2 cores; CPU seconds by process name, of processes alive at the end of each round):\n"
-            .to_owned(),
+        "\nHost CPU from the first create to the last pod Ready, all rounds (2 cores; CPU seconds by process name, of processes alive at the end of each round):\n",
     );
     line(
         &mut out,
-        "| variant | wall s | CPU s | busy | iowait | load1 max | CPU s by process |".to_owned(),
+        "| variant | wall s | CPU s | busy | iowait | load1 max | CPU s by process |",
     );
-    line(&mut out, "|---|---:|---:|---:|---:|---:|---|".to_owned());
+    line(&mut out, "|---|---:|---:|---:|---:|---:|---|");
     for v in Variant::ALL {
         if let Some(r) = all.get(&v) {
-            line(&mut out, r.cpu.row(v.title()));
+            line(&mut out, &r.cpu.row(v.title()));
         }
     }
 
@@ -1500,7 +1418,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             }
         }
         for row in rows {
-            line(out, row);
+            line(out, &row);
         }
     };
     let any_metrics = all
@@ -1509,18 +1427,45 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
     if any_metrics {
         line(
             &mut out,
-            "\nThe kubelet's and the operator's own metrics over the same windows (increase; histograms: count, mean s, and the bucket bound that holds p50 / p99):\n"
-                .to_owned(),
+            "\nThe kubelet's and the operator's own metrics over the same windows (increase; histograms: count, mean s, and the bucket bound that holds p50 / p99):\n",
         );
         line(
             &mut out,
-            "| source | metric | variant | count | mean s | p50 | p99 |".to_owned(),
+            "| source | metric | variant | count | mean s | p50 | p99 |",
         );
-        line(&mut out, "|---|---|---|---:|---:|---:|---:|".to_owned());
+        line(&mut out, "|---|---|---|---:|---:|---:|---:|");
         metric_rows(&mut out, "kubelet", |r| &r.kubelet);
         metric_rows(&mut out, "operator", |r| &r.operator);
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------
+// The test
+
+fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
+    match std::env::var(name) {
+        Err(_) => Ok(default.to_vec()),
+        Ok(text) => text
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .with_context(|| format!("{name}: not a number: {s:?}"))
+            })
+            .collect(),
+    }
+}
+
+fn env_number(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}: not a number: {text:?}")),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

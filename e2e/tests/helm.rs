@@ -169,6 +169,63 @@ async fn a_service_monitor_without_the_metrics_service_is_refused_with_the_reaso
     Ok(())
 }
 
+/// The rendered objects of `kind`, as YAML documents.
+fn rendered_of_kind(yaml: &str, kind: &str) -> Vec<String> {
+    yaml.split("\n---")
+        .filter(|doc| doc.lines().any(|l| l == format!("kind: {kind}")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_operator_budget_never_blocks_a_drain_and_lets_unhealthy_replicas_go() -> Result<()> {
+    let cluster = Cluster::shared();
+    let default = template(cluster, &[]).await?;
+    assert!(default.success(), "{}", default.stderr);
+    let budgets = rendered_of_kind(&default.stdout, "PodDisruptionBudget");
+    assert_eq!(budgets.len(), 1, "two replicas keep one: {budgets:?}");
+    assert!(
+        budgets[0].contains("unhealthyPodEvictionPolicy: AlwaysAllow"),
+        "a replica that never became ready must not stall a drain: {}",
+        budgets[0]
+    );
+    // One replica with minAvailable 1 would block every drain: no budget at all.
+    let single = template(cluster, &["--set", "operator.replicas=1"]).await?;
+    assert!(single.success(), "{}", single.stderr);
+    assert!(
+        rendered_of_kind(&single.stdout, "PodDisruptionBudget").is_empty(),
+        "{}",
+        single.stdout
+    );
+    let three = template(
+        cluster,
+        &[
+            "--set",
+            "operator.replicas=3,operator.podDisruptionBudget.minAvailable=2",
+        ],
+    )
+    .await?;
+    assert_eq!(
+        rendered_of_kind(&three.stdout, "PodDisruptionBudget").len(),
+        1
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_helm_test_pod_mounts_no_service_account_token_it_never_uses() -> Result<()> {
+    let out = template(Cluster::shared(), &[]).await?;
+    assert!(out.success(), "{}", out.stderr);
+    let pods = rendered_of_kind(&out.stdout, "Pod");
+    assert_eq!(pods.len(), 1, "the helm test pod: {pods:?}");
+    assert!(
+        pods[0].contains("automountServiceAccountToken: false"),
+        "{}",
+        pods[0]
+    );
+    Ok(())
+}
+
 /// A CRD that accepts any object of a kind, so the server can validate the metadata of
 /// objects whose real CRDs (cert-manager, Prometheus operator) are not installed here.
 fn open_crd(group: &str, kind: &str, plural: &str) -> serde_json::Value {

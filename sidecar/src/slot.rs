@@ -55,41 +55,50 @@ fn holder_selector(sequence: &str, uid: &str) -> String {
     format!("{SEQUENCE_LABEL}={sequence},{HOLDER_LABEL}={uid}")
 }
 
-/// The slot lease of `sequence` that names `uid` as holder now, the lowest if several; one
-/// list call.
+/// Whether `lease` names `uid` as its holder.
+fn names_holder(lease: &Lease, uid: &str) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        == Some(uid)
+}
+
+/// The slot lease of `sequence` that names `uid` as holder now, the lowest if several (a
+/// restarted container takes the lowest); one list call.
 pub async fn assigned_lease(
     leases: &Api<Lease>,
     sequence: &str,
     uid: &str,
 ) -> Result<Option<Lease>, SlotError> {
-    let mine = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(uid);
     let listed = leases
         .list(&ListParams::default().labels(&holder_selector(sequence, uid)))
         .await?;
-    let mut held: Vec<Lease> = listed.items.into_iter().filter(|l| mine(l)).collect();
+    let mut held: Vec<Lease> = listed
+        .items
+        .into_iter()
+        .filter(|l| names_holder(l, uid))
+        .collect();
     held.sort_by_key(|l| SlotLease::parse(l).map(|s| s.slot).ok());
     Ok(held.into_iter().next())
 }
 
-/// Waits until a slot lease of `sequence` names `uid` as holder; returns the lowest such.
+/// Waits until a slot lease of `sequence` names `uid` as holder. Call it after
+/// [`assigned_lease`] found none: it only watches (the watch's own initial list still sees a
+/// lease written in between), so the lease is not listed twice.
 pub async fn wait_for_assignment(
     leases: &Api<Lease>,
     sequence: &str,
     uid: &str,
 ) -> Result<Lease, SlotError> {
     let selector = holder_selector(sequence, uid);
-    let mine = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(uid);
-    // Already assigned (a restarted container)? Take the lowest slot.
-    if let Some(lease) = assigned_lease(leases, sequence, uid).await? {
-        return Ok(lease);
-    }
     let stream = watcher(leases.clone(), watcher::Config::default().labels(&selector))
         .default_backoff()
         .applied_objects();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(lease) if mine(&lease) => return Ok(lease),
+            Ok(lease) if names_holder(&lease, uid) => return Ok(lease),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "lease watch error; retrying"),
         }

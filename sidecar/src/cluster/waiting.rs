@@ -37,6 +37,9 @@ fn token_refused(e: &kube::Error) -> bool {
     kubeflake_runtime::kube_error::status_code(e) == Some(401)
 }
 
+/// What the sequence says: its parameters, and its segment settings in Segment mode.
+type SequenceRead = (SequenceParams, Option<SegmentParams>);
+
 impl Ctx {
     /// One round of waiting: ends holding a slot, serving a segment, still waiting (to be
     /// called again), or done when shutdown began.
@@ -85,10 +88,7 @@ impl Ctx {
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    async fn read_sequence(
-        &self,
-    ) -> Result<Option<(SequenceParams, Option<SegmentParams>)>, ClusterError> {
+    async fn read_sequence(&self) -> Result<Option<SequenceRead>, ClusterError> {
         let api: Api<IdSequence> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let name = &self.config.sequence;
         let problem = match api.get_opt(name).await {

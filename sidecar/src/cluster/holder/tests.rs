@@ -308,7 +308,11 @@ async fn a_waiting_sidecar_whose_pod_token_is_refused_exits_so_the_kubelet_can_d
 {
     let dir = tempfile::tempdir().unwrap();
     let (client, seen) = waiting_api(2);
-    let (ctx, events) = ctx(client, Arc::new(ManualClock::at_millis(NOW_MS)), Duration::from_secs(1));
+    let (ctx, events) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
     let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
     let outcome = tokio::time::timeout(
         Duration::from_secs(600),
@@ -335,14 +339,21 @@ async fn a_waiting_sidecar_whose_pod_token_is_refused_exits_so_the_kubelet_can_d
         .iter()
         .filter(|s| s.method == "GET" && s.path.starts_with("/apis/kubeflake.io/"))
         .count();
-    assert_eq!(gets, 3, "the start, the 10 s check, then the refused check 5 s later");
+    assert_eq!(
+        gets, 3,
+        "the start, the 10 s check, then the refused check 5 s later"
+    );
 }
 
 #[tokio::test]
 async fn a_sidecar_whose_token_is_refused_before_it_read_its_sequence_exits_too() {
     let dir = tempfile::tempdir().unwrap();
     let (client, _) = waiting_api(0);
-    let (ctx, events) = ctx(client, Arc::new(ManualClock::at_millis(NOW_MS)), Duration::from_secs(1));
+    let (ctx, events) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
     let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
     let outcome = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await;
     assert!(matches!(outcome, Err(ClusterError::TokenRefused(_))));

@@ -129,6 +129,21 @@ impl Webhook {
                 tracing::error!(pod = ?pod.metadata.name, %message, "pod denied: patch not built");
                 return (allow.deny(message), "error");
             }
+            Decision::Complete { patch } => {
+                // A re-invocation after a later webhook added containers: they get the
+                // URL and the socket. Counted as "injected": the answer patches the pod.
+                return match patched(&allow, patch) {
+                    Ok(response) => {
+                        tracing::info!(
+                            namespace = request.namespace.as_deref(),
+                            pod = pod_name(pod),
+                            "containers added after the injection given the sidecar's URL and socket"
+                        );
+                        (response, "injected")
+                    }
+                    Err(message) => (allow.deny(message), "error"),
+                };
+            }
             Decision::Inject { sequence, patch } => (sequence, patch),
         };
         let namespace = request
@@ -152,35 +167,36 @@ impl Webhook {
                 return (allow.deny(message), "error");
             }
         }
-        let patch: json_patch::Patch = match serde_json::from_value(patch) {
-            Ok(p) => p,
-            Err(e) => {
-                return (
-                    allow.deny(format!("internal error building the patch: {e}")),
-                    "error",
-                );
+        match patched(&allow, patch) {
+            Ok(response) => {
+                tracing::info!(namespace, pod = pod_name(pod), sequence, "sidecar injected");
+                (response, "injected")
             }
-        };
-        match allow.clone().with_patch(patch) {
-            Ok(r) => {
-                tracing::info!(
-                    namespace,
-                    pod = pod
-                        .metadata
-                        .name
-                        .as_deref()
-                        .or(pod.metadata.generate_name.as_deref()),
-                    sequence,
-                    "sidecar injected"
-                );
-                (r, "injected")
-            }
-            Err(e) => (
-                allow.deny(format!("internal error encoding the patch: {e}")),
-                "error",
-            ),
+            Err(message) => (allow.deny(message), "error"),
         }
     }
+}
+
+/// The pod's name for logs: its generateName prefix while it has no name yet.
+fn pod_name(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .name
+        .as_deref()
+        .or(pod.metadata.generate_name.as_deref())
+}
+
+/// `allow` with `patch` applied; or, when the patch cannot be encoded (an operator bug),
+/// the message to deny the pod with.
+fn patched(
+    allow: &AdmissionResponse,
+    patch: serde_json::Value,
+) -> Result<AdmissionResponse, String> {
+    let patch: json_patch::Patch = serde_json::from_value(patch)
+        .map_err(|e| format!("internal error building the patch: {e}"))?;
+    allow
+        .clone()
+        .with_patch(patch)
+        .map_err(|e| format!("internal error encoding the patch: {e}"))
 }
 
 /// The TLS settings: HTTP/1.1 only, the certificate from `serving` on every handshake.

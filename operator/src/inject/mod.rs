@@ -5,8 +5,12 @@
 //! it starts before the app containers, keeps running beside them and stops after them,
 //! so the app can ask for IDs from its first line to its last.
 //!
-//! Injection is idempotent: a pod that already has the sidecar gets no patch, so a
-//! re-invoked webhook (`reinvocationPolicy: IfNeeded`) never injects twice.
+//! Injection is idempotent: a pod that already has the sidecar never gets a second one.
+//! The API server re-invokes the webhook (`reinvocationPolicy: IfNeeded`) when a later
+//! webhook changed the pod after our injection, typically by adding a container; that
+//! call gives each app container that lacks them the same `KUBEFLAKE_URL`,
+//! `KUBEFLAKE_SOCKET` and socket mount as the first call gave the others
+//! ([`Decision::Complete`]), and answers without a patch when every container has them.
 //!
 //! ## The app starts only once the sidecar can issue
 //!
@@ -25,7 +29,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
-    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, Probe, ResourceRequirements,
+    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
     SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -82,6 +86,11 @@ pub enum Decision {
     /// Admit with this JSON Patch (RFC 6902) applied, after checking that the sequence
     /// named by the label exists.
     Inject { sequence: String, patch: Value },
+    /// The sidecar is already in the pod (this is a re-invocation after a later webhook
+    /// changed the pod): admit with this JSON Patch, which gives the app containers added
+    /// since the URL, the socket path and the socket mount. The sequence was checked when
+    /// the sidecar was injected.
+    Complete { patch: Value },
 }
 
 /// Whether the app containers wait for the sidecar: the pod is held unless it says
@@ -141,15 +150,53 @@ pub fn decide(pod: &Pod, template: &SidecarTemplate) -> Decision {
              out of injection with the annotation {INJECT_ANNOTATION}: \"false\""
         ));
     }
+    if spec.host_network == Some(true) {
+        // In the node's network namespace 127.0.0.1 is the node's: the ID API would be
+        // open to every process on the node, and a second such pod on the node could not
+        // bind the same ports (its sidecar would never start).
+        return Decision::Deny(format!(
+            "the pod sets hostNetwork: true, but the kubeflake sidecar serves IDs on \
+             127.0.0.1:{port} and probes on port {probe}, which with hostNetwork are the \
+             node's: any process on the node could take IDs, and a second such pod on the \
+             node would fail to start. Remove hostNetwork: true, or opt out of injection \
+             with the annotation {INJECT_ANNOTATION}: \"false\" and run kubeflake-sidecar \
+             yourself with --listen and --probe-listen ports no other pod on the node uses \
+             (docs/install.md, \"hostNetwork pods\")",
+            port = template.port,
+            probe = template.probe_port,
+        ));
+    }
     let init = spec.init_containers.as_deref().unwrap_or_default();
     if init
         .iter()
         .chain(&spec.containers)
         .any(|c| c.name == SIDECAR_NAME)
     {
-        return Decision::Skip("sidecar already injected");
+        return complete(spec, template);
     }
     inject_or_fail(sequence, patch(pod, sequence, template))
+}
+
+/// The decision for a pod that already has the sidecar: the app containers that lack the
+/// URL, the socket path or the socket mount get them, as at injection.
+fn complete(spec: &PodSpec, template: &SidecarTemplate) -> Decision {
+    let volumes = spec.volumes.as_deref().unwrap_or_default();
+    if !volumes.iter().any(|v| v.name == SOCKET_VOLUME) {
+        // Not our injection (a sidecar written into the pod by hand, or by an operator
+        // older than the socket): mounting a volume the pod does not have would make the
+        // API server refuse the pod, so it is left as written.
+        return Decision::Skip(
+            "the pod already has a kubeflake-sidecar container but no kubeflake-socket \
+             volume: left as written",
+        );
+    }
+    match app_container_ops(spec, template) {
+        Ok(ops) if ops.is_empty() => Decision::Skip("sidecar already injected"),
+        Ok(ops) => Decision::Complete {
+            patch: Value::Array(ops),
+        },
+        Err(e) => Decision::Fail(e.to_string()),
+    }
 }
 
 /// The decision for a pod whose patch was built, or could not be.
@@ -218,6 +265,30 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
         has_volumes = true;
     }
 
+    if let Some(spec) = spec {
+        ops.extend(app_container_ops(spec, template)?);
+    }
+
+    let has_annotations = pod.metadata.annotations.is_some();
+    add_to(
+        &mut ops,
+        has_annotations,
+        "/metadata/annotations",
+        "kubeflake.io~1injected",
+        json!(env!("CARGO_PKG_VERSION")),
+    );
+    Ok(Value::Array(ops))
+}
+
+/// The operations that give every app container what it lacks of `KUBEFLAKE_URL`,
+/// `KUBEFLAKE_SOCKET` and the read-only socket mount; none when each has all three. The
+/// same at injection and on re-invocation, so a container added by a later webhook ends
+/// up like the others.
+fn app_container_ops(
+    spec: &PodSpec,
+    template: &SidecarTemplate,
+) -> Result<Vec<Value>, InjectError> {
+    let mut ops = Vec::new();
     let url = json!({"name": URL_ENV, "value": contract::sidecar_url(template.port)});
     let socket = json!({"name": SOCKET_ENV, "value": SOCKET_PATH});
     let socket_mount = patch_value(
@@ -231,12 +302,7 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
             ..Default::default()
         }),
     )?;
-    for (i, container) in spec
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
+    for (i, container) in spec.containers.iter().enumerate() {
         let env = container.env.as_deref().unwrap_or_default();
         let parent = format!("/spec/containers/{i}/env");
         let mut has_env = container.env.is_some();
@@ -254,16 +320,7 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
             add_to(&mut ops, has_mounts, &parent, "-", socket_mount.clone());
         }
     }
-
-    let has_annotations = pod.metadata.annotations.is_some();
-    add_to(
-        &mut ops,
-        has_annotations,
-        "/metadata/annotations",
-        "kubeflake.io~1injected",
-        json!(env!("CARGO_PKG_VERSION")),
-    );
-    Ok(Value::Array(ops))
+    Ok(ops)
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {

@@ -26,10 +26,11 @@ fn labelled() -> Value {
     })
 }
 
-/// Applies the decision's patch the way the API server would.
+/// Applies the decision's patch (an injection or a re-invocation's completion) the way
+/// the API server would.
 fn apply(original: &Value, decision: &Decision) -> Value {
-    let Decision::Inject { patch, .. } = decision else {
-        panic!("expected an injection, got {decision:?}");
+    let (Decision::Inject { patch, .. } | Decision::Complete { patch }) = decision else {
+        panic!("expected a patch, got {decision:?}");
     };
     let mut doc = original.clone();
     let patch: json_patch::Patch = serde_json::from_value(patch.clone()).expect("a patch");
@@ -376,4 +377,139 @@ fn a_pod_that_opts_out_with_hold_app_false_starts_its_app_at_once() {
         injected_sidecar(held).lifecycle.is_some(),
         "any other value holds the app"
     );
+}
+
+#[test]
+fn a_host_network_pod_is_denied_because_its_loopback_api_would_be_the_nodes() {
+    let mut host = labelled();
+    host["spec"]["hostNetwork"] = json!(true);
+    let Decision::Deny(message) = decide(&pod(host.clone()), &template()) else {
+        panic!("a hostNetwork pod must be denied");
+    };
+    for what in [
+        "hostNetwork: true",
+        "127.0.0.1:7070",
+        "port 7071",
+        "Remove hostNetwork",
+        INJECT_ANNOTATION,
+    ] {
+        assert!(message.contains(what), "{what:?} not in: {message}");
+    }
+    // Opted out, it is not our business; hostNetwork: false is injected as usual.
+    host["metadata"]["annotations"] = json!({INJECT_ANNOTATION: "false"});
+    assert!(matches!(decide(&pod(host), &template()), Decision::Skip(_)));
+    let mut pod_network = labelled();
+    pod_network["spec"]["hostNetwork"] = json!(false);
+    assert!(matches!(
+        decide(&pod(pod_network), &template()),
+        Decision::Inject { .. }
+    ));
+}
+
+/// The env var `name` of `container`, if set by value.
+fn env_value<'a>(container: &'a Container, name: &str) -> Option<&'a str> {
+    container
+        .env
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.as_deref())
+}
+
+/// The pod after the injection, with a container appended the way a later mutating
+/// webhook would (a mesh proxy, a log shipper).
+fn injected_then_added(late: Value) -> Value {
+    let original = labelled();
+    let mut injected = apply(&original, &decide(&pod(original.clone()), &template()));
+    let containers = injected["spec"]["containers"]
+        .as_array_mut()
+        .expect("containers");
+    containers.push(late);
+    injected
+}
+
+#[test]
+fn on_reinvocation_a_container_added_after_the_injection_gets_the_url_and_the_socket() {
+    let later = injected_then_added(json!({"name": "late", "image": "late"}));
+    let decision = decide(&pod(later.clone()), &template());
+    assert!(
+        matches!(decision, Decision::Complete { .. }),
+        "{decision:?}"
+    );
+    let completed = apply(&later, &decision);
+    let spec = pod(completed.clone()).spec.expect("spec");
+    let late = spec.containers.last().expect("the late container");
+    assert_eq!(late.name, "late");
+    assert_eq!(env_value(late, URL_ENV), Some("http://127.0.0.1:7070"));
+    assert_eq!(env_value(late, SOCKET_ENV), Some(SOCKET_PATH));
+    let mounts = late.volume_mounts.as_deref().unwrap_or_default();
+    assert_eq!(
+        mounts
+            .iter()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
+            .collect::<Vec<_>>(),
+        [(SOCKET_VOLUME, SOCKET_DIR, Some(true))],
+        "the socket, read-only, as the other app containers have it"
+    );
+    // Only the late container was touched: no second sidecar, volume or variable.
+    let ops = match &decision {
+        Decision::Complete { patch } => patch.as_array().expect("ops").clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        ops.iter().all(|op| op["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/spec/containers/2/"))),
+        "{ops:?}"
+    );
+    assert_eq!(spec.init_containers.map(|i| i.len()), Some(1));
+    for c in &spec.containers[..2] {
+        let env = c.env.as_deref().unwrap_or_default();
+        assert_eq!(env.iter().filter(|e| e.name == URL_ENV).count(), 1);
+    }
+    // A further re-invocation finds every container complete: no patch.
+    assert_eq!(
+        decide(&pod(completed), &template()),
+        Decision::Skip("sidecar already injected")
+    );
+}
+
+#[test]
+fn on_reinvocation_what_a_later_container_sets_itself_is_kept_and_only_the_rest_added() {
+    let later = injected_then_added(json!({
+        "name": "late",
+        "image": "late",
+        "env": [{"name": URL_ENV, "value": "http://x"}],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+    }));
+    let completed = pod(apply(&later, &decide(&pod(later.clone()), &template())));
+    let spec = completed.spec.expect("spec");
+    let late = spec.containers.last().expect("the late container");
+    let env = late.env.as_deref().unwrap_or_default();
+    assert_eq!(
+        env.iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect::<Vec<_>>(),
+        [(URL_ENV, Some("http://x")), (SOCKET_ENV, Some(SOCKET_PATH))]
+    );
+    let mounts: Vec<_> = late
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(mounts, ["data", SOCKET_VOLUME]);
+}
+
+#[test]
+fn a_pod_written_with_a_sidecar_but_without_the_socket_volume_is_left_as_written() {
+    let mut by_hand = labelled();
+    by_hand["spec"]["initContainers"] = json!([{"name": SIDECAR_NAME, "image": "kubeflake-sidecar:own", "restartPolicy": "Always"}]);
+    let decision = decide(&pod(by_hand), &template());
+    let Decision::Skip(reason) = decision else {
+        panic!("mounting a volume the pod lacks would get it refused: {decision:?}");
+    };
+    assert!(reason.contains("left as written"), "{reason}");
 }

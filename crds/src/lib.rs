@@ -3,6 +3,8 @@
 //! - [`conditions`]: the status conditions' types and reasons, and how to set one.
 //! - [`contract`]: the names the operator's webhook and the sidecar's command line share.
 //! - [`slot_lease`]: the slot Lease and its transitions (assign, renew, release).
+//! - [`lease_policy`]: the ValidatingAdmissionPolicy that holds every writer of kubeflake's
+//!   Leases to the protocol, in the API server itself.
 //! - [`layout`]: how the 63 usable bits of an ID are split, as a type that cannot hold a
 //!   layout whose bits do not add up, plus encode/decode.
 //! - [`timebase`]: the epoch and time unit that turn wall-clock instants into ticks.
@@ -14,6 +16,7 @@
 pub mod conditions;
 pub mod contract;
 pub mod layout;
+pub mod lease_policy;
 pub mod manifest;
 pub mod segment_counter;
 pub mod sequence;

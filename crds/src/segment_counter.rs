@@ -11,6 +11,7 @@
 //! | label `kubeflake.io/segment-counter`| the sequence name (never `kubeflake.io/sequence`, so slot code never sees it) |
 //! | annotation `kubeflake.io/next`      | the first value not yet claimed (decimal)      |
 //! | annotation `kubeflake.io/claims`    | blocks claimed so far (for the status's rate)  |
+//! | annotation `kubeflake.io/claimants` | UIDs of the pods labelled for the sequence, comma-separated: the only pods whose sidecars may claim (written by the operator, enforced by [`crate::lease_policy`]) |
 //!
 //! A claim of `n` values reads `next = v`, writes `next = v + n` conditional on the version
 //! read, and only then hands out `[v, v + n)`.
@@ -26,6 +27,8 @@ pub const COUNTER_LABEL: &str = "kubeflake.io/segment-counter";
 pub const NEXT_ANNOTATION: &str = "kubeflake.io/next";
 /// Annotation: how many blocks were claimed.
 pub const CLAIMS_ANNOTATION: &str = "kubeflake.io/claims";
+/// Annotation: the UIDs of the pods whose sidecars may claim, comma-separated.
+pub const CLAIMANTS_ANNOTATION: &str = "kubeflake.io/claimants";
 /// One past the largest value: values are positive signed 64-bit integers.
 pub const LIMIT: u64 = 1 << 63;
 
@@ -101,6 +104,30 @@ impl Counter {
     }
 }
 
+/// The pods whose sidecars may claim from `lease` (UIDs), as the operator last wrote them.
+pub fn claimants(lease: &Lease) -> Vec<String> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CLAIMANTS_ANNOTATION))
+        .map(|v| {
+            v.split(',')
+                .filter(|uid| !uid.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The [`CLAIMANTS_ANNOTATION`] value for these pod UIDs: sorted, without repeats, so
+/// that the same pods always read the same and an unchanged set is never rewritten.
+pub fn claimants_value<'a>(uids: impl IntoIterator<Item = &'a str>) -> String {
+    let set: std::collections::BTreeSet<&str> =
+        uids.into_iter().filter(|u| !u.is_empty()).collect();
+    set.into_iter().collect::<Vec<_>>().join(",")
+}
+
 /// A new counter Lease for `sequence` in `namespace`, starting at `start`.
 pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
     let counter = Counter {
@@ -145,6 +172,21 @@ mod tests {
         );
         let c = Counter::parse(&lease).unwrap();
         assert_eq!((c.next, c.claims), (7, 0));
+    }
+
+    #[test]
+    fn claimants_are_written_sorted_without_repeats_and_read_back() {
+        let value = claimants_value(["uid-b", "uid-a", "uid-b", ""]);
+        assert_eq!(value, "uid-a,uid-b");
+        let mut lease = new_counter("orders", "ns", 7);
+        assert!(claimants(&lease).is_empty(), "a new counter lists nobody");
+        lease
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(CLAIMANTS_ANNOTATION.into(), value);
+        assert_eq!(claimants(&lease), ["uid-a", "uid-b"]);
     }
 
     #[test]

@@ -333,3 +333,18 @@ fn cel_rejects_turning_strict_on_or_off() {
     assert_eq!(cel_errors(segment(None), Some(segment(Some(false)))), "");
     assert_eq!(cel_errors(no_segment(), Some(segment(None))), "");
 }
+
+#[test]
+fn the_charts_lease_policy_spec_equals_what_the_code_generates() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../charts/kubeflake/files/lease-policy-spec.yaml"
+    );
+    let in_chart = std::fs::read_to_string(path)
+        .expect("charts/kubeflake/files/lease-policy-spec.yaml exists");
+    assert!(
+        in_chart == kubeflake_crds::lease_policy::spec_yaml(),
+        "charts/kubeflake/files/lease-policy-spec.yaml is stale: run `cargo run -p kubeflake-crds \
+         --bin policygen -- charts/kubeflake/files/lease-policy-spec.yaml`"
+    );
+}

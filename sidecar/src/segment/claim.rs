@@ -72,6 +72,11 @@ pub trait CounterStore: Send + Sync + 'static {
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async { Ok(0) })
     }
+    /// Whether a graceful stop may lower the counter to give unused values back. A cluster's
+    /// counter Lease may only go up (the API server refuses the rest, docs/safety.md).
+    fn may_lower(&self) -> bool {
+        true
+    }
     /// Claims up to `size` values starting at `max(next, min_start)` ([`block_from`]) in
     /// one step, when the store can do that atomically (a local file under one lock: one
     /// blocking job instead of two). `None`: the caller reads and compares-and-swaps.
@@ -258,12 +263,16 @@ pub async fn claim_above(
 
 /// Gives back the unused top of the counter: sets `next` from `top` down to `lowest`, but
 /// only if nobody claimed after us (the counter still reads `top`). Used on a graceful
-/// stop, after the last value was issued, so a clean restart leaves no gap.
+/// stop, after the last value was issued, so a clean restart leaves no gap. Nothing is
+/// given back to a store that may not go down ([`CounterStore::may_lower`]).
 pub async fn give_back(
     store: &dyn CounterStore,
     lowest: u64,
     top: u64,
 ) -> Result<bool, StoreError> {
+    if !store.may_lower() {
+        return Ok(false);
+    }
     let seen = bounded(CALL_TIMEOUT, store.read()).await?;
     if seen.next != top || lowest >= top {
         return Ok(false);
@@ -300,6 +309,8 @@ pub(crate) mod fake {
         pub interleave: bool,
         /// What the IdSequence's status would record (see `CounterStore::known_claims`).
         pub known_claims: AtomicU64,
+        /// A counter that may only go up, like a cluster's Lease under the API server's policy.
+        pub only_up: bool,
     }
 
     impl FakeStore {
@@ -329,6 +340,10 @@ pub(crate) mod fake {
     }
 
     impl CounterStore for FakeStore {
+        fn may_lower(&self) -> bool {
+            !self.only_up
+        }
+
         fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
             Box::pin(async move { Ok(self.known_claims.load(Ordering::SeqCst)) })
         }
@@ -383,6 +398,7 @@ mod tests {
     use super::fake::FakeStore;
     use super::*;
     use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn blocks_never_overlap_under_concurrent_claims() {
@@ -477,6 +493,23 @@ mod tests {
         assert_eq!(
             claim(&store, 1000, 0, &Backoff::default()).await,
             Err(ClaimError::Exhausted)
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_given_back_to_a_counter_that_may_only_go_up() {
+        let store = FakeStore {
+            only_up: true,
+            ..FakeStore::starting_at(0)
+        };
+        claim(&store, 100, 0, &Backoff::default()).await.unwrap();
+        let writes = store.writes.load(Ordering::SeqCst);
+        assert!(!give_back(&store, 40, 100).await.unwrap());
+        assert_eq!(store.next(), 100, "the unused values stay a gap");
+        assert_eq!(
+            store.writes.load(Ordering::SeqCst),
+            writes,
+            "not even tried: the API server would refuse it"
         );
     }
 

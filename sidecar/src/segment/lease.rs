@@ -1,7 +1,9 @@
 //! The counter in a cluster: the sequence's `<name>-segment-counter` Lease. Reads are GETs
 //! (quorum reads); writes are merge patches carrying the `resourceVersion` read, which the
 //! API server turns into a compare-and-swap in etcd (409 Conflict when it moved on).
-//! Sidecars may already update Leases in their namespace: no new RBAC.
+//! The API server lets only the sidecars of pods the operator lists on the counter
+//! (`kubeflake.io/claimants`) write it, and only upwards (`kubeflake_crds::lease_policy`):
+//! so a graceful stop gives nothing back here (its unused values stay a gap).
 //!
 //! The sidecar never creates the counter: only the operator does, and only for a sequence
 //! that never had one. A missing counter (404) is an error that is retried, never a reason
@@ -55,11 +57,23 @@ fn store_error(e: kube::Error, name: &str) -> StoreError {
              sequence; if it was deleted, the IdSequence's Ready condition (CounterLost) says \
              how to re-create it safely. The sidecar never creates it"
         )),
+        // The API server's Lease policy (or RBAC) refused: most often this pod is not yet
+        // among the counter's claimants, which the operator adds moments after the pod is
+        // created. Retried like an unavailable counter.
+        KubeErrorKind::Forbidden => StoreError::Unavailable(format!(
+            "counter Lease {name} refused this sidecar's write: {e}; the operator lists a pod \
+             labelled for the sequence as a claimant (kubeflake.io/claimants) soon after it is \
+             created, so this is retried; if it lasts, is the operator running?"
+        )),
         _ => StoreError::Unavailable(format!("counter Lease {name}: {e}")),
     }
 }
 
 impl CounterStore for LeaseCounter {
+    fn may_lower(&self) -> bool {
+        false
+    }
+
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let seq = self

@@ -1,6 +1,8 @@
 //! Segment-mode sequences: no slots. The operator creates the sequence's counter Lease
 //! (`next = start`) for a sequence that never had one, raises it when `start` is raised
-//! (never lowers it), and reports the high-water mark and the claim rate in the status.
+//! (never lowers it), lists the pods labelled for the sequence on it (`kubeflake.io/claimants`:
+//! the API server lets only their sidecars claim, `crds::lease_policy`), and reports the
+//! high-water mark and the claim rate in the status.
 //! Sidecars claim blocks from the counter themselves, by compare-and-swap; the operator is
 //! not on that path, so its restarts do not matter.
 //!
@@ -25,12 +27,16 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use kubeflake_crds::segment_counter::{Counter, counter_name, new_counter};
+use kubeflake_crds::segment_counter::{
+    CLAIMANTS_ANNOTATION, Counter, claimants, claimants_value, counter_name, new_counter,
+};
 use kubeflake_crds::sequence::{IdSequence, SegmentParams};
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use serde_json::json;
 
 use self::counter::{Trouble, segment_status};
 use super::context::Context;
@@ -70,14 +76,14 @@ pub async fn reconcile(
             return counter_trouble(seq, ctx, &Trouble::WentBack { last, found }).await;
         }
     }
-    let counter = match found {
+    let lease = match found {
         None => match api
             .create(&PostParams::default(), &new_counter(name, ns, params.start))
             .await
         {
             Ok(created) => {
                 tracing::info!(sequence = name, namespace = ns, counter = %lease_name, start = params.start, "created the segment counter");
-                Counter::parse(&created)?
+                created
             }
             Err(e) if is_conflict(&e) => return Ok(Action::requeue(Duration::from_millis(500))),
             Err(e) => return Err(e.into()),
@@ -85,7 +91,7 @@ pub async fn reconcile(
         Some(lease) => {
             let counter = Counter::parse(&lease)?;
             if counter.next >= params.start {
-                counter
+                lease
             } else {
                 // start was raised: move the counter up to it (a CAS; never down).
                 let raised = Counter {
@@ -107,7 +113,7 @@ pub async fn reconcile(
                             next = params.start,
                             "raised the segment counter to spec.segment.start"
                         );
-                        Counter::parse(&written)?
+                        written
                     }
                     Err(e) if is_conflict(&e) => {
                         return Ok(Action::requeue(Duration::from_millis(500)));
@@ -117,9 +123,59 @@ pub async fn reconcile(
             }
         }
     };
+    let Some(lease) = sync_claimants(&api, lease, &claimant_uids(ctx, ns, name)).await? else {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
+    let counter = Counter::parse(&lease)?;
     let status = segment_status(seq, &counter, Utc::now());
     update_status(seq, ctx, status).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// The UIDs of the pods labelled for the sequence that may still run (finished pods are
+/// left out): the only pods whose sidecars the API server lets claim from the counter
+/// (`crds::lease_policy`).
+fn claimant_uids(ctx: &Context, ns: &str, name: &str) -> String {
+    let pods = ctx.pods.state();
+    claimants_value(
+        pods.iter()
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .filter(|p| p.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name))
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Succeeded" | "Failed"))
+            })
+            .filter_map(|p| p.metadata.uid.as_deref()),
+    )
+}
+
+/// Writes `uids` as the counter's claimants when they differ from what it lists: a merge
+/// patch conditional on the version read. `None` when the counter moved on meanwhile (a
+/// sidecar claimed): the pass is retried.
+async fn sync_claimants(
+    api: &Api<Lease>,
+    lease: Lease,
+    uids: &str,
+) -> Result<Option<Lease>, Error> {
+    if claimants_value(claimants(&lease).iter().map(String::as_str)) == uids {
+        return Ok(Some(lease));
+    }
+    let patch = json!({"metadata": {
+        "resourceVersion": lease.metadata.resource_version,
+        "annotations": {CLAIMANTS_ANNOTATION: uids},
+    }});
+    let name = lease.name_any();
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(written) => {
+            tracing::debug!(counter = %name, claimants = uids.split(',').filter(|u| !u.is_empty()).count(), "listed the pods that may claim");
+            Ok(Some(written))
+        }
+        Err(e) if is_conflict(&e) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Ready=False with the trouble's reason, a Warning Event when it is new, and the last good

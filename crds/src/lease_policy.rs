@@ -1,0 +1,352 @@
+//! The API server's own guard of kubeflake's Leases: a `ValidatingAdmissionPolicy` that
+//! lets a slot Lease change only in the ways [`crate::slot_lease`] changes it, and only by
+//! the identity each transition belongs to (docs/safety.md, "Who may write a Lease").
+//!
+//! | who (request's user)                                   | slot Lease                                     | segment counter                  |
+//! |--------------------------------------------------------|------------------------------------------------|----------------------------------|
+//! | the operator's service account                         | anything ([`assign`], operator [`release`], create, delete) | anything but lowering   |
+//! | a pod-bound token of the pod named in `holderIdentity` | [`renew`] or holder [`release`], nothing else  | -                                |
+//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] | -                                              | raise `next` and `claims` only   |
+//! | the namespace and garbage collectors                   | delete                                         | delete                           |
+//! | the exempt groups (break glass, `system:masters`)      | anything                                       | anything but lowering            |
+//! | anyone else                                            | nothing                                        | nothing                          |
+//!
+//! Nobody at all lowers a counter's `next` or `claims` in place: values below were issued.
+//!
+//! The chart ships the policy's spec as a file generated from [`spec_yaml`] (a test fails
+//! when it is stale), with two placeholders the chart fills in: the operator's user name
+//! and the exempt groups. Tests build the same policy with real names through [`policy`].
+//!
+//! [`assign`]: crate::slot_lease::assign
+//! [`release`]: crate::slot_lease::release
+//! [`renew`]: crate::slot_lease::renew
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use crate::segment_counter::{
+    CLAIMANTS_ANNOTATION, CLAIMS_ANNOTATION, COUNTER_LABEL, NEXT_ANNOTATION,
+};
+use crate::slot_lease::{
+    FENCE_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
+};
+
+/// Where the chart puts the operator's user name (`system:serviceaccount:<ns>:<name>`).
+pub const OPERATOR_PLACEHOLDER: &str = "__KUBEFLAKE_OPERATOR__";
+/// Where the chart puts the exempt groups, as a JSON (and so CEL) list of strings.
+pub const EXEMPT_GROUPS_PLACEHOLDER: &str = "__KUBEFLAKE_EXEMPT_GROUPS__";
+/// The user-info extra the API server sets for a pod-bound service account token.
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+/// Users that delete Leases when their namespace or owner goes: kube-controller-manager
+/// with and without `--use-service-account-credentials`.
+pub const CLEANUP_USERS: [&str; 3] = [
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+];
+
+fn variable(name: &str, expression: String) -> Variable {
+    Variable {
+        name: name.into(),
+        expression,
+    }
+}
+
+/// Annotations of `side` (`object` or `oldObject`; null on create or delete), as a map.
+fn annotations_of(side: &str) -> String {
+    format!("{side} == null ? {{}} : {side}.metadata.?annotations.orValue({{}})")
+}
+
+fn labels_of(side: &str) -> String {
+    format!("{side} == null ? {{}} : {side}.metadata.?labels.orValue({{}})")
+}
+
+/// CEL: every key of map `m` other than `except` is unchanged (added, removed or
+/// changed keys all count).
+fn same_except(m: &str, except: &[&str]) -> String {
+    let list = except
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "variables.new{m}.all(k, k in [{list}] || variables.old{m}[?k] == optional.of(variables.new{m}[k])) \
+         && variables.old{m}.all(k, k in [{list}] || k in variables.new{m})"
+    )
+}
+
+/// CEL: spec field `f` is unchanged.
+fn same_spec(f: &str) -> String {
+    format!("object.spec.?{f} == oldObject.spec.?{f}")
+}
+
+/// CEL: annotation `a` holds a whole number (at most 19 digits, so `uint()` cannot fail).
+fn numeric(side: &str, a: &str) -> String {
+    format!(
+        "'{a}' in variables.{side}Annotations && variables.{side}Annotations['{a}'].matches('^[0-9]{{1,19}}$')"
+    )
+}
+
+/// CEL: annotation `a` did not go down. An old value that is missing or not a number
+/// (a counter being repaired) may be replaced by any number.
+fn not_lowered(a: &str) -> String {
+    format!(
+        "!({old}) || (({new}) && uint(variables.newAnnotations['{a}']) >= uint(variables.oldAnnotations['{a}']))",
+        old = numeric("old", a),
+        new = numeric("new", a),
+    )
+}
+
+fn validation(expression: String, message_expression: String) -> Validation {
+    Validation {
+        expression,
+        message_expression: Some(message_expression),
+        reason: Some("Forbidden".into()),
+        ..Default::default()
+    }
+}
+
+/// The policy's spec; `operator` and `exempt_groups` are CEL: a string literal and a list.
+fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
+    let kubeflake_labels = |side: &str| {
+        format!(
+            "({side} != null && has({side}.metadata.labels) && \
+             ('{SEQUENCE_LABEL}' in {side}.metadata.labels || '{COUNTER_LABEL}' in {side}.metadata.labels))"
+        )
+    };
+    let cleanup = CLEANUP_USERS
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let variables = vec![
+        variable("oldLabels", labels_of("oldObject")),
+        variable("newLabels", labels_of("object")),
+        variable("oldAnnotations", annotations_of("oldObject")),
+        variable("newAnnotations", annotations_of("object")),
+        variable(
+            "isSlot",
+            format!("'{SEQUENCE_LABEL}' in variables.oldLabels || '{SEQUENCE_LABEL}' in variables.newLabels"),
+        ),
+        variable(
+            "isCounter",
+            format!("'{COUNTER_LABEL}' in variables.oldLabels || '{COUNTER_LABEL}' in variables.newLabels"),
+        ),
+        variable("isOperator", format!("request.userInfo.username == {operator}")),
+        variable(
+            "isExempt",
+            format!("request.userInfo.?groups.orValue([]).exists(g, g in {exempt_groups})"),
+        ),
+        variable(
+            "isCleanup",
+            format!("request.operation == 'DELETE' && request.userInfo.username in [{cleanup}]"),
+        ),
+        variable(
+            "trusted",
+            "variables.isOperator || variables.isExempt || variables.isCleanup".into(),
+        ),
+        variable(
+            "podUids",
+            format!("request.userInfo.?extra[?'{POD_UID_EXTRA}'].orValue([])"),
+        ),
+        variable(
+            "podUid",
+            "variables.podUids.size() == 1 ? variables.podUids[0] : ''".into(),
+        ),
+        variable(
+            "oldHolder",
+            "oldObject == null ? '' : oldObject.spec.?holderIdentity.orValue('')".into(),
+        ),
+        variable(
+            "newHolder",
+            "object == null ? '' : object.spec.?holderIdentity.orValue('')".into(),
+        ),
+        variable(
+            "isHolder",
+            "request.operation == 'UPDATE' && variables.podUid != '' && variables.oldHolder == variables.podUid"
+                .into(),
+        ),
+        variable(
+            "kept",
+            format!(
+                "{} && {} && {} && object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences",
+                same_spec("leaseTransitions"),
+                same_spec("leaseDurationSeconds"),
+                same_spec("preferredHolder"),
+            ),
+        ),
+        variable(
+            "isRenewal",
+            format!(
+                "variables.kept && variables.newHolder == variables.oldHolder && {} && {} && {} \
+                 && uint(variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('0')) \
+                 >= uint(variables.oldAnnotations[?'{FENCE_ANNOTATION}'].orValue('0'))",
+                same_spec("acquireTime"),
+                same_except("Labels", &[]),
+                same_except("Annotations", &[FENCE_ANNOTATION]),
+            ),
+        ),
+        variable(
+            "isRelease",
+            format!(
+                "variables.kept && variables.newHolder == '' && !('{HOLDER_LABEL}' in variables.newLabels) \
+                 && !('{HOLDER_POD_ANNOTATION}' in variables.newAnnotations) \
+                 && '{RELEASED_AT_ANNOTATION}' in variables.newAnnotations \
+                 && variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('0').matches('^[0-9]{{1,19}}$') \
+                 && {} && {}",
+                same_except("Labels", &[HOLDER_LABEL]),
+                same_except(
+                    "Annotations",
+                    &[FENCE_ANNOTATION, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION],
+                ),
+            ),
+        ),
+        variable(
+            "claimants",
+            format!("variables.oldAnnotations[?'{CLAIMANTS_ANNOTATION}'].orValue('').split(',')"),
+        ),
+        variable(
+            "isClaim",
+            format!(
+                "request.operation == 'UPDATE' && variables.podUid != '' && variables.podUid in variables.claimants \
+                 && {} && {} && object.spec == oldObject.spec \
+                 && object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences",
+                same_except("Labels", &[]),
+                same_except("Annotations", &[NEXT_ANNOTATION, CLAIMS_ANNOTATION]),
+            ),
+        ),
+    ];
+    let who = "request.userInfo.username + (variables.podUid == '' ? ' (no pod-bound token)' : ' (pod ' + variables.podUid + ')')";
+    let validations = vec![
+        validation(
+            "!variables.isSlot || variables.trusted || variables.isHolder".into(),
+            format!(
+                "'slot Lease ' + request.name + ' may be changed only by the kubeflake operator or by the \
+                 sidecar of the pod that holds it, with the token of that pod (docs/safety.md); ' + {who} \
+                 + (variables.podUid != '' && variables.podUid == variables.oldHolder ? ' holds it, but a \
+                 holder may only update it (renew or release), never create or delete it' : ' is neither: ' \
+                 + (variables.oldHolder == '' ? 'the slot is free, and only the operator assigns slots' \
+                 : 'it is held by pod ' + variables.oldHolder))"
+            ),
+        ),
+        validation(
+            "!variables.isSlot || variables.trusted || !variables.isHolder || variables.isRenewal || variables.isRelease"
+                .into(),
+            "'the holder of slot Lease ' + request.name + ' may only renew it (a new renewTime, the \
+             kubeflake.io/fence annotation kept or raised) or release it (no holder, no holder label \
+             or holder-pod annotation, kubeflake.io/released-at set); this change touches more, or \
+             lowers the fence while keeping the slot'"
+                .into(),
+        ),
+        validation(
+            "!variables.isCounter || variables.trusted || variables.isClaim".into(),
+            format!(
+                "'segment counter Lease ' + request.name + ' may be changed only by the kubeflake \
+                 operator, and by the sidecars of pods labelled for its sequence with their own token \
+                 (listed in {CLAIMANTS_ANNOTATION} by the operator), which may only raise \
+                 {NEXT_ANNOTATION} and {CLAIMS_ANNOTATION}; ' + {who} + ' may not'"
+            ),
+        ),
+        validation(
+            format!(
+                "!variables.isCounter || request.operation != 'UPDATE' || (({}) && ({}))",
+                not_lowered(NEXT_ANNOTATION),
+                not_lowered(CLAIMS_ANNOTATION),
+            ),
+            format!(
+                "'segment counter Lease ' + request.name + ': {NEXT_ANNOTATION} and {CLAIMS_ANNOTATION} \
+                 may only go up, for every user (the values below were handed out, docs/segment.md); \
+                 write whole numbers at least ' + variables.oldAnnotations[?'{NEXT_ANNOTATION}'].orValue('0') \
+                 + ' and ' + variables.oldAnnotations[?'{CLAIMS_ANNOTATION}'].orValue('0')"
+            ),
+        ),
+    ];
+    ValidatingAdmissionPolicySpec {
+        failure_policy: Some("Fail".into()),
+        match_constraints: Some(MatchResources {
+            resource_rules: Some(vec![NamedRuleWithOperations {
+                api_groups: Some(vec!["coordination.k8s.io".into()]),
+                api_versions: Some(vec!["*".into()]),
+                operations: Some(vec!["CREATE".into(), "UPDATE".into(), "DELETE".into()]),
+                resources: Some(vec!["leases".into()]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        match_conditions: Some(vec![MatchCondition {
+            name: "kubeflake-leases".into(),
+            expression: format!(
+                "{} || {}",
+                kubeflake_labels("object"),
+                kubeflake_labels("oldObject")
+            ),
+        }]),
+        variables: Some(variables),
+        validations: Some(validations),
+        ..Default::default()
+    }
+}
+
+/// The spec as the chart ships it, with [`OPERATOR_PLACEHOLDER`] and
+/// [`EXEMPT_GROUPS_PLACEHOLDER`] where the chart puts the operator's user name and the
+/// exempt groups.
+pub fn spec_yaml() -> String {
+    let spec = spec(
+        &format!("'{OPERATOR_PLACEHOLDER}'"),
+        EXEMPT_GROUPS_PLACEHOLDER,
+    );
+    let body =
+        serde_yaml::to_string(&spec).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"));
+    format!(
+        "# Generated from crds/src/lease_policy.rs by `cargo run -p kubeflake-crds --bin policygen -- charts/kubeflake/files/lease-policy-spec.yaml`; do not edit by hand.\n{body}"
+    )
+}
+
+/// The policy with real names, as the chart renders it: `operator` is the operator's user
+/// name, `exempt_groups` the groups that may change Leases by hand.
+pub fn policy(name: &str, operator: &str, exempt_groups: &[&str]) -> ValidatingAdmissionPolicy {
+    let groups = serde_json::to_string(exempt_groups).unwrap_or_else(|_| "[]".into());
+    ValidatingAdmissionPolicy {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(spec(&format!("'{operator}'"), &groups)),
+        ..Default::default()
+    }
+}
+
+/// The binding that puts the policy in force (`Deny`), in `namespace` only or everywhere.
+pub fn binding(
+    name: &str,
+    policy: &str,
+    namespace: Option<&str>,
+) -> ValidatingAdmissionPolicyBinding {
+    ValidatingAdmissionPolicyBinding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(policy.into()),
+            validation_actions: Some(vec!["Deny".into()]),
+            match_resources: namespace.map(|ns| MatchResources {
+                namespace_selector: Some(LabelSelector {
+                    match_labels: Some(BTreeMap::from([(
+                        "kubernetes.io/metadata.name".to_string(),
+                        ns.to_string(),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}

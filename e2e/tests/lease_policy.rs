@@ -1,0 +1,561 @@
+//! The API server, not good manners, keeps kubeflake's Leases to the protocol: the
+//! ValidatingAdmissionPolicy built by `kubeflake_crds::lease_policy` (the chart ships the
+//! same spec), against the real API server with its own tokens (`kubectl create token`,
+//! pod-bound where it matters). Every write below is a transition of
+//! `kubeflake_crds::slot_lease` or a segment claim, made by the identity it belongs to, or by
+//! one it does not belong to.
+//!
+//! RBAC is deliberately generous here (every service account of the namespace may write
+//! every Lease, as the sidecar binding allowed before): the refusals come from the policy
+//! alone. With the policy's binding left out, the same attacks succeed, so the test can fail.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail, ensure};
+use chrono::Utc;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, ResourceExt};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::layout::{Slot, Tick};
+use kubeflake_crds::lease_policy;
+use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, new_counter};
+use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use serde_json::json;
+
+const SEQUENCE: &str = "orders";
+const SEGMENT_SEQUENCE: &str = "invoices";
+
+/// Who is who in one namespace: the operator's account, two labelled pods of the app's
+/// account (pod-bound tokens), a pod of the Segment sequence, and an account that runs
+/// no kubeflake pod.
+struct World {
+    ns: TestNamespace,
+    operator: Client,
+    pod_a: (String, Client),
+    pod_b: (String, Client),
+    claimer: (String, Client),
+    bystander: Client,
+}
+
+/// A client authenticated by `token` (nothing else: no client certificate).
+fn token_client(cluster: &Cluster, name: &str, token: &str) -> Result<Client> {
+    let path: PathBuf = cluster
+        .dir()
+        .join(format!("lease-policy-{name}.kubeconfig"));
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server(),
+            "certificate-authority": cluster.pki().ca_cert,
+        }}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "c", "context": {"cluster": "test", "user": name}}],
+        "current-context": "c",
+    });
+    std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+    let kubeconfig = Kubeconfig::read_from(&path)?;
+    let config = futures::executor::block_on(Config::from_custom_kubeconfig(
+        kubeconfig,
+        &KubeConfigOptions::default(),
+    ))?;
+    Ok(Client::try_from(config)?)
+}
+
+/// `kubectl create token` for `account`, bound to `pod` when given.
+async fn token(cluster: &Cluster, ns: &str, account: &str, pod: Option<&Pod>) -> Result<String> {
+    let mut args = vec!["create", "token", account, "-n", ns, "--duration=1h"];
+    let (name, uid);
+    if let Some(pod) = pod {
+        name = pod.name_any();
+        uid = pod.uid().context("a created pod has a uid")?;
+        args.extend(["--bound-object-kind", "Pod", "--bound-object-name", &name]);
+        args.extend(["--bound-object-uid", &uid]);
+    }
+    cluster.kubectl(&args).await?.ok()
+}
+
+async fn service_account(ns: &TestNamespace, name: &str) -> Result<()> {
+    let api: Api<ServiceAccount> = Api::namespaced(ns.client.clone(), &ns.name);
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &account).await?;
+    Ok(())
+}
+
+/// A pod labelled for `sequence`, run by `account` (never scheduled: no node here).
+async fn labelled_pod(
+    ns: &TestNamespace,
+    name: &str,
+    sequence: &str,
+    account: &str,
+) -> Result<Pod> {
+    let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {SEQUENCE_LABEL: sequence}},
+        "spec": {"serviceAccountName": account, "containers": [{"name": "app", "image": "app"}]},
+    }))?;
+    Ok(api.create(&PostParams::default(), &pod).await?)
+}
+
+/// Every service account of the namespace may write every Lease there (RBAC's worst case).
+async fn generous_rbac(ns: &TestNamespace) -> Result<()> {
+    let api: Api<RoleBinding> = Api::namespaced(ns.client.clone(), &ns.name);
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("everyone-edits".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "edit".into(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Group".into(),
+            name: format!("system:serviceaccounts:{}", ns.name),
+            namespace: None,
+        }]),
+    };
+    api.create(&PostParams::default(), &binding).await?;
+    Ok(())
+}
+
+/// Puts the policy in force for this namespace only (other tests share the cluster), with
+/// `operator` as the operator's account.
+async fn enforce_policy(cluster: &Cluster, ns: &str, operator: &str) -> Result<()> {
+    let client = cluster.client()?;
+    let name = format!("kubeflake-leases-{ns}");
+    let user = format!("system:serviceaccount:{ns}:{operator}");
+    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> =
+        Api::all(client.clone());
+    policies
+        .create(
+            &PostParams::default(),
+            &lease_policy::policy(&name, &user, &["system:masters"]),
+        )
+        .await?;
+    let bindings: Api<
+        k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+    > = Api::all(client);
+    bindings
+        .create(
+            &PostParams::default(),
+            &lease_policy::binding(&name, &name, Some(ns)),
+        )
+        .await?;
+    wait_enforced(cluster, ns).await
+}
+
+/// The API server compiles a new policy and binding in the background: wait (bounded) until
+/// a write the policy refuses is refused, creating and removing a canary lease meanwhile.
+async fn wait_enforced(cluster: &Cluster, ns: &str) -> Result<()> {
+    let nobody = token_client(
+        cluster,
+        &format!("{ns}-canary"),
+        &token(cluster, ns, "bystander", None).await?,
+    )?;
+    let admin = leases(&cluster.client()?, ns);
+    let mut canary = vacant(ns, 999);
+    canary.metadata.name = Some("canary".into());
+    for _ in 0..150 {
+        match leases(&nobody, ns)
+            .create(&PostParams::default(), &canary)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 => return Ok(()),
+            Ok(_) => {
+                admin.delete("canary", &DeleteParams::default()).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    bail!("the lease policy was not in force after 30 s")
+}
+
+async fn world(cluster: &'static Cluster, prefix: &str) -> Result<World> {
+    let ns = cluster.namespace(prefix).await?;
+    for account in ["operator", "app", "bystander"] {
+        service_account(&ns, account).await?;
+    }
+    generous_rbac(&ns).await?;
+    let a = labelled_pod(&ns, "a", SEQUENCE, "app").await?;
+    let b = labelled_pod(&ns, "b", SEQUENCE, "app").await?;
+    let c = labelled_pod(&ns, "c", SEGMENT_SEQUENCE, "app").await?;
+    let n = ns.name.as_str();
+    let pod_client = |pod: &Pod, label: &str| {
+        let pod = pod.clone();
+        let label = format!("{n}-{label}");
+        async move {
+            let t = token(cluster, n, "app", Some(&pod)).await?;
+            anyhow::Ok((
+                pod.uid().unwrap_or_default(),
+                token_client(cluster, &label, &t)?,
+            ))
+        }
+    };
+    let operator = token_client(
+        cluster,
+        &format!("{n}-operator"),
+        &token(cluster, n, "operator", None).await?,
+    )?;
+    let bystander = token_client(
+        cluster,
+        &format!("{n}-bystander"),
+        &token(cluster, n, "bystander", None).await?,
+    )?;
+    Ok(World {
+        pod_a: pod_client(&a, "a").await?,
+        pod_b: pod_client(&b, "b").await?,
+        claimer: pod_client(&c, "c").await?,
+        operator,
+        bystander,
+        ns,
+    })
+}
+
+fn leases(client: &Client, ns: &str) -> Api<Lease> {
+    Api::namespaced(client.clone(), ns)
+}
+
+/// A slot lease of `slot` as the operator creates it (no owner: no IdSequence exists here,
+/// and the garbage collector would remove a Lease whose owner is missing).
+fn vacant(ns: &str, slot: u32) -> Lease {
+    let mut seq = IdSequence::new(SEQUENCE, Default::default());
+    seq.metadata.namespace = Some(ns.into());
+    let mut lease = slot_lease::vacant(&seq, Slot(slot));
+    lease.metadata.owner_references = None;
+    lease
+}
+
+async fn replace(client: &Client, ns: &str, lease: &Lease) -> Result<Lease, kube::Error> {
+    leases(client, ns)
+        .replace(&lease.name_any(), &PostParams::default(), lease)
+        .await
+}
+
+/// The refusal must be the policy's (403 Forbidden) and say what is allowed instead.
+fn refused(result: Result<Lease, kube::Error>, what: &str, allowed_instead: &str) -> Result<()> {
+    match result {
+        Ok(_) => bail!("{what}: the API server accepted it"),
+        Err(kube::Error::Api(e))
+            if e.code == 403 && e.message.contains("ValidatingAdmissionPolicy") =>
+        {
+            ensure!(
+                e.message.contains(allowed_instead),
+                "{what}: refused, but the message does not say {allowed_instead:?}: {}",
+                e.message
+            );
+            Ok(())
+        }
+        Err(e) => bail!("{what}: failed otherwise than by the policy: {e}"),
+    }
+}
+
+fn holder(uid: &str) -> Holder<'_> {
+    Holder { uid, pod: "a" }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_operator_and_the_holder_pod_change_a_slot_lease_and_only_as_the_protocol_allows()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-slot").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator").await?;
+    let (uid_a, a) = &w.pod_a;
+    let (uid_b, b) = &w.pod_b;
+    let now = Utc::now();
+
+    // Only the operator creates slot leases.
+    refused(
+        leases(b, ns)
+            .create(&PostParams::default(), &vacant(ns, 1))
+            .await,
+        "pod B creates a slot lease",
+        "only the operator assigns slots",
+    )?;
+    let created = leases(&w.operator, ns)
+        .create(&PostParams::default(), &vacant(ns, 0))
+        .await
+        .context("the operator creates a vacant slot lease")?;
+    let held = replace(
+        &w.operator,
+        ns,
+        &slot_lease::assign(&created, holder(uid_a), 15, now)?,
+    )
+    .await
+    .context("the operator assigns the slot to pod A")?;
+
+    // Pod A's sidecar renews and raises its fence.
+    let held = replace(a, ns, &slot_lease::renew(&held, uid_a, Tick(500), now)?)
+        .await
+        .context("pod A renews its slot with its own token")?;
+
+    // Nobody else may touch it, even writing exactly what a holder would.
+    let forged = slot_lease::renew(&held, uid_a, Tick(900), now)?;
+    refused(
+        replace(b, ns, &forged).await,
+        "pod B renews pod A's slot",
+        "it is held by pod",
+    )?;
+    refused(
+        replace(&w.bystander, ns, &forged).await,
+        "a service account without a pod renews pod A's slot",
+        "no pod-bound token",
+    )?;
+    let stolen = slot_lease::assign(&held, holder(uid_b), 15, now)?;
+    refused(
+        replace(b, ns, &stolen).await,
+        "pod B makes itself the holder",
+        "only by the kubeflake operator",
+    )?;
+    refused(
+        leases(b, ns)
+            .delete(&held.name_any(), &DeleteParams::default())
+            .await
+            .map(|_| held.clone()),
+        "pod B deletes pod A's slot lease",
+        "only by the kubeflake operator",
+    )?;
+    let freed_by_b = slot_lease::release(
+        &held,
+        Releaser::Holder {
+            high_water: Tick(0),
+        },
+        now,
+    )?;
+    refused(
+        replace(b, ns, &freed_by_b).await,
+        "pod B releases pod A's slot with fence 0",
+        "it is held by pod",
+    )?;
+
+    // The holder may only renew or release: not hand the slot over, not lower the fence
+    // while keeping it, not delete it.
+    refused(
+        replace(a, ns, &stolen).await,
+        "pod A hands its slot to pod B",
+        "may only renew it",
+    )?;
+    let mut lowered = held.clone();
+    lowered
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(slot_lease::FENCE_ANNOTATION.into(), "100".into());
+    refused(
+        replace(a, ns, &lowered).await,
+        "pod A lowers its fence",
+        "kept or raised",
+    )?;
+    refused(
+        leases(a, ns)
+            .delete(&held.name_any(), &DeleteParams::default())
+            .await
+            .map(|_| held.clone()),
+        "pod A deletes its slot lease",
+        "never create or delete",
+    )?;
+
+    // Pod A releases (rule 5's exception: down to its high water), then may no longer renew.
+    let freed = replace(
+        a,
+        ns,
+        &slot_lease::release(
+            &held,
+            Releaser::Holder {
+                high_water: Tick(480),
+            },
+            now,
+        )?,
+    )
+    .await
+    .context("pod A releases its slot")?;
+    refused(
+        replace(
+            a,
+            ns,
+            &slot_lease::renew(&held, uid_a, Tick(900), now).map(|mut l| {
+                l.metadata.resource_version = freed.metadata.resource_version.clone();
+                l
+            })?,
+        )
+        .await,
+        "pod A renews the slot it released",
+        "the slot is free",
+    )?;
+
+    // The operator keeps assigning, reclaiming and fencing; and deletes.
+    let held_b = replace(
+        &w.operator,
+        ns,
+        &slot_lease::assign(&freed, holder(uid_b), 15, now)?,
+    )
+    .await
+    .context("the operator gives the slot to pod B")?;
+    let held_b = replace(b, ns, &slot_lease::renew(&held_b, uid_b, Tick(700), now)?)
+        .await
+        .context("pod B renews the slot it now holds")?;
+    let reclaimed = replace(
+        &w.operator,
+        ns,
+        &slot_lease::release(&held_b, Releaser::Operator, now)?,
+    )
+    .await
+    .context("the operator reclaims the slot")?;
+    ensure!(
+        slot_lease::SlotLease::parse(&reclaimed)?.fence == Tick(700),
+        "the operator's release keeps the fence (rule 9)"
+    );
+    leases(&w.operator, ns)
+        .delete(&reclaimed.name_any(), &DeleteParams::default())
+        .await
+        .context("the operator deletes a slot lease")?;
+
+    // Leases that are not kubeflake's are the policy's business only if they pretend to be.
+    leases(b, ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "app-leader"}, "spec": {"holderIdentity": "x"}}),
+            )?,
+        )
+        .await
+        .context("an app's own leader Lease is not the policy's business")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_counter_only_goes_up_and_only_the_operator_and_listed_claimants_write_it()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-counter").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator").await?;
+    let (uid_c, c) = &w.claimer;
+    let (_, b) = &w.pod_b;
+    let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);
+    let claim = |next: u64, claims: u64| {
+        Patch::Merge(json!({"metadata": {"annotations": {
+            NEXT_ANNOTATION: next.to_string(),
+            kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims.to_string(),
+        }}}))
+    };
+    let patch = |client: &Client, p: Patch<serde_json::Value>| {
+        let api = leases(client, ns);
+        let name = name.clone();
+        async move { api.patch(&name, &PatchParams::default(), &p).await }
+    };
+
+    refused(
+        leases(c, ns)
+            .create(
+                &PostParams::default(),
+                &new_counter(SEGMENT_SEQUENCE, ns, 1),
+            )
+            .await,
+        "a sidecar creates the counter",
+        "only by the kubeflake operator",
+    )?;
+    let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
+    counter
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CLAIMANTS_ANNOTATION.into(), uid_c.clone());
+    leases(&w.operator, ns)
+        .create(&PostParams::default(), &counter)
+        .await
+        .context("the operator creates the counter listing pod C")?;
+
+    patch(c, claim(2000, 1))
+        .await
+        .context("pod C claims a block")?;
+    refused(
+        patch(b, claim(3000, 2)).await,
+        "pod B (another sequence) claims",
+        "may only raise",
+    )?;
+    refused(
+        patch(&w.bystander, claim(3000, 2)).await,
+        "a service account without a pod claims",
+        "no pod-bound token",
+    )?;
+    refused(
+        patch(
+            c,
+            Patch::Merge(json!({"metadata": {"annotations": {CLAIMANTS_ANNOTATION: "anyone"}}})),
+        )
+        .await,
+        "pod C rewrites the claimants",
+        "may only raise",
+    )?;
+    for (who, client) in [("pod C", c), ("the operator", &w.operator)] {
+        refused(
+            patch(client, claim(1500, 1)).await,
+            &format!("{who} lowers next"),
+            "may only go up, for every user",
+        )?;
+    }
+    refused(
+        patch(&cluster.client()?, claim(1500, 5)).await,
+        "a cluster admin lowers next (keeping the claims up)",
+        "may only go up, for every user",
+    )?;
+    patch(&w.operator, claim(2500, 1))
+        .await
+        .context("the operator raises next")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_policy_the_same_attacks_succeed() -> Result<()> {
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-off").await?;
+    let ns = w.ns.name.as_str();
+    let (uid_a, _) = &w.pod_a;
+    let (uid_b, b) = &w.pod_b;
+    let now = Utc::now();
+    let created = leases(&w.operator, ns)
+        .create(&PostParams::default(), &vacant(ns, 0))
+        .await?;
+    let held = replace(
+        &w.operator,
+        ns,
+        &slot_lease::assign(&created, holder(uid_a), 15, now)?,
+    )
+    .await?;
+    let stolen = replace(b, ns, &slot_lease::assign(&held, holder(uid_b), 15, now)?)
+        .await
+        .context("without the policy, RBAC alone lets pod B take pod A's slot")?;
+    ensure!(slot_lease::SlotLease::parse(&stolen)?.holder.as_deref() == Some(uid_b.as_str()));
+    let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
+    counter
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    leases(&w.operator, ns)
+        .create(&PostParams::default(), &counter)
+        .await?;
+    leases(b, ns)
+        .patch(
+            &kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {NEXT_ANNOTATION: "1"}}})),
+        )
+        .await
+        .context("without the policy, pod B lowers another sequence's counter")?;
+    Ok(())
+}

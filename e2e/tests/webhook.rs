@@ -686,3 +686,270 @@ async fn with_a_certificate_directory_as_cert_manager_mounts_it_the_webhook_inje
         .await?;
     Ok(())
 }
+
+/// A second mutating webhook, served over HTTPS from the test process with its own
+/// self-signed certificate: it appends the container [`LATE`] to every pod it is sent
+/// (once), as a service-mesh or log-shipping webhook would, and records for each call
+/// whether kubeflake's sidecar was already in the pod it saw.
+struct LateWebhook {
+    port: u16,
+    /// The certificate, PEM: the configuration's caBundle.
+    cert_pem: String,
+    /// One entry per call: was the sidecar already there?
+    saw_sidecar: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// The container [`LateWebhook`] adds.
+const LATE: &str = "late";
+
+impl Drop for LateWebhook {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl LateWebhook {
+    async fn start() -> Result<LateWebhook> {
+        use std::net::{IpAddr, Ipv4Addr};
+        use tokio_rustls::rustls;
+        let key = rcgen::KeyPair::generate()?;
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = vec![rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.self_signed(&key)?;
+        let key_der = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key_der.into())?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        let saw_sidecar = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = saw_sidecar.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        // A connection the API server drops ends the task; the test sees
+                        // the consequence in the pod.
+                        let _ = serve_late(tls, seen).await;
+                    }
+                });
+            }
+        });
+        Ok(LateWebhook {
+            port,
+            cert_pem: cert.pem(),
+            saw_sidecar,
+            server,
+        })
+    }
+
+    /// Its configuration: one webhook for labelled pods in `ns`, never re-invoked. The
+    /// name sorts after kubeflake's `kubeflake-<ns>`, and the API server calls mutating
+    /// webhooks in the order of their configurations' names: this one runs after
+    /// kubeflake's injection.
+    fn config(&self, ns: &str) -> Result<MutatingWebhookConfiguration> {
+        let mut entry = webhook_entry("late.e2e.kubeflake.io", self.port, ns);
+        entry["clientConfig"] = json!({
+            "url": format!("https://127.0.0.1:{}/mutate", self.port),
+            "caBundle": k8s_openapi::ByteString(self.cert_pem.clone().into_bytes()),
+        });
+        entry["reinvocationPolicy"] = json!("Never");
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": format!("zz-late-container-{ns}")},
+            "webhooks": [entry],
+        }))?)
+    }
+
+    fn saw_sidecar(&self) -> Vec<bool> {
+        self.saw_sidecar
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Answers the AdmissionReviews of one connection (HTTP/1.1 with keep-alive, bodies with
+/// Content-Length, as the API server sends them) until the API server closes it.
+async fn serve_late<S>(stream: S, seen: std::sync::Arc<std::sync::Mutex<Vec<bool>>>) -> Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::io::BufReader::new(stream);
+    loop {
+        let mut length = None;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stream.read_line(&mut line).await? == 0 {
+                return Ok(());
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = Some(value.trim().parse::<usize>()?);
+            }
+        }
+        let mut body = vec![0; length.context("a request without Content-Length")?];
+        stream.read_exact(&mut body).await?;
+        let review: serde_json::Value = serde_json::from_slice(&body)?;
+        let pod = &review["request"]["object"];
+        let has = |list: &str, name: &str| {
+            pod["spec"][list]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|c| c["name"] == name))
+        };
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(has("initContainers", SIDECAR));
+        let mut response = json!({"uid": review["request"]["uid"], "allowed": true});
+        if !has("containers", LATE) {
+            let patch = json!([{
+                "op": "add",
+                "path": "/spec/containers/-",
+                "value": {"name": LATE, "image": "example.invalid/late"},
+            }]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(k8s_openapi::ByteString(serde_json::to_vec(&patch)?));
+        }
+        let answer = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        }))?;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            answer.len()
+        );
+        let out = stream.get_mut();
+        out.write_all(head.as_bytes()).await?;
+        out.write_all(&answer).await?;
+        out.flush().await?;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_added_by_a_later_webhook_gets_the_url_and_the_socket_on_reinvocation()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-reinvoke").await?;
+    create_sequence(&s.ns, "orders", json!({})).await?;
+    let late = LateWebhook::start().await?;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(s.ns.client.clone());
+    let late_config = late.config(&s.ns.name)?;
+    let late_name = late_config.name_any();
+    configs.create(&PostParams::default(), &late_config).await?;
+
+    // The API server's webhook cache picks the new configuration up a moment after the
+    // write: until then a pod comes back without the late container, and is retried.
+    let pods: Api<Pod> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    let mut attempt = 0;
+    let created = eventually(LIMIT, "a pod that the later webhook changed", || {
+        attempt += 1;
+        let name = format!("reinvoked-{attempt}");
+        let pods = pods.clone();
+        let ns = &s.ns;
+        async move {
+            let labels = json!({"kubeflake.io/sequence": "orders"});
+            let created = create(ns, &pod(&name, labels, json!({}))?).await?;
+            let spec = created.spec.as_ref().context("spec")?;
+            if spec.containers.iter().any(|c| c.name == LATE) {
+                return Ok(Some(created));
+            }
+            pods.delete(&name, &DeleteParams::default()).await?;
+            Ok(None)
+        }
+    })
+    .await
+    .with_context(|| format!("operator log:\n{}", s.operator.process.log_tail(30)))?;
+
+    assert!(
+        late.saw_sidecar().contains(&true),
+        "the later webhook ran after kubeflake's injection (it saw the sidecar): {:?}",
+        late.saw_sidecar()
+    );
+    assert_eq!(sidecars(&created), 1, "still one sidecar");
+    let spec = created.spec.as_ref().context("spec")?;
+    let names: Vec<_> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["app", "worker", LATE]);
+    for (i, c) in spec.containers.iter().enumerate() {
+        assert_eq!(
+            url_env(&created, i).as_deref(),
+            Some("http://127.0.0.1:7070"),
+            "{}: {:?}",
+            c.name,
+            c.env
+        );
+        let env = c.env.as_deref().unwrap_or_default();
+        assert_eq!(
+            env.iter().filter(|e| e.name == "KUBEFLAKE_URL").count(),
+            1,
+            "{}: set once",
+            c.name
+        );
+        let socket = env.iter().find(|e| e.name == "KUBEFLAKE_SOCKET");
+        assert_eq!(
+            socket.and_then(|e| e.value.as_deref()),
+            Some("/var/run/kubeflake-socket/kubeflake.sock"),
+            "{}",
+            c.name
+        );
+        let mounts = c.volume_mounts.as_deref().unwrap_or_default();
+        assert!(
+            mounts.iter().any(|m| m.name == "kubeflake-socket"
+                && m.mount_path == "/var/run/kubeflake-socket"
+                && m.read_only == Some(true)),
+            "{}: the socket volume, read-only: {mounts:?}",
+            c.name
+        );
+    }
+    let log = std::fs::read_to_string(&s.operator.process.spec().log).unwrap_or_default();
+    assert!(
+        log.contains("containers added after the injection"),
+        "the operator's re-invocation patched the late container:\n{log}"
+    );
+    configs.delete(&late_name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_network_pod_is_refused_with_a_message_saying_what_to_do_instead() -> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-hostnet").await?;
+    create_sequence(&s.ns, "orders", json!({})).await?;
+    let mut host = pod(
+        "host-network",
+        json!({"kubeflake.io/sequence": "orders"}),
+        json!({}),
+    )?;
+    if let Some(spec) = host.spec.as_mut() {
+        spec.host_network = Some(true);
+    }
+    let message = create(&s.ns, &host)
+        .await
+        .expect_err("a hostNetwork pod must be refused")
+        .to_string();
+    for what in [
+        "hostNetwork: true",
+        "Remove hostNetwork",
+        "kubeflake.io/inject: \"false\"",
+    ] {
+        assert!(message.contains(what), "{what:?} not in: {message}");
+    }
+    // Opted out, it is created as written.
+    host.metadata.annotations = Some([("kubeflake.io/inject".into(), "false".into())].into());
+    let created = create(&s.ns, &host).await?;
+    assert_eq!(sidecars(&created), 0);
+    Ok(())
+}

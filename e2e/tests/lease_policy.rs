@@ -268,7 +268,7 @@ fn holder(uid: &str) -> Holder<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_operator_and_the_holder_pod_change_a_slot_lease_and_only_as_the_protocol_allows()
+async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_only_as_the_protocol_allows()
 -> Result<()> {
     let cluster = Cluster::shared();
     let w = world(cluster, "lease-policy-slot").await?;
@@ -438,7 +438,7 @@ async fn only_the_operator_and_the_holder_pod_change_a_slot_lease_and_only_as_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_segment_counter_only_goes_up_and_only_the_operator_and_listed_claimants_write_it()
+async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_claimants_write_it()
 -> Result<()> {
     let cluster = Cluster::shared();
     let w = world(cluster, "lease-policy-counter").await?;
@@ -521,7 +521,7 @@ async fn a_segment_counter_only_goes_up_and_only_the_operator_and_listed_claiman
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_policy_the_same_attacks_succeed() -> Result<()> {
+async fn rule14_without_the_policy_the_same_attacks_succeed() -> Result<()> {
     let cluster = Cluster::shared();
     let w = world(cluster, "lease-policy-off").await?;
     let ns = w.ns.name.as_str();

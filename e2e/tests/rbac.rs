@@ -271,11 +271,18 @@ fn operator_rows() -> Vec<Row> {
             true,
         ),
         row(
-            "may delete RoleBindings",
+            "may delete the kubeflake-sidecar RoleBinding",
             "delete",
-            "rolebindings.rbac.authorization.k8s.io",
+            "rolebindings.rbac.authorization.k8s.io/kubeflake-sidecar",
             App,
             true,
+        ),
+        row(
+            "may not delete other RoleBindings",
+            "delete",
+            "rolebindings.rbac.authorization.k8s.io/app-admins",
+            App,
+            false,
         ),
         row(
             "may not get RoleBindings (it reads them from its watch)",
@@ -504,6 +511,20 @@ fn sidecar_rows() -> Vec<Row> {
             "idsequences.kubeflake.io",
             App,
             true,
+        ),
+        row(
+            "may not list IdSequences (it reads its own by name)",
+            "list",
+            "idsequences.kubeflake.io",
+            App,
+            false,
+        ),
+        row(
+            "may not watch IdSequences",
+            "watch",
+            "idsequences.kubeflake.io",
+            App,
+            false,
         ),
         row(
             "may watch leases in its namespace",

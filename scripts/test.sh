@@ -27,6 +27,8 @@ e2e/images/build.sh >/dev/null
 
 step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh
+step "checking the rendered chart (every values variant) and the Dockerfile with checkov"
+charts/kubeflake/tests/checkov.sh
 
 step "running cargo test"
 cargo test --workspace --locked --no-fail-fast "$@"
@@ -34,4 +36,6 @@ step "checking the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
 scripts/check-openapi.sh
 step "running cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+step "checking the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
+scripts/check-deps.sh
 step "done"

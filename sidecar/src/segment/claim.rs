@@ -6,7 +6,8 @@
 //! Two guards keep a claim from ever handing out a value twice when the store misbehaves:
 //! - **The floor**: a running sidecar passes the end of the highest block it has claimed.
 //!   The counter can never legitimately be below it while the sidecar runs (the counter only
-//!   grows, and a graceful give-back lowers it only to the giver's own unused values, which
+//!   grows, and a graceful give-back (standalone only: a cluster counter never goes down)
+//!   lowers it only to the giver's own unused values, which
 //!   lie above every other sidecar's blocks). A counter below the floor was deleted and
 //!   re-created, or restored from a backup: the claim is refused, never served.
 //! - **The recorded claim count**: a sidecar that never claimed (just started) has no floor.

@@ -747,3 +747,233 @@ async fn the_self_managed_webhook_secret_goes_with_the_release() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// A well-formed image digest for the tests (not an image anyone built).
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[tokio::test]
+async fn an_image_digest_pins_the_operator_and_sidecar_images_and_the_tag_is_ignored() -> Result<()>
+{
+    let cluster = Cluster::shared();
+    let operator_digest = format!("operator.image.digest={DIGEST}");
+    let sidecar_digest = format!("sidecar.image.digest={DIGEST}");
+    let sets = set_args(&[
+        "operator.image.repository=registry.example/kubeflake/operator",
+        "operator.image.tag=ignored",
+        &operator_digest,
+        "sidecar.image.repository=registry.example/kubeflake/sidecar",
+        "sidecar.image.tag=ignored",
+        &sidecar_digest,
+    ]);
+    let args: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let pinned = template(cluster, &args).await?;
+    assert!(pinned.success(), "{}", pinned.stderr);
+    let operator = format!("image: registry.example/kubeflake/operator@{DIGEST}");
+    let sidecar = format!("registry.example/kubeflake/sidecar@{DIGEST}");
+    let deployment = rendered_of_kind(&pinned.stdout, "Deployment").concat();
+    assert!(deployment.contains(&operator), "{deployment}");
+    assert!(
+        deployment.contains(&format!("--sidecar-image={sidecar}")),
+        "the webhook injects the pinned sidecar: {deployment}"
+    );
+    let test_pod = rendered_of_kind(&pinned.stdout, "Pod").concat();
+    assert!(
+        test_pod.contains(&format!("image: {sidecar}")),
+        "{test_pod}"
+    );
+    assert!(
+        !pinned.stdout.contains("ignored"),
+        "a digest wins over the tag: {}",
+        pinned.stdout
+    );
+
+    // Without a digest: repository:tag, as before.
+    let tagged = template(cluster, &["--set", "operator.image.tag=1.2.3"]).await?;
+    assert!(tagged.success(), "{}", tagged.stderr);
+    assert!(
+        tagged.stdout.contains("image: kubeflake/operator:1.2.3"),
+        "{}",
+        tagged.stdout
+    );
+    assert!(!tagged.stdout.contains('@'), "no digest by default");
+
+    for (key, bad) in [
+        ("operator", "sha256:abc"),
+        ("operator", "latest"),
+        (
+            "sidecar",
+            "SHA256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ),
+        ("sidecar", "md5:0123456789abcdef0123456789abcdef"),
+    ] {
+        let value = format!("{key}.image.digest={bad}");
+        let out = template(cluster, &["--set", &value]).await?;
+        assert!(!out.success(), "{value} was accepted");
+        assert!(
+            out.stderr.contains(&format!("/{key}/image/digest")) && out.stderr.contains("sha256"),
+            "{value}: the error names the key and the format:\n{}",
+            out.stderr
+        );
+    }
+    Ok(())
+}
+
+/// The chart's NetworkPolicy rendered with `values` (a values file), as the API server
+/// stores it (`kubectl apply --dry-run=server -o json` in namespace `ns`).
+async fn network_policy(
+    cluster: &Cluster,
+    ns: &str,
+    values: &str,
+) -> Result<Option<serde_json::Value>> {
+    let rendered = helm_with_stdin(
+        cluster,
+        &[
+            "template",
+            "np",
+            CHART,
+            "--namespace",
+            ns,
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+            "-",
+        ],
+        Some(values),
+    )
+    .await?
+    .ok()?;
+    let policies = rendered_of_kind(&rendered, "NetworkPolicy");
+    let Some(policy) = policies.first() else {
+        return Ok(None);
+    };
+    assert_eq!(policies.len(), 1, "one policy, for the operator pods");
+    let stored = cluster
+        .kubectl_with_stdin(
+            &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+            Some(policy),
+        )
+        .await?
+        .ok()
+        .context("the API server accepts the NetworkPolicy")?;
+    Ok(Some(serde_json::from_str(&stored)?))
+}
+
+/// `(port, from)` of each ingress rule: the named port, and the peers (None: anyone).
+fn ingress_rules(policy: &serde_json::Value) -> Vec<(String, Option<serde_json::Value>)> {
+    policy["spec"]["ingress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rule| {
+            let ports = rule["ports"].as_array().cloned().unwrap_or_default();
+            assert_eq!(ports.len(), 1, "one port per rule: {rule}");
+            let port = ports[0]["port"].as_str().unwrap_or_default().to_owned();
+            (port, rule.get("from").cloned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_network_policy_is_off_by_default_and_lets_in_only_the_webhook_and_metrics_ports()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let ns = cluster.namespace("helm-netpol").await?;
+    assert!(
+        network_policy(cluster, &ns.name, "{}").await?.is_none(),
+        "off by default"
+    );
+
+    let open = network_policy(cluster, &ns.name, "networkPolicy: {enabled: true}")
+        .await?
+        .context("rendered when enabled")?;
+    assert_eq!(
+        open["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "operator",
+        "{open}"
+    );
+    assert_eq!(
+        open["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"]),
+        "egress is left alone by default"
+    );
+    assert_eq!(
+        ingress_rules(&open),
+        [("webhook".to_owned(), None), ("metrics".to_owned(), None)],
+        "the webhook port from anywhere (the API server's address is not known), metrics \
+         from anywhere by default, nothing else"
+    );
+
+    let narrowed = network_policy(
+        cluster,
+        &ns.name,
+        r#"
+networkPolicy:
+  enabled: true
+  metricsFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+  egress:
+    - to: [{ipBlock: {cidr: 10.0.0.1/32}}]
+      ports: [{port: 6443, protocol: TCP}]
+"#,
+    )
+    .await?
+    .context("rendered")?;
+    let rules = ingress_rules(&narrowed);
+    assert_eq!(rules.len(), 2, "{narrowed}");
+    assert_eq!(rules[0], ("webhook".to_owned(), None));
+    let (port, from) = &rules[1];
+    assert_eq!(port, "metrics");
+    let from = from.clone().context("metrics narrowed to metricsFrom")?;
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    assert_eq!(
+        from[1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "test",
+        "the chart's helm test pod still reaches /readyz and /metrics: {from}"
+    );
+    assert_eq!(
+        narrowed["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    assert_eq!(
+        narrowed["spec"]["egress"][0]["to"][0]["ipBlock"]["cidr"],
+        "10.0.0.1/32"
+    );
+
+    let no_webhook = network_policy(
+        cluster,
+        &ns.name,
+        "{networkPolicy: {enabled: true}, webhook: {enabled: false}}",
+    )
+    .await?
+    .context("rendered")?;
+    assert_eq!(
+        ingress_rules(&no_webhook),
+        [("metrics".to_owned(), None)],
+        "no webhook, no webhook port"
+    );
+
+    // A misspelt peer fails the install instead of opening the port to everyone.
+    let typo = helm_with_stdin(
+        cluster,
+        &[
+            "template",
+            "np",
+            CHART,
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+            "-",
+        ],
+        Some("networkPolicy: {enabled: true, metricsFrom: [{namespaceSelectr: {}}]}"),
+    )
+    .await?;
+    assert!(!typo.success(), "accepted: {}", typo.stdout);
+    assert!(
+        typo.stderr.contains("/networkPolicy/metricsFrom/0")
+            && typo.stderr.contains("namespaceSelectr"),
+        "{}",
+        typo.stderr
+    );
+    Ok(())
+}

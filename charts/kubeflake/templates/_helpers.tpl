@@ -73,14 +73,27 @@ app.kubernetes.io/part-of: kubeflake
 {{- end -}}
 {{- end -}}
 
+{{/*
+An image reference: "repository@digest" when a digest is set (the tag is then ignored: a
+digest names exactly one image, and "repo:tag@digest" would let readers believe the tag
+counts), else "repository:tag" with the chart's appVersion as the default tag.
+*/}}
 {{- define "kubeflake.image" -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
 {{- printf "%s:%s" .repository (default .appVersion .tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "kubeflake.operatorImage" -}}
-{{- include "kubeflake.image" (dict "repository" .Values.operator.image.repository "tag" .Values.operator.image.tag "appVersion" .Chart.AppVersion) -}}
+{{- with .Values.operator.image -}}
+{{- include "kubeflake.image" (dict "repository" .repository "tag" .tag "digest" .digest "appVersion" $.Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "kubeflake.sidecarImage" -}}
-{{- include "kubeflake.image" (dict "repository" .Values.sidecar.image.repository "tag" .Values.sidecar.image.tag "appVersion" .Chart.AppVersion) -}}
+{{- with .Values.sidecar.image -}}
+{{- include "kubeflake.image" (dict "repository" .repository "tag" .tag "digest" .digest "appVersion" $.Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}

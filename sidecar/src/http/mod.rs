@@ -1,5 +1,9 @@
 //! The HTTP API the app calls on localhost (hyper 1.x over tokio).
 //!
+//! All routes are served on the loopback `--listen` address (and the Unix socket). In
+//! cluster mode `/healthz`, `/readyz` and `/metrics`, and nothing else, are also served on
+//! the probe port (`--probe-listen`, the pod IP): see [`serve::ProbeRoutes`].
+//!
 //! | route              | answer                                                     |
 //! |--------------------|------------------------------------------------------------|
 //! | `GET /id`          | one ID, decimal text; `{"id":"..."}` for `Accept: application/json` |
@@ -7,7 +11,7 @@
 //! | `GET /decode/<id>` | the fields of an ID as JSON                                 |
 //! | `GET /healthz`     | 200 while the process runs                                  |
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
-//! | `GET /metrics`     | Prometheus text                                             |
+//! | `GET /metrics`     | Prometheus text (also on the probe port, for Prometheus)    |
 //!
 //! `/id` and `/ids` take `after=<x>`: only values greater than `x` (docs/safety.md rule
 //! 12); an `after` this sidecar cannot honour now is a 409 (`after_ahead_of_clock` with

@@ -46,6 +46,11 @@ impl Routes for Api {
 /// when the pod spec is written). Anything on that port is reachable from other pods, so
 /// it answers the probes and the metrics (which carry no IDs) only; IDs and `/decode`
 /// stay on the loopback `--listen` address and the Unix socket.
+///
+/// `/metrics` is therefore *not* loopback-only: any client that can reach the pod IP may
+/// read it (the chart's PodMonitor scrapes it there), and the sidecar has no way to tell
+/// a scraper from anyone else. Restricting who reads it is a NetworkPolicy's job
+/// (docs/install.md, "Network policies").
 pub struct ProbeRoutes(pub Arc<Api>);
 
 /// The reply to anything but a probe on the probe port (`None` for the probes themselves).
@@ -169,8 +174,9 @@ pub async fn serve_api(
     }
 }
 
-/// Like [`serve`], answering only `/healthz` and `/readyz` ([`ProbeRoutes`]): for a
-/// listener on the pod's address that kubelet probes reach, while IDs stay on localhost.
+/// Like [`serve`], answering only `/healthz`, `/readyz` and `/metrics` ([`ProbeRoutes`]):
+/// for a listener on the pod's address that kubelet probes and Prometheus reach, while
+/// IDs stay on localhost.
 pub async fn serve_probes(
     listener: TcpListener,
     api: Arc<Api>,

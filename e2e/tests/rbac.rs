@@ -292,9 +292,9 @@ fn operator_rows() -> Vec<Row> {
             false,
         ),
         row(
-            "may not update RoleBindings (roleRef is immutable: delete and create)",
+            "may not update other RoleBindings",
             "update",
-            "rolebindings.rbac.authorization.k8s.io",
+            "rolebindings.rbac.authorization.k8s.io/app-admins",
             App,
             false,
         ),
@@ -306,10 +306,52 @@ fn operator_rows() -> Vec<Row> {
             false,
         ),
         row(
-            "may bind the sidecar ClusterRole",
+            "may not bind the sidecar ClusterRole (it keeps its own Roles)",
             "bind",
             sidecar_role.clone(),
             ClusterScoped,
+            false,
+        ),
+        row(
+            "may create Roles",
+            "create",
+            "roles.rbac.authorization.k8s.io",
+            App,
+            true,
+        ),
+        row(
+            "may update the kubeflake-sidecar Role",
+            "update",
+            "roles.rbac.authorization.k8s.io/kubeflake-sidecar",
+            App,
+            true,
+        ),
+        row(
+            "may not update other Roles",
+            "update",
+            "roles.rbac.authorization.k8s.io/app-admins",
+            App,
+            false,
+        ),
+        row(
+            "may delete the kubeflake-sidecar Role",
+            "delete",
+            "roles.rbac.authorization.k8s.io/kubeflake-sidecar",
+            App,
+            true,
+        ),
+        row(
+            "may not delete other Roles",
+            "delete",
+            "roles.rbac.authorization.k8s.io/app-admins",
+            App,
+            false,
+        ),
+        row(
+            "may update the kubeflake-sidecar RoleBinding (its subjects)",
+            "update",
+            "rolebindings.rbac.authorization.k8s.io/kubeflake-sidecar",
+            App,
             true,
         ),
         row(
@@ -508,9 +550,16 @@ fn sidecar_rows() -> Vec<Row> {
         row(
             "may read its IdSequence",
             "get",
-            "idsequences.kubeflake.io",
+            "idsequences.kubeflake.io/orders",
             App,
             true,
+        ),
+        row(
+            "may not read other IdSequences of its namespace",
+            "get",
+            "idsequences.kubeflake.io/payments",
+            App,
+            false,
         ),
         row(
             "may not list IdSequences (it reads its own by name)",
@@ -534,18 +583,32 @@ fn sidecar_rows() -> Vec<Row> {
             true,
         ),
         row(
-            "may update leases in its namespace (renew, fence)",
+            "may update its sequence's slot leases (renew, fence)",
             "update",
-            "leases.coordination.k8s.io",
+            "leases.coordination.k8s.io/orders-slot-0",
             App,
             true,
         ),
         row(
-            "may patch leases in its namespace",
+            "may patch its sequence's slot leases",
             "patch",
-            "leases.coordination.k8s.io",
+            "leases.coordination.k8s.io/orders-slot-1",
             App,
             true,
+        ),
+        row(
+            "may not update an app's own leader Lease",
+            "update",
+            "leases.coordination.k8s.io/app-leader",
+            App,
+            false,
+        ),
+        row(
+            "may not patch an app's own leader Lease",
+            "patch",
+            "leases.coordination.k8s.io/app-leader",
+            App,
+            false,
         ),
         row(
             "may create Events in its namespace",
@@ -558,14 +621,14 @@ fn sidecar_rows() -> Vec<Row> {
         row(
             "may not update leases in another namespace",
             "update",
-            "leases.coordination.k8s.io",
+            "leases.coordination.k8s.io/orders-slot-0",
             Other,
             false,
         ),
         row(
             "may not patch leases in another namespace",
             "patch",
-            "leases.coordination.k8s.io",
+            "leases.coordination.k8s.io/orders-slot-0",
             Other,
             false,
         ),
@@ -739,7 +802,7 @@ async fn assert_cannot_write_leases(
     let rows = [row(
         "may not update leases",
         "update",
-        "leases.coordination.k8s.io",
+        "leases.coordination.k8s.io/orders-slot-0",
         Scope::App,
         false,
     )];
@@ -765,28 +828,44 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
 
     create_sequence(&app, "orders", json!({})).await?;
     create_sequence(&other, "orders", json!({})).await?;
+    // Labelled pods run as the namespace's default service account; "orders-app" runs none.
+    let pods = create_pods(&app, "orders", "app", 3).await?;
     for ns in [&app, &other] {
-        eventually(LIMIT, "the operator to bind the sidecar role", || async {
-            operator.process.check_running()?;
-            Ok(binding_exists(ns).await?.then_some(()))
-        })
+        eventually(
+            LIMIT,
+            "the operator to keep the sidecar Role and binding",
+            || async {
+                operator.process.check_running()?;
+                Ok(binding_exists(ns).await?.then_some(()))
+            },
+        )
         .await
         .with_context(|| format!("namespace {}; operator log:\n{}", ns.name, operator.log()))?;
     }
-    let binding: RoleBinding = Api::namespaced(app.client.clone(), &app.name)
-        .get(SIDECAR_BINDING)
-        .await?;
-    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    let bindings: Api<RoleBinding> = Api::namespaced(app.client.clone(), &app.name);
+    let binding = eventually(
+        LIMIT,
+        "the binding to name the labelled pods' account",
+        || async {
+            let b = bindings.get(SIDECAR_BINDING).await?;
+            Ok((!b.subjects.clone().unwrap_or_default().is_empty()).then_some(b))
+        },
+    )
+    .await?;
     assert_eq!(
-        binding.role_ref.name,
-        format!("{}-sidecar", fullname(RELEASE))
+        (
+            binding.role_ref.kind.as_str(),
+            binding.role_ref.name.as_str()
+        ),
+        ("Role", SIDECAR_BINDING)
     );
     let subjects = binding.subjects.unwrap_or_default();
     assert!(
         subjects.len() == 1
-            && subjects[0].kind == "Group"
-            && subjects[0].name == format!("system:serviceaccounts:{}", app.name),
-        "the binding is for this namespace's service accounts only: {subjects:?}"
+            && subjects[0].kind == "ServiceAccount"
+            && subjects[0].name == "default"
+            && subjects[0].namespace.as_deref() == Some(app.name.as_str()),
+        "the binding names only the account the labelled pods run as: {subjects:?}"
     );
 
     let ns = Namespaces {
@@ -794,18 +873,18 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
         other: &other.name,
         release,
     };
-    // Any service account of the namespace: the binding is for the group.
-    for account in ["default", "orders-app"] {
-        let user = format!("system:serviceaccount:{}:{account}", app.name);
-        check_matrix(
-            cluster,
-            &format!("sidecar ({account})"),
-            &user,
-            &sidecar_rows(),
-            &ns,
-        )
-        .await?;
-    }
+    let user = format!("system:serviceaccount:{}:default", app.name);
+    check_matrix(cluster, "sidecar (default)", &user, &sidecar_rows(), &ns).await?;
+    // An account that runs no labelled pod gets nothing, in the same namespace.
+    let idle = format!("system:serviceaccount:{}:orders-app", app.name);
+    let rows = [row(
+        "a service account without labelled pods may not update slot leases",
+        "update",
+        "leases.coordination.k8s.io/orders-slot-0",
+        Scope::App,
+        false,
+    )];
+    check_matrix(cluster, "idle account", &idle, &rows, &ns).await?;
     // A namespace without an IdSequence has no binding, so its service accounts hold nothing.
     assert_cannot_write_leases(
         cluster,
@@ -816,7 +895,6 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
     .await?;
 
     // The operator really works with nothing but the chart's RBAC.
-    let pods = create_pods(&app, "orders", "app", 3).await?;
     let uids: Vec<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     all_assigned(&app, "orders", &uids, LIMIT)
         .await

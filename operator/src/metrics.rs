@@ -110,12 +110,12 @@ impl Metrics {
             ),
             sidecar_bindings: r.counter_vec(
                 "kubeflake_operator_sidecar_bindings_total",
-                "Sidecar RoleBindings written, by action (created, deleted).",
+                "Sidecar Roles and RoleBindings written, by action (created, updated, deleted).",
                 &["action"],
             ),
             watch_errors: r.counter_vec(
                 "kubeflake_operator_watch_errors_total",
-                "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_rolebindings); each is retried with back-off.",
+                "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_roles, rbac_rolebindings); each is retried with back-off.",
                 &["watch"],
             ),
             slots_assigned: r.int_gauge(

@@ -268,6 +268,7 @@ async fn run_controller(
             client.clone(),
             config.namespace.clone(),
             role,
+            pods.clone(),
             ctx_metrics.clone(),
             health.clone(),
         ))

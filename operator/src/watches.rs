@@ -18,7 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::store::Writer;
@@ -28,7 +28,8 @@ use kubeflake_crds::slot_lease::{self, FENCE_ANNOTATION, SEQUENCE_LABEL};
 
 /// The pod as a pass reads it ([`crate::controller::snowflake::observe::pods`]): name,
 /// namespace, UID, the sequence label, creation and deletion time, phase, and the
-/// resourceVersion the cache needs. Everything else is dropped before it is cached.
+/// resourceVersion the cache needs; and its service account, for the sidecar RoleBindings
+/// ([`crate::rbac`]). Everything else is dropped before it is cached.
 pub fn slim_pod(pod: &mut Pod) {
     let meta = std::mem::take(&mut pod.metadata);
     let labels = meta.labels.and_then(|labels| {
@@ -45,7 +46,11 @@ pub fn slim_pod(pod: &mut Pod) {
         labels,
         ..ObjectMeta::default()
     };
-    pod.spec = None;
+    // The service account is all the sidecar RBAC keeper reads of the spec.
+    pod.spec = pod.spec.take().map(|s| PodSpec {
+        service_account_name: s.service_account_name,
+        ..PodSpec::default()
+    });
     pod.status = pod.status.take().map(|s| PodStatus {
         phase: s.phase,
         ..PodStatus::default()

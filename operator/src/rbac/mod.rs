@@ -1,22 +1,30 @@
-//! The sidecar's rights, granted without anyone writing RBAC by hand.
+//! The sidecar's rights, granted without anyone writing RBAC by hand, and no wider than
+//! what the sidecars of a namespace use.
 //!
-//! A sidecar runs as its pod's service account, which the app owner chose. So that it may
-//! read its IdSequence, renew its slot Lease and post Events, the operator keeps one
-//! RoleBinding named [`BINDING`] in every namespace that has an IdSequence, binding the
-//! sidecar ClusterRole (installed by the chart, `--sidecar-cluster-role`) to the group of
-//! all service accounts of that namespace. A RoleBinding grants only within its own
-//! namespace, so a sidecar can never touch Leases elsewhere. When the last IdSequence of
-//! a namespace is gone, the binding goes too.
+//! A sidecar runs as its pod's service account, which the app owner chose. In every
+//! namespace that has an IdSequence the operator keeps two objects named [`BINDING`]:
+//! - a **Role** that lets a sidecar read Leases, write only the Leases of that namespace's
+//!   sequences (by name: every slot Lease a Snowflake sequence can have, and each Segment
+//!   sequence's counter), read those sequences by name, and post Events; see [`role`];
+//! - a **RoleBinding** of that Role to exactly the service accounts that the namespace's
+//!   labelled pods run as (read from the controller's pod cache); see [`binding`].
 //!
-//! Each binding is owned (`ownerReferences`) by that ClusterRole: a cluster-scoped owner
-//! of a namespaced dependent, so when `helm uninstall` deletes the role, the garbage
-//! collector deletes every binding with it, in every namespace, even though the operator
-//! is gone by then. While the role does not exist no binding is created (it would grant
-//! nothing, and nothing would ever remove it).
+//! So an app's own leader-election Lease in the namespace stays closed to every sidecar,
+//! and a service account that runs no kubeflake pod gets nothing. Which write to a
+//! kubeflake Lease succeeds is decided further by the API server's Lease policy
+//! (`kubeflake_crds::lease_policy`: only the holder's own slot, only as a holder may).
+//!
+//! Both objects are owned (`ownerReferences`) by the sidecar ClusterRole installed by the
+//! chart (`--sidecar-cluster-role`): a cluster-scoped owner of namespaced dependents, so
+//! `helm uninstall` deletes the role and the garbage collector every Role and binding with
+//! it, even though the operator is gone by then. While that ClusterRole does not exist
+//! nothing is created. (Releases before this one bound the ClusterRole itself to the
+//! namespace's group: such a binding has another `roleRef`, which cannot be changed in
+//! place, so it is deleted and created again.)
 //!
 //! Like the main reconciler, this is an idempotent function of observed state: [`plan`]
-//! compares the namespaces that have sequences with the bindings that exist; every write
-//! is a create or a delete with a precondition.
+//! compares what each namespace needs with the Roles and bindings that exist; creates,
+//! updates (conditional on the version read) and deletes (conditional on the uid) follow.
 
 use kubeflake_runtime::kube_error::{is_conflict, is_not_found};
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,165 +32,386 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
+use kubeflake_crds::Slot;
+use kubeflake_crds::segment_counter::counter_name;
+use kubeflake_crds::sequence::Mode;
+use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, lease_name};
 
 use crate::http::Health;
 use crate::metrics::Metrics;
 
-/// Name of the RoleBinding the operator keeps in each namespace with IdSequences.
+/// Name of the Role and the RoleBinding the operator keeps in each namespace with
+/// IdSequences.
 pub const BINDING: &str = "kubeflake-sidecar";
-/// Label that marks bindings the operator owns (and the only ones it watches or deletes).
+/// Label that marks Roles and bindings the operator owns (and the only ones it watches).
 pub const MANAGED_LABEL: &str = "kubeflake.io/sidecar-binding";
+/// At most this many Lease names in one namespace's Role (about 200 KiB). A namespace whose
+/// sequences have more slots gets Lease writes without names (every Lease of the
+/// namespace, as before this narrowing), with a warning: use fewer worker bits.
+pub const MAX_NAMED_LEASES: usize = 8192;
 
-/// One write to make.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Change {
-    Create {
-        namespace: String,
-    },
-    /// Delete the binding with this uid (it is unneeded, or binds the wrong role or lacks
-    /// the role as its owner, and will be created again on the next pass: `roleRef` cannot
-    /// be changed in place).
-    Delete {
-        namespace: String,
-        uid: String,
-    },
-}
-
-/// A binding as observed: its namespace, uid, the ClusterRole it binds, and the uid of
-/// the ClusterRole that owns it (if any).
-#[derive(Debug, Clone)]
-pub struct Observed {
-    pub namespace: String,
-    pub uid: String,
-    pub role: String,
-    pub owner_uid: Option<String>,
-}
-
-/// The sidecar ClusterRole as found: its name and uid (the bindings' owner).
+/// The sidecar ClusterRole as found: its name and uid (the owner of every Role and binding).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Role {
+pub struct Owner {
     pub name: String,
     pub uid: String,
 }
 
-/// The writes that make the bindings match the namespaces that have sequences. `role` is
-/// `None` while the ClusterRole does not exist: then nothing is created, and bindings are
-/// only deleted when unneeded or bound to another role.
+/// What the sidecars of one namespace need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// The namespace's sequences, by name.
+    pub sequences: BTreeSet<String>,
+    /// The Leases they may write, by name; `None` when there are more than
+    /// [`MAX_NAMED_LEASES`] (then every Lease of the namespace).
+    pub leases: Option<BTreeSet<String>>,
+    /// The service accounts the namespace's labelled pods run as.
+    pub accounts: BTreeSet<String>,
+}
+
+/// The Leases a sequence's sidecars write: its counter in Segment mode, otherwise every
+/// slot Lease its layout allows. `None` for a spec that is not valid (its sidecars wait).
+pub fn sequence_leases(seq: &IdSequence) -> Option<Vec<String>> {
+    let name = seq.name_any();
+    if seq.spec.mode == Mode::Segment {
+        return Some(vec![counter_name(&name)]);
+    }
+    let slots = seq.spec.params().ok()?.layout.slot_count();
+    Some(
+        (0..slots)
+            .map(|n| lease_name(&name, Slot(n as u32)))
+            .collect(),
+    )
+}
+
+/// What each namespace that has a sequence needs, from the sequences and the labelled pods.
+pub fn needs(sequences: &[Arc<IdSequence>], pods: &[Arc<Pod>]) -> BTreeMap<String, Needs> {
+    let mut all: BTreeMap<String, Needs> = BTreeMap::new();
+    for seq in sequences {
+        let Some(ns) = seq.namespace() else { continue };
+        let needs = all.entry(ns).or_insert_with(|| Needs {
+            leases: Some(BTreeSet::new()),
+            ..Needs::default()
+        });
+        needs.sequences.insert(seq.name_any());
+        if let (Some(names), Some(more)) = (needs.leases.as_mut(), sequence_leases(seq)) {
+            names.extend(more);
+            if names.len() > MAX_NAMED_LEASES {
+                needs.leases = None;
+            }
+        }
+    }
+    for pod in pods {
+        let Some(needs) = pod.namespace().and_then(|ns| all.get_mut(&ns)) else {
+            continue;
+        };
+        if pod.labels().contains_key(SEQUENCE_LABEL) {
+            let account = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .filter(|a| !a.is_empty())
+                .unwrap_or_else(|| "default".into());
+            needs.accounts.insert(account);
+        }
+    }
+    all
+}
+
+fn rule(
+    group: &str,
+    resource: &str,
+    verbs: &[&str],
+    names: Option<&BTreeSet<String>>,
+) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        resource_names: names.map(|n| n.iter().cloned().collect()),
+        ..Default::default()
+    }
+}
+
+fn managed_meta(namespace: &str, owner: &Owner) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(BINDING.into()),
+        namespace: Some(namespace.into()),
+        owner_references: Some(vec![OwnerReference {
+            api_version: ClusterRole::api_version(&()).into(),
+            kind: ClusterRole::kind(&()).into(),
+            name: owner.name.clone(),
+            uid: owner.uid.clone(),
+            ..Default::default()
+        }]),
+        labels: Some(BTreeMap::from([
+            (MANAGED_LABEL.to_string(), "true".to_string()),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "kubeflake-operator".to_string(),
+            ),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// The rules a namespace's sidecars get: find their slot Lease (get, list, watch every
+/// Lease: a label-selected list cannot be narrowed by name), write only their sequences'
+/// Leases (update for a renewal or release, patch for a segment claim), read their
+/// sequences by name, post Events. No create or delete of anything.
+pub fn rules(needs: &Needs) -> Vec<PolicyRule> {
+    vec![
+        rule(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "list", "watch"],
+            None,
+        ),
+        rule(
+            "coordination.k8s.io",
+            "leases",
+            &["update", "patch"],
+            needs.leases.as_ref(),
+        ),
+        rule(
+            "kubeflake.io",
+            "idsequences",
+            &["get"],
+            Some(&needs.sequences),
+        ),
+        rule("events.k8s.io", "events", &["create", "patch"], None),
+    ]
+}
+
+/// The Role for `namespace`, owned by the sidecar ClusterRole. No `blockOwnerDeletion`:
+/// deleting the ClusterRole need not wait for it, and setting it would need more rights.
+pub fn role(namespace: &str, needs: &Needs, owner: &Owner) -> Role {
+    Role {
+        metadata: managed_meta(namespace, owner),
+        rules: Some(rules(needs)),
+    }
+}
+
+/// The binding of the namespace's Role to the service accounts its labelled pods run as.
+pub fn binding(namespace: &str, accounts: &BTreeSet<String>, owner: &Owner) -> RoleBinding {
+    RoleBinding {
+        metadata: managed_meta(namespace, owner),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: BINDING.into(),
+        },
+        subjects: Some(
+            accounts
+                .iter()
+                .map(|account| Subject {
+                    api_group: None,
+                    kind: "ServiceAccount".into(),
+                    name: account.clone(),
+                    namespace: Some(namespace.into()),
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Which of the two objects a change is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Object {
+    Role,
+    Binding,
+}
+
+impl Object {
+    fn as_str(self) -> &'static str {
+        match self {
+            Object::Role => "Role",
+            Object::Binding => "RoleBinding",
+        }
+    }
+}
+
+/// One write to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Create {
+        namespace: String,
+        object: Object,
+    },
+    /// Replace the object read at `version` with what the namespace needs now.
+    Update {
+        namespace: String,
+        object: Object,
+        version: String,
+    },
+    /// Delete the object with this uid: unneeded, or not owned by the current ClusterRole,
+    /// or a binding whose `roleRef` is not this Role (it cannot be changed in place, and is
+    /// created again on the next pass).
+    Delete {
+        namespace: String,
+        object: Object,
+        uid: String,
+    },
+}
+
+/// One managed Role or binding as observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub namespace: String,
+    pub uid: String,
+    pub version: String,
+    /// The uid of the ClusterRole that owns it, if any.
+    pub owner_uid: Option<String>,
+    /// For a Role, its rules; for a binding, its subjects (and whether its roleRef is the
+    /// namespace's Role).
+    pub content: Content,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Rules(Vec<PolicyRule>),
+    Binding {
+        subjects: Vec<Subject>,
+        refers_to_role: bool,
+    },
+}
+
+/// The writes that make the Roles and bindings match `needs`. `owner` is `None` while
+/// the ClusterRole does not exist: then nothing is created or updated, and objects are
+/// only deleted where no sequence is left.
 pub fn plan(
-    with_sequences: &BTreeSet<String>,
-    bindings: &[Observed],
-    role_name: &str,
-    role: Option<&Role>,
+    needs: &BTreeMap<String, Needs>,
+    observed: &[(Object, Observed)],
+    owner: Option<&Owner>,
 ) -> Vec<Change> {
     let mut changes = Vec::new();
-    let mut good = BTreeSet::new();
-    for b in bindings {
-        let owner_ok = role.is_none_or(|r| b.owner_uid.as_deref() == Some(r.uid.as_str()));
-        if with_sequences.contains(&b.namespace) && b.role == role_name && owner_ok {
-            good.insert(b.namespace.clone());
-        } else {
-            changes.push(Change::Delete {
-                namespace: b.namespace.clone(),
-                uid: b.uid.clone(),
+    let mut present: BTreeSet<(String, &'static str)> = BTreeSet::new();
+    for (object, o) in observed {
+        let ns = &o.namespace;
+        let delete = || Change::Delete {
+            namespace: ns.clone(),
+            object: *object,
+            uid: o.uid.clone(),
+        };
+        let Some(need) = needs.get(ns) else {
+            changes.push(delete());
+            continue;
+        };
+        let Some(owner) = owner else { continue };
+        if o.owner_uid.as_deref() != Some(owner.uid.as_str()) {
+            changes.push(delete());
+            continue;
+        }
+        present.insert((ns.clone(), object.as_str()));
+        let up_to_date = match (&o.content, object) {
+            (Content::Rules(rules_now), Object::Role) => *rules_now == rules(need),
+            (
+                Content::Binding {
+                    subjects,
+                    refers_to_role,
+                },
+                Object::Binding,
+            ) => {
+                if !refers_to_role {
+                    changes.push(delete());
+                    present.remove(&(ns.clone(), object.as_str()));
+                    continue;
+                }
+                *subjects
+                    == binding(ns, &need.accounts, owner)
+                        .subjects
+                        .unwrap_or_default()
+            }
+            _ => true,
+        };
+        if !up_to_date {
+            changes.push(Change::Update {
+                namespace: ns.clone(),
+                object: *object,
+                version: o.version.clone(),
             });
         }
     }
-    if role.is_none() {
+    if owner.is_none() {
         return changes;
     }
-    for ns in with_sequences.difference(&good) {
-        let being_replaced = changes
-            .iter()
-            .any(|c| matches!(c, Change::Delete { namespace, .. } if namespace == ns));
-        if !being_replaced {
-            changes.push(Change::Create {
-                namespace: ns.clone(),
+    for ns in needs.keys() {
+        for object in [Object::Role, Object::Binding] {
+            let being_replaced = changes.iter().any(|c| {
+                matches!(c, Change::Delete { namespace, object: o, .. } if namespace == ns && *o == object)
             });
+            if !present.contains(&(ns.clone(), object.as_str())) && !being_replaced {
+                changes.push(Change::Create {
+                    namespace: ns.clone(),
+                    object,
+                });
+            }
         }
     }
     changes
 }
 
-/// The binding for `namespace`, owned by `role`. No `blockOwnerDeletion`: deleting the
-/// role need not wait for the bindings, and setting it would need more rights.
-pub fn binding(namespace: &str, role: &Role) -> RoleBinding {
-    RoleBinding {
-        metadata: ObjectMeta {
-            name: Some(BINDING.into()),
-            namespace: Some(namespace.into()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: ClusterRole::api_version(&()).into(),
-                kind: ClusterRole::kind(&()).into(),
-                name: role.name.clone(),
-                uid: role.uid.clone(),
-                ..Default::default()
-            }]),
-            labels: Some(BTreeMap::from([
-                (MANAGED_LABEL.to_string(), "true".to_string()),
-                (
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "kubeflake-operator".to_string(),
-                ),
-            ])),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: role.name.clone(),
-        },
-        subjects: Some(vec![Subject {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Group".into(),
-            name: format!("system:serviceaccounts:{namespace}"),
-            namespace: None,
-        }]),
-    }
-}
-
-fn observed(store: &Store<RoleBinding>) -> Vec<Observed> {
-    store
-        .state()
-        .iter()
-        .filter(|b| b.name_any() == BINDING)
-        .map(|b| Observed {
-            namespace: b.namespace().unwrap_or_default(),
-            uid: b.uid().unwrap_or_default(),
-            role: b.role_ref.name.clone(),
-            owner_uid: b
-                .owner_references()
+fn observed(roles: &Store<Role>, bindings: &Store<RoleBinding>) -> Vec<(Object, Observed)> {
+    fn meta<K: Resource>(k: &K, content: Content) -> Option<Observed> {
+        let meta = k.meta();
+        if meta.name.as_deref() != Some(BINDING) {
+            return None;
+        }
+        Some(Observed {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            version: meta.resource_version.clone().unwrap_or_default(),
+            owner_uid: meta
+                .owner_references
                 .iter()
-                .find(|o| o.kind == "ClusterRole" && o.name == b.role_ref.name)
+                .flatten()
+                .find(|o| o.kind == "ClusterRole")
                 .map(|o| o.uid.clone()),
+            content,
         })
-        .collect()
+    }
+    let roles = roles.state().into_iter().filter_map(|r| {
+        meta(
+            r.as_ref(),
+            Content::Rules(r.rules.clone().unwrap_or_default()),
+        )
+        .map(|o| (Object::Role, o))
+    });
+    let bindings = bindings.state().into_iter().filter_map(|b| {
+        let content = Content::Binding {
+            subjects: b.subjects.clone().unwrap_or_default(),
+            refers_to_role: b.role_ref.kind == "Role" && b.role_ref.name == BINDING,
+        };
+        meta(b.as_ref(), content).map(|o| (Object::Binding, o))
+    });
+    roles.chain(bindings).collect()
 }
 
 /// Reads the sidecar ClusterRole (`get` on that one name); `None` when it does not exist
 /// or cannot be read (logged: the pass then creates nothing).
-async fn find_role(roles: &Api<ClusterRole>, name: &str) -> Option<Role> {
+async fn find_owner(roles: &Api<ClusterRole>, name: &str) -> Option<Owner> {
     match roles.get_opt(name).await {
-        Ok(Some(r)) => Some(Role {
+        Ok(Some(r)) => Some(Owner {
             name: name.to_string(),
             uid: r.uid().unwrap_or_default(),
         }),
         Ok(None) => {
             tracing::warn!(
                 cluster_role = name,
-                "sidecar ClusterRole not found: no sidecar RoleBinding is created until it exists"
+                "sidecar ClusterRole not found: no sidecar Role or RoleBinding is created until it exists"
             );
             None
         }
         Err(e) => {
-            tracing::warn!(cluster_role = name, error = %e, "cannot read the sidecar ClusterRole (the operator needs get on it): no sidecar RoleBinding is created");
+            tracing::warn!(cluster_role = name, error = %e, "cannot read the sidecar ClusterRole (the operator needs get on it): no sidecar Role or RoleBinding is created");
             None
         }
     }
@@ -216,49 +445,77 @@ fn report<T>(
     }
 }
 
-/// Keeps the bindings right until dropped: a pass whenever sequences or bindings change,
-/// and at least once a minute. Watch errors are reported through `metrics` and `health`
-/// (see `report`).
+/// Keeps the Roles and bindings right until dropped: a pass whenever sequences, Roles or
+/// bindings change, every second when the service accounts of the labelled pods in
+/// `pods` (the controller's cache) changed, and at least once a minute. Watch errors are
+/// reported through `metrics` and `health` (see `report`).
 pub async fn keep_sidecar_bindings(
     client: Client,
     namespace: Option<String>,
-    role: String,
+    cluster_role: String,
+    pods: Store<Pod>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 ) {
-    let scoped = |c: &Client| -> (Api<PartialObjectMeta<IdSequence>>, Api<RoleBinding>) {
-        match &namespace {
-            Some(ns) => (
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-            ),
-            None => (Api::all(c.clone()), Api::all(c.clone())),
+    fn scoped<K>(c: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(c.clone(), ns),
+            None => Api::all(c.clone()),
         }
-    };
-    let (sequences, bindings) = scoped(&client);
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let (seq_store, seq_writer) = reflector::store();
-    let seq_events = watcher(sequences, watcher::Config::default())
+    }
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    fn reporter<T>(
+        name: &'static str,
+        metrics: &Arc<Metrics>,
+        health: &Arc<Health>,
+    ) -> impl FnMut(Result<T, watcher::Error>) + use<T> {
+        let (metrics, health) = (metrics.clone(), health.clone());
+        move |event| report(name, &metrics, &health, &event)
+    }
+    let watch = |name| (name, &metrics, &health);
+    let (seq_store, seq_writer) = reflector::store::<IdSequence>();
+    let seq_events = watcher(
+        scoped::<IdSequence>(&client, &namespace),
+        watcher::Config::default(),
+    )
+    .backoff(crate::backoff::WatchBackoff::default())
+    .reflect(seq_writer)
+    .map({
+        let (n, m, h) = watch("rbac_idsequences");
+        reporter(n, m, h)
+    });
+    let managed = || watcher::Config::default().labels(MANAGED_LABEL);
+    let (role_store, role_writer) = reflector::store::<Role>();
+    let role_events = watcher(scoped::<Role>(&client, &namespace), managed())
         .backoff(crate::backoff::WatchBackoff::default())
-        .reflect(seq_writer)
+        .reflect(role_writer)
         .map({
-            let (metrics, health) = (metrics.clone(), health.clone());
-            move |event| report("rbac_idsequences", &metrics, &health, &event)
+            let (n, m, h) = watch("rbac_roles");
+            reporter(n, m, h)
         });
-    let (binding_store, binding_writer) = reflector::store();
-    let binding_events = watcher(bindings, watcher::Config::default().labels(MANAGED_LABEL))
+    let (binding_store, binding_writer) = reflector::store::<RoleBinding>();
+    let binding_events = watcher(scoped::<RoleBinding>(&client, &namespace), managed())
         .backoff(crate::backoff::WatchBackoff::default())
         .reflect(binding_writer)
         .map({
-            let (metrics, health) = (metrics.clone(), health.clone());
-            move |event| report("rbac_rolebindings", &metrics, &health, &event)
+            let (n, m, h) = watch("rbac_rolebindings");
+            reporter(n, m, h)
         });
-    let mut events = std::pin::pin!(futures::stream::select(seq_events, binding_events));
+    let mut events = std::pin::pin!(futures::stream::select(
+        seq_events,
+        futures::stream::select(role_events, binding_events)
+    ));
     // The stores fill only while the event stream is polled, so drive it while waiting.
     let mut ready = std::pin::pin!(async {
         tokio::try_join!(
             seq_store.wait_until_ready(),
-            binding_store.wait_until_ready()
+            role_store.wait_until_ready(),
+            binding_store.wait_until_ready(),
+            pods.wait_until_ready(),
         )
     });
     loop {
@@ -270,26 +527,38 @@ pub async fn keep_sidecar_bindings(
             e = events.next() => if e.is_none() { return },
         }
     }
+    let mut last_needs = BTreeMap::new();
     loop {
-        let with_sequences: BTreeSet<String> = seq_store
-            .state()
-            .iter()
-            .filter_map(|s| s.namespace())
-            .collect();
-        let found = find_role(&roles, &role).await;
-        let changes = plan(
-            &with_sequences,
-            &observed(&binding_store),
-            &role,
-            found.as_ref(),
-        );
+        let now = needs(&seq_store.state(), &pods.state());
+        let owner = find_owner(&cluster_roles, &cluster_role).await;
+        let changes = plan(&now, &observed(&role_store, &binding_store), owner.as_ref());
         for change in changes {
-            apply(&client, found.as_ref(), &change, &metrics).await;
+            apply(&client, owner.as_ref(), &now, &change, &metrics).await;
         }
-        // Wait for a change (then let a burst settle) or a minute.
-        tokio::select! {
-            _ = events.next() => tokio::time::sleep(Duration::from_millis(200)).await,
-            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+        for (ns, need) in &now {
+            if need.leases.is_none() && last_needs.get(ns) != Some(need) {
+                tracing::warn!(namespace = %ns, limit = MAX_NAMED_LEASES, "the sequences of this namespace have more slot Leases than a sidecar Role names: its sidecars may write every Lease of the namespace (use fewer worker bits to narrow it)");
+            }
+        }
+        last_needs = now;
+        let last_pass = tokio::time::Instant::now();
+        // Wait for a change of the watched objects (then let a burst settle), for the pods'
+        // service accounts to change (looked at every second), or a minute.
+        loop {
+            tokio::select! {
+                _ = events.next() => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    let accounts_changed = needs(&seq_store.state(), &pods.state())
+                        .iter()
+                        .any(|(ns, n)| last_needs.get(ns).map(|l| &l.accounts) != Some(&n.accounts));
+                    if accounts_changed || last_pass.elapsed() >= Duration::from_secs(60) {
+                        break;
+                    }
+                }
+            }
         }
         // Drain what arrived meanwhile; the stores already hold it.
         while futures::FutureExt::now_or_never(events.next())
@@ -299,17 +568,64 @@ pub async fn keep_sidecar_bindings(
     }
 }
 
-async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &Metrics) {
+async fn apply(
+    client: &Client,
+    owner: Option<&Owner>,
+    needs: &BTreeMap<String, Needs>,
+    change: &Change,
+    metrics: &Metrics,
+) {
+    let desired = |ns: &str| Some((owner?, needs.get(ns)?));
     let result = match change {
-        Change::Create { namespace } => {
-            let Some(role) = role else { return };
-            let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
-            api.create(&PostParams::default(), &binding(namespace, role))
-                .await
-                .map(|_| "created")
+        Change::Create { namespace, object } => {
+            let Some((owner, need)) = desired(namespace) else {
+                return;
+            };
+            let params = PostParams::default();
+            match object {
+                Object::Role => Api::<Role>::namespaced(client.clone(), namespace)
+                    .create(&params, &role(namespace, need, owner))
+                    .await
+                    .map(|_| "created"),
+                Object::Binding => Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .create(&params, &binding(namespace, &need.accounts, owner))
+                    .await
+                    .map(|_| "created"),
+            }
         }
-        Change::Delete { namespace, uid } => {
-            let api: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+        Change::Update {
+            namespace,
+            object,
+            version,
+        } => {
+            let Some((owner, need)) = desired(namespace) else {
+                return;
+            };
+            let params = PostParams::default();
+            match object {
+                Object::Role => {
+                    let mut r = role(namespace, need, owner);
+                    r.metadata.resource_version = Some(version.clone());
+                    Api::<Role>::namespaced(client.clone(), namespace)
+                        .replace(BINDING, &params, &r)
+                        .await
+                        .map(|_| "updated")
+                }
+                Object::Binding => {
+                    let mut b = binding(namespace, &need.accounts, owner);
+                    b.metadata.resource_version = Some(version.clone());
+                    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                        .replace(BINDING, &params, &b)
+                        .await
+                        .map(|_| "updated")
+                }
+            }
+        }
+        Change::Delete {
+            namespace,
+            object,
+            uid,
+        } => {
             let params = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: Some(uid.clone()),
@@ -317,18 +633,27 @@ async fn apply(client: &Client, role: Option<&Role>, change: &Change, metrics: &
                 }),
                 ..Default::default()
             };
-            api.delete(BINDING, &params).await.map(|_| "deleted")
+            match object {
+                Object::Role => Api::<Role>::namespaced(client.clone(), namespace)
+                    .delete(BINDING, &params)
+                    .await
+                    .map(|_| "deleted"),
+                Object::Binding => Api::<RoleBinding>::namespaced(client.clone(), namespace)
+                    .delete(BINDING, &params)
+                    .await
+                    .map(|_| "deleted"),
+            }
         }
     };
     match result {
         Ok(action) => {
             metrics.sidecar_bindings.with_label_values(&[action]).inc();
-            tracing::info!(?change, "sidecar RoleBinding {action}");
+            tracing::info!(?change, "sidecar {action}");
         }
         // Someone else did it first; the next pass sees the result.
         Err(e) if is_conflict(&e) || is_not_found(&e) => {}
         Err(e) => {
-            tracing::warn!(?change, error = %e, "sidecar RoleBinding not written; retrying on the next pass")
+            tracing::warn!(?change, error = %e, "sidecar Role or RoleBinding not written; retrying on the next pass")
         }
     }
 }

@@ -9,22 +9,21 @@
 //! every Lease, as the sidecar binding allowed before): the refusals come from the policy
 //! alone. With the policy's binding left out, the same attacks succeed, so the test can fail.
 
-use std::path::PathBuf;
+mod policy_support;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::layout::{Slot, Tick};
-use kubeflake_crds::lease_policy;
 use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, new_counter};
 use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
 use kubeflake_e2e::{Cluster, TestNamespace};
+use policy_support::{enforce_policy, leases, refused, service_account, token, token_client};
 use serde_json::json;
 
 const SEQUENCE: &str = "orders";
@@ -40,56 +39,6 @@ struct World {
     pod_b: (String, Client),
     claimer: (String, Client),
     bystander: Client,
-}
-
-/// A client authenticated by `token` (nothing else: no client certificate).
-fn token_client(cluster: &Cluster, name: &str, token: &str) -> Result<Client> {
-    let path: PathBuf = cluster
-        .dir()
-        .join(format!("lease-policy-{name}.kubeconfig"));
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": cluster.server(),
-            "certificate-authority": cluster.pki().ca_cert,
-        }}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
-        "contexts": [{"name": "c", "context": {"cluster": "test", "user": name}}],
-        "current-context": "c",
-    });
-    std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
-    let kubeconfig = Kubeconfig::read_from(&path)?;
-    let config = futures::executor::block_on(Config::from_custom_kubeconfig(
-        kubeconfig,
-        &KubeConfigOptions::default(),
-    ))?;
-    Ok(Client::try_from(config)?)
-}
-
-/// `kubectl create token` for `account`, bound to `pod` when given.
-async fn token(cluster: &Cluster, ns: &str, account: &str, pod: Option<&Pod>) -> Result<String> {
-    let mut args = vec!["create", "token", account, "-n", ns, "--duration=1h"];
-    let (name, uid);
-    if let Some(pod) = pod {
-        name = pod.name_any();
-        uid = pod.uid().context("a created pod has a uid")?;
-        args.extend(["--bound-object-kind", "Pod", "--bound-object-name", &name]);
-        args.extend(["--bound-object-uid", &uid]);
-    }
-    cluster.kubectl(&args).await?.ok()
-}
-
-async fn service_account(ns: &TestNamespace, name: &str) -> Result<()> {
-    let api: Api<ServiceAccount> = Api::namespaced(ns.client.clone(), &ns.name);
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    api.create(&PostParams::default(), &account).await?;
-    Ok(())
 }
 
 /// A pod labelled for `sequence`, run by `account` (never scheduled: no node here).
@@ -129,59 +78,6 @@ async fn generous_rbac(ns: &TestNamespace) -> Result<()> {
     };
     api.create(&PostParams::default(), &binding).await?;
     Ok(())
-}
-
-/// Puts the policy in force for this namespace only (other tests share the cluster), with
-/// `operator` as the operator's account.
-async fn enforce_policy(cluster: &Cluster, ns: &str, operator: &str) -> Result<()> {
-    let client = cluster.client()?;
-    let name = format!("kubeflake-leases-{ns}");
-    let user = format!("system:serviceaccount:{ns}:{operator}");
-    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> =
-        Api::all(client.clone());
-    policies
-        .create(
-            &PostParams::default(),
-            &lease_policy::policy(&name, &user, &["system:masters"]),
-        )
-        .await?;
-    let bindings: Api<
-        k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
-    > = Api::all(client);
-    bindings
-        .create(
-            &PostParams::default(),
-            &lease_policy::binding(&name, &name, Some(ns)),
-        )
-        .await?;
-    wait_enforced(cluster, ns).await
-}
-
-/// The API server compiles a new policy and binding in the background: wait (bounded) until
-/// a write the policy refuses is refused, creating and removing a canary lease meanwhile.
-async fn wait_enforced(cluster: &Cluster, ns: &str) -> Result<()> {
-    let nobody = token_client(
-        cluster,
-        &format!("{ns}-canary"),
-        &token(cluster, ns, "bystander", None).await?,
-    )?;
-    let admin = leases(&cluster.client()?, ns);
-    let mut canary = vacant(ns, 999);
-    canary.metadata.name = Some("canary".into());
-    for _ in 0..150 {
-        match leases(&nobody, ns)
-            .create(&PostParams::default(), &canary)
-            .await
-        {
-            Err(kube::Error::Api(e)) if e.code == 403 => return Ok(()),
-            Ok(_) => {
-                admin.delete("canary", &DeleteParams::default()).await?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    bail!("the lease policy was not in force after 30 s")
 }
 
 async fn world(cluster: &'static Cluster, prefix: &str) -> Result<World> {
@@ -225,10 +121,6 @@ async fn world(cluster: &'static Cluster, prefix: &str) -> Result<World> {
     })
 }
 
-fn leases(client: &Client, ns: &str) -> Api<Lease> {
-    Api::namespaced(client.clone(), ns)
-}
-
 /// A slot lease of `slot` as the operator creates it (no owner: no IdSequence exists here,
 /// and the garbage collector would remove a Lease whose owner is missing).
 fn vacant(ns: &str, slot: u32) -> Lease {
@@ -245,24 +137,6 @@ async fn replace(client: &Client, ns: &str, lease: &Lease) -> Result<Lease, kube
         .await
 }
 
-/// The refusal must be the policy's (403 Forbidden) and say what is allowed instead.
-fn refused(result: Result<Lease, kube::Error>, what: &str, allowed_instead: &str) -> Result<()> {
-    match result {
-        Ok(_) => bail!("{what}: the API server accepted it"),
-        Err(kube::Error::Api(e))
-            if e.code == 403 && e.message.contains("ValidatingAdmissionPolicy") =>
-        {
-            ensure!(
-                e.message.contains(allowed_instead),
-                "{what}: refused, but the message does not say {allowed_instead:?}: {}",
-                e.message
-            );
-            Ok(())
-        }
-        Err(e) => bail!("{what}: failed otherwise than by the policy: {e}"),
-    }
-}
-
 fn holder(uid: &str) -> Holder<'_> {
     Holder { uid, pod: "a" }
 }
@@ -273,7 +147,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
     let cluster = Cluster::shared();
     let w = world(cluster, "lease-policy-slot").await?;
     let ns = w.ns.name.as_str();
-    enforce_policy(cluster, ns, "operator").await?;
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
     let (uid_a, a) = &w.pod_a;
     let (uid_b, b) = &w.pod_b;
     let now = Utc::now();
@@ -443,7 +317,7 @@ async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_
     let cluster = Cluster::shared();
     let w = world(cluster, "lease-policy-counter").await?;
     let ns = w.ns.name.as_str();
-    enforce_policy(cluster, ns, "operator").await?;
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
     let (uid_c, c) = &w.claimer;
     let (_, b) = &w.pod_b;
     let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,19 @@ impl Operator {
         Operator::start_with(cluster, ns, tag, &[])
     }
 
+    /// Like [`Operator::start`], but this process alone (and its restarts) authenticates
+    /// with `kubeconfig` (for instance a service account's token:
+    /// `policy_support::token_kubeconfig`) instead of the admin's.
+    pub fn start_as(cluster: &Cluster, ns: &str, tag: &str, kubeconfig: &Path) -> Result<Operator> {
+        Operator::start_process(
+            cluster,
+            &format!("{ns}-{tag}"),
+            tag,
+            &["--namespace", ns],
+            Some(kubeconfig),
+        )
+    }
+
     /// Like [`Operator::start`], with extra command-line arguments.
     pub fn start_with(cluster: &Cluster, ns: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
         let args: Vec<&str> = ["--namespace", ns].iter().chain(extra).copied().collect();
@@ -127,11 +140,32 @@ impl Operator {
     }
 
     fn start_args(cluster: &Cluster, log: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
+        Operator::start_process(cluster, log, tag, extra, None)
+    }
+
+    fn start_process(
+        cluster: &Cluster,
+        log: &str,
+        tag: &str,
+        extra: &[&str],
+        kubeconfig: Option<&Path>,
+    ) -> Result<Operator> {
         let port = free_port();
-        let spec = ProcessSpec {
-            name: format!("kubeflake-operator-{tag}"),
-            program: workspace_binary("kubeflake-operator"),
-            args: [
+        let bin = workspace_binary("kubeflake-operator");
+        let mut args: Vec<OsString> = Vec::new();
+        let program = match kubeconfig {
+            Some(path) => {
+                // Through /usr/bin/env: the environment of this process only.
+                let mut assignment = OsString::from("KUBECONFIG=");
+                assignment.push(path);
+                args.push(assignment);
+                args.push(bin.into_os_string());
+                PathBuf::from("/usr/bin/env")
+            }
+            None => bin,
+        };
+        args.extend(
+            [
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
                 "--instance",
@@ -141,13 +175,19 @@ impl Operator {
             ]
             .iter()
             .chain(extra)
-            .map(OsString::from)
-            .collect(),
+            .map(OsString::from),
+        );
+        let spec = ProcessSpec {
+            name: format!("kubeflake-operator-{tag}"),
+            program,
+            args,
             log: cluster.dir().join(format!("operator-{log}.log")),
         };
-        // The process inherits KUBECONFIG from here.
-        // SAFETY: tests in this binary only ever set it to the same value.
-        unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        if kubeconfig.is_none() {
+            // The process inherits KUBECONFIG from here.
+            // SAFETY: tests in this binary only ever set it to the same value.
+            unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        }
         Ok(Operator {
             process: Process::start(spec)?,
             metrics_port: port,
@@ -229,15 +269,30 @@ pub async fn create_pods(
     prefix: &str,
     count: usize,
 ) -> Result<Vec<Pod>> {
+    create_pods_as(ns, sequence, prefix, count, None).await
+}
+
+/// Like [`create_pods`]; with `account`, the pods run as that service account (which must
+/// exist), so that tokens bound to them can be made for it.
+pub async fn create_pods_as(
+    ns: &TestNamespace,
+    sequence: &str,
+    prefix: &str,
+    count: usize,
+    account: Option<&str>,
+) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     futures::stream::iter(0..count)
         .map(|i| {
             let api = api.clone();
-            let pod: Pod = serde_json::from_value(serde_json::json!({
+            let mut pod: Pod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": format!("{prefix}-{i}"), "labels": {SEQUENCE_LABEL: sequence}},
                 "spec": {"containers": [{"name": "app", "image": "example.invalid/app"}]},
             }))
             .expect("a valid pod");
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.service_account_name = account.map(str::to_string);
+            }
             async move { api.create(&PostParams::default(), &pod).await }
         })
         .buffer_unordered(16)

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,15 +31,32 @@ pub struct Sidecar {
     pub uid: String,
     /// With a steppable clock: the libfaketime offset file ("+0", "-5", "+3600", ...).
     pub clock_file: Option<PathBuf>,
+    /// The kubeconfig this process alone runs with (`None`: the admin's, inherited).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Sidecar {
+    /// A sidecar with the cluster's admin kubeconfig (`KUBECONFIG` of the test process).
     pub fn start(
         cluster: &Cluster,
         ns: &str,
         pod: &Pod,
         sequence: &str,
         fake_clock: bool,
+    ) -> Result<Sidecar> {
+        Sidecar::start_as(cluster, ns, pod, sequence, fake_clock, None)
+    }
+
+    /// Like [`Sidecar::start`]; with `kubeconfig`, this process alone authenticates with it
+    /// (for instance a pod-bound token of `pod`: `policy_support::token_kubeconfig`), and
+    /// so do its restarts.
+    pub fn start_as(
+        cluster: &Cluster,
+        ns: &str,
+        pod: &Pod,
+        sequence: &str,
+        fake_clock: bool,
+        kubeconfig: Option<&Path>,
     ) -> Result<Sidecar> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -48,11 +65,17 @@ impl Sidecar {
         let uid = pod.uid().expect("a created pod has a UID");
         let fence_dir = cluster.dir().join(format!("fence-{ns}-{name}"));
         let bin = workspace_binary("kubeflake-sidecar");
-        let mut args: Vec<OsString> = Vec::new();
+        // Environment of this process only, set through /usr/bin/env.
+        let mut env: Vec<OsString> = Vec::new();
+        if let Some(path) = kubeconfig {
+            let mut assignment = OsString::from("KUBECONFIG=");
+            assignment.push(path);
+            env.push(assignment);
+        }
         let clock_file = fake_clock.then(|| cluster.dir().join(format!("clock-{ns}-{name}")));
-        let program = if let Some(file) = &clock_file {
+        if let Some(file) = &clock_file {
             std::fs::write(file, "+0")?;
-            args.extend(
+            env.extend(
                 [
                     format!("LD_PRELOAD={LIBFAKETIME}"),
                     format!("FAKETIME_TIMESTAMP_FILE={}", file.display()),
@@ -61,10 +84,14 @@ impl Sidecar {
                 ]
                 .map(OsString::from),
             );
+        }
+        let mut args: Vec<OsString> = Vec::new();
+        let program = if env.is_empty() {
+            bin
+        } else {
+            args.extend(env);
             args.push(bin.into_os_string());
             PathBuf::from("/usr/bin/env")
-        } else {
-            bin
         };
         args.extend(
             [
@@ -88,8 +115,10 @@ impl Sidecar {
             ]
             .map(OsString::from),
         );
-        // SAFETY: tests only ever set KUBECONFIG to this cluster's kubeconfig.
-        unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        if kubeconfig.is_none() {
+            // SAFETY: tests only ever set KUBECONFIG to this cluster's kubeconfig.
+            unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
+        }
         let spec = ProcessSpec {
             name: format!("sidecar-{name}"),
             program,
@@ -102,6 +131,7 @@ impl Sidecar {
             pod: name,
             uid,
             clock_file,
+            kubeconfig: kubeconfig.map(Path::to_path_buf),
         })
     }
 

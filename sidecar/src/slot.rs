@@ -151,9 +151,11 @@ impl HeldSlot {
                 }
                 Err(e) if kind(&e) == KubeErrorKind::Forbidden => {
                     // The API server's Lease policy refuses a write from anyone but the
-                    // holder (docs/safety.md rule 14), before the version is compared: the
-                    // slot was most likely given away. Re-read: if it names another pod,
-                    // the next turn says Lost; if it still names us, the refusal stands.
+                    // holder (docs/safety.md rule 14). A stale write gets 409 first (the
+                    // version is compared before admission validates an update), so this is
+                    // a write on the current version that the policy would not take. Re-read:
+                    // if it names another pod, the next turn says Lost; if it still names
+                    // us, the refusal stands.
                     self.lease = self.refused(&name, e).await?;
                 }
                 Err(e) => return Err(e.into()),

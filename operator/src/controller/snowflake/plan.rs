@@ -102,10 +102,13 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     for (holder, leases) in &mut holding {
         leases.sort_by_key(|l| l.slot);
         for (i, lease) in leases.iter().enumerate() {
-            let reason = if !live.contains_key(holder) {
-                Some(ReleaseReason::PodGone)
-            } else if o.silent.contains(&lease.name) {
+            // Silence first: it needs no confirmation, while "pod gone" is skipped when a
+            // direct read finds the pod (e.g. one whose sequence label was removed: out of
+            // the cache, but alive). A silent holder is reclaimed either way.
+            let reason = if o.silent.contains(&lease.name) {
                 Some(ReleaseReason::Silent)
+            } else if !live.contains_key(holder) {
+                Some(ReleaseReason::PodGone)
             } else if i > 0 {
                 Some(ReleaseReason::Duplicate)
             } else {
@@ -308,6 +311,23 @@ mod tests {
             assignments(&plan).is_empty(),
             "released slots are reassigned on the next pass"
         );
+    }
+
+    #[test]
+    fn rule9_a_silent_holder_missing_from_the_pod_cache_is_released_as_silent_not_as_gone() {
+        // A pod whose sequence label was removed leaves the cache but may still exist, so a
+        // "pod gone" release would be skipped by the direct read, for ever; silence needs
+        // no such confirmation.
+        let leases = [lease(0, Some("unlabelled"), 5000, None)];
+        let silent = BTreeSet::from(["s-slot-0".to_string()]);
+        let plan = plan(&observe(1, &leases, &[], &silent));
+        assert!(matches!(
+            plan.steps.as_slice(),
+            [Step::Release {
+                reason: ReleaseReason::Silent,
+                ..
+            }]
+        ));
     }
 
     #[test]

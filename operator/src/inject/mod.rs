@@ -190,7 +190,7 @@ fn complete(spec: &PodSpec, template: &SidecarTemplate) -> Decision {
              volume: left as written",
         );
     }
-    match app_container_ops(spec, template) {
+    match app_container_ops(spec, template, 0) {
         Ok(ops) if ops.is_empty() => Decision::Skip("sidecar already injected"),
         Ok(ops) => Decision::Complete {
             patch: Value::Array(ops),
@@ -266,7 +266,8 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
     }
 
     if let Some(spec) = spec {
-        ops.extend(app_container_ops(spec, template)?);
+        // The sidecar was just put in front of the init containers: theirs are one further.
+        ops.extend(app_container_ops(spec, template, 1)?);
     }
 
     let has_annotations = pod.metadata.annotations.is_some();
@@ -280,13 +281,16 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
     Ok(Value::Array(ops))
 }
 
-/// The operations that give every app container what it lacks of `KUBEFLAKE_URL`,
+/// The operations that give every app container, and every init container but the
+/// sidecar (they all run after it has started), what it lacks of `KUBEFLAKE_URL`,
 /// `KUBEFLAKE_SOCKET` and the read-only socket mount; none when each has all three. The
 /// same at injection and on re-invocation, so a container added by a later webhook ends
-/// up like the others.
+/// up like the others. `init_offset`: how far the init containers of `spec` have moved
+/// in the patched pod (1 when the patch inserts the sidecar before them).
 fn app_container_ops(
     spec: &PodSpec,
     template: &SidecarTemplate,
+    init_offset: usize,
 ) -> Result<Vec<Value>, InjectError> {
     let mut ops = Vec::new();
     let url = json!({"name": URL_ENV, "value": contract::sidecar_url(template.port)});
@@ -302,9 +306,21 @@ fn app_container_ops(
             ..Default::default()
         }),
     )?;
-    for (i, container) in spec.containers.iter().enumerate() {
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let targets = init
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.name != SIDECAR_NAME)
+        .map(|(i, c)| (format!("/spec/initContainers/{}", i + init_offset), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("/spec/containers/{i}"), c)),
+        );
+    for (path, container) in targets {
         let env = container.env.as_deref().unwrap_or_default();
-        let parent = format!("/spec/containers/{i}/env");
+        let parent = format!("{path}/env");
         let mut has_env = container.env.is_some();
         // A variable the app sets itself is its choice; keep it.
         for (name, value) in [(URL_ENV, &url), (SOCKET_ENV, &socket)] {
@@ -315,7 +331,7 @@ fn app_container_ops(
         }
         let mounts = container.volume_mounts.as_deref().unwrap_or_default();
         if !mounts.iter().any(|m| m.mount_path == SOCKET_DIR) {
-            let parent = format!("/spec/containers/{i}/volumeMounts");
+            let parent = format!("{path}/volumeMounts");
             let has_mounts = container.volume_mounts.is_some();
             add_to(&mut ops, has_mounts, &parent, "-", socket_mount.clone());
         }

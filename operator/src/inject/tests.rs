@@ -131,16 +131,36 @@ fn existing_init_containers_volumes_and_annotations_are_kept_and_the_sidecar_goe
     let spec = patched.spec.expect("spec");
     let names: Vec<_> = spec
         .init_containers
+        .as_deref()
         .expect("init")
-        .into_iter()
-        .map(|c| c.name)
+        .iter()
+        .map(|c| c.name.clone())
         .collect();
     assert_eq!(names, [SIDECAR_NAME, "migrate"]);
+    // It runs after the sidecar has started, so it may take IDs too.
+    let migrate = &spec.init_containers.as_deref().expect("init")[1];
+    assert_eq!(env_value(migrate, URL_ENV), Some("http://127.0.0.1:7070"));
+    assert_eq!(env_value(migrate, SOCKET_ENV), Some(SOCKET_PATH));
+    assert!(
+        migrate
+            .volume_mounts
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.name == SOCKET_VOLUME && m.read_only == Some(true))
+    );
+    let sidecar = &spec.init_containers.as_deref().expect("init")[0];
+    assert_eq!(
+        env_value(sidecar, URL_ENV),
+        None,
+        "the sidecar is not its own client"
+    );
     let volumes: Vec<_> = spec
         .volumes
+        .as_deref()
         .expect("volumes")
-        .into_iter()
-        .map(|v| v.name)
+        .iter()
+        .map(|v| v.name.clone())
         .collect();
     assert_eq!(volumes, ["data", STATE_VOLUME, SOCKET_VOLUME]);
     let annotations = patched.metadata.annotations.expect("annotations");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kubeflake_e2e::{Cluster, TestNamespace};
@@ -509,17 +509,37 @@ async fn a_namespace_with_a_sequence_gets_the_sidecar_role_binding_and_loses_it_
         Ok(bindings.get_opt("kubeflake-sidecar").await?)
     })
     .await?;
-    assert_eq!(binding.role_ref.name, SIDECAR_ROLE);
-    let owners = binding.owner_references();
-    assert!(
-        owners.len() == 1 && owners[0].kind == "ClusterRole" && owners[0].name == SIDECAR_ROLE,
-        "owned by the ClusterRole it binds, so deleting the role removes it: {owners:?}"
-    );
-    let subjects = binding.subjects.unwrap_or_default();
-    assert_eq!(subjects.len(), 1);
     assert_eq!(
-        subjects[0].name,
-        format!("system:serviceaccounts:{}", s.ns.name)
+        (
+            binding.role_ref.kind.as_str(),
+            binding.role_ref.name.as_str()
+        ),
+        ("Role", "kubeflake-sidecar"),
+        "the namespace's own Role, not the ClusterRole"
+    );
+    let roles: Api<Role> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    let role = roles.get("kubeflake-sidecar").await?;
+    for object in [binding.owner_references(), role.owner_references()] {
+        assert!(
+            object.len() == 1 && object[0].kind == "ClusterRole" && object[0].name == SIDECAR_ROLE,
+            "owned by the sidecar ClusterRole, so deleting it removes both: {object:?}"
+        );
+    }
+    assert!(
+        binding.subjects.unwrap_or_default().is_empty(),
+        "no labelled pod yet: no account is bound"
+    );
+    let writes = role
+        .rules
+        .unwrap_or_default()
+        .into_iter()
+        .find(|r| r.verbs.iter().any(|v| v == "update"))
+        .and_then(|r| r.resource_names)
+        .unwrap_or_default();
+    assert!(
+        writes.contains(&"first-slot-0".to_string())
+            && writes.contains(&"second-slot-0".to_string()),
+        "the Role names both sequences' slot Leases"
     );
 
     let sequences: Api<kubeflake_crds::IdSequence> =
@@ -534,15 +554,14 @@ async fn a_namespace_with_a_sequence_gets_the_sidecar_role_binding_and_loses_it_
         "still needed by the second"
     );
     sequences.delete("second", &DeleteParams::default()).await?;
+    let roles: Api<Role> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
     eventually(
         LIMIT,
-        "the RoleBinding to go with the last sequence",
+        "the Role and RoleBinding to go with the last sequence",
         || async {
-            Ok(bindings
-                .get_opt("kubeflake-sidecar")
-                .await?
-                .is_none()
-                .then_some(()))
+            let gone = bindings.get_opt("kubeflake-sidecar").await?.is_none()
+                && roles.get_opt("kubeflake-sidecar").await?.is_none();
+            Ok(gone.then_some(()))
         },
     )
     .await

@@ -49,7 +49,7 @@ pub enum SlotError {
     },
 }
 
-use kubeflake_runtime::kube_error::{KubeErrorKind, is_conflict, kind};
+use kubeflake_runtime::kube_error::is_conflict;
 
 fn holder_selector(sequence: &str, uid: &str) -> String {
     format!("{SEQUENCE_LABEL}={sequence},{HOLDER_LABEL}={uid}")
@@ -149,27 +149,8 @@ impl HeldSlot {
                     // Someone else wrote the lease: re-read and decide again.
                     self.lease = self.api.get(&name).await?;
                 }
-                Err(e) if kind(&e) == KubeErrorKind::Forbidden => {
-                    // The API server's Lease policy refuses a write from anyone but the
-                    // holder (docs/safety.md rule 14). A stale write gets 409 first (the
-                    // version is compared before admission validates an update), so this is
-                    // a write on the current version that the policy would not take. Re-read:
-                    // if it names another pod, the next turn says Lost; if it still names
-                    // us, the refusal stands.
-                    self.lease = self.refused(&name, e).await?;
-                }
                 Err(e) => return Err(e.into()),
             }
-        }
-    }
-
-    /// After a 403 on a write: the lease as it is now, when it no longer names this pod
-    /// (the caller decides again), or the refusal itself.
-    async fn refused(&self, name: &str, refusal: kube::Error) -> Result<Lease, SlotError> {
-        let fresh = self.api.get(name).await?;
-        match SlotLease::parse(&fresh)?.holder.as_deref() {
-            Some(holder) if holder == self.uid => Err(refusal.into()),
-            _ => Ok(fresh),
         }
     }
 
@@ -192,9 +173,6 @@ impl HeldSlot {
             {
                 Ok(_) => return Ok(()),
                 Err(e) if is_conflict(&e) => self.lease = self.api.get(&current.name).await?,
-                Err(e) if kind(&e) == KubeErrorKind::Forbidden => {
-                    self.lease = self.refused(&current.name, e).await?;
-                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -109,10 +109,20 @@ pub fn needs(sequences: &[Arc<IdSequence>], pods: &[Arc<Pod>]) -> BTreeMap<Strin
             }
         }
     }
+    for (ns, accounts) in accounts(pods) {
+        if let Some(needs) = all.get_mut(&ns) {
+            needs.accounts = accounts;
+        }
+    }
+    all
+}
+
+/// The service accounts the labelled pods run as, by namespace (a pod without
+/// `serviceAccountName` runs as `default`). Cheap enough to look at every second.
+pub fn accounts(pods: &[Arc<Pod>]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for pod in pods {
-        let Some(needs) = pod.namespace().and_then(|ns| all.get_mut(&ns)) else {
-            continue;
-        };
+        let Some(ns) = pod.namespace() else { continue };
         if pod.labels().contains_key(SEQUENCE_LABEL) {
             let account = pod
                 .spec
@@ -120,7 +130,7 @@ pub fn needs(sequences: &[Arc<IdSequence>], pods: &[Arc<Pod>]) -> BTreeMap<Strin
                 .and_then(|s| s.service_account_name.clone())
                 .filter(|a| !a.is_empty())
                 .unwrap_or_else(|| "default".into());
-            needs.accounts.insert(account);
+            all.entry(ns).or_default().insert(account);
         }
     }
     all
@@ -224,19 +234,10 @@ pub fn binding(namespace: &str, accounts: &BTreeSet<String>, owner: &Owner) -> R
 }
 
 /// Which of the two objects a change is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Object {
     Role,
     Binding,
-}
-
-impl Object {
-    fn as_str(self) -> &'static str {
-        match self {
-            Object::Role => "Role",
-            Object::Binding => "RoleBinding",
-        }
-    }
 }
 
 /// One write to make.
@@ -284,71 +285,61 @@ pub enum Content {
     },
 }
 
+impl Content {
+    /// Which object this is the content of.
+    pub fn object(&self) -> Object {
+        match self {
+            Content::Rules(_) => Object::Role,
+            Content::Binding { .. } => Object::Binding,
+        }
+    }
+}
+
 /// The writes that make the Roles and bindings match `needs`. `owner` is `None` while
 /// the ClusterRole does not exist: then nothing is created or updated, and objects are
 /// only deleted where no sequence is left.
 pub fn plan(
     needs: &BTreeMap<String, Needs>,
-    observed: &[(Object, Observed)],
+    observed: &[Observed],
     owner: Option<&Owner>,
 ) -> Vec<Change> {
     let mut changes = Vec::new();
-    let mut present: BTreeSet<(String, &'static str)> = BTreeSet::new();
-    for (object, o) in observed {
-        let ns = &o.namespace;
-        let delete = || Change::Delete {
-            namespace: ns.clone(),
-            object: *object,
+    // Objects seen in namespaces that need them: kept, updated, or deleted now and created
+    // again on the next pass (never deleted and created in one pass).
+    let mut seen: BTreeSet<(&str, Object)> = BTreeSet::new();
+    for o in observed {
+        let (ns, object) = (o.namespace.as_str(), o.content.object());
+        let delete = Change::Delete {
+            namespace: ns.to_string(),
+            object,
             uid: o.uid.clone(),
         };
         let Some(need) = needs.get(ns) else {
-            changes.push(delete());
+            changes.push(delete);
             continue;
         };
         let Some(owner) = owner else { continue };
-        if o.owner_uid.as_deref() != Some(owner.uid.as_str()) {
-            changes.push(delete());
-            continue;
-        }
-        present.insert((ns.clone(), object.as_str()));
-        let up_to_date = match (&o.content, object) {
-            (Content::Rules(rules_now), Object::Role) => *rules_now == rules(need),
-            (
-                Content::Binding {
-                    subjects,
-                    refers_to_role,
-                },
-                Object::Binding,
-            ) => {
-                if !refers_to_role {
-                    changes.push(delete());
-                    present.remove(&(ns.clone(), object.as_str()));
-                    continue;
-                }
-                *subjects
-                    == binding(ns, &need.accounts, owner)
-                        .subjects
-                        .unwrap_or_default()
+        seen.insert((ns, object));
+        let change = match &o.content {
+            _ if o.owner_uid.as_deref() != Some(owner.uid.as_str()) => Some(delete),
+            Content::Binding {
+                refers_to_role: false,
+                ..
+            } => Some(delete),
+            Content::Rules(now) => (*now != rules(need)).then(|| update(o)),
+            Content::Binding { subjects, .. } => {
+                let wanted = binding(ns, &need.accounts, owner).subjects;
+                (*subjects != wanted.unwrap_or_default()).then(|| update(o))
             }
-            _ => true,
         };
-        if !up_to_date {
-            changes.push(Change::Update {
-                namespace: ns.clone(),
-                object: *object,
-                version: o.version.clone(),
-            });
-        }
+        changes.extend(change);
     }
     if owner.is_none() {
         return changes;
     }
     for ns in needs.keys() {
         for object in [Object::Role, Object::Binding] {
-            let being_replaced = changes.iter().any(|c| {
-                matches!(c, Change::Delete { namespace, object: o, .. } if namespace == ns && *o == object)
-            });
-            if !present.contains(&(ns.clone(), object.as_str())) && !being_replaced {
+            if !seen.contains(&(ns.as_str(), object)) {
                 changes.push(Change::Create {
                     namespace: ns.clone(),
                     object,
@@ -359,7 +350,16 @@ pub fn plan(
     changes
 }
 
-fn observed(roles: &Store<Role>, bindings: &Store<RoleBinding>) -> Vec<(Object, Observed)> {
+/// Replace `o` (read at its version) with what its namespace needs now.
+fn update(o: &Observed) -> Change {
+    Change::Update {
+        namespace: o.namespace.clone(),
+        object: o.content.object(),
+        version: o.version.clone(),
+    }
+}
+
+fn observed(roles: &Store<Role>, bindings: &Store<RoleBinding>) -> Vec<Observed> {
     fn meta<K: Resource>(k: &K, content: Content) -> Option<Observed> {
         let meta = k.meta();
         if meta.name.as_deref() != Some(BINDING) {
@@ -383,14 +383,13 @@ fn observed(roles: &Store<Role>, bindings: &Store<RoleBinding>) -> Vec<(Object, 
             r.as_ref(),
             Content::Rules(r.rules.clone().unwrap_or_default()),
         )
-        .map(|o| (Object::Role, o))
     });
     let bindings = bindings.state().into_iter().filter_map(|b| {
         let content = Content::Binding {
             subjects: b.subjects.clone().unwrap_or_default(),
             refers_to_role: b.role_ref.kind == "Role" && b.role_ref.name == BINDING,
         };
-        meta(b.as_ref(), content).map(|o| (Object::Binding, o))
+        meta(b.as_ref(), content)
     });
     roles.chain(bindings).collect()
 }
@@ -551,9 +550,10 @@ pub async fn keep_sidecar_bindings(
                     break;
                 }
                 () = tokio::time::sleep(Duration::from_secs(1)) => {
-                    let accounts_changed = needs(&seq_store.state(), &pods.state())
-                        .iter()
-                        .any(|(ns, n)| last_needs.get(ns).map(|l| &l.accounts) != Some(&n.accounts));
+                    let now = accounts(&pods.state());
+                    let accounts_changed = last_needs.iter().any(|(ns, n): (&String, &Needs)| {
+                        now.get(ns).cloned().unwrap_or_default() != n.accounts
+                    });
                     if accounts_changed || last_pass.elapsed() >= Duration::from_secs(60) {
                         break;
                     }

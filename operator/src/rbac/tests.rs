@@ -108,7 +108,7 @@ fn needs_of(accounts: &[&str]) -> Needs {
 }
 
 /// The Role and binding as the operator would have written them for `need`.
-fn in_place(ns: &str, need: &Needs) -> Vec<(Object, Observed)> {
+fn in_place(ns: &str, need: &Needs) -> Vec<Observed> {
     let observed = |content| Observed {
         namespace: ns.into(),
         uid: format!("uid-{ns}"),
@@ -117,17 +117,25 @@ fn in_place(ns: &str, need: &Needs) -> Vec<(Object, Observed)> {
         content,
     };
     vec![
-        (Object::Role, observed(Content::Rules(rules(need)))),
-        (
-            Object::Binding,
-            observed(Content::Binding {
-                subjects: binding(ns, &need.accounts, &owner())
-                    .subjects
-                    .unwrap_or_default(),
-                refers_to_role: true,
-            }),
-        ),
+        observed(Content::Rules(rules(need))),
+        observed(Content::Binding {
+            subjects: binding(ns, &need.accounts, &owner())
+                .subjects
+                .unwrap_or_default(),
+            refers_to_role: true,
+        }),
     ]
+}
+
+/// Deletes of the Role and the binding of `ns` (as [`in_place`] names their uids).
+fn both_deleted(ns: &str) -> Vec<Change> {
+    [Object::Role, Object::Binding]
+        .map(|object| Change::Delete {
+            namespace: ns.into(),
+            object,
+            uid: format!("uid-{ns}"),
+        })
+        .to_vec()
 }
 
 fn only(ns: &str, need: Needs) -> BTreeMap<String, Needs> {
@@ -320,18 +328,7 @@ fn a_namespace_whose_last_sequence_is_gone_loses_both() {
     let observed = in_place("a", &needs_of(&["web"]));
     assert_eq!(
         plan(&BTreeMap::new(), &observed, Some(&owner())),
-        vec![
-            Change::Delete {
-                namespace: "a".into(),
-                object: Object::Role,
-                uid: "uid-a".into()
-            },
-            Change::Delete {
-                namespace: "a".into(),
-                object: Object::Binding,
-                uid: "uid-a".into()
-            },
-        ]
+        both_deleted("a")
     );
 }
 
@@ -339,7 +336,7 @@ fn a_namespace_whose_last_sequence_is_gone_loses_both() {
 fn an_older_binding_of_the_cluster_role_to_the_namespace_group_is_deleted_then_created_anew() {
     let need = needs_of(&["web"]);
     let mut observed = in_place("a", &need);
-    observed[1].1.content = Content::Binding {
+    observed[1].content = Content::Binding {
         subjects: vec![],
         refers_to_role: false,
     };
@@ -366,23 +363,12 @@ fn objects_not_owned_by_the_current_cluster_role_are_replaced_so_uninstall_remov
     let need = needs_of(&["web"]);
     for owner_uid in [None, Some("uid-of-a-deleted-role".to_string())] {
         let mut observed = in_place("a", &need);
-        for (_, o) in &mut observed {
+        for o in &mut observed {
             o.owner_uid = owner_uid.clone();
         }
         assert_eq!(
             plan(&only("a", need.clone()), &observed, Some(&owner())),
-            vec![
-                Change::Delete {
-                    namespace: "a".into(),
-                    object: Object::Role,
-                    uid: "uid-a".into()
-                },
-                Change::Delete {
-                    namespace: "a".into(),
-                    object: Object::Binding,
-                    uid: "uid-a".into()
-                },
-            ],
+            both_deleted("a"),
             "owner {owner_uid:?}"
         );
     }
@@ -393,7 +379,7 @@ fn without_the_cluster_role_nothing_is_created_or_changed_and_unneeded_objects_s
     let need = needs_of(&["web"]);
     assert!(plan(&only("a", need.clone()), &[], None).is_empty());
     let mut stale = in_place("a", &needs_of(&["someone-else"]));
-    for (_, o) in &mut stale {
+    for o in &mut stale {
         o.owner_uid = None;
     }
     assert!(

@@ -48,3 +48,29 @@ current-context: kubeflake-e2e
     );
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
+
+/// Writes a kubeconfig for `server` authenticating with `token` only (no client
+/// certificate), e.g. one from `kubectl create token`, so a client acts with exactly that
+/// identity's rights; `namespace` is its default namespace.
+pub fn write_token_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_cert: &Path,
+    user: &str,
+    token: &str,
+    namespace: &str,
+) -> Result<()> {
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": server,
+            "certificate-authority": ca_cert,
+        }}],
+        "users": [{"name": user, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "c", "context": {"cluster": "test", "user": user, "namespace": namespace}}],
+        "current-context": "c",
+    });
+    // JSON is YAML: kubeconfig loaders read it as is.
+    std::fs::write(path, serde_json::to_vec_pretty(&config)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}

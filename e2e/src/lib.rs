@@ -13,7 +13,7 @@
 //! Modules, in the order things happen:
 //! - [`bin_dir`]: builds or locates the binaries (`e2e/controlplane/build.sh`).
 //! - [`certs`]: a fresh CA, serving and client certificates, service-account keys.
-//! - [`kubeconfig`]: kubeconfig files for the admin and the controller manager.
+//! - [`kubeconfig`]: kubeconfig files for the admin, the controller manager and tokens.
 //! - [`process`]: child processes that cannot outlive the test binary.
 //! - [`cluster`]: starts, waits for, hands out and stops the control plane.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.

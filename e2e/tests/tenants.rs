@@ -56,26 +56,13 @@ async fn lease_of(client: &Client, ns: &str, uid: &str) -> Result<Lease> {
         .with_context(|| format!("no slot Lease names {uid}"))
 }
 
-/// Deletes the test's namespace and waits (bounded) until it is gone, so the next test has
-/// the node to itself. A failure is printed, not raised: the result is the test's.
-async fn delete_namespace(cluster: &Cluster, ns: &str) {
-    match cluster
-        .kubectl(&["delete", "namespace", ns, "--wait=true", "--timeout=120s"])
-        .await
-    {
-        Ok(out) if out.success() => {}
-        Ok(out) => eprintln!("namespace {ns} not deleted: {}", out.stderr.trim()),
-        Err(e) => eprintln!("namespace {ns} not deleted: {e:#}"),
-    }
-}
-
 #[tokio::test]
 async fn rule14_on_the_node_another_pods_token_cannot_touch_a_slot_while_its_holder_renews_serves_and_releases()
 -> Result<()> {
     let cluster = Cluster::shared_with_node();
     let node = on_the_node(cluster, "tenants", SEQUENCE, json!({})).await?;
     let result = attacks(&node).await;
-    delete_namespace(node.cluster, &node.ns.name).await;
+    delete_namespace(node.cluster, &node.ns).await;
     result
 }
 
@@ -252,7 +239,7 @@ async fn rule14_on_the_node_segment_sidecars_claim_only_once_the_operator_lists_
     )
     .await?;
     let result = segment_claimants(&node).await;
-    delete_namespace(node.cluster, &node.ns.name).await;
+    delete_namespace(node.cluster, &node.ns).await;
     result
 }
 

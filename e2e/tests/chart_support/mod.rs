@@ -106,18 +106,14 @@ pub async fn service_account_kubeconfig(
     let path = cluster
         .dir()
         .join(format!("sa-{namespace}-{account}.kubeconfig"));
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": cluster.server(),
-            "certificate-authority": cluster.pki().ca_cert,
-        }}],
-        "users": [{"name": account, "user": {"token": token.trim()}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": account, "namespace": namespace}}],
-        "current-context": "sa",
-    });
-    // JSON is YAML: kubeconfig loaders read it as is.
-    std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+    kubeflake_e2e::kubeconfig::write_token_kubeconfig(
+        &path,
+        cluster.server(),
+        &cluster.pki().ca_cert,
+        account,
+        &token,
+        namespace,
+    )?;
     Ok(path)
 }
 

@@ -396,3 +396,50 @@ pub fn slot_of(layout: &Layout, id: u64) -> Result<u32> {
     let parts = layout.decode(Id::new(id)?)?;
     Ok(parts.slot.0)
 }
+
+/// Deletes the test's namespace and waits (bounded) until it is gone, so the next test
+/// has the node to itself; pods still there after [`LIMIT`] (a pod held in its hook does
+/// not end on a graceful delete) are force-deleted. A failure is printed, not raised: the
+/// result is the test's.
+pub async fn delete_namespace(cluster: &Cluster, ns: &TestNamespace) {
+    let delete = |wait: u64| {
+        let timeout = format!("--timeout={wait}s");
+        async move {
+            let out = cluster
+                .kubectl(&["delete", "namespace", &ns.name, "--wait=true", &timeout])
+                .await;
+            match out {
+                Ok(out) if out.success() => true,
+                Ok(out) => {
+                    eprintln!("namespace {} not deleted: {}", ns.name, out.stderr.trim());
+                    false
+                }
+                Err(e) => {
+                    eprintln!("namespace {} not deleted: {e:#}", ns.name);
+                    false
+                }
+            }
+        }
+    };
+    if delete(LIMIT.as_secs()).await {
+        return;
+    }
+    let left = cluster
+        .kubectl(&["get", "pods", "-n", &ns.name, "-o", "wide"])
+        .await
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    eprintln!("force-deleting the pods left in {}:\n{left}", ns.name);
+    let _ = cluster
+        .kubectl(&[
+            "delete",
+            "pods",
+            "--all",
+            "-n",
+            &ns.name,
+            "--force",
+            "--grace-period=0",
+        ])
+        .await;
+    delete(60).await;
+}

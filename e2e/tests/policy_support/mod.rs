@@ -17,23 +17,19 @@ use kube::{Client, Config, ResourceExt};
 use kubeflake_crds::layout::Slot;
 use kubeflake_crds::{IdSequence, lease_policy, slot_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
-use serde_json::json;
 
 /// Writes a kubeconfig authenticated by `token` (nothing else: no client certificate) into
 /// the cluster's directory and returns its path.
 pub fn token_kubeconfig(cluster: &Cluster, name: &str, token: &str) -> Result<PathBuf> {
     let path: PathBuf = cluster.dir().join(format!("token-{name}.kubeconfig"));
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": cluster.server(),
-            "certificate-authority": cluster.pki().ca_cert,
-        }}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
-        "contexts": [{"name": "c", "context": {"cluster": "test", "user": name}}],
-        "current-context": "c",
-    });
-    std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+    kubeflake_e2e::kubeconfig::write_token_kubeconfig(
+        &path,
+        cluster.server(),
+        &cluster.pki().ca_cert,
+        name,
+        token,
+        "default",
+    )?;
     Ok(path)
 }
 

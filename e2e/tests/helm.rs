@@ -78,6 +78,12 @@ async fn values_schema_rejects_unknown_keys_and_wrong_types_naming_them() -> Res
     // (case, --set or --set-string argument, what the message must say)
     let cases: &[(&str, &str, &str, &[&str])] = &[
         (
+            "an exempt group with a quote (it would end the CEL string in the Lease policy)",
+            "--set",
+            "leasePolicy.exemptGroups[0]=ops\"admins",
+            &["/leasePolicy/exemptGroups/0", "does not match pattern"],
+        ),
+        (
             "a misspelt key",
             "--set",
             "operator.replcas=3",

@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
 # Images of kubeflake, from one build of the workspace:
 #
-#   docker build --target operator    -t <your-registry>/kubeflake/operator:0.1.0 .
-#   docker build --target sidecar     -t <your-registry>/kubeflake/sidecar:0.1.0 .
-#   docker build --target example-app -t <your-registry>/kubeflake/example-app:0.1.0 .
+#   docker build --target operator    -t <your-registry>/kubeflake/operator:0.2.0 .
+#   docker build --target sidecar     -t <your-registry>/kubeflake/sidecar:0.2.0 .
+#   docker build --target example-app -t <your-registry>/kubeflake/example-app:0.2.0 .
 #
 # Static binaries on an empty base: no shell, no package manager, nothing to patch but
 # the binary. Runs as a numeric non-root user, so the pod's runAsNonRoot check works

@@ -16,6 +16,17 @@
 #   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/images/<hash>/
 # where <hash> covers the binaries, the Dockerfile, pause.Containerfile and this script,
 # so a warm run only checks that cargo has nothing to rebuild.
+#
+# An earlier release, for the upgrade tests (e2e/tests/upgrade.rs; releases.txt names them):
+#
+#   e2e/images/build.sh --ref <commit> --tag <version>
+#
+# builds operator, sidecar and example-app (not pause: the node's own) from that commit's
+# tree (`git archive`, so the commit must be in this clone's history), with that tree's
+# Dockerfile, tagged localhost/kubeflake/<name>:<version>. The last stdout line is the
+# directory of their archives, <cache>/releases/<commit>/images/<version>; the tree itself
+# (its chart, its CRDs) is <cache>/releases/<commit>/src. Both are kept: a release never
+# changes, so a warm run builds nothing and runs no cargo at all.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +38,18 @@ names=(operator sidecar example-app pause)
 
 log() { echo "images/build.sh: $*" >&2; }
 
+ref="" tag=dev
+while (($#)); do
+	case $1 in
+	--ref) ref=${2:?--ref needs a commit}; shift 2 ;;
+	--tag) tag=${2:?--tag needs a version}; shift 2 ;;
+	*)
+		log "unknown argument $1 (usage: build.sh [--ref COMMIT --tag VERSION])"
+		exit 2
+		;;
+	esac
+done
+
 for tool in buildah gcc cargo; do
 	command -v "$tool" >/dev/null || {
 		log "needs $tool (scripts/install-deps.sh installs it)"
@@ -37,6 +60,92 @@ done
 mkdir -p "$cache_root/images"
 exec 9>"$cache_root/images.lock"
 flock 9
+
+# build_binaries SRC: the static release binaries of the tree at SRC, into $bin.
+build_binaries() {
+	log "building static release binaries of $1 (cargo, target dir $target_dir)"
+	# --target: RUSTFLAGS then applies to the binaries only, not to build scripts and proc
+	# macros, which must stay dynamic to be loaded by the compiler. A clean environment:
+	# called from a test, cargo's own variables (CARGO_PKG_*, LD_LIBRARY_PATH, ...) would
+	# otherwise change build-script fingerprints and rebuild everything. One target dir for
+	# every tree: the dependencies they share are compiled once (a workspace crate's
+	# artifacts are told apart by its path, so trees do not overwrite each other's).
+	env -i PATH="$PATH" HOME="$HOME" ${RUSTUP_HOME:+RUSTUP_HOME="$RUSTUP_HOME"} \
+		${CARGO_HOME:+CARGO_HOME="$CARGO_HOME"} ${RUSTUP_TOOLCHAIN:+RUSTUP_TOOLCHAIN="$RUSTUP_TOOLCHAIN"} \
+		RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
+		nice -n 5 cargo build --release --locked --quiet --target "$triple" \
+		--manifest-path "$1/Cargo.toml" \
+		-p kubeflake-operator -p kubeflake-sidecar -p kubeflake-example-app >&2
+}
+bin="$target_dir/$triple/release"
+
+# make_context: the Dockerfile's prebuilt context ($ctx/runtime) and the pause binary
+# ($ctx/pause) from the binaries just built.
+ctx=""
+tmp=""
+trap 'rm -rf "$ctx" "$tmp"' EXIT
+make_context() {
+	ctx=$(mktemp -d "$cache_root/images/context.XXXXXX")
+	mkdir "$ctx/runtime" "$ctx/pause"
+	# Debug line tables stay in the cache's binaries; the images get them without (a tenth
+	# of the size), symbols kept for readable backtraces.
+	for binary in kubeflake-operator kubeflake-sidecar kubeflake-example-app; do
+		strip --strip-debug -o "$ctx/runtime/$binary" "$bin/$binary"
+	done
+	cp /etc/ssl/certs/ca-certificates.crt "$ctx/runtime/"
+	gcc -static -Os -s -o "$ctx/pause/pause" "$here/pause.c"
+}
+
+storage=(--storage-driver vfs --root "$cache_root/buildah/root" --runroot "$cache_root/buildah/run")
+build() { # name, then buildah bud arguments; the archive goes to $tmp/<name>.tar
+	local name=$1 image="localhost/kubeflake/$1:$tag"
+	shift
+	log "building $image"
+	buildah "${storage[@]}" bud --quiet --isolation chroot --layers=false \
+		--tag "$image" "$@" >&2
+	buildah "${storage[@]}" push --quiet "$image" "docker-archive:$tmp/$name.tar:$image" >&2
+	buildah "${storage[@]}" rmi "$image" >/dev/null 2>&1 || true
+}
+
+# complete DIR NAME...: every <name>.tar is in DIR.
+complete() {
+	local dir=$1 name
+	shift
+	for name in "$@"; do [[ -f $dir/$name.tar ]] || return 1; done
+}
+
+if [[ -n $ref ]]; then
+	commit=$(git -C "$repo" rev-parse --verify --quiet "$ref^{commit}") || {
+		log "no commit $ref in this clone's history (releases.txt names each release's commit)"
+		exit 1
+	}
+	release_dir="$cache_root/releases/$commit"
+	out="$release_dir/images/$tag"
+	release_names=(operator sidecar example-app)
+	if complete "$out" "${release_names[@]}"; then
+		echo "$out"
+		exit 0
+	fi
+	if [[ ! -f $release_dir/src/Cargo.toml ]]; then
+		mkdir -p "$release_dir"
+		rm -rf "$release_dir/src.tmp"
+		mkdir "$release_dir/src.tmp"
+		git -C "$repo" archive "$commit" | tar -x -C "$release_dir/src.tmp"
+		mv "$release_dir/src.tmp" "$release_dir/src"
+	fi
+	build_binaries "$release_dir/src"
+	make_context
+	mkdir -p "$(dirname "$out")"
+	tmp=$(mktemp -d "$out.tmp.XXXXXX")
+	for target in "${release_names[@]}"; do
+		build "$target" --file "$release_dir/src/Dockerfile" --build-arg BINARIES=prebuilt \
+			--target "$target" "$ctx/runtime"
+	done
+	rm -rf "$out"
+	mv "$tmp" "$out"
+	echo "$out"
+	exit 0
+fi
 
 # The sources are built from a copy at a fixed path, synced by content: a fresh clone
 # (CI's) has another path and new mtimes, either of which makes cargo rebuild every
@@ -60,54 +169,20 @@ done <"$src.list"
 	grep -qzxF -- "$file" "$src.list" || rm -f "$src/$file"
 done
 
-log "building static release binaries (cargo, target dir $target_dir)"
-# --target: RUSTFLAGS then applies to the binaries only, not to build scripts and proc
-# macros, which must stay dynamic to be loaded by the compiler. A clean environment:
-# called from a test, cargo's own variables (CARGO_PKG_*, LD_LIBRARY_PATH, ...) would
-# otherwise change build-script fingerprints and rebuild everything.
-env -i PATH="$PATH" HOME="$HOME" ${RUSTUP_HOME:+RUSTUP_HOME="$RUSTUP_HOME"} \
-	${CARGO_HOME:+CARGO_HOME="$CARGO_HOME"} ${RUSTUP_TOOLCHAIN:+RUSTUP_TOOLCHAIN="$RUSTUP_TOOLCHAIN"} \
-	RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
-	nice -n 5 cargo build --release --locked --quiet --target "$triple" \
-	--manifest-path "$src/Cargo.toml" \
-	-p kubeflake-operator -p kubeflake-sidecar -p kubeflake-example-app >&2
-bin="$target_dir/$triple/release"
-
-ctx=$(mktemp -d "$cache_root/images/context.XXXXXX")
-trap 'rm -rf "$ctx"' EXIT
-mkdir "$ctx/runtime" "$ctx/pause"
-# Debug line tables stay in the cache's binaries; the images get them without (a tenth
-# of the size), symbols kept for readable backtraces.
-for binary in kubeflake-operator kubeflake-sidecar kubeflake-example-app; do
-	strip --strip-debug -o "$ctx/runtime/$binary" "$bin/$binary"
-done
-cp /etc/ssl/certs/ca-certificates.crt "$ctx/runtime/"
-gcc -static -Os -s -o "$ctx/pause/pause" "$here/pause.c"
-
+build_binaries "$src"
+make_context
 hash=$({
 	(cd "$ctx" && sha256sum runtime/* pause/pause)
 	cat "$repo/Dockerfile" "$here/pause.Containerfile" "$0"
+	echo "$tag"
 } | sha256sum | cut -c1-16)
 out="$cache_root/images/$hash"
-complete=1
-for name in "${names[@]}"; do [[ -f $out/$name.tar ]] || complete=0; done
-if ((complete)); then
+if complete "$out" "${names[@]}"; then
 	echo "$out"
 	exit 0
 fi
 
-storage=(--storage-driver vfs --root "$cache_root/buildah/root" --runroot "$cache_root/buildah/run")
 tmp=$(mktemp -d "$out.tmp.XXXXXX")
-trap 'rm -rf "$ctx" "$tmp"' EXIT
-build() { # name, then buildah bud arguments
-	local name=$1 tag="localhost/kubeflake/$1:dev"
-	shift
-	log "building $tag"
-	buildah "${storage[@]}" bud --quiet --isolation chroot --layers=false \
-		--tag "$tag" "$@" >&2
-	buildah "${storage[@]}" push --quiet "$tag" "docker-archive:$tmp/$name.tar:$tag" >&2
-	buildah "${storage[@]}" rmi "$tag" >/dev/null 2>&1 || true
-}
 for target in operator sidecar example-app; do
 	build "$target" --file "$repo/Dockerfile" --build-arg BINARIES=prebuilt --target "$target" "$ctx/runtime"
 done

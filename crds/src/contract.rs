@@ -43,6 +43,22 @@ pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// Sidecar environment (downward API `metadata.uid`): the holder identity in slot leases.
 pub const POD_UID_ENV: &str = "POD_UID";
 
+/// Every environment variable the sidecar's cluster mode reads, the legacy name
+/// included: a webhook of any release may inject only these (the sidecar's tests check
+/// this list against its command line, and every released webhook's env against it).
+pub const SIDECAR_ENV_NAMES: [&str; 10] = [
+    SEQUENCE_ENV,
+    LISTEN_ENV,
+    LISTEN_UNIX_ENV,
+    PROBE_LISTEN_ENV,
+    STATE_DIR_ENV,
+    LEGACY_FENCE_DIR_ENV,
+    LOG_FORMAT_ENV,
+    POD_NAME_ENV,
+    POD_NAMESPACE_ENV,
+    POD_UID_ENV,
+];
+
 /// The downward-API field each pod-identity variable is filled from.
 pub const POD_FIELDS: [(&str, &str); 3] = [
     (POD_NAME_ENV, "metadata.name"),

@@ -133,6 +133,12 @@ struct ClusterArgs {
     /// its Date header) at which the sidecar starts issuing or raises its lease fence.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
     max_clock_skew_ms: u64,
+    /// Print every setting as cluster mode would use it (flags, environment, defaults and
+    /// the legacy KUBEFLAKE_FENCE_DIR fallback resolved) as one JSON object on stdout and
+    /// exit 0, without contacting the API server: checks the env and flags a webhook
+    /// injected, without starting.
+    #[arg(long)]
+    print_config: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -282,6 +288,60 @@ fn cluster_state_dir(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(contract::STATE_DIR))
 }
 
+/// The settings cluster mode runs with: the one place flags, environment and defaults
+/// become a [`ClusterConfig`], for both `run_cluster` and `--print-config`.
+fn cluster_config(args: ClusterArgs) -> ClusterConfig {
+    ClusterConfig {
+        listen: args.listen,
+        probe_listen: args.probe_listen,
+        pod: PodIdentity {
+            name: args.pod_name,
+            namespace: args.pod_namespace,
+            uid: args.pod_uid,
+        },
+        sequence: args.sequence,
+        state_dir: cluster_state_dir(args.state_dir),
+        listen_unix: args.listen_unix,
+        max_batch: args.max_batch,
+        local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
+        renew_every: args.renew_every_secs.map(Duration::from_secs),
+        max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
+        drain: Duration::from_secs(args.drain_timeout_secs),
+    }
+}
+
+/// `cluster --print-config`: `config` as one JSON object, keyed like the flags (durations
+/// in the flags' units; an unset optional setting is `null`).
+fn config_json(config: &ClusterConfig, log_format: LogFormat) -> serde_json::Value {
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    serde_json::json!({
+        "listen": config.listen.to_string(),
+        "listen_unix": config.listen_unix.as_deref().map(path),
+        "probe_listen": config.probe_listen.map(|a| a.to_string()),
+        "sequence": config.sequence,
+        "pod_name": config.pod.name,
+        "pod_namespace": config.pod.namespace,
+        "pod_uid": config.pod.uid,
+        "state_dir": path(&config.state_dir),
+        "max_batch": config.max_batch,
+        "local_fence_ahead_ms": config.local_fence_ahead.as_millis() as u64,
+        "renew_every_secs": config.renew_every.map(|d| d.as_secs()),
+        "max_clock_skew_ms": config.max_clock_skew.as_millis() as u64,
+        "drain_timeout_secs": config.drain.as_secs(),
+        "log_format": log_format
+            .to_possible_value()
+            .map(|v| v.get_name().to_string()),
+    })
+}
+
+fn print_cluster_config(args: ClusterArgs, log_format: LogFormat) {
+    let config = config_json(&cluster_config(args), log_format);
+    match serde_json::to_string_pretty(&config) {
+        Ok(text) => println!("{text}"),
+        Err(e) => fail(1, format!("cannot print the settings as JSON: {e}")),
+    }
+}
+
 fn fail(code: i32, message: impl std::fmt::Display) -> ! {
     eprintln!("kubeflake-sidecar: error: {message}");
     std::process::exit(code);
@@ -343,23 +403,7 @@ async fn run_cluster(args: ClusterArgs) {
             format!("cannot reach the Kubernetes API (set KUBECONFIG or run in a pod): {e}"),
         ),
     };
-    let config = ClusterConfig {
-        listen: args.listen,
-        probe_listen: args.probe_listen,
-        pod: PodIdentity {
-            name: args.pod_name,
-            namespace: args.pod_namespace,
-            uid: args.pod_uid,
-        },
-        sequence: args.sequence,
-        state_dir: cluster_state_dir(args.state_dir),
-        listen_unix: args.listen_unix,
-        max_batch: args.max_batch,
-        local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
-        renew_every: args.renew_every_secs.map(Duration::from_secs),
-        max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
-        drain: Duration::from_secs(args.drain_timeout_secs),
-    };
+    let config = cluster_config(args);
     if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown).await {
         fail(e.exit_code(), e);
     }
@@ -390,6 +434,9 @@ fn main() {
     let command = match cli.command {
         Some(Command::Check(args)) => return run_check(args),
         Some(Command::WaitReady(args)) => return run_wait_ready(args),
+        Some(Command::Cluster(args)) if args.print_config => {
+            return print_cluster_config(args, cli.log_format);
+        }
         Some(Command::Standalone(args)) => Run::Standalone(args),
         Some(Command::Cluster(args)) => Run::Cluster(args),
         None => Run::Standalone(cli.standalone),
@@ -409,4 +456,35 @@ fn main() {
 enum Run {
     Standalone(StandaloneArgs),
     Cluster(ClusterArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn the_contract_lists_exactly_the_variables_cluster_mode_reads() {
+        let cli = Cli::command();
+        let cluster = cli
+            .find_subcommand(contract::CLUSTER_SUBCOMMAND)
+            .expect("the cluster subcommand");
+        let mut read: BTreeSet<String> = cluster
+            .get_arguments()
+            .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+            .filter_map(|a| a.get_env())
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect();
+        // Read by cluster_state_dir, not by clap.
+        read.insert(contract::LEGACY_FENCE_DIR_ENV.to_string());
+        let listed: BTreeSet<String> = contract::SIDECAR_ENV_NAMES
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(
+            read, listed,
+            "crds::contract::SIDECAR_ENV_NAMES must name every variable `kubeflake-sidecar cluster` reads, and nothing else"
+        );
+    }
 }

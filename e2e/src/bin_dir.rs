@@ -75,9 +75,15 @@ fn run_build_script() -> Result<PathBuf> {
 /// Runs a build script of this repository whose last stdout line is the directory it
 /// built into (`e2e/controlplane/build.sh`, `e2e/images/build.sh`, `e2e/dns/build.sh`).
 pub fn script_output_dir(script: &Path) -> Result<PathBuf> {
+    script_output_dir_with_args(script, &[])
+}
+
+/// [`script_output_dir`] with arguments for the script.
+pub fn script_output_dir_with_args(script: &Path, args: &[&str]) -> Result<PathBuf> {
     // stderr is inherited so a cold build (tens of minutes) shows its progress.
     let output = Command::new("bash")
         .arg(script)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

@@ -17,6 +17,7 @@
 //! - [`process`]: child processes that cannot outlive the test binary.
 //! - [`cluster`]: starts, waits for, hands out and stops the control plane.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
+//! - [`release`]: the previous release (`releases.txt`), its images and its chart.
 //! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API.
 //! - [`linearizability`]: a history recorder and two checkers (its own, porcupine's) for
 //!   values that must increase in real-time order across every sidecar.
@@ -31,5 +32,6 @@ pub mod linearizability;
 pub mod node;
 pub mod process;
 pub mod prometheus;
+pub mod release;
 
 pub use cluster::{Cluster, ClusterOptions, CommandOutput, TestNamespace};

@@ -377,7 +377,7 @@ impl Node {
 }
 
 /// `ctr import` of one image archive into containerd's `k8s.io` namespace (the CRI's).
-fn load_image(archive: &Path) -> Result<()> {
+pub fn load_image(archive: &Path) -> Result<()> {
     let output = Command::new("ctr")
         .args(["--address", CONTAINERD_SOCKET, "--namespace", "k8s.io"])
         .args(["images", "import", "--no-unpack"])

@@ -1,0 +1,344 @@
+//! What the upgrade test (`e2e/tests/upgrade.rs`) runs beside the upgrade and measures:
+//! - [`Traffic`]: clients that take IDs from an app's ready pods all the time, like a
+//!   Service would spread them, retry on another pod after a failed answer, and record
+//!   every answer, classified;
+//! - [`AdmissionProbe`]: a labelled pod sent through admission every second
+//!   (`--dry-run=server`: the mutating webhook runs, nothing is created), recording
+//!   whether the sidecar was injected and by which version.
+//!
+//! Both are bounded in time and stop when asked; phases ([`Phases`]) cut their records
+//! into the parts of the scenario the figures are given for.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt};
+use kubeflake_crds::contract::{INJECTED_ANNOTATION, SIDECAR_NAME};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::node_support::{Ledger, ids_from_pod, ready_pods};
+
+/// The longest any recorder runs (the whole scenario takes a few minutes).
+const MAX_RUN: Duration = Duration::from_secs(30 * 60);
+/// IDs per request.
+const BATCH: u32 = 20;
+
+/// What one request got.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// IDs, all recorded in the ledger.
+    Ids(usize),
+    /// An answer the API documents as retryable (503 not ready to issue, 409 `after` not
+    /// yet honoured), retried by the client on the next pod.
+    Retryable(String),
+    /// The pod was being deleted or gone when the request failed (a Service would have
+    /// taken it out of its endpoints): retried on the next pod.
+    PodLeaving(String),
+    /// Anything else: a failure the upgrade caused.
+    Failed(String),
+}
+
+/// One recorded answer.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub at: Instant,
+    pub client: usize,
+    pub pod: String,
+    pub answer: Answer,
+}
+
+/// Named instants of the scenario; a phase lasts until the next one begins.
+#[derive(Clone, Default)]
+pub struct Phases {
+    marks: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+impl Phases {
+    pub fn begin(&self, name: &str) {
+        eprintln!("upgrade: phase {name}");
+        self.lock().push((name.to_owned(), Instant::now()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(String, Instant)>> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The phase an instant falls in ("before" ahead of the first mark).
+    pub fn of(&self, at: Instant) -> String {
+        self.lock()
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= at)
+            .map(|(name, _)| name.clone())
+            .unwrap_or_else(|| "before".to_owned())
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.lock().iter().map(|(n, _)| n.clone()).collect()
+    }
+}
+
+/// Clients taking IDs from the ready pods of one app, until stopped.
+pub struct Traffic {
+    pub app: String,
+    pub ledger: Ledger,
+    records: Arc<Mutex<Vec<Record>>>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Traffic {
+    /// Starts `clients` clients on the ready pods of Deployment `app`.
+    pub fn start(ns: &TestNamespace, app: &str, clients: usize) -> Traffic {
+        let (stop, stopped) = watch::channel(false);
+        let ledger = Ledger::default();
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let tasks = (0..clients)
+            .map(|client| {
+                let (ns, app, ledger, records, stopped) = (
+                    TestNamespace {
+                        name: ns.name.clone(),
+                        client: ns.client.clone(),
+                    },
+                    app.to_owned(),
+                    ledger.clone(),
+                    records.clone(),
+                    stopped.clone(),
+                );
+                tokio::spawn(run_client(client, ns, app, ledger, records, stopped))
+            })
+            .collect();
+        Traffic {
+            app: app.to_owned(),
+            ledger,
+            records,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the clients and returns every record, in time order.
+    pub async fn stop(self) -> Vec<Record> {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            if let Err(e) = task.await {
+                eprintln!("upgrade: a client of {} ended abnormally: {e}", self.app);
+            }
+        }
+        let mut records = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        records.sort_by_key(|r| r.at);
+        records
+    }
+
+    /// IDs received so far.
+    pub fn ids(&self) -> usize {
+        self.ledger.len()
+    }
+}
+
+async fn run_client(
+    client: usize,
+    ns: TestNamespace,
+    app: String,
+    ledger: Ledger,
+    records: Arc<Mutex<Vec<Record>>>,
+    stopped: watch::Receiver<bool>,
+) {
+    let started = Instant::now();
+    let mut turn = client;
+    while !*stopped.borrow() && started.elapsed() < MAX_RUN {
+        let pods = match ready_pods(&ns, &app).await {
+            Ok(pods) if !pods.is_empty() => pods,
+            // No ready pod (or the list failed): the client waits, its pause grows.
+            _ => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        turn += 1;
+        let pod = pods[turn % pods.len()].name_any();
+        let answer = match ids_from_pod(&ns, &pod, BATCH).await {
+            Ok(ids) => {
+                ledger.add(&pod, &ids);
+                Answer::Ids(ids.len())
+            }
+            Err(e) => classify(&ns, &pod, &e).await,
+        };
+        let retry = !matches!(answer, Answer::Ids(_));
+        records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Record {
+                at: Instant::now(),
+                client,
+                pod,
+                answer,
+            });
+        // A failed request is retried at once on the next pod; a served one paces.
+        if !retry {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Why a request failed: a documented retryable answer, a pod on its way out, or neither.
+async fn classify(ns: &TestNamespace, pod: &str, error: &anyhow::Error) -> Answer {
+    let text = format!("{error:#}");
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    match pods.get_opt(pod).await {
+        Ok(None) => return Answer::PodLeaving(format!("gone: {text}")),
+        Ok(Some(p)) if p.metadata.deletion_timestamp.is_some() => {
+            return Answer::PodLeaving(format!("deleting: {text}"));
+        }
+        _ => {}
+    }
+    let code = error
+        .chain()
+        .find_map(|c| match c.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(response)) => Some(response.code),
+            _ => None,
+        });
+    match code {
+        Some(503 | 409) => Answer::Retryable(text),
+        _ => Answer::Failed(text),
+    }
+}
+
+/// What a phase's records add up to, for the test's assertions and its printed figures.
+#[derive(Debug, Default, Clone)]
+pub struct Figures {
+    pub requests: usize,
+    pub ids: usize,
+    pub retryable: usize,
+    pub pod_leaving: usize,
+    pub failed: Vec<String>,
+    /// The longest time one client went without a served request.
+    pub longest_pause: Duration,
+}
+
+/// Figures per phase (in the order the phases began) and for the whole run.
+pub fn figures(
+    records: &[Record],
+    phases: &Phases,
+    started: Instant,
+) -> (Vec<(String, Figures)>, Figures) {
+    let mut by_phase: BTreeMap<String, Figures> = BTreeMap::new();
+    let mut total = Figures::default();
+    let mut last_served: BTreeMap<usize, Instant> = BTreeMap::new();
+    for record in records {
+        let phase = phases.of(record.at);
+        for figures in [by_phase.entry(phase).or_default(), &mut total] {
+            figures.requests += 1;
+            match &record.answer {
+                Answer::Ids(n) => figures.ids += n,
+                Answer::Retryable(_) => figures.retryable += 1,
+                Answer::PodLeaving(_) => figures.pod_leaving += 1,
+                Answer::Failed(why) => figures.failed.push(format!("{}: {why}", record.pod)),
+            }
+        }
+        if matches!(record.answer, Answer::Ids(_)) {
+            let since = last_served
+                .insert(record.client, record.at)
+                .unwrap_or(started);
+            let pause = record.at.saturating_duration_since(since);
+            let phase = phases.of(record.at);
+            for figures in [by_phase.entry(phase).or_default(), &mut total] {
+                figures.longest_pause = figures.longest_pause.max(pause);
+            }
+        }
+    }
+    let ordered = phases
+        .names()
+        .into_iter()
+        .map(|name| {
+            let f = by_phase.remove(&name).unwrap_or_default();
+            (name, f)
+        })
+        .collect();
+    (ordered, total)
+}
+
+/// A labelled pod sent through admission every second with `--dry-run=server`.
+pub struct AdmissionProbe {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Vec<(Instant, Result<String, String>)>>,
+}
+
+impl AdmissionProbe {
+    /// Probes admission of a pod labelled for `sequence` in `ns`.
+    pub fn start(cluster: &'static Cluster, ns: &str, sequence: &str) -> AdmissionProbe {
+        let (stop, stopped) = watch::channel(false);
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "admission-probe-",
+                         "labels": {kubeflake_crds::slot_lease::SEQUENCE_LABEL: sequence}},
+            "spec": {"containers": [{"name": "app", "image": kubeflake_e2e::node::EXAMPLE_APP_IMAGE}]}
+        })
+        .to_string();
+        let ns = ns.to_owned();
+        let task = tokio::spawn(async move {
+            let mut results = Vec::new();
+            let started = Instant::now();
+            while !*stopped.borrow() && started.elapsed() < MAX_RUN {
+                let out = cluster
+                    .kubectl_with_stdin(
+                        &[
+                            "create",
+                            "-n",
+                            &ns,
+                            "--dry-run=server",
+                            "-o",
+                            "json",
+                            "-f",
+                            "-",
+                        ],
+                        Some(&pod),
+                    )
+                    .await;
+                let result = match out {
+                    Ok(out) if out.success() => injected_version(&out.stdout),
+                    Ok(out) => Err(out.stderr.trim().to_owned()),
+                    Err(e) => Err(format!("{e:#}")),
+                };
+                results.push((Instant::now(), result));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            results
+        });
+        AdmissionProbe { stop, task }
+    }
+
+    /// Stops probing; every probe's instant and the injecting version (or why it failed).
+    pub async fn stop(self) -> Vec<(Instant, Result<String, String>)> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// The version that injected the sidecar into an admitted pod, or why it was not injected.
+fn injected_version(pod_json: &str) -> Result<String, String> {
+    let pod: Pod = serde_json::from_str(pod_json).map_err(|e| format!("not a pod: {e}"))?;
+    let spec = pod.spec.as_ref().ok_or("admitted pod has no spec")?;
+    let has_sidecar = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| c.name == SIDECAR_NAME);
+    if !has_sidecar {
+        return Err("admitted without the sidecar".to_owned());
+    }
+    pod.annotations()
+        .get(INJECTED_ANNOTATION)
+        .cloned()
+        .ok_or_else(|| format!("no {INJECTED_ANNOTATION} annotation"))
+}

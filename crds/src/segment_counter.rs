@@ -11,6 +11,7 @@
 //! | label `kubeflake.io/segment-counter`| the sequence name (never `kubeflake.io/sequence`, so slot code never sees it) |
 //! | annotation `kubeflake.io/next`      | the first value not yet claimed (decimal)      |
 //! | annotation `kubeflake.io/claims`    | blocks claimed so far (for the status's rate)  |
+//! | annotation `kubeflake.io/format`    | the format the counter is written in ([`LEASE_FORMAT`]; absent = 1): a newer one is refused, see [`crate::slot_lease`] |
 //! | annotation `kubeflake.io/claimants` | UIDs of the pods labelled for the sequence, comma-separated: the only pods whose sidecars may claim (written by the operator, enforced by [`crate::lease_policy`]) |
 //!
 //! A claim of `n` values reads `next = v`, writes `next = v + n` conditional on the version
@@ -20,6 +21,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::slot_lease::{FORMAT_ANNOTATION, FormatProblem, LEASE_FORMAT, lease_format};
 
 /// Label on the counter Lease: the sequence's name.
 pub const COUNTER_LABEL: &str = "kubeflake.io/segment-counter";
@@ -51,6 +54,36 @@ pub enum CounterError {
     },
     #[error("lease {name} has no {NEXT_ANNOTATION} annotation: it is not a segment counter")]
     Missing { name: String },
+    #[error(
+        "segment counter Lease {name} was written by a newer kubeflake (format {found} in \
+         {FORMAT_ANNOTATION}; this release understands formats up to {understood}): no value is \
+         claimed from it and it is not changed. Upgrade this operator and its sidecars to a \
+         release that reads format {found}, or roll the newer release back as its upgrade notes \
+         say; the Lease was not changed"
+    )]
+    UnsupportedFormat {
+        name: String,
+        found: u64,
+        understood: u64,
+    },
+    #[error(
+        "segment counter Lease {name} has a {FORMAT_ANNOTATION} annotation that is not a format \
+         number: {value:?} (kubeflake writes a whole number from 1 up). No value is claimed from \
+         it and it is not changed: put back the value the kubeflake release that wrote it set; \
+         the Lease was not changed"
+    )]
+    BadFormat { name: String, value: String },
+}
+
+impl CounterError {
+    /// Whether the counter is in a format this release does not understand (newer, or not
+    /// a format number): refused as a whole, never read field by field.
+    pub fn is_format(&self) -> bool {
+        matches!(
+            self,
+            CounterError::UnsupportedFormat { .. } | CounterError::BadFormat { .. }
+        )
+    }
 }
 
 /// What one counter Lease says.
@@ -68,6 +101,18 @@ impl Counter {
     /// Reads a counter Lease.
     pub fn parse(lease: &Lease) -> Result<Counter, CounterError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
+        // The format first: in a format this release does not know, no field is read.
+        lease_format(lease).map_err(|problem| match problem {
+            FormatProblem::Newer(found) => CounterError::UnsupportedFormat {
+                name: name.clone(),
+                found,
+                understood: LEASE_FORMAT,
+            },
+            FormatProblem::Unreadable(value) => CounterError::BadFormat {
+                name: name.clone(),
+                value,
+            },
+        })?;
         let annotations = lease.metadata.annotations.as_ref();
         let read = |annotation: &'static str| -> Result<Option<u64>, CounterError> {
             match annotations.and_then(|a| a.get(annotation)) {
@@ -93,8 +138,9 @@ impl Counter {
         })
     }
 
-    /// The Lease with this counter written into `lease`'s metadata (other fields kept),
-    /// carrying the version read, so that a replace is a compare-and-swap.
+    /// The Lease with this counter written into `lease`'s metadata (other fields kept, the
+    /// format annotation included), carrying the version read, so that a replace is a
+    /// compare-and-swap.
     pub fn write_into(&self, mut lease: Lease) -> Lease {
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(NEXT_ANNOTATION.to_string(), self.next.to_string());
@@ -128,7 +174,8 @@ pub fn claimants_value<'a>(uids: impl IntoIterator<Item = &'a str>) -> String {
     set.into_iter().collect::<Vec<_>>().join(",")
 }
 
-/// A new counter Lease for `sequence` in `namespace`, starting at `start`.
+/// A new counter Lease for `sequence` in `namespace`, starting at `start`, in this
+/// release's format ([`LEASE_FORMAT`], written out).
 pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
     let counter = Counter {
         next: start.min(LIMIT),
@@ -142,6 +189,10 @@ pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
             labels: Some(BTreeMap::from([(
                 COUNTER_LABEL.to_string(),
                 sequence.to_string(),
+            )])),
+            annotations: Some(BTreeMap::from([(
+                FORMAT_ANNOTATION.to_string(),
+                LEASE_FORMAT.to_string(),
             )])),
             ..Default::default()
         },
@@ -208,5 +259,92 @@ mod tests {
             Counter::parse(&lease),
             Err(CounterError::Missing { .. })
         ));
+    }
+
+    fn with_format(mut lease: Lease, format: Option<&str>) -> Lease {
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.remove(FORMAT_ANNOTATION);
+        if let Some(f) = format {
+            annotations.insert(FORMAT_ANNOTATION.into(), f.into());
+        }
+        lease
+    }
+
+    #[test]
+    fn a_counter_without_a_format_is_format_1_and_a_new_one_writes_it() {
+        let fresh = new_counter("orders", "ns", 7);
+        assert_eq!(
+            fresh
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .get(FORMAT_ANNOTATION),
+            Some(&"1".to_string())
+        );
+        for format in [None, Some("1")] {
+            let c = Counter::parse(&with_format(fresh.clone(), format)).unwrap();
+            assert_eq!((c.next, c.claims), (7, 0), "{format:?}");
+        }
+    }
+
+    #[test]
+    fn a_counter_in_a_newer_format_is_refused_naming_it_and_what_to_do() {
+        let newer = with_format(new_counter("orders", "ns", 7), Some("2"));
+        let err = Counter::parse(&newer).unwrap_err();
+        assert_eq!(
+            err,
+            CounterError::UnsupportedFormat {
+                name: "orders-segment-counter".into(),
+                found: 2,
+                understood: 1,
+            }
+        );
+        assert!(err.is_format());
+        let message = err.to_string();
+        for part in [
+            "orders-segment-counter",
+            "newer kubeflake",
+            "format 2",
+            "up to 1",
+            "Upgrade this operator and its sidecars",
+            "the Lease was not changed",
+        ] {
+            assert!(message.contains(part), "{part:?} missing: {message}");
+        }
+    }
+
+    #[test]
+    fn a_counter_format_that_is_not_a_number_is_refused_not_guessed() {
+        for bad in ["two", "", "0", "-1"] {
+            let lease = with_format(new_counter("orders", "ns", 7), Some(bad));
+            let err = Counter::parse(&lease).unwrap_err();
+            assert!(
+                matches!(err, CounterError::BadFormat { .. }),
+                "{bad:?}: {err}"
+            );
+            assert!(err.is_format());
+        }
+        assert!(!CounterError::Missing { name: "x".into() }.is_format());
+    }
+
+    #[test]
+    fn writing_a_counter_keeps_the_format_it_was_read_in() {
+        for format in [None, Some("1")] {
+            let lease = with_format(new_counter("orders", "ns", 7), format);
+            let mut counter = Counter::parse(&lease).unwrap();
+            counter.next = 100;
+            let written = counter.write_into(lease);
+            assert_eq!(
+                written
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap()
+                    .get(FORMAT_ANNOTATION)
+                    .map(String::as_str),
+                format
+            );
+        }
     }
 }

@@ -12,9 +12,19 @@
 //! | annotation `kubeflake.io/fence`    | highest tick any holder of the slot may have used   |
 //! | annotation `kubeflake.io/holder-pod` | the holder pod's name, for people and for reclaim |
 //! | annotation `kubeflake.io/released-at` | when the slot was last freed (least recently used first) |
+//! | annotation `kubeflake.io/format`   | the format all of the above is written in ([`LEASE_FORMAT`]; absent = 1) |
 //! | labels `kubeflake.io/sequence`, `slot`, `holder` | for label-selected watches        |
 //!
 //! Every write is conditional on the `resourceVersion` read (docs/safety.md rule 1).
+//!
+//! **Formats.** What the fields above mean is format 1 (kubeflake 0.1.0 wrote it without
+//! saying so: an absent [`FORMAT_ANNOTATION`] is format 1). A release that changes a meaning
+//! (say, the fence's unit) writes a higher format, and a release that does not understand a
+//! Lease's format refuses it: [`SlotLease::parse`] (and the segment counter's parse) fails
+//! with [`SlotLeaseError::UnsupportedFormat`] or [`SlotLeaseError::BadFormat`], so nothing
+//! built on the parse (assign, renew, release, serving) uses or rewrites that Lease.
+//! Every transition keeps the annotation as read; new Leases are written with
+//! [`LEASE_FORMAT`].
 
 use std::collections::BTreeMap;
 
@@ -39,6 +49,11 @@ pub const FENCE_ANNOTATION: &str = "kubeflake.io/fence";
 pub const HOLDER_POD_ANNOTATION: &str = "kubeflake.io/holder-pod";
 /// Annotation on a slot lease: RFC 3339 time the slot was last released.
 pub const RELEASED_AT_ANNOTATION: &str = "kubeflake.io/released-at";
+/// Annotation on a slot lease and on a segment counter Lease: the format the Lease is
+/// written in, a whole number. Absent means format 1, what kubeflake 0.1.0 wrote.
+pub const FORMAT_ANNOTATION: &str = "kubeflake.io/format";
+/// The highest Lease format this release understands, and the one it writes.
+pub const LEASE_FORMAT: u64 = 1;
 /// Finalizer on an IdSequence: its leases are removed before it goes (rule 10).
 pub const FINALIZER: &str = "kubeflake.io/slot-leases";
 
@@ -54,6 +69,68 @@ pub enum SlotLeaseError {
     BadSlot { name: String },
     #[error("lease {name} has a {FENCE_ANNOTATION} annotation that is not a tick count: {value:?}")]
     BadFence { name: String, value: String },
+    #[error(
+        "slot lease {name} was written by a newer kubeflake (format {found} in {FORMAT_ANNOTATION}; \
+         this release understands formats up to {understood}): it is neither used nor changed. \
+         Upgrade this operator and its sidecars to a release that reads format {found}, or roll \
+         the newer release back as its upgrade notes say; the Lease was not changed"
+    )]
+    UnsupportedFormat {
+        name: String,
+        found: u64,
+        understood: u64,
+    },
+    #[error(
+        "slot lease {name} has a {FORMAT_ANNOTATION} annotation that is not a format number: \
+         {value:?} (kubeflake writes a whole number from 1 up). It is neither used nor changed: \
+         put back the value the kubeflake release that wrote the Lease set; the Lease was not \
+         changed"
+    )]
+    BadFormat { name: String, value: String },
+}
+
+impl SlotLeaseError {
+    /// Whether the Lease is in a format this release does not understand (newer, or not a
+    /// format number): refused as a whole, never read field by field.
+    pub fn is_format(&self) -> bool {
+        matches!(
+            self,
+            SlotLeaseError::UnsupportedFormat { .. } | SlotLeaseError::BadFormat { .. }
+        )
+    }
+}
+
+/// Why a Lease's [`FORMAT_ANNOTATION`] is not one this release may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatProblem {
+    /// A format above [`LEASE_FORMAT`]: written by a newer release.
+    Newer(u64),
+    /// Not a format number at all (0, a sign, letters, too large).
+    Unreadable(String),
+}
+
+/// The format `lease` is written in (1 when it does not say), if this release understands
+/// it. Shared by slot leases and the segment counter.
+pub fn lease_format(lease: &Lease) -> Result<u64, FormatProblem> {
+    let Some(value) = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FORMAT_ANNOTATION))
+    else {
+        return Ok(1);
+    };
+    let format = value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse::<u64>().ok())
+        .flatten()
+        .filter(|f| *f >= 1)
+        .ok_or_else(|| FormatProblem::Unreadable(value.clone()))?;
+    if format > LEASE_FORMAT {
+        return Err(FormatProblem::Newer(format));
+    }
+    Ok(format)
 }
 
 /// What one slot lease says.
@@ -69,12 +146,26 @@ pub struct SlotLease {
     pub resource_version: Option<String>,
     /// When last released (RFC 3339), if ever.
     pub released_at: Option<String>,
+    /// The format the Lease is written in (never above [`LEASE_FORMAT`]: others do not parse).
+    pub format: u64,
 }
 
 impl SlotLease {
     /// Reads a slot lease.
     pub fn parse(lease: &Lease) -> Result<SlotLease, SlotLeaseError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
+        // The format first: in a format this release does not know, no field is read.
+        let format = lease_format(lease).map_err(|problem| match problem {
+            FormatProblem::Newer(found) => SlotLeaseError::UnsupportedFormat {
+                name: name.clone(),
+                found,
+                understood: LEASE_FORMAT,
+            },
+            FormatProblem::Unreadable(value) => SlotLeaseError::BadFormat {
+                name: name.clone(),
+                value,
+            },
+        })?;
         let labels = lease.metadata.labels.as_ref();
         let annotations = lease.metadata.annotations.as_ref();
         let slot = labels
@@ -104,6 +195,7 @@ impl SlotLease {
             released_at: annotations
                 .and_then(|a| a.get(RELEASED_AT_ANNOTATION))
                 .cloned(),
+            format,
             name,
         })
     }
@@ -128,6 +220,7 @@ impl SlotLease {
         if let Some(at) = &self.released_at {
             annotations.insert(RELEASED_AT_ANNOTATION.to_string(), at.clone());
         }
+        annotations.insert(FORMAT_ANNOTATION.to_string(), self.format.to_string());
         lease.spec = Some(LeaseSpec {
             holder_identity: self.holder.clone(),
             lease_transitions: Some(self.transitions),
@@ -205,7 +298,8 @@ pub enum TransitionError {
     BadLease(#[from] SlotLeaseError),
 }
 
-/// A slot lease no pod ever held: fence 0, owned by the sequence (deleted with it).
+/// A slot lease no pod ever held: fence 0, in this release's format ([`LEASE_FORMAT`],
+/// written out), owned by the sequence (deleted with it).
 pub fn vacant(sequence: &IdSequence, slot: Slot) -> Lease {
     let name = sequence.name_any();
     Lease {
@@ -213,10 +307,10 @@ pub fn vacant(sequence: &IdSequence, slot: Slot) -> Lease {
             name: Some(lease_name(&name, slot)),
             namespace: sequence.namespace(),
             labels: Some(lease_labels(&name, slot, None)),
-            annotations: Some(BTreeMap::from([(
-                FENCE_ANNOTATION.to_string(),
-                "0".to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (FENCE_ANNOTATION.to_string(), "0".to_string()),
+                (FORMAT_ANNOTATION.to_string(), LEASE_FORMAT.to_string()),
+            ])),
             owner_references: sequence.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
@@ -523,5 +617,165 @@ mod tests {
             Err(SlotLeaseError::BadFence { .. })
         ));
         assert!(SlotLease::parse(&lease(BTreeMap::new(), None)).is_err());
+    }
+
+    fn with_format(mut lease: Lease, format: &str) -> Lease {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(FORMAT_ANNOTATION.to_string(), format.to_string());
+        lease
+    }
+
+    #[test]
+    fn a_lease_without_a_format_is_format_1_as_0_1_0_wrote_it() {
+        let labels = lease_labels("orders", Slot(3), Some("uid-1"));
+        let parsed = SlotLease::parse(&lease(labels, Some("123"))).unwrap();
+        assert_eq!((parsed.format, parsed.fence), (1, Tick(123)));
+    }
+
+    #[test]
+    fn format_1_is_read() {
+        let labels = lease_labels("orders", Slot(3), Some("uid-1"));
+        let parsed = SlotLease::parse(&with_format(lease(labels, Some("123")), "1")).unwrap();
+        assert_eq!((parsed.format, parsed.fence), (1, Tick(123)));
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_naming_the_lease_the_formats_and_what_to_do() {
+        let labels = lease_labels("orders", Slot(3), Some("uid-1"));
+        let newer = with_format(lease(labels, Some("123")), "2");
+        let err = SlotLease::parse(&newer).unwrap_err();
+        assert_eq!(
+            err,
+            SlotLeaseError::UnsupportedFormat {
+                name: "orders-slot-3".into(),
+                found: 2,
+                understood: 1,
+            }
+        );
+        assert!(err.is_format());
+        let message = err.to_string();
+        for part in [
+            "orders-slot-3",
+            "newer kubeflake",
+            "format 2",
+            "up to 1",
+            "Upgrade this operator and its sidecars",
+            "roll the newer release back",
+            "the Lease was not changed",
+        ] {
+            assert!(message.contains(part), "{part:?} missing: {message}");
+        }
+        // No transition is built on a Lease this release cannot read.
+        assert!(matches!(
+            assign(&newer, POD_A, 15, at(0)),
+            Err(SlotLeaseError::UnsupportedFormat { .. })
+        ));
+        assert!(matches!(
+            renew(&newer, "uid-1", Tick(900), at(0)),
+            Err(TransitionError::BadLease(
+                SlotLeaseError::UnsupportedFormat { .. }
+            ))
+        ));
+        assert!(matches!(
+            release(&newer, Releaser::Operator, at(0)),
+            Err(SlotLeaseError::UnsupportedFormat { .. })
+        ));
+    }
+
+    #[test]
+    fn a_format_that_is_not_a_format_number_is_refused_not_guessed() {
+        let labels = lease_labels("orders", Slot(3), Some("uid-1"));
+        for bad in [
+            "two",
+            "",
+            "0",
+            "-1",
+            "+1",
+            "1.0",
+            " 1",
+            "99999999999999999999999",
+        ] {
+            let err =
+                SlotLease::parse(&with_format(lease(labels.clone(), Some("1")), bad)).unwrap_err();
+            assert_eq!(
+                err,
+                SlotLeaseError::BadFormat {
+                    name: "orders-slot-3".into(),
+                    value: bad.into(),
+                },
+                "{bad:?}"
+            );
+            assert!(err.is_format());
+            assert!(
+                err.to_string().contains("the Lease was not changed"),
+                "{err}"
+            );
+        }
+        assert!(
+            !SlotLeaseError::BadFence {
+                name: "x".into(),
+                value: "y".into()
+            }
+            .is_format()
+        );
+    }
+
+    #[test]
+    fn new_leases_write_the_format_and_every_transition_keeps_what_it_read() {
+        let fresh = vacant_orders_3();
+        assert_eq!(
+            fresh
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .get(FORMAT_ANNOTATION),
+            Some(&LEASE_FORMAT.to_string()),
+            "the operator writes the format of the Leases it creates"
+        );
+        let format_of = |l: &Lease| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FORMAT_ANNOTATION))
+                .cloned()
+        };
+        // A 0.1.0 Lease (no format) and one written out, each with an annotation no
+        // transition owns: renew and release must keep both (the Lease policy lets a holder
+        // change only the fence, holder-pod and released-at).
+        for format in [None, Some("1")] {
+            let mut start = vacant_orders_3();
+            let annotations = start.metadata.annotations.as_mut().unwrap();
+            annotations.remove(FORMAT_ANNOTATION);
+            if let Some(f) = format {
+                annotations.insert(FORMAT_ANNOTATION.into(), f.into());
+            }
+            annotations.insert("example.com/note".into(), "kept".into());
+            let held = assign(&start, POD_A, 15, at(0)).unwrap();
+            let renewed = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
+            let freed = release(
+                &renewed,
+                Releaser::Holder {
+                    high_water: Tick(640),
+                },
+                at(2),
+            )
+            .unwrap();
+            for written in [&held, &renewed, &freed] {
+                assert_eq!(format_of(written).as_deref(), format, "{written:?}");
+                assert_eq!(
+                    written
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .unwrap()
+                        .get("example.com/note"),
+                    Some(&"kept".to_string())
+                );
+            }
+        }
     }
 }

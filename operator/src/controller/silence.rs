@@ -88,6 +88,7 @@ mod tests {
             transitions: 1,
             resource_version: Some(version.into()),
             released_at: None,
+            format: 1,
         }
     }
 

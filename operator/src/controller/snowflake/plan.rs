@@ -197,6 +197,7 @@ mod tests {
             transitions: 1,
             resource_version: Some("1".into()),
             released_at: released_at.map(String::from),
+            format: 1,
         }
     }
 

@@ -82,10 +82,14 @@ pub enum Reason {
     CounterExhausted,
     /// Exhausted=False (Segment).
     ValuesLeft,
+    /// Ready=False (both modes): a slot Lease or the segment counter is in a format this
+    /// release does not understand (written by a newer kubeflake); it is neither used nor
+    /// changed.
+    LeaseFormatUnsupported,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::InvalidSpec,
         Reason::Deleting,
         Reason::EpochInFuture,
@@ -99,6 +103,7 @@ impl Reason {
         Reason::CounterWentBack,
         Reason::CounterExhausted,
         Reason::ValuesLeft,
+        Reason::LeaseFormatUnsupported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -116,6 +121,7 @@ impl Reason {
             Reason::CounterWentBack => "CounterWentBack",
             Reason::CounterExhausted => "CounterExhausted",
             Reason::ValuesLeft => "ValuesLeft",
+            Reason::LeaseFormatUnsupported => "LeaseFormatUnsupported",
         }
     }
 }

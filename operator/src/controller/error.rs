@@ -10,7 +10,12 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("IdSequence has no namespace (the CRD is namespaced; this should not happen)")]
     NoNamespace,
-    #[error("{0}; fix or delete that Lease (its fence is needed to keep IDs unique)")]
+    /// A Lease in a format this release does not understand says itself what to do (and
+    /// must not be deleted): no advice is added to its message.
+    #[error(
+        "{0}{hint}",
+        hint = if .0.is_format() { "" } else { "; fix or delete that Lease (its fence is needed to keep IDs unique)" }
+    )]
     BadLease(#[from] SlotLeaseError),
     #[error("invalid spec: {0}")]
     InvalidSpec(#[from] SpecError),

@@ -615,3 +615,168 @@ async fn pods_without_a_free_slot_show_in_the_waiting_gauges_until_no_pod_waits(
         0.0
     );
 }
+
+/// `lease` marked as written in Lease format `format` (a newer kubeflake's, here).
+fn in_format(mut lease: Lease, format: &str) -> Lease {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            kubeflake_crds::slot_lease::FORMAT_ANNOTATION.into(),
+            format.into(),
+        );
+    lease
+}
+
+/// Every write a pass sent to a Lease (create, replace, patch, delete).
+fn lease_writes(api: &FakeApi) -> Vec<String> {
+    api.seen()
+        .iter()
+        .filter(|s| s.path.starts_with(LEASES) && s.method != Method::GET)
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect()
+}
+
+/// The Ready condition the pass wrote last, and whether a Warning Event of `reason` went out.
+fn ready_and_event(
+    api: &FakeApi,
+    reason: &str,
+) -> (
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    bool,
+) {
+    let ready = status_patches(api)
+        .pop()
+        .and_then(|s| condition(Some(&s), ConditionType::Ready).cloned())
+        .expect("Ready");
+    let warned = api.seen().iter().any(|s| {
+        s.path.contains("/events") && s.body["reason"] == reason && s.body["type"] == "Warning"
+    });
+    (ready, warned)
+}
+
+/// Issue 23: a slot Lease written by a newer kubeflake (a format this release does not
+/// understand) is never guessed at: with a gone holder and a waiting pod (a live pass would
+/// reclaim and assign) and during deletion (which would delete it), the operator writes no
+/// Lease, and says which Lease and what to do in Ready=False and a Warning Event.
+#[tokio::test]
+async fn a_slot_lease_in_a_newer_format_is_never_written_and_the_sequence_says_why() {
+    for deleting in [false, true] {
+        let seq = sequence(IdSequenceSpec::default(), true, deleting);
+        let api = FakeApi::new()
+            .always(
+                Method::GET,
+                "/api/v1/namespaces/shop/pods/a",
+                404,
+                failure(404, "NotFound", "gone"),
+            )
+            .expect(Method::PATCH, STATUS, 200, echo(&seq));
+        let newer = in_format(slot_lease(Some("a"), 7), "2");
+        let f = fixture(&api, vec![pod("b")], vec![newer]);
+        let err = reconcile(Arc::new(seq), f.ctx.clone())
+            .await
+            .expect_err("the pass is refused");
+        api.verify();
+        assert!(
+            matches!(
+                err,
+                Error::BadLease(SlotLeaseError::UnsupportedFormat { found: 2, .. })
+            ),
+            "{err}"
+        );
+        assert!(
+            !err.to_string().contains("fix or delete"),
+            "no advice to delete a newer release's Lease: {err}"
+        );
+        assert_eq!(
+            lease_writes(&api),
+            Vec::<String>::new(),
+            "deleting: {deleting}"
+        );
+        assert!(
+            api.requests(&Method::PATCH, SEQUENCE).is_empty(),
+            "the finalizer stays"
+        );
+        let (ready, warned) = ready_and_event(&api, "LeaseFormatUnsupported");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "LeaseFormatUnsupported")
+        );
+        for part in [
+            "orders-slot-0",
+            "format 2",
+            "Upgrade this operator",
+            "not changed",
+        ] {
+            assert!(ready.message.contains(part), "{part:?}: {}", ready.message);
+        }
+        assert!(warned, "a Warning Event says so");
+        assert_eq!(
+            f.ctx
+                .metrics
+                .reconciles
+                .with_label_values(&["bad_lease"])
+                .get(),
+            1
+        );
+    }
+}
+
+/// Issue 23: a segment counter written by a newer kubeflake is neither raised to a higher
+/// `start` nor given claimants; Ready=False and a Warning Event say which Lease and what to do.
+#[tokio::test]
+async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_says_why() {
+    let spec = IdSequenceSpec {
+        mode: Mode::Segment,
+        segment: Some(SegmentSpec {
+            start: 1000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let seq = sequence(spec, true, false);
+    let counter = format!("{LEASES}/orders-segment-counter");
+    let newer = in_format(
+        kubeflake_crds::segment_counter::new_counter(SEQ, NS, 1),
+        "2",
+    );
+    let api = FakeApi::new()
+        .expect(Method::GET, &counter, 200, json!(newer))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture(&api, vec![pod("a")], vec![]);
+    let err = reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect_err("the pass is refused");
+    api.verify();
+    assert!(
+        matches!(
+            err,
+            Error::Counter(CounterError::UnsupportedFormat { found: 2, .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(lease_writes(&api), Vec::<String>::new());
+    let (ready, warned) = ready_and_event(&api, "LeaseFormatUnsupported");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "LeaseFormatUnsupported")
+    );
+    for part in [
+        "orders-segment-counter",
+        "format 2",
+        "Upgrade this operator",
+        "not changed",
+    ] {
+        assert!(ready.message.contains(part), "{part:?}: {}", ready.message);
+    }
+    assert!(warned, "a Warning Event says so");
+    assert_eq!(
+        f.ctx
+            .metrics
+            .reconciles
+            .with_label_values(&["bad_counter"])
+            .get(),
+        1
+    );
+}

@@ -44,8 +44,16 @@ pub fn went_back(status: Option<&IdSequenceStatus>, counter: &Counter) -> Option
 
 /// Why the counter cannot be trusted.
 pub(crate) enum Trouble {
-    Lost { last: LastSeen },
-    WentBack { last: LastSeen, found: u64 },
+    Lost {
+        last: LastSeen,
+    },
+    WentBack {
+        last: LastSeen,
+        found: u64,
+    },
+    /// In a format this release does not understand: the parse error, which names the
+    /// Lease, the format and what to do.
+    Format(kubeflake_crds::segment_counter::CounterError),
 }
 
 impl Trouble {
@@ -53,6 +61,7 @@ impl Trouble {
         match self {
             Trouble::Lost { .. } => Reason::CounterLost,
             Trouble::WentBack { .. } => Reason::CounterWentBack,
+            Trouble::Format(_) => Reason::LeaseFormatUnsupported,
         }
     }
 
@@ -79,6 +88,10 @@ impl Trouble {
                  was lost\"",
                 claims = last.claims,
                 next = last.next,
+            ),
+            Trouble::Format(e) => format!(
+                "the operator neither raises the counter nor lists claimants on it, and \
+                 sidecars of this release claim nothing from it: {e}"
             ),
         }
     }

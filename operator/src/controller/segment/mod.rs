@@ -20,6 +20,10 @@
 //! sidecar, even one started since, refuses to claim from a counter with fewer claims than
 //! `status.segment.blocksClaimed`. Raising it to the last `next` seen would not be enough
 //! (that is only a lower bound: sidecars claim between two looks), so a person repairs it.
+//!
+//! A counter in a format this release does not understand (written by a newer kubeflake)
+//! is `LeaseFormatUnsupported`: not raised, no claimants written, the pass fails (counted
+//! as `bad_counter`).
 
 pub mod counter;
 
@@ -70,7 +74,15 @@ pub async fn reconcile(
         }
     }
     if let Some(lease) = &found {
-        let counter = Counter::parse(lease)?;
+        let counter = match Counter::parse(lease) {
+            Ok(counter) => counter,
+            Err(e) if e.is_format() => {
+                // Refused as a whole (no guess at what its fields mean), never written.
+                counter_trouble(seq, ctx, &Trouble::Format(e.clone())).await?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         if let Some(last) = went_back(seq.status.as_ref(), &counter) {
             let found = counter.next;
             return counter_trouble(seq, ctx, &Trouble::WentBack { last, found }).await;

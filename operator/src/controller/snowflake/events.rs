@@ -1,13 +1,18 @@
 //! The Events of a Snowflake pass: one aggregated Event per kind and pass, so that a burst
 //! of pods does not become a burst of Events. A failed Event is logged, never fatal.
 
-use kube::Resource;
 use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
 use kubeflake_crds::sequence::IdSequence;
+use kubeflake_crds::slot_lease::SlotLeaseError;
 
 use super::apply::Outcome;
 use crate::controller::context::Context;
-use kubeflake_crds::conditions::{ConditionStatus, ConditionType, has_condition};
+use crate::controller::error::Error;
+use crate::controller::update_status::update_status;
+use kubeflake_crds::conditions::{
+    ConditionStatus, ConditionType, Reason, condition, has_condition, not_ready_status,
+};
 
 /// The Events for this pass's outcomes: `(type, reason, action, note)`. Pure.
 pub fn events_for(
@@ -101,4 +106,35 @@ pub async fn publish(
             tracing::warn!(error = %e, reason, "could not record an Event");
         }
     }
+}
+
+/// A slot Lease of the sequence is in a format this release does not understand: the pass
+/// plans nothing (no guess at what its fields mean), and says so in the log, in
+/// `Ready=False LeaseFormatUnsupported` and in a Warning Event (recorded when the reason is
+/// new, not on every pass). The Lease is not touched.
+pub async fn unreadable_lease(
+    seq: &IdSequence,
+    ctx: &Context,
+    e: &SlotLeaseError,
+) -> Result<(), Error> {
+    let reason = Reason::LeaseFormatUnsupported;
+    let message = format!(
+        "no slot of this sequence is assigned, reclaimed or deleted until every slot Lease \
+         is readable: {e}"
+    );
+    tracing::error!(sequence = %seq.name_any(), namespace = seq.namespace().unwrap_or_default(), reason = reason.as_str(), %message, "slot Lease in a format this operator does not understand");
+    let was = condition(seq.status.as_ref(), ConditionType::Ready).map(|c| c.reason.clone());
+    if was.as_deref() != Some(reason.as_str()) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.as_str().into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "CheckLeases".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an Event");
+        }
+    }
+    update_status(seq, ctx, not_ready_status(seq, reason, &message)).await
 }

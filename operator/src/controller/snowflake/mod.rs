@@ -8,6 +8,11 @@
 //!
 //! Slot reclaim (which slot goes, and when) is decided in [`plan`]; silence is measured in
 //! [`crate::controller::silence`]; the writes that reclaim are in [`apply`].
+//!
+//! A slot Lease in a format this release does not understand (written by a newer
+//! kubeflake) stops the pass before planning, in normal passes and in deletion alike:
+//! nothing is assigned, reclaimed or deleted, `Ready=False LeaseFormatUnsupported` and a
+//! Warning Event say which Lease and what to do ([`events::unreadable_lease`]).
 
 pub mod apply;
 pub mod events;
@@ -90,7 +95,14 @@ async fn pass(
             tracing::warn!(sequence = %name, namespace = ns, unseen, "the cache still does not show the last pass's writes; planning anyway (every write is a compare-and-swap)");
         }
     }
-    let leases = observe::leases(&ctx.leases, ns, &name)?;
+    let leases = match observe::leases(&ctx.leases, ns, &name) {
+        Ok(leases) => leases,
+        Err(e) if e.is_format() => {
+            events::unreadable_lease(seq, ctx, &e).await?;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let pods = observe::pods(&ctx.pods, ns, &name);
     let silent = ctx.silence.silent(ns, &name, &leases, lease_duration);
     let plan = plan::plan(&Observed {

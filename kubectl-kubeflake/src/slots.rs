@@ -758,4 +758,94 @@ mod tests {
         let garbled = build_segment(&seq, "shop", &params, Some(&counter), &pods, 0);
         assert_eq!(garbled.warnings.len(), 1, "{:?}", garbled.warnings);
     }
+
+    /// An object release 0.1.0 left in the API server (`crds/tests/fixtures`, serialised
+    /// by that release's own code), read as the plugin reads it from the cluster.
+    fn released_fixture<T: serde::de::DeserializeOwned>(name: &str) -> T {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crds/tests/fixtures")
+            .join(name);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "{} does not read as this release's type: {e}",
+                path.display()
+            )
+        })
+    }
+
+    #[test]
+    fn the_slots_a_0_1_0_operator_and_sidecar_wrote_render_with_holder_node_and_fence() {
+        use chrono::TimeZone;
+        let seq: IdSequence = released_fixture("idsequence-0.1.0.json");
+        let params = seq.spec.params().unwrap();
+        let held: Lease = released_fixture("slot-lease-0.1.0.json");
+        let pods = [pod(
+            "app-0",
+            "0b6f1c3e-2a9d-4e85-b7c0-6d1e4f2a9b37",
+            Some("node-a"),
+        )];
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 24, 8, 1, 0)
+            .unwrap()
+            .timestamp_millis();
+        let r = build("orders", "shop", &params, &[held], &pods, false, now);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert_eq!((r.capacity, r.held), (1024, 1));
+        let row = &r.slots[0];
+        assert_eq!(
+            (
+                row.slot,
+                row.status,
+                row.holder_pod.as_deref(),
+                row.node.as_deref()
+            ),
+            (2, SlotStatus::Held, Some("app-0"), Some("node-a"))
+        );
+        assert_eq!((row.fence, row.transitions), (59_817_760_000, 1));
+        assert_eq!(
+            row.fence_time.as_deref(),
+            Some("2026-11-24T08:02:40.000Z"),
+            "the renewal at 08:00:40 raised the fence one lease duration ahead"
+        );
+        assert_eq!(row.renew_time.as_deref(), Some("2026-11-24T08:00:40.000Z"));
+        let text = r.table();
+        assert!(
+            text.starts_with("idsequence shop/orders: 1024 slots, 1 held, 0 pods waiting"),
+            "{text}"
+        );
+        assert!(text.contains("2026-11-24T08:02:40.000Z"), "{text}");
+
+        let released: Lease = released_fixture("slot-lease-released-0.1.0.json");
+        let r = build("orders", "shop", &params, &[released], &[], false, now);
+        let row = &r.slots[0];
+        assert_eq!(
+            (row.status, row.holder_pod.as_deref()),
+            (SlotStatus::Free, None)
+        );
+        assert_eq!(
+            row.released_at.as_deref(),
+            Some("2026-11-24T08:00:41.000000Z")
+        );
+        assert!(r.waiting.is_empty() && r.warnings.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn a_segment_sequence_and_counter_0_1_0_wrote_render_with_its_counter_and_claim_rate() {
+        let seq: IdSequence = released_fixture("idsequence-segment-0.1.0.json");
+        let params = seq.spec.segment_params().unwrap().unwrap();
+        let counter: Lease = released_fixture("segment-counter-0.1.0.json");
+        let r = build_segment(&seq, "shop", &params, Some(&counter), &[], 0);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let seg = r.segment.clone().unwrap();
+        assert_eq!(
+            (seg.next, seg.blocks_claimed, seg.claims_per_minute),
+            (Some(5001), Some(10), Some(2.5))
+        );
+        assert_eq!((seg.block_size, seg.max_block_size), (500, 8000));
+        let text = r.table();
+        assert!(text.contains("NEXT VALUE       5001"), "{text}");
+        assert!(text.contains("2.5"), "{text}");
+    }
 }

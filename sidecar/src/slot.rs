@@ -4,7 +4,9 @@
 //! writer of the lease's fence for that acquisition. Every write is conditional on the
 //! `resourceVersion` last read. A conflict is re-read: if this pod is still the holder the
 //! write is retried on the new version (the fence never goes down); if it is not, the slot
-//! is lost and the caller must stop issuing at once.
+//! is lost and the caller must stop issuing at once. A lease in a format this release does
+//! not understand ([`SlotError::is_unreadable_format`]) is never taken, renewed or
+//! released: every transition parses it first and refuses.
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -47,6 +49,15 @@ pub enum SlotError {
         slot: u32,
         source: kubeflake_crds::LayoutError,
     },
+}
+
+impl SlotError {
+    /// The slot lease is in a format this release does not understand (written by a newer
+    /// kubeflake, or not a format number): it is neither served nor written, and a holder
+    /// stops at once, as for a lost slot (its holder and fence can no longer be read).
+    pub fn is_unreadable_format(&self) -> bool {
+        matches!(self, SlotError::BadLease(e) if e.is_format())
+    }
 }
 
 use kubeflake_runtime::kube_error::is_conflict;

@@ -78,6 +78,20 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(0.9 + fastrand::f64() * 0.2)
 }
 
+/// Why a held slot stops being served at once.
+enum Loss {
+    /// Given to another pod (or freed).
+    Lost,
+    /// Rewritten in a format this release does not understand (a newer kubeflake): its
+    /// holder and fence can no longer be read, so it is treated like a lost slot, never
+    /// guessed at ([`SlotError::is_unreadable_format`]).
+    UnreadableFormat(SlotError),
+}
+
+/// Reason of the Warning Event on the pod when its slot Lease or segment counter is in a
+/// format this release does not understand (the operator's condition reason too).
+pub(crate) const FORMAT_EVENT_REASON: &str = "LeaseFormatUnsupported";
+
 /// What woke the renewal loop.
 enum Wake {
     Renew,
@@ -243,7 +257,10 @@ impl Ctx {
             } = &mut held;
             match self.renew_lease(slot, generator, gate, &params).await {
                 Ok(()) => next_renewal = tokio::time::Instant::now() + jittered(renew_every),
-                Err(SlotError::Lost) => return self.lose(held).await,
+                Err(SlotError::Lost) => return self.lose(held, Loss::Lost).await,
+                Err(e) if e.is_unreadable_format() => {
+                    return self.lose(held, Loss::UnreadableFormat(e)).await;
+                }
                 Err(e) => {
                     let lease_headroom_ms = held
                         .slot
@@ -259,9 +276,10 @@ impl Ctx {
         }
     }
 
-    /// The slot went to another pod: stop issuing at once (rule 3), then take the fence
-    /// file back from the renewal task (it waits for a write in flight) for the next slot.
-    async fn lose(&self, held: Held) -> Result<Lifecycle, ClusterError> {
+    /// The slot went to another pod, or its lease was rewritten in a format this release
+    /// does not understand: stop issuing at once (rule 3), then take the fence file back
+    /// from the renewal task (it waits for a write in flight) for the next slot.
+    async fn lose(&self, held: Held, loss: Loss) -> Result<Lifecycle, ClusterError> {
         let Held {
             generator,
             slot,
@@ -269,18 +287,32 @@ impl Ctx {
             ..
         } = held;
         let high_water = generator.stop();
-        self.state.publish(Serving::Waiting(WaitReason::SlotLost));
         let worker = slot.slot.slot.0;
-        tracing::error!(
-            slot = worker,
-            high_water_tick = high_water.0,
-            "slot lost: stopped issuing at once"
-        );
-        self.events.notify(
-            true,
-            "SlotLost",
-            format!("worker {worker} was given to another pod; stopped issuing"),
-        );
+        match loss {
+            Loss::Lost => {
+                self.state.publish(Serving::Waiting(WaitReason::SlotLost));
+                tracing::error!(
+                    slot = worker,
+                    high_water_tick = high_water.0,
+                    "slot lost: stopped issuing at once"
+                );
+                self.events.notify(
+                    true,
+                    "SlotLost",
+                    format!("worker {worker} was given to another pod; stopped issuing"),
+                );
+            }
+            Loss::UnreadableFormat(e) => {
+                self.state
+                    .publish(Serving::Waiting(WaitReason::SlotStart(e.to_string())));
+                tracing::error!(
+                    slot = worker,
+                    high_water_tick = high_water.0,
+                    "stopped issuing at once: {e}"
+                );
+                self.tell_unreadable_format(&e);
+            }
+        }
         let local = renewer.stop().await?;
         let (local, lowered) = off_worker(local, LocalFence::stop_and_lower).await?;
         if let Err(e) = lowered {
@@ -291,6 +323,17 @@ impl Ctx {
             file: local.into_file(),
             found: None,
         }))
+    }
+
+    /// Records a Lease refused for its format as a Warning Event on the pod, once per
+    /// distinct refusal (the caller logs it every time).
+    pub(crate) fn tell_unreadable_format(&self, e: &dyn std::fmt::Display) {
+        let note = format!("{e}; this sidecar issues nothing from it");
+        let mut told = self.format_told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.as_deref() != Some(note.as_str()) {
+            self.events.notify(true, FORMAT_EVENT_REASON, note.clone());
+            *told = Some(note);
+        }
     }
 
     /// Shutdown, after the drain: stop for good, lower the local fence and the lease fence

@@ -142,6 +142,10 @@ pub(crate) struct Ctx {
     /// Becomes `true` when shutdown begins.
     pub stop: watch::Receiver<bool>,
     pub skew: events::SkewGate,
+    /// The last refusal of a Lease in a format this release does not understand that was
+    /// recorded as an Event: a sidecar retrying every few seconds records it once (the log
+    /// says it every time).
+    pub format_told: std::sync::Mutex<Option<String>>,
 }
 
 impl Ctx {
@@ -271,6 +275,7 @@ pub async fn run(
         metrics,
         events,
         stop: stop_rx,
+        format_told: std::sync::Mutex::new(None),
     };
     let ending = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await?;
     // Shutting down: let in-flight requests finish, then stop and hand the slot back.

@@ -14,6 +14,7 @@ use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
 
 use super::holder::Acquire;
 use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
+use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
 use crate::slot::{assigned_lease, wait_for_assignment};
@@ -31,6 +32,10 @@ pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 /// object is gone). The kubelet cannot stop a pod whose postStart hook still runs, so the
 /// sidecar exits instead, which ends the hook and lets the kubelet finish the deletion.
 pub const WAITING_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How often a sidecar looks again at a slot Lease or segment counter it refused for its
+/// format (an upgrade of the sidecar, which recreates the pod, is what usually ends it).
+pub const FORMAT_RETRY_EVERY: Duration = Duration::from_secs(5);
 
 /// Whether the API server refused this pod's credentials (see [`WAITING_CHECK_EVERY`]).
 fn token_refused(e: &kube::Error) -> bool {
@@ -77,6 +82,20 @@ impl Ctx {
         };
         match self.acquire(unheld, &params, lease).await {
             Ok(held) => Ok(Lifecycle::Holding(held)),
+            Err(Acquire::Retry(e, unheld)) if e.is_unreadable_format() => {
+                // Never taken, renewed or used: the fence it could not write is counted
+                // as a failed fence write, and the pod says why it is not ready.
+                self.metrics
+                    .fence_writes
+                    .with_label_values(&["error"])
+                    .inc();
+                tracing::error!(error = %e, "not taking the slot lease assigned to this pod: its format is not one this release understands");
+                self.tell_unreadable_format(&e);
+                self.state
+                    .publish(Serving::Waiting(WaitReason::SlotStart(e.to_string())));
+                self.pause(FORMAT_RETRY_EVERY).await;
+                Ok(Lifecycle::Waiting(unheld))
+            }
             Err(Acquire::Retry(e, unheld)) => {
                 tracing::warn!(error = %e, "could not start serving the slot; retrying");
                 self.state
@@ -198,6 +217,15 @@ impl Ctx {
                         "segment mode: claiming blocks from the counter"
                     );
                     break;
+                }
+                Err(e @ StoreError::UnsupportedFormat(_)) => {
+                    // Never used: no block is claimed from it, the pod says why.
+                    self.metrics.segment.claim_errors.inc();
+                    tracing::error!(error = %e, counter = store.name(), "not serving from the segment counter: its format is not one this release understands");
+                    self.tell_unreadable_format(&e);
+                    self.state
+                        .publish(Serving::Waiting(WaitReason::Counter(e.to_string())));
+                    self.pause(FORMAT_RETRY_EVERY).await;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "waiting for the segment counter");

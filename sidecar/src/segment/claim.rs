@@ -50,6 +50,11 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     Corrupt(String),
+    /// The counter is in a format this release does not understand (written by a newer
+    /// kubeflake, or not a format number): nothing is claimed from it and it is not
+    /// written; the message names the Lease and what to do.
+    #[error("{0}")]
+    UnsupportedFormat(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("the counter did not answer within {0:?}; if a write was in flight its block is a gap")]
@@ -312,6 +317,9 @@ pub(crate) mod fake {
         pub known_claims: AtomicU64,
         /// A counter that may only go up, like a cluster's Lease under the API server's policy.
         pub only_up: bool,
+        /// Reads find the counter rewritten in a newer Lease format (as the Lease store
+        /// reports it).
+        pub newer_format: AtomicBool,
     }
 
     impl FakeStore {
@@ -352,6 +360,13 @@ pub(crate) mod fake {
         fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>> {
             Box::pin(async move {
                 self.maybe_hang().await;
+                if self.newer_format.load(Ordering::SeqCst) {
+                    return Err(StoreError::UnsupportedFormat(
+                        "segment counter Lease orders-segment-counter was written by a newer \
+                         kubeflake (format 2)"
+                            .into(),
+                    ));
+                }
                 let (next, claims, version) = *self.counter.lock().unwrap();
                 if self.interleave {
                     tokio::task::yield_now().await;

@@ -99,7 +99,13 @@ impl CounterStore for LeaseCounter {
                 .get(&self.name)
                 .await
                 .map_err(|e| store_error(e, &self.name))?;
-            Counter::parse(&lease).map_err(|e| StoreError::Corrupt(e.to_string()))
+            Counter::parse(&lease).map_err(|e| {
+                if e.is_format() {
+                    StoreError::UnsupportedFormat(e.to_string())
+                } else {
+                    StoreError::Corrupt(e.to_string())
+                }
+            })
         })
     }
 
@@ -129,5 +135,38 @@ impl CounterStore for LeaseCounter {
                 .map(|_| ())
                 .map_err(|e| store_error(e, &self.name))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::fake_api;
+    use kubeflake_crds::segment_counter::new_counter;
+    use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
+
+    /// Issue 23: a counter Lease a newer kubeflake wrote is its own refusal (not "corrupt"),
+    /// naming the Lease, the format and what to do.
+    #[tokio::test]
+    async fn a_counter_lease_in_a_newer_format_is_refused_as_such() {
+        let mut newer = new_counter("orders", "ns", 7);
+        newer
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(FORMAT_ANNOTATION.into(), "2".into());
+        let body = serde_json::to_value(&newer).unwrap();
+        let (client, _) = fake_api::client(move |_, _, _| (200, body.clone()));
+        let err = LeaseCounter::new(client, "ns", "orders")
+            .read()
+            .await
+            .unwrap_err();
+        let StoreError::UnsupportedFormat(message) = err else {
+            panic!("another error: {err}");
+        };
+        assert!(
+            message.contains("orders-segment-counter") && message.contains("format 2"),
+            "{message}"
+        );
     }
 }

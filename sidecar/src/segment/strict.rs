@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot};
 
 use super::buffer::{Runs, SegmentRefusal, check_raise};
-use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_above};
+use super::claim::{Backoff, Block, ClaimError, CounterStore, StoreError, claim_above};
 use crate::metrics::SegmentMetrics;
 
 /// One request waiting for its values.
@@ -187,6 +187,9 @@ impl Strict {
                     ClaimError::CounterBehind { .. } | ClaimError::CounterWentBack { .. } => {
                         self.metrics.counter_behind.inc();
                         tracing::error!(error = %e, "the segment counter went backwards: refusing to write it");
+                    }
+                    ClaimError::Store(StoreError::UnsupportedFormat(_)) => {
+                        tracing::error!(error = %e, "the segment counter is in a format this release does not understand: refusing to write it");
                     }
                     _ => {}
                 }

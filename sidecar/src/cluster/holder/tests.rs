@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use kube::Client;
 use kube::api::ObjectMeta;
-use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, lease_labels};
+use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FORMAT_ANNOTATION, lease_labels};
 use kubeflake_crds::{IdSequenceSpec, Slot};
 use tokio::sync::watch;
 
@@ -90,13 +90,14 @@ fn a_slot_outside_the_layout_is_its_own_error_naming_what_to_check() {
     assert!(err.to_string().contains("workerBits"), "{err}");
 }
 
-/// Events recorded instead of sent.
+/// Events recorded instead of sent: their reasons, and their notes.
 #[derive(Default)]
-struct Recorded(Mutex<Vec<&'static str>>);
+struct Recorded(Mutex<Vec<&'static str>>, Mutex<Vec<String>>);
 
 impl Notify for Recorded {
-    fn notify(&self, _warning: bool, reason: &'static str, _note: String) {
+    fn notify(&self, _warning: bool, reason: &'static str, note: String) {
         self.0.lock().unwrap().push(reason);
+        self.1.lock().unwrap().push(note);
     }
 }
 
@@ -179,6 +180,7 @@ fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Ar
         events: events.clone(),
         stop,
         skew: SkewGate::new(Duration::from_secs(10)),
+        format_told: Mutex::new(None),
     };
     (ctx, events)
 }
@@ -358,4 +360,162 @@ async fn a_sidecar_whose_token_is_refused_before_it_read_its_sequence_exits_too(
     let outcome = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await;
     assert!(matches!(outcome, Err(ClusterError::TokenRefused(_))));
     assert!(events.0.lock().unwrap().is_empty());
+}
+
+/// `lease` marked as written in Lease format `format` (a newer kubeflake's, here).
+fn in_format(mut lease: Lease, format: &str) -> Lease {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(FORMAT_ANNOTATION.to_string(), format.to_string());
+    lease
+}
+
+/// The requests on slot leases other than reads.
+fn lease_writes(seen: &Mutex<Vec<Seen>>) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.contains("/leases") && s.method != "GET")
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect()
+}
+
+/// What `/readyz` would say while waiting, or a panic if the sidecar serves.
+fn waiting_reason(ctx: &Ctx) -> String {
+    match &**ctx.state.load() {
+        Serving::Waiting(reason) => reason.to_string(),
+        _ => panic!("the sidecar serves"),
+    }
+}
+
+/// Issue 23: the operator named this pod holder of a slot lease that a newer kubeflake
+/// wrote (format 2): the sidecar never takes it (no write, nothing served), stays not
+/// ready saying why, counts a failed fence write and records one Warning Event, however
+/// often it looks again.
+#[tokio::test(start_paused = true)]
+async fn a_slot_lease_in_a_newer_format_is_never_taken_and_the_pod_is_told_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, seen) = fake_api::client(move |method, path, _| {
+        if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
+            let seq = serde_json::json!({
+                "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+                "metadata": {"name": "orders", "namespace": "ns"}, "spec": {}
+            });
+            return (200, seq);
+        }
+        if method == http::Method::GET && path.contains("/leases?") && !path.contains("watch=true")
+        {
+            let newer = in_format(lease("uid-p", 0, 7), "2");
+            return (
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "LeaseList", "metadata": {"resourceVersion": "7"}, "items": [newer]}),
+            );
+        }
+        fake_api::status(500, "InternalError")
+    });
+    let (ctx, events) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    let mut now = Lifecycle::Waiting(Unheld { file, found });
+    for _ in 0..2 {
+        let Lifecycle::Waiting(unheld) = now else {
+            panic!("the sidecar took the slot");
+        };
+        now = ctx.find_work(unheld).await.expect("not fatal");
+        let why = waiting_reason(&ctx);
+        for part in ["orders-slot-3", "newer kubeflake", "format 2", "Upgrade"] {
+            assert!(why.contains(part), "{part:?} missing from /readyz: {why}");
+        }
+    }
+    assert!(matches!(now, Lifecycle::Waiting(_)));
+    assert_eq!(lease_writes(&seen), Vec::<String>::new(), "never written");
+    assert_eq!(
+        events.0.lock().unwrap().as_slice(),
+        ["LeaseFormatUnsupported"],
+        "told once, not on every look"
+    );
+    let note = events.1.lock().unwrap()[0].clone();
+    assert!(
+        note.contains("orders-slot-3") && note.contains("format 2"),
+        "{note}"
+    );
+    assert_eq!(
+        ctx.metrics.fence_writes.with_label_values(&["error"]).get(),
+        2
+    );
+}
+
+/// Issue 23: a holder whose slot lease is rewritten by a newer kubeflake (format 2, still
+/// naming this pod) can no longer read its holder or fence: it stops issuing at once, as
+/// for a lost slot (rule 3), writes nothing more, and says why.
+#[tokio::test]
+async fn a_holder_whose_lease_turns_to_a_newer_format_stops_issuing_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rewritten = Arc::new(AtomicBool::new(false));
+    let switch = rewritten.clone();
+    let version = AtomicU64::new(2);
+    let (client, seen) = fake_api::client(move |method, path, body| {
+        if !path.starts_with(LEASE_PATH) {
+            return fake_api::status(404, "NotFound");
+        }
+        match (method.as_str(), switch.load(Ordering::SeqCst)) {
+            ("PUT", false) => {
+                let mut written: Lease = serde_json::from_slice(body).unwrap();
+                let v = version.fetch_add(1, Ordering::SeqCst);
+                written.metadata.resource_version = Some(v.to_string());
+                (200, serde_json::to_value(written).unwrap())
+            }
+            ("PUT", true) => fake_api::status(409, "Conflict"),
+            ("GET", true) => {
+                let v = version.load(Ordering::SeqCst);
+                let newer = in_format(lease("uid-p", u64::MAX >> 30, v), "2");
+                (200, serde_json::to_value(newer).unwrap())
+            }
+            _ => fake_api::status(405, "MethodNotAllowed"),
+        }
+    });
+    let (ctx, events) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_millis(100),
+    );
+    let held = acquired(&ctx, dir.path()).await;
+    let generator = held.generator.clone();
+    assert!(generator.next_id().is_ok(), "serving");
+
+    rewritten.store(true, Ordering::SeqCst);
+    seen.lock().unwrap().clear();
+    let next = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
+        .await
+        .expect("keep returns at once, not when the fence runs out")
+        .expect("not fatal");
+    assert!(matches!(next, Lifecycle::Waiting(_)));
+    assert!(
+        generator.is_stopped(),
+        "stopped at once, as for a lost slot"
+    );
+    assert!(generator.next_id().is_err());
+    let why = waiting_reason(&ctx);
+    assert!(why.contains("format 2") && why.contains("Upgrade"), "{why}");
+    let methods: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.starts_with(LEASE_PATH))
+        .map(|s| s.method.clone())
+        .collect();
+    assert_eq!(
+        methods,
+        ["PUT", "GET"],
+        "the stale write, the re-read, no more"
+    );
+    assert_eq!(
+        *events.0.lock().unwrap(),
+        ["SlotAcquired", "LeaseFormatUnsupported"]
+    );
 }

@@ -1,13 +1,14 @@
 //! The background claim: one task at a time claims the next block (with backoff on
 //! failure) and installs it only after its claim was written (docs/safety.md rule 2 for
-//! segment mode); a counter found below this sidecar's own top drops what it holds.
+//! segment mode); a counter found below this sidecar's own top, or in a format this release
+//! does not understand, drops what it holds.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Segment;
 use super::sizing::{metrics_block_size, prefetch_threshold};
-use crate::segment::claim::{Backoff, ClaimError, claim_above};
+use crate::segment::claim::{Backoff, ClaimError, StoreError, claim_above};
 
 impl Segment {
     /// Claims blocks until one is in the buffer (or the sidecar stops, or the sequence is
@@ -96,6 +97,26 @@ impl Segment {
                                 dropped,
                                 top = floor,
                                 "the segment counter went backwards: refusing to claim from it"
+                            );
+                            s.last_error = Some(e.to_string());
+                            if s.stopped {
+                                s.fetching = false;
+                                None
+                            } else {
+                                Some(e)
+                            }
+                        }
+                        Err(e @ ClaimError::Store(StoreError::UnsupportedFormat(_))) => {
+                            // Written by a newer kubeflake: nothing here reads it, so stop
+                            // issuing at once, dropping what is held (a gap, never a
+                            // duplicate), and claim nothing until it is readable again.
+                            let dropped = s.drop_buffered();
+                            self.metrics.values_dropped.inc_by(dropped);
+                            self.metrics.claim_errors.inc();
+                            tracing::error!(
+                                error = %e,
+                                dropped,
+                                "the segment counter is in a format this release does not understand: stopped issuing, claiming nothing from it"
                             );
                             s.last_error = Some(e.to_string());
                             if s.stopped {

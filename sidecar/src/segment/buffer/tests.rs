@@ -576,3 +576,35 @@ async fn rule12_concurrent_takers_passing_values_around_never_get_one_at_or_belo
     }
     assert!(all.iter().all(|&v| v < store.next()), "only claimed values");
 }
+
+/// Issue 23: a counter rewritten by a newer kubeflake (a format this release does not
+/// understand) is never claimed from, and the sidecar stops issuing at its next claim:
+/// what it holds is dropped (a gap, never a duplicate), requests are refused saying why.
+#[tokio::test]
+async fn a_counter_in_a_newer_format_is_never_claimed_from_and_what_is_held_is_dropped() {
+    let store = Arc::new(FakeStore::starting_at(1));
+    let metrics = SegmentMetrics::unregistered();
+    let seg = Segment::start(
+        store.clone(),
+        params(100, 100, 10),
+        Duration::from_millis(300),
+        metrics.clone(),
+    );
+    assert_eq!(values(&seg.take(1).await.unwrap()), vec![1]);
+    store.newer_format.store(true, Ordering::SeqCst);
+    seg.take(20).await.unwrap(); // 21% used: the next claim reads the counter
+    for _ in 0..250 {
+        if metrics.claim_errors.get() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(metrics.claim_errors.get() > 0, "the refusal is counted");
+    assert_eq!(store.next(), 101, "nothing claimed after the first block");
+    assert_eq!(seg.buffered(), 0, "what was held is dropped");
+    assert_eq!(metrics.values_dropped.get(), 79);
+    let err = seg.take(1).await.unwrap_err();
+    assert_eq!(err.reason(), "no_block");
+    assert!(err.to_string().contains("format 2"), "{err}");
+    assert!(seg.check_ready().is_err());
+}

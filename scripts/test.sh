@@ -24,6 +24,9 @@ KUBEFLAKE_LINCHECK=$(e2e/linearizability/build.sh | tail -n 1)
 export KUBEFLAKE_LINCHECK
 step "building (or finding cached) the images"
 e2e/images/build.sh >/dev/null
+read -r previous_version previous_commit < <(grep -v '^#' releases.txt | awk 'NF >= 2' | tail -n 1)
+step "building (or finding cached) the images of the previous release, $previous_version (e2e/tests/upgrade.rs)"
+e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/null
 
 step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh

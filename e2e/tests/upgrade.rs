@@ -29,7 +29,6 @@ mod operator_support;
 mod upgrade_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -432,7 +431,6 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
         kubeflake_e2e::node::SIDECAR_IMAGE,
     );
     let phases = Phases::default();
-    let started = Instant::now();
 
     // 1. The previous release, its apps and its injected sidecars.
     phases.begin("previous");
@@ -451,7 +449,10 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let since = k8s_openapi::jiff::Timestamp::now();
     let pods = app_pods(cluster, &ns, WEB, 3, &previous.version, &old_sidecar).await?;
     app_pods(cluster, &ns, COUNTER, 2, &previous.version, &old_sidecar).await?;
-    matches_fixture(&previous, &pods[0])?;
+    let mut problems = Vec::new();
+    if let Err(e) = matches_fixture(&previous, &pods[0]) {
+        problems.push(format!("the injected container: {e:#}"));
+    }
     slots_settled(cluster, &ns, &pods, since).await?;
     let web = Traffic::start(&ns, WEB, 3);
     let counter = Traffic::start(&ns, COUNTER, 2);
@@ -561,9 +562,9 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     phases.begin("end");
 
     let admissions = admission.stop().await;
-    let mut problems = Vec::new();
     for (name, traffic) in [(WEB, web), (COUNTER, counter)] {
         let ledger = traffic.ledger.clone();
+        let started = traffic.started;
         let records = traffic.stop().await;
         let (per_phase, total) = figures(&records, &phases, started);
         print_figures(name, &per_phase, &total);

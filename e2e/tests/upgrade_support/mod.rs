@@ -22,7 +22,7 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::node_support::{Ledger, ids_from_pod, ready_pods};
+use crate::node_support::{Ledger, ready_pods};
 
 /// The longest any recorder runs (the whole scenario takes a few minutes).
 const MAX_RUN: Duration = Duration::from_secs(30 * 60);
@@ -87,6 +87,8 @@ impl Phases {
 /// Clients taking IDs from the ready pods of one app, until stopped.
 pub struct Traffic {
     pub app: String,
+    /// When the clients started (a client's first pause counts from here).
+    pub started: Instant,
     pub ledger: Ledger,
     records: Arc<Mutex<Vec<Record>>>,
     stop: watch::Sender<bool>,
@@ -116,6 +118,7 @@ impl Traffic {
             .collect();
         Traffic {
             app: app.to_owned(),
+            started: Instant::now(),
             ledger,
             records,
             stop,
@@ -167,12 +170,12 @@ async fn run_client(
         };
         turn += 1;
         let pod = pods[turn % pods.len()].name_any();
-        let answer = match ids_from_pod(&ns, &pod, BATCH).await {
+        let answer = match take_ids(&ns, &pod, BATCH).await {
             Ok(ids) => {
                 ledger.add(&pod, &ids);
                 Answer::Ids(ids.len())
             }
-            Err(e) => classify(&ns, &pod, &e).await,
+            Err(failure) => classify(&ns, &pod, failure).await,
         };
         let retry = !matches!(answer, Answer::Ids(_));
         records
@@ -191,9 +194,71 @@ async fn run_client(
     }
 }
 
+/// A request that got no IDs: the HTTP status if there was an answer, and what was said.
+struct Failure {
+    status: Option<u16>,
+    text: String,
+}
+
+/// `GET /ids?count=N` of the example app in `pod`, through the API server's pod proxy,
+/// keeping the status and body of an error answer (the app's `{"error": ...}` is no
+/// Kubernetes Status, which kube's own error handling would need to keep them).
+async fn take_ids(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>, Failure> {
+    use http_body_util::BodyExt;
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{pod}:8080/proxy/ids?count={count}",
+        ns.name
+    );
+    let failure = |status: Option<u16>, text: String| Failure { status, text };
+    let request = http::Request::get(&path)
+        .body(kube::client::Body::empty())
+        .map_err(|e| failure(None, e.to_string()))?;
+    let response = ns
+        .client
+        .send(request)
+        .await
+        .map_err(|e| failure(None, format!("GET {path}: {e}")))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| failure(Some(status), format!("reading the answer: {e}")))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if !(200..300).contains(&status) {
+        return Err(failure(Some(status), text.trim().to_owned()));
+    }
+    let parsed: Result<Vec<u64>, String> = serde_json::from_str::<serde_json::Value>(&text)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            v["ids"]
+                .as_array()
+                .ok_or_else(|| "no ids".to_owned())?
+                .iter()
+                .map(|id| {
+                    id.as_str()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or("not an ID".to_owned())
+                })
+                .collect()
+        });
+    match parsed {
+        Ok(ids) if ids.len() == count as usize => Ok(ids),
+        Ok(ids) => Err(failure(
+            Some(status),
+            format!("asked for {count} IDs, got {}", ids.len()),
+        )),
+        Err(e) => Err(failure(Some(status), format!("{e}: {text}"))),
+    }
+}
+
 /// Why a request failed: a documented retryable answer, a pod on its way out, or neither.
-async fn classify(ns: &TestNamespace, pod: &str, error: &anyhow::Error) -> Answer {
-    let text = format!("{error:#}");
+async fn classify(ns: &TestNamespace, pod: &str, failure: Failure) -> Answer {
+    let text = match failure.status {
+        Some(status) => format!("HTTP {status}: {}", failure.text),
+        None => failure.text,
+    };
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     match pods.get_opt(pod).await {
         Ok(None) => return Answer::PodLeaving(format!("gone: {text}")),
@@ -202,14 +267,11 @@ async fn classify(ns: &TestNamespace, pod: &str, error: &anyhow::Error) -> Answe
         }
         _ => {}
     }
-    let code = error
-        .chain()
-        .find_map(|c| match c.downcast_ref::<kube::Error>() {
-            Some(kube::Error::Api(response)) => Some(response.code),
-            _ => None,
-        });
-    match code {
-        Some(503 | 409) => Answer::Retryable(text),
+    // The example app's documented retryable answers (examples/app/src/app.rs): 503 when
+    // its sidecar is not ready to issue, 409 when `after` cannot be honoured yet; both
+    // carry Retry-After and a JSON error.
+    match failure.status {
+        Some(503 | 409) if text.contains("\"error\"") => Answer::Retryable(text),
         _ => Answer::Failed(text),
     }
 }

@@ -181,7 +181,11 @@ fn a_slot_lease_0_1_0_assigned_and_renewed_parses_with_the_same_holder_and_fence
     assert_eq!(parsed.slot, Slot(2));
     assert_eq!(parsed.holder.as_deref(), Some(HOLDER_UID));
     assert_eq!(parsed.holder_pod.as_deref(), Some("app-0"));
-    assert_eq!(parsed.fence, Tick(59_817_760_000));
+    assert_eq!(
+        parsed.fence,
+        Tick(59_817_760_000),
+        "the fence 0.1.0 wrote is not read: a new holder of the slot could repeat its IDs"
+    );
     assert_eq!(parsed.transitions, 1);
     assert_eq!(parsed.resource_version.as_deref(), Some("51873"));
     assert_eq!(parsed.released_at, None);
@@ -207,7 +211,11 @@ fn a_slot_lease_its_0_1_0_sidecar_released_parses_as_free_with_the_lowered_fence
         .expect("a released 0.1.0 slot lease parses");
     assert_eq!((parsed.slot, parsed.holder.as_deref()), (Slot(2), None));
     assert_eq!(parsed.holder_pod, None);
-    assert_eq!(parsed.fence, Tick(59_817_641_234));
+    assert_eq!(
+        parsed.fence,
+        Tick(59_817_641_234),
+        "the fence 0.1.0 lowered on release is not read: a new holder of the slot could repeat its IDs"
+    );
     assert_eq!(parsed.transitions, 1);
     assert_eq!(
         parsed.released_time(),

@@ -280,10 +280,16 @@ fn the_state_dir_name_of_pre_release_webhooks_still_sets_the_state_dir() {
         serde_json::from_slice(&output.stdout).expect("one JSON object")
     };
     let legacy = [(contract::LEGACY_FENCE_DIR_ENV, "/old")];
-    assert_eq!(run(&legacy, &[])["state_dir"], "/old");
+    assert_eq!(
+        run(&legacy, &[])["state_dir"],
+        "/old",
+        "{} no longer sets the state directory: a pod injected with it would start without its fence file",
+        contract::LEGACY_FENCE_DIR_ENV
+    );
     assert_eq!(
         run(&[], &["--fence-dir", "/old-flag"])["state_dir"],
-        "/old-flag"
+        "/old-flag",
+        "--fence-dir no longer sets the state directory"
     );
     let both = [
         (contract::LEGACY_FENCE_DIR_ENV, "/old"),

@@ -6,12 +6,20 @@
 //! |--------------------------------------------------------|------------------------------------------------|----------------------------------|
 //! | the operator's service account                         | anything ([`assign`], operator [`release`], create, delete) | anything but lowering   |
 //! | a pod-bound token of the pod named in `holderIdentity` | [`renew`] or holder [`release`], nothing else  | -                                |
-//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] | -                                              | raise `next` and `claims` only   |
+//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] (any pod while the counter has none: see below) | - | raise `next` and `claims` only |
 //! | the namespace and garbage collectors                   | delete                                         | delete                           |
 //! | the exempt groups (break glass, `system:masters`)      | anything                                       | anything but lowering            |
 //! | anyone else                                            | nothing                                        | nothing                          |
 //!
 //! Nobody at all lowers a counter's `next` or `claims` in place: values below were issued.
+//!
+//! A counter without [`CLAIMANTS_ANNOTATION`] was created by an operator before 0.2, which
+//! did not keep the list: until this release's operator lists the claimants (its first pass
+//! over the sequence), any pod-bound token that RBAC lets write the counter may claim, as
+//! before 0.2, still only raising. Refusing them instead would stall every sidecar of the
+//! sequence for the length of an upgrade (e2e/tests/upgrade.rs measured it). Operators
+//! from 0.2 on create counters with the annotation (empty), so the gap exists only for
+//! counters of older releases, and only until the operator's first pass.
 //!
 //! The chart ships the policy's spec as a file generated from [`spec_yaml`] (a test fails
 //! when it is stale), with two placeholders the chart fills in: the operator's user name
@@ -211,10 +219,16 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
             "claimants",
             format!("variables.oldAnnotations[?'{CLAIMANTS_ANNOTATION}'].orValue('').split(',')"),
         ),
+        // A counter of a release before 0.2 has no claimants list yet (see the top).
+        variable(
+            "claimantsListed",
+            format!("'{CLAIMANTS_ANNOTATION}' in variables.oldAnnotations"),
+        ),
         variable(
             "isClaim",
             format!(
-                "request.operation == 'UPDATE' && variables.podUid != '' && variables.podUid in variables.claimants \
+                "request.operation == 'UPDATE' && variables.podUid != '' \
+                 && (!variables.claimantsListed || variables.podUid in variables.claimants) \
                  && {} && {} && object.spec == oldObject.spec \
                  && object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences",
                 same_except("Labels", &[]),

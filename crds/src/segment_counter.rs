@@ -190,10 +190,12 @@ pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
                 COUNTER_LABEL.to_string(),
                 sequence.to_string(),
             )])),
-            annotations: Some(BTreeMap::from([(
-                FORMAT_ANNOTATION.to_string(),
-                LEASE_FORMAT.to_string(),
-            )])),
+            // An empty claimants list: nobody may claim until the operator lists the
+            // sequence's pods (crds::lease_policy; without it, any pod might).
+            annotations: Some(BTreeMap::from([
+                (FORMAT_ANNOTATION.to_string(), LEASE_FORMAT.to_string()),
+                (CLAIMANTS_ANNOTATION.to_string(), String::new()),
+            ])),
             ..Default::default()
         },
         spec: Some(LeaseSpec::default()),

@@ -27,7 +27,7 @@ fn previous_release() -> (String, String) {
             let mut f = l.split_whitespace();
             Some((f.next()?.to_owned(), f.next()?.to_owned()))
         })
-        .last()
+        .next_back()
         .expect("releases.txt lists a release")
 }
 

@@ -76,7 +76,7 @@ fn newest(text: &str) -> Option<(String, String)> {
             let mut fields = l.split_whitespace();
             Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
         })
-        .last()
+        .next_back()
 }
 
 #[cfg(test)]

@@ -394,6 +394,73 @@ async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_
     Ok(())
 }
 
+/// A counter an operator before 0.2 created has no claimants list (docs/install.md,
+/// "Upgrades and version skew"): until this release's operator lists the claimants, any
+/// pod-bound token may raise it (as before 0.2), nobody may lower it, a token without a
+/// pod may not write it; once listed, only the listed pods may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule14_a_counter_left_by_0_1_without_claimants_takes_raises_from_pods_until_the_operator_lists_them()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-legacy").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
+    let (uid_c, c) = &w.claimer;
+    let (_, b) = &w.pod_b;
+    let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);
+    let claim = |next: u64, claims: u64| {
+        Patch::Merge(json!({"metadata": {"annotations": {
+            NEXT_ANNOTATION: next.to_string(),
+            kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims.to_string(),
+        }}}))
+    };
+    let patch = |client: &Client, p: Patch<serde_json::Value>| {
+        let api = leases(client, ns);
+        let name = name.clone();
+        async move { api.patch(&name, &PatchParams::default(), &p).await }
+    };
+    // As release 0.1.0 created it: no claimants annotation at all.
+    let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
+    if let Some(annotations) = counter.metadata.annotations.as_mut() {
+        annotations.remove(CLAIMANTS_ANNOTATION);
+    }
+    leases(&w.operator, ns)
+        .create(&PostParams::default(), &counter)
+        .await
+        .context("the operator creates a counter without claimants")?;
+    patch(c, claim(2000, 1))
+        .await
+        .context("pod C claims from the unlisted counter")?;
+    patch(b, claim(3000, 2))
+        .await
+        .context("pod B claims from the unlisted counter")?;
+    refused(
+        patch(&w.bystander, claim(4000, 3)).await,
+        "a service account without a pod claims",
+        "no pod-bound token",
+    )?;
+    refused(
+        patch(c, claim(2500, 3)).await,
+        "pod C lowers the unlisted counter",
+        "may only go up, for every user",
+    )?;
+    patch(
+        &w.operator,
+        Patch::Merge(json!({"metadata": {"annotations": {CLAIMANTS_ANNOTATION: uid_c}}})),
+    )
+    .await
+    .context("the operator lists pod C")?;
+    refused(
+        patch(b, claim(4000, 3)).await,
+        "pod B claims once the claimants are listed",
+        "may only raise",
+    )?;
+    patch(c, claim(4000, 3))
+        .await
+        .context("pod C, listed, claims")?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule14_without_the_policy_the_same_attacks_succeed() -> Result<()> {
     let cluster = Cluster::shared();

@@ -31,8 +31,9 @@ pub const PROBE_LISTEN_ENV: &str = "KUBEFLAKE_PROBE_LISTEN";
 /// Sidecar environment: the directory of its durable state (fence file, segment
 /// counter file). One name in both modes.
 pub const STATE_DIR_ENV: &str = "KUBEFLAKE_STATE_DIR";
-/// The name older operators (0.1) set for [`STATE_DIR_ENV`] in cluster mode; the
-/// sidecar still reads it so pods injected before an upgrade keep their fence.
+/// The name development builds before release 0.1.0 set for [`STATE_DIR_ENV`] in cluster
+/// mode (0.1.0 itself injects [`STATE_DIR_ENV`]); the sidecar still reads it so pods
+/// injected by such a build keep their fence.
 pub const LEGACY_FENCE_DIR_ENV: &str = "KUBEFLAKE_FENCE_DIR";
 /// Sidecar environment: `text` or `json` logs.
 pub const LOG_FORMAT_ENV: &str = "KUBEFLAKE_LOG_FORMAT";

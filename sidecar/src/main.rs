@@ -112,7 +112,7 @@ struct ClusterArgs {
     pod_uid: String,
     /// Directory for the pod-local fence file: an emptyDir, so it survives container
     /// restarts but not the pod. Default: /var/run/kubeflake. (`--fence-dir` and
-    /// KUBEFLAKE_FENCE_DIR, its names before 0.2, still work.)
+    /// KUBEFLAKE_FENCE_DIR, its names in builds before release 0.1.0, still work.)
     #[arg(long, alias = "fence-dir", env = contract::STATE_DIR_ENV)]
     state_dir: Option<PathBuf>,
     /// Largest count accepted by GET /ids.
@@ -282,7 +282,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// Cluster mode's state directory: `--state-dir`/KUBEFLAKE_STATE_DIR, else the variable
-/// operators before 0.2 injected, else the state volume's mount path.
+/// operators before release 0.1.0 injected, else the state volume's mount path.
 fn cluster_state_dir(flag: Option<PathBuf>) -> PathBuf {
     flag.or_else(|| std::env::var_os(contract::LEGACY_FENCE_DIR_ENV).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(contract::STATE_DIR))

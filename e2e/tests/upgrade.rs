@@ -42,7 +42,7 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::release::Release;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::{LIMIT, app_deployment, apply, one_at_a_time, ready_pods, rollout};
-use operator_support::{create_sequence, eventually, workspace_binary};
+use operator_support::{LeaseHistory, create_sequence, eventually, workspace_binary};
 use serde_json::{Value, json};
 use upgrade_support::{AdmissionProbe, Figures, Phases, Traffic, figures};
 
@@ -437,6 +437,10 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     helm_with_images(cluster, "install", &old_chart, &old_images).await?;
     operator_rolled_out(cluster, &previous.image("operator")).await?;
     let ns = cluster.namespace("upgrade").await?;
+    // Every version of every slot Lease, from before the first pod: a slot held by two
+    // pods, or taken from a live pod, at any moment of the run is found afterwards.
+    let (history, recorder) = LeaseHistory::record(ns.client.clone(), &ns.name).await?;
+    let mut seen_pods: BTreeSet<String> = BTreeSet::new();
     create_sequence(&ns, SNOWFLAKE, json!({})).await?;
     create_sequence(
         &ns,
@@ -454,6 +458,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
         problems.push(format!("the injected container: {e:#}"));
     }
     slots_settled(cluster, &ns, &pods, since).await?;
+    seen_pods.extend(pods.iter().filter_map(|p| p.uid()));
     let web = Traffic::start(&ns, WEB, 3);
     let counter = Traffic::start(&ns, COUNTER, 2);
     let admission = AdmissionProbe::start(cluster, &ns.name, SNOWFLAKE);
@@ -482,6 +487,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let since = k8s_openapi::jiff::Timestamp::now();
     let old = app_pods(cluster, &ns, WEB, 3, &previous.version, &old_sidecar).await?;
     slots_settled(cluster, &ns, &old, since).await?;
+    seen_pods.extend(old.iter().filter_map(|p| p.uid()));
     scale(cluster, &ns, WEB, 4).await?;
     let mixed = eventually(LIMIT, "a fourth pod, injected by this release", || async {
         let pods = ready_pods(&ns, WEB).await?;
@@ -495,6 +501,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     })
     .await?;
     slots_settled(cluster, &ns, &mixed, since).await?;
+    seen_pods.extend(mixed.iter().filter_map(|p| p.uid()));
 
     // 4. The apps move to this release's sidecars.
     phases.begin("restart");
@@ -504,6 +511,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let new = only_version(cluster, &ns, WEB, 4, CURRENT, new_sidecar).await?;
     only_version(cluster, &ns, COUNTER, 2, CURRENT, new_sidecar).await?;
     slots_settled(cluster, &ns, &new, since).await?;
+    seen_pods.extend(new.iter().filter_map(|p| p.uid()));
 
     // 5. Rollback to the previous operator.
     phases.begin("rollback");
@@ -535,6 +543,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let since = k8s_openapi::jiff::Timestamp::now();
     let new = app_pods(cluster, &ns, WEB, 4, CURRENT, new_sidecar).await?;
     slots_settled(cluster, &ns, &new, since).await?;
+    seen_pods.extend(new.iter().filter_map(|p| p.uid()));
     scale(cluster, &ns, WEB, 5).await?;
     let mixed = eventually(
         LIMIT,
@@ -550,6 +559,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     )
     .await?;
     slots_settled(cluster, &ns, &mixed, since).await?;
+    seen_pods.extend(mixed.iter().filter_map(|p| p.uid()));
 
     // 7. Back to the previous release's sidecars.
     phases.begin("restart-back");
@@ -559,9 +569,22 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let back = only_version(cluster, &ns, WEB, 5, &previous.version, &old_sidecar).await?;
     only_version(cluster, &ns, COUNTER, 2, &previous.version, &old_sidecar).await?;
     slots_settled(cluster, &ns, &back, since).await?;
+    seen_pods.extend(back.iter().filter_map(|p| p.uid()));
     phases.begin("end");
 
     let admissions = admission.stop().await;
+    recorder.abort();
+    // Pods seen at a checkpoint but gone at the end were deleted by the rollouts; a slot
+    // may pass from them through a release, never from a live pod.
+    let live: BTreeSet<String> = back.iter().filter_map(|p| p.uid()).collect();
+    let deleted: Vec<String> = seen_pods.difference(&live).cloned().collect();
+    let violations = history.violations(&deleted);
+    eprintln!(
+        "upgrade: {} slot Lease versions recorded, {} violations",
+        history.len(),
+        violations.len()
+    );
+    problems.extend(violations.into_iter().map(|v| format!("slot Leases: {v}")));
     for (name, traffic) in [(WEB, web), (COUNTER, counter)] {
         let ledger = traffic.ledger.clone();
         let started = traffic.started;

@@ -315,6 +315,14 @@ fn matches_fixture(release: &Release, pod: &Pod) -> Result<()> {
         path.display(),
         fixture["args"]
     );
+    let hook = &live["lifecycle"]["postStart"]["exec"]["command"];
+    ensure!(
+        *hook == fixture["postStart"],
+        "postStart: the live {} sidecar runs {hook}, {} says {}",
+        release.version,
+        path.display(),
+        fixture["postStart"]
+    );
     // Names and sources of the variables; literal values may differ per pod or sequence.
     let shape = |env: &Value| -> Vec<(String, String)> {
         env.as_array()

@@ -25,6 +25,9 @@ struct Injected {
     file: PathBuf,
     release: String,
     args: Vec<String>,
+    /// `lifecycle.postStart.exec.command` of the injected container: the hook that holds
+    /// the app containers until the sidecar is ready.
+    post_start: Vec<String>,
     /// `env[]` of the injected container, Kubernetes JSON.
     env: Vec<Value>,
     /// The value the kubelet would give each `valueFrom.fieldRef.fieldPath`.
@@ -66,6 +69,7 @@ fn read_fixture(file: &Path) -> Injected {
         file: file.to_path_buf(),
         release: field("release").as_str().unwrap_or_default().to_string(),
         args: strings(field("args"), "args"),
+        post_start: strings(field("postStart"), "postStart"),
         env: field("env")
             .as_array()
             .unwrap_or_else(|| panic!("{}: `env` is not an array", file.display()))
@@ -297,4 +301,39 @@ fn the_state_dir_name_of_pre_release_webhooks_still_sets_the_state_dir() {
     ];
     assert_eq!(run(&both, &[])["state_dir"], "/new", "the new name wins");
     assert_eq!(run(&[], &[])["state_dir"], contract::STATE_DIR);
+}
+
+/// The injected postStart hook runs this sidecar binary too: its subcommand and URL must
+/// still parse (a usage error, exit 2, would fail every pod's start: the kubelet kills a
+/// container whose postStart hook fails). Run against nothing with a 1 s limit, it ends 1
+/// (not ready in time) or 0 (something answered), never 2.
+#[test]
+fn a_sidecar_of_this_release_runs_the_post_start_hook_every_earlier_release_injected() {
+    for f in all_fixtures() {
+        let (binary, args) = f
+            .post_start
+            .split_first()
+            .unwrap_or_else(|| panic!("{}: postStart is empty", f.file.display()));
+        assert_eq!(
+            binary,
+            contract::SIDECAR_BINARY,
+            "{}: the hook runs {binary}, but the image holds the sidecar at {}",
+            f.file.display(),
+            contract::SIDECAR_BINARY
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_kubeflake-sidecar"))
+            .args(args)
+            .args(["--timeout-secs", "1"])
+            .env_clear()
+            .output()
+            .expect("the sidecar binary runs");
+        let code = out.status.code();
+        assert!(
+            matches!(code, Some(0 | 1)),
+            "release {}'s postStart hook {:?} no longer parses (exit {code:?}): {}",
+            f.release,
+            f.post_start,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -315,8 +315,7 @@ pub fn spec_yaml() -> String {
         &format!("'{OPERATOR_PLACEHOLDER}'"),
         EXEMPT_GROUPS_PLACEHOLDER,
     );
-    let body =
-        serde_yaml::to_string(&spec).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"));
+    let body = crate::to_yaml(&spec).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"));
     format!(
         "# Generated from crds/src/lease_policy.rs by `cargo run -p kubeflake-crds --bin policygen -- charts/kubeflake/files/lease-policy-spec.yaml`; do not edit by hand.\n{body}"
     )

@@ -15,8 +15,8 @@ pub enum ManifestError {
 /// Parses one `IdSequence` manifest. A `kind` other than `IdSequence` is refused (a
 /// missing one is accepted, as the sidecar always did); the spec is not validated here.
 pub fn parse(text: &str) -> Result<IdSequence, ManifestError> {
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| ManifestError::Unreadable(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|e| ManifestError::Unreadable(e.to_string()))?;
     if let Some(kind) = value.get("kind").and_then(|k| k.as_str())
         && kind != "IdSequence"
     {
@@ -24,7 +24,7 @@ pub fn parse(text: &str) -> Result<IdSequence, ManifestError> {
             found: kind.to_string(),
         });
     }
-    serde_yaml::from_value(value).map_err(|e| ManifestError::Unreadable(e.to_string()))
+    serde_json::from_value(value).map_err(|e| ManifestError::Unreadable(e.to_string()))
 }
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ fn cel_rejects_changes_to_layout_epoch_time_unit_and_datacenter() {
 
 #[test]
 fn spec_from_yaml_uses_defaults_for_missing_fields() {
-    let seq: IdSequence = serde_yaml::from_str(
+    let seq: IdSequence = serde_saphyr::from_str(
         "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec:\n  layout: {workerBits: 8, sequenceBits: 14}\n",
     )
     .unwrap();
@@ -166,13 +166,13 @@ fn spec_from_yaml_uses_defaults_for_missing_fields() {
 
 #[test]
 fn mode_defaults_to_snowflake_and_a_segment_spec_gets_its_defaults() {
-    let seq: IdSequence = serde_yaml::from_str(
+    let seq: IdSequence = serde_saphyr::from_str(
         "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec: {}\n",
     )
     .unwrap();
     assert_eq!(seq.spec.mode, Mode::Snowflake);
     assert_eq!(seq.spec.segment_params().unwrap(), None);
-    let seq: IdSequence = serde_yaml::from_str(
+    let seq: IdSequence = serde_saphyr::from_str(
         "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: orders}\nspec: {mode: Segment}\n",
     )
     .unwrap();
@@ -347,4 +347,24 @@ fn the_charts_lease_policy_spec_equals_what_the_code_generates() {
         "charts/kubeflake/files/lease-policy-spec.yaml is stale: run `cargo run -p kubeflake-crds \
          --bin policygen -- charts/kubeflake/files/lease-policy-spec.yaml`"
     );
+}
+
+/// The chart fills the spec's placeholders by text (`replace` in
+/// templates/lease-policy.yaml, the groups as `toJson`): the result must still be YAML that
+/// reads as the policy the code builds for those names, whatever quoting the serializer
+/// chose (a JSON list dropped into a double-quoted scalar would not be).
+#[test]
+fn the_charts_text_substitution_yields_the_policy_the_code_builds() {
+    use kubeflake_crds::lease_policy::{
+        EXEMPT_GROUPS_PLACEHOLDER, OPERATOR_PLACEHOLDER, policy, spec_yaml,
+    };
+    let operator = "system:serviceaccount:kubeflake-system:kubeflake-operator";
+    let groups = ["system:masters", "ops \"on call\""];
+    let rendered = spec_yaml().replace(OPERATOR_PLACEHOLDER, operator).replace(
+        EXEMPT_GROUPS_PLACEHOLDER,
+        &serde_json::to_string(&groups).unwrap(),
+    );
+    let read: Value = serde_saphyr::from_str(&rendered).expect("the rendered spec is YAML");
+    let built = serde_json::to_value(policy("p", operator, &groups).spec.unwrap()).unwrap();
+    assert_eq!(read, built);
 }

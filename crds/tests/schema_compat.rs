@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 const CRD: &str = "charts/kubeflake/crds/idsequence.yaml";
 
@@ -43,17 +43,17 @@ fn previous_crd(commit: &str) -> Value {
         "git show {commit}:{CRD}: {} (the release's commit must be in this clone's history)",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_yaml::from_slice(&out.stdout).expect("the previous CRD is YAML")
+    serde_saphyr::from_slice(&out.stdout).expect("the previous CRD is YAML")
 }
 
 fn current_crd() -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(repo().join(CRD)).expect("CRD")).expect("YAML")
+    serde_saphyr::from_str(&std::fs::read_to_string(repo().join(CRD)).expect("CRD")).expect("YAML")
 }
 
 /// name -> openAPIV3Schema of every served version.
 fn served(crd: &Value) -> Vec<(String, Value)> {
     crd["spec"]["versions"]
-        .as_sequence()
+        .as_array()
         .expect("versions")
         .iter()
         .filter(|v| v["served"].as_bool() == Some(true))
@@ -84,15 +84,15 @@ fn incompatibilities(path: &str, old: &Value, new: &Value, found: &mut Vec<Strin
             old["default"], new["default"]
         ));
     }
-    if let Some(values) = old["enum"].as_sequence() {
-        let kept = new["enum"].as_sequence().cloned().unwrap_or_default();
+    if let Some(values) = old["enum"].as_array() {
+        let kept = new["enum"].as_array().cloned().unwrap_or_default();
         for v in values.iter().filter(|v| !kept.contains(v)) {
             found.push(format!("{path}: enum value {v:?} removed"));
         }
     }
     let required = |s: &Value| -> Vec<String> {
         s["required"]
-            .as_sequence()
+            .as_array()
             .into_iter()
             .flatten()
             .filter_map(|r| r.as_str().map(str::to_owned))
@@ -102,9 +102,9 @@ fn incompatibilities(path: &str, old: &Value, new: &Value, found: &mut Vec<Strin
     for r in required(new).into_iter().filter(|r| !was.contains(r)) {
         found.push(format!("{path}: {r} became required"));
     }
-    if let Some(props) = old["properties"].as_mapping() {
+    if let Some(props) = old["properties"].as_object() {
         for (name, old_prop) in props {
-            let name = name.as_str().unwrap_or("?");
+            let name = name.as_str();
             incompatibilities(
                 &format!("{path}.{name}"),
                 old_prop,
@@ -149,10 +149,10 @@ fn the_check_catches_a_renamed_field_a_changed_default_and_a_new_required_field(
     let (_, commit) = previous_release();
     let old = previous_crd(&commit);
     let spec = "/spec/versions/0/schema/openAPIV3Schema/properties/spec";
-    let edit = |change: &dyn Fn(&mut serde_json::Value)| -> Vec<String> {
-        let mut json: serde_json::Value = serde_json::to_value(&old).expect("json");
+    let edit = |change: &dyn Fn(&mut Value)| -> Vec<String> {
+        let mut json = old.clone();
         change(json.pointer_mut(spec).expect("spec schema"));
-        check(&old, &serde_json::from_value(json).expect("yaml"))
+        check(&old, &json)
     };
     let renamed = edit(&|s| {
         let epoch = s["properties"]["epoch"].take();

@@ -452,8 +452,8 @@ fn decode_prints_yaml_with_ids_as_strings() {
         .to_string();
     let r = run(&["decode", &id, "-o", "yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains(&format!("- id: '{id}'")), "{}", r.stdout);
-    let out: Value = serde_yaml::from_str(&r.stdout).unwrap();
+    assert!(r.stdout.contains(&format!("- id: \"{id}\"")), "{}", r.stdout);
+    let out: Value = serde_saphyr::from_str(&r.stdout).unwrap();
     assert_eq!(out["ids"][0]["id"], id.as_str());
     assert_eq!(
         (
@@ -670,7 +670,7 @@ fn yaml_output_is_the_same_document_as_json() {
         "16",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let from_yaml: Value = serde_yaml::from_str(&r.stdout).unwrap();
+    let from_yaml: Value = serde_saphyr::from_str(&r.stdout).unwrap();
     // yearsLeft moves with the clock between the two runs; everything else is fixed.
     let strip = |mut v: Value| {
         v.as_object_mut().unwrap().remove("yearsLeft");

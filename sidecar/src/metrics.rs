@@ -21,7 +21,7 @@ pub struct Metrics {
     pub clock_forward_jump_last_seconds: Gauge,
     pub fence_writes: IntCounterVec,
     pub clock_skew_seconds: Gauge,
-    /// 1 for the serving phase the sidecar is in (`crate::state::Phase`), 0 for the others.
+    /// 1 for the serving phase the sidecar is in (`crate::phase::Phase`), 0 for the others.
     pub phase: IntGaugeVec,
     ahead_of_clock_seconds: Gauge,
     fence_headroom_seconds: Gauge,
@@ -184,7 +184,7 @@ impl Metrics {
         };
         metrics.fence_writes.with_label_values(&["ok"]);
         metrics.fence_writes.with_label_values(&["error"]);
-        for phase in crate::state::Phase::ALL {
+        for phase in crate::phase::Phase::ALL {
             metrics.phase.with_label_values(&[phase.label()]);
         }
         metrics

@@ -88,8 +88,8 @@ impl Pki {
         let mut serving = leaf("kube-apiserver", None, ExtendedKeyUsagePurpose::ServerAuth);
         serving.subject_alt_names = vec![
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            SanType::IpAddress(IpAddr::V4(crate::node::BRIDGE_IP)),
-            SanType::IpAddress(IpAddr::V4(crate::node::KUBERNETES_SERVICE_IP)),
+            SanType::IpAddress(IpAddr::V4(crate::addresses::BRIDGE_IP)),
+            SanType::IpAddress(IpAddr::V4(crate::addresses::KUBERNETES_SERVICE_IP)),
             SanType::DnsName("localhost".try_into()?),
             SanType::DnsName("kubernetes".try_into()?),
             SanType::DnsName("kubernetes.default".try_into()?),
@@ -125,7 +125,7 @@ impl Pki {
                 &pki.scheduler_key,
             ),
             (
-                &*format!("system:node:{}", crate::node::NODE_NAME),
+                &*format!("system:node:{}", crate::addresses::NODE_NAME),
                 Some("system:nodes"),
                 &pki.kubelet_cert,
                 &pki.kubelet_key,

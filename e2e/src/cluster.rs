@@ -4,28 +4,37 @@
 //! tests isolate themselves with [`Cluster::namespace`]. A test that disturbs the whole
 //! cluster (for example by restarting the API server) belongs in its own file under
 //! `e2e/tests/`, which cargo builds into its own binary and so gets its own cluster.
+//!
+//! One piece, though long: it is the [`Cluster`] type and its `impl` (start order, what a
+//! test may ask of it, stop), which read best together. Each process's flags and readiness
+//! waits are in [`crate::control_plane`]; change those there.
 
-use std::ffi::OsString;
-use std::future::Future;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::io::AsyncWriteExt;
 
+use crate::addresses::{APISERVER_PORT, BRIDGE_IP, NODE_NAME};
 use crate::bin_dir::{bin_dir, script_output_dir};
+use crate::blocking::run_on_private_runtime;
 use crate::certs::Pki;
+use crate::control_plane::{
+    apiserver_args, free_ports, image_archives, load_config, wait_apiserver_ready,
+    wait_for_default_service_account, wait_for_port,
+};
 use crate::kubeconfig::write_kubeconfig;
-use crate::node::{self, Network, Node, NodeInputs};
-use crate::process::{Process, ProcessSpec, STOP_GRACE, pid_alive, remove_dir_at_exit};
+use crate::node::{Network, Node, NodeInputs};
+use crate::process::{
+    CommandOutput, Process, ProcessSpec, STOP_GRACE, args, remove_dir_at_exit, remove_stale_dirs,
+};
 
 /// Set to keep the temporary state directory (logs, certificates, etcd data) after the
 /// tests, for debugging.
@@ -33,10 +42,6 @@ pub const KEEP_DIR_ENV: &str = "KUBEFLAKE_E2E_KEEP_DIR";
 
 /// Temporary state directories start with this; stale ones are removed on start.
 const TEMP_DIR_PREFIX: &str = "kubeflake-e2e-";
-
-/// How long each component may take to become ready. Generous: a 2-core CI machine may
-/// be compiling Rust at the same time.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How to start a [`Cluster`].
 #[derive(Debug, Clone, Default)]
@@ -75,34 +80,6 @@ pub struct Cluster {
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
-}
-
-/// What a finished command printed.
-#[derive(Debug, Clone)]
-pub struct CommandOutput {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl CommandOutput {
-    pub fn success(&self) -> bool {
-        self.status.success()
-    }
-
-    /// stdout if the command succeeded, otherwise an error carrying stderr.
-    pub fn ok(self) -> Result<String> {
-        if self.status.success() {
-            Ok(self.stdout)
-        } else {
-            bail!(
-                "command failed ({}):\nstderr: {}\nstdout: {}",
-                self.status,
-                self.stderr,
-                self.stdout
-            )
-        }
-    }
 }
 
 impl Cluster {
@@ -176,7 +153,7 @@ impl Cluster {
                 (dir, false)
             }
             None => {
-                remove_stale_temp_dirs();
+                remove_stale_dirs(TEMP_DIR_PREFIX);
                 let dir = tempfile::Builder::new()
                     .prefix(TEMP_DIR_PREFIX)
                     .tempdir()
@@ -221,7 +198,7 @@ impl Cluster {
         let pki = Pki::generate(&dir)?;
         let [etcd_client, etcd_peer, free_apiserver_port, kcm_port] = free_ports()?;
         let (apiserver_ip, apiserver_port) = if with_node {
-            (node::BRIDGE_IP, node::APISERVER_PORT)
+            (BRIDGE_IP, APISERVER_PORT)
         } else {
             (Ipv4Addr::LOCALHOST, free_apiserver_port)
         };
@@ -337,7 +314,7 @@ impl Cluster {
             )?;
             eprintln!(
                 "kubeflake-e2e: node {} Ready in {:.1}s",
-                node::NODE_NAME,
+                NODE_NAME,
                 started.elapsed().as_secs_f64()
             );
             Some(node)
@@ -593,185 +570,6 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panicked".to_owned())
 }
 
-fn apiserver_args(
-    dir: &Path,
-    pki: &Pki,
-    etcd_url: &str,
-    ip: Ipv4Addr,
-    port: u16,
-    with_node: bool,
-) -> Vec<OsString> {
-    let mut list = args(&[
-        &format!("--etcd-servers={etcd_url}"),
-        &format!("--bind-address={ip}"),
-        &format!("--advertise-address={ip}"),
-        &format!("--secure-port={port}"),
-        &format!("--cert-dir={}", dir.join("apiserver-serving").display()),
-        &format!("--tls-cert-file={}", pki.serving_cert.display()),
-        &format!("--tls-private-key-file={}", pki.serving_key.display()),
-        &format!("--client-ca-file={}", pki.ca_cert.display()),
-        "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,\
-DefaultTolerationSeconds,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,\
-ValidatingAdmissionPolicy,ResourceQuota",
-        &format!(
-            "--service-account-key-file={}",
-            pki.service_account_pub.display()
-        ),
-        &format!(
-            "--service-account-signing-key-file={}",
-            pki.service_account_key.display()
-        ),
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        // Without a node only an allocation range for Service objects; with one, kube-proxy
-        // makes it real on the bridge.
-        &format!("--service-cluster-ip-range={}", node::SERVICE_CIDR),
-        "--allow-privileged=true",
-        "--profiling=false",
-        "--v=1",
-    ]);
-    if with_node {
-        list.extend(args(&[
-            // The kubelet is reached at the node's InternalIP, never by resolving its
-            // name (which would ask this machine's resolver, off the machine).
-            "--kubelet-preferred-address-types=InternalIP",
-            &format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
-            &format!("--kubelet-client-key={}", pki.admin_key.display()),
-        ]));
-    } else {
-        // The `kubernetes` Service's endpoints cannot be a loopback address.
-        list.extend(args(&["--endpoint-reconciler-type=none"]));
-    }
-    list
-}
-
-/// The image archives `e2e/images/build.sh` built (operator, sidecar, example app, pause).
-fn image_archives() -> Result<Vec<PathBuf>> {
-    let dir = script_output_dir(&crate::bin_dir::repo_file("e2e/images/build.sh"))?;
-    let mut archives: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("cannot read {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
-        .collect();
-    archives.sort();
-    if archives.len() < 4 {
-        bail!(
-            "{} holds {} image archives, expected 4",
-            dir.display(),
-            archives.len()
-        );
-    }
-    Ok(archives)
-}
-
-fn args(list: &[&str]) -> Vec<OsString> {
-    list.iter().map(OsString::from).collect()
-}
-
-/// Free ports on 127.0.0.1, found by binding port 0. All are held until every one is
-/// chosen, so they differ; another process could still grab one before our child binds
-/// it, which is unlikely enough for tests.
-fn free_ports<const N: usize>() -> Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<std::io::Result<Vec<_>>>()
-        .context("cannot find free ports on 127.0.0.1")?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
-}
-
-fn wait_for_port(process: &Process, port: u16) -> Result<()> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        process.check_running()?;
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} did not listen on {addr} within {READY_TIMEOUT:?}:\n{}",
-                process.name(),
-                process.log_tail(40)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn load_config(kubeconfig: &Path) -> Result<Config> {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
-    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
-}
-
-/// Polls `/readyz` until it answers `ok`.
-async fn wait_apiserver_ready(apiserver: &Process, config: &Config) -> Result<()> {
-    let client = Client::try_from(config.clone())?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        apiserver.check_running()?;
-        let request = http::Request::get("/readyz").body(Vec::new())?;
-        let last = match client.request_text(request).await {
-            Ok(body) if body.trim() == "ok" => return Ok(()),
-            Ok(body) => body,
-            Err(e) => e.to_string(),
-        };
-        if Instant::now() > deadline {
-            bail!(
-                "kube-apiserver not ready within {READY_TIMEOUT:?}; last answer: {last}\n{}",
-                apiserver.log_tail(40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The service-account controller creates `default` in every namespace: its presence
-/// shows the controller manager is working, and pods need it.
-async fn wait_for_default_service_account(
-    controller_manager: &Process,
-    client: &Client,
-    namespace: &str,
-) -> Result<()> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        controller_manager.check_running()?;
-        let last = match accounts.get_opt("default").await {
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) => "not found".to_owned(),
-            Err(e) => e.to_string(),
-        };
-        if Instant::now() > deadline {
-            bail!(
-                "no service account {namespace}/default within {READY_TIMEOUT:?} ({last}); is kube-controller-manager working?\n{}",
-                controller_manager.log_tail(40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Runs `future` to completion on a new single-threaded runtime in a helper thread, so
-/// that blocking startup code works both from plain and from `#[tokio::test]` code.
-pub(crate) fn run_on_private_runtime<T: Send>(future: impl Future<Output = T> + Send) -> T {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("cannot build a tokio runtime")
-                    .block_on(future)
-            })
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
 /// Turns a test name into the start of a namespace name (a DNS label, with room for the
 /// random suffix the API server appends).
 fn dns_label_prefix(prefix: &str) -> String {
@@ -794,41 +592,5 @@ fn dns_label_prefix(prefix: &str) -> String {
     }
 }
 
-/// Removes temporary state directories whose owning process is gone (for example a test
-/// binary killed with `kill -9`, whose exit hook never ran).
-fn remove_stale_temp_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let is_ours = entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(TEMP_DIR_PREFIX);
-        if !is_ours {
-            continue;
-        }
-        let owner = std::fs::read_to_string(path.join("owner.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        if owner.is_some_and(|pid| !pid_alive(pid)) {
-            let _ = std::fs::remove_dir_all(&path);
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::dns_label_prefix;
-
-    #[test]
-    fn namespace_prefixes_are_dns_labels() {
-        assert_eq!(
-            dns_label_prefix("crd_rejects::Bad Epoch"),
-            "crd-rejects--bad-epoch"
-        );
-        assert_eq!(dns_label_prefix("__"), "test");
-        assert_eq!(dns_label_prefix(&"a".repeat(100)).len(), 40);
-    }
-}
+mod tests;

@@ -11,11 +11,15 @@
 //! ```
 //!
 //! Modules, in the order things happen:
+//! - [`addresses`]: the test node's fixed names and addresses (change an address there).
 //! - [`bin_dir`]: builds or locates the binaries (`e2e/controlplane/build.sh`).
 //! - [`certs`]: a fresh CA, serving and client certificates, service-account keys.
 //! - [`kubeconfig`]: kubeconfig files for the admin, the controller manager and tokens.
-//! - [`process`]: child processes that cannot outlive the test binary.
-//! - [`cluster`]: starts, waits for, hands out and stops the control plane.
+//! - [`process`]: child processes that cannot outlive the test binary, and what a finished
+//!   command printed ([`CommandOutput`]).
+//! - [`cluster`]: starts, waits for, hands out and stops the control plane;
+//!   [`control_plane`]: each process's flags and readiness wait (change a flag there);
+//!   [`blocking`]: runs async code from that blocking startup code.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
 //! - [`release`]: the previous release (`releases.txt`), its images and its chart.
 //! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API.
@@ -24,9 +28,12 @@
 //!
 //! See `e2e/README.md` for building the binaries and running the tests.
 
+pub mod addresses;
 pub mod bin_dir;
+pub mod blocking;
 pub mod certs;
 pub mod cluster;
+pub mod control_plane;
 pub mod kubeconfig;
 pub mod linearizability;
 pub mod node;
@@ -34,4 +41,5 @@ pub mod process;
 pub mod prometheus;
 pub mod release;
 
-pub use cluster::{Cluster, ClusterOptions, CommandOutput, TestNamespace};
+pub use cluster::{Cluster, ClusterOptions, TestNamespace};
+pub use process::CommandOutput;

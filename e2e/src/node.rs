@@ -16,7 +16,6 @@
 //! 10.244.0.10 and up; Services are 10.96.0.0/16, routed to the bridge. The API server,
 //! the kubelet and CoreDNS bind 10.244.0.1; pods have no default route.
 
-use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -27,22 +26,12 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::{Api, Client, Config};
 
+use crate::addresses::{BRIDGE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR};
+use crate::blocking::run_on_private_runtime;
 use crate::certs::Pki;
 use crate::kubeconfig::write_kubeconfig;
-use crate::process::{Process, ProcessSpec, STOP_GRACE};
+use crate::process::{Process, ProcessSpec, STOP_GRACE, args};
 
-/// The node's name (and the kubelet's user `system:node:<name>`).
-pub const NODE_NAME: &str = "kubeflake-node";
-/// The bridge's address: the node's InternalIP, where the API server and kubelet listen.
-pub const BRIDGE_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
-/// The pods' range, on the bridge.
-pub const POD_CIDR: &str = "10.244.0.0/24";
-/// The Services' range, routed to the bridge.
-pub const SERVICE_CIDR: &str = "10.96.0.0/16";
-/// The `kubernetes` Service's address (the first of [`SERVICE_CIDR`]).
-pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
-/// The API server's port on the bridge address.
-pub const APISERVER_PORT: u16 = 6443;
 /// Where the node keeps state that must be found again after a killed run.
 pub const ROOT: &str = "/var/lib/kubeflake-node";
 /// containerd's socket (for `ctr --address`).
@@ -308,7 +297,7 @@ impl Node {
             containerd,
             scheduler,
         };
-        crate::cluster::run_on_private_runtime(async {
+        run_on_private_runtime(async {
             let client = Client::try_from(config.clone())?;
             node.wait_ready(client).await
         })?;
@@ -412,10 +401,6 @@ fn wait_for_socket(process: &Process, socket: &Path) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
-    list.iter().map(Into::into).collect()
 }
 
 /// containerd: state under [`ROOT`] and `/run/kubeflake-node`, runc with cgroupfs, the

@@ -325,3 +325,57 @@ fn reaped(pid: u32) -> bool {
     let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
     r != 0
 }
+
+/// What a finished command printed.
+#[derive(Debug, Clone)]
+pub struct CommandOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// stdout if the command succeeded, otherwise an error carrying stderr.
+    pub fn ok(self) -> Result<String> {
+        if self.status.success() {
+            Ok(self.stdout)
+        } else {
+            bail!(
+                "command failed ({}):\nstderr: {}\nstdout: {}",
+                self.status,
+                self.stderr,
+                self.stdout
+            )
+        }
+    }
+}
+
+/// Command-line arguments from string slices.
+pub fn args(list: &[&str]) -> Vec<OsString> {
+    list.iter().map(OsString::from).collect()
+}
+
+/// Removes temporary state directories named `prefix...` whose owning process is gone (for example a test
+/// binary killed with `kill -9`, whose exit hook never ran).
+pub fn remove_stale_dirs(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_ours = entry.file_name().to_string_lossy().starts_with(prefix);
+        if !is_ours {
+            continue;
+        }
+        let owner = std::fs::read_to_string(path.join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if owner.is_some_and(|pid| !pid_alive(pid)) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}

@@ -22,6 +22,7 @@ use kubeflake_crds::IdSequenceSpec;
 use kubeflake_crds::contract;
 use kubeflake_crds::slot_lease::{RELEASED_AT_ANNOTATION, SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::Cluster;
+use kubeflake_e2e::addresses;
 use kubeflake_e2e::node::{self, CONTAINERD_SOCKET};
 use node_support::*;
 use operator_support::{create_sequence, eventually, slot_leases};
@@ -45,14 +46,14 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
 
     // The API server and the kubelet listen on the bridge address only.
     let listeners = tcp_listeners()?;
-    for port in [node::APISERVER_PORT, 10250] {
+    for port in [addresses::APISERVER_PORT, 10250] {
         let on: Vec<_> = listeners.iter().filter(|(_, p)| *p == port).collect();
         assert!(
             !on.is_empty(),
             "nothing listens on port {port}: {listeners:?}"
         );
         assert!(
-            on.iter().all(|(ip, _)| *ip == node::BRIDGE_IP),
+            on.iter().all(|(ip, _)| *ip == addresses::BRIDGE_IP),
             "port {port} is bound beyond the bridge address: {on:?}"
         );
     }
@@ -61,7 +62,7 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
         .kubectl(&[
             "get",
             "node",
-            node::NODE_NAME,
+            addresses::NODE_NAME,
             "-o",
             "jsonpath={.status.addresses}",
         ])
@@ -70,7 +71,7 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
     assert!(
         addresses.contains(&format!(
             "{{\"address\":\"{}\",\"type\":\"InternalIP\"}}",
-            node::BRIDGE_IP
+            addresses::BRIDGE_IP
         )),
         "{addresses}"
     );
@@ -80,9 +81,9 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
         "{apiserver_flags}"
     );
     // Cluster DNS answers cluster names and refuses every other name (never forwards).
-    let answer = dns_query(node::BRIDGE_IP, "kubernetes.default.svc.cluster.local")?;
-    assert_eq!(answer, DnsAnswer::A(vec![node::KUBERNETES_SERVICE_IP]));
-    let outside = dns_query(node::BRIDGE_IP, "example.com")?;
+    let answer = dns_query(addresses::BRIDGE_IP, "kubernetes.default.svc.cluster.local")?;
+    assert_eq!(answer, DnsAnswer::A(vec![addresses::KUBERNETES_SERVICE_IP]));
+    let outside = dns_query(addresses::BRIDGE_IP, "example.com")?;
     assert_eq!(
         outside,
         DnsAnswer::Refused,
@@ -104,7 +105,7 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
         routes.iter().any(|(dst, mask, gw)| *dst
             == u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0))
             && *mask == 0xffff_0000
-            && *gw == u32::from(node::BRIDGE_IP)),
+            && *gw == u32::from(addresses::BRIDGE_IP)),
         "no route to the Service range through the bridge: {routes:?}"
     );
     Ok(())
@@ -798,7 +799,7 @@ enum DnsAnswer {
 
 /// One DNS query for an A record over UDP to `server`:53.
 fn dns_query(server: std::net::Ipv4Addr, name: &str) -> Result<DnsAnswer> {
-    let socket = std::net::UdpSocket::bind((node::BRIDGE_IP, 0))?;
+    let socket = std::net::UdpSocket::bind((addresses::BRIDGE_IP, 0))?;
     socket.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut query = vec![0x4b, 0x46, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     for label in name.split('.') {

@@ -8,6 +8,7 @@
 //! readiness and metrics only read it.
 //!
 //! - [`state`]: the serving state, its cell (writer) and readers, the phase gauge.
+//!   [`phase`]: the phase alone (add a phase there), below both `state` and `metrics`.
 //! - [`http`]: the HTTP API. `http::routes` answers a request from the state (add an HTTP
 //!   route there), `http::serve` is the connection loop (header-read timeout, drain; it
 //!   knows no routes), `http::reply` builds JSON and text replies.
@@ -26,6 +27,8 @@
 //!   against the API server; [`watch`]: clock-step and readiness reporting of both modes.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.
+//! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
+//!   writes to the API server (`cluster::holder`, `segment::lease`).
 //! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
 //! - [`wait_ready`]: the `wait-ready` subcommand, the injected postStart hook that holds the
 //!   app containers until the sidecar is ready.
@@ -33,10 +36,13 @@
 pub mod check;
 pub mod clock;
 pub mod cluster;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod phase;
 pub mod renewer;
 pub mod segment;
 pub mod skew;

@@ -23,6 +23,7 @@ use prometheus::IntGaugeVec;
 
 use crate::generator::Generator;
 use crate::metrics::Metrics;
+use crate::phase::Phase;
 use crate::segment::Source;
 
 /// Why nothing is served yet.
@@ -84,34 +85,6 @@ pub enum Serving {
     Segment(Source),
     /// Shutting down for good: nothing is issued any more.
     Stopping,
-}
-
-/// The phase of a [`Serving`], without its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Waiting,
-    Snowflake,
-    Segment,
-    Stopping,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 4] = [
-        Phase::Waiting,
-        Phase::Snowflake,
-        Phase::Segment,
-        Phase::Stopping,
-    ];
-
-    /// The `phase` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Phase::Waiting => "waiting",
-            Phase::Snowflake => "snowflake",
-            Phase::Segment => "segment",
-            Phase::Stopping => "stopping",
-        }
-    }
 }
 
 impl Serving {

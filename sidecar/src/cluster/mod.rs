@@ -285,6 +285,3 @@ pub async fn run(
     watcher.abort();
     ctx.finish(ending).await
 }
-
-#[cfg(test)]
-pub(crate) mod fake_api;

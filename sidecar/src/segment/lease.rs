@@ -141,7 +141,7 @@ impl CounterStore for LeaseCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::fake_api;
+    use crate::fake_api;
     use kubeflake_crds::segment_counter::new_counter;
     use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
 

@@ -14,11 +14,12 @@ use super::*;
 use crate::clock::{Clock, ManualClock, PanickingClock};
 use crate::cluster::ClusterConfig;
 use crate::cluster::events::SkewGate;
-use crate::cluster::fake_api::{self, Seen};
+use crate::fake_api::{self, Seen};
 use crate::fence::{FenceFile, FenceFileError};
 use crate::metrics::Metrics;
+use crate::phase::Phase;
 use crate::slot::PodIdentity;
-use crate::state::{Phase, ServingCell};
+use crate::state::ServingCell;
 use crate::watch::Notify;
 
 const NOW_MS: u64 = 1_800_000_000_000;

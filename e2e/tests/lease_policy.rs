@@ -311,6 +311,26 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
     Ok(())
 }
 
+/// A sidecar's claim: `next` and `claims` of the counter raised to these.
+fn claim(next: u64, claims: u64) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"metadata": {"annotations": {
+        NEXT_ANNOTATION: next.to_string(),
+        kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims.to_string(),
+    }}}))
+}
+
+/// Patches the counter of [`SEGMENT_SEQUENCE`] in `ns` as `client`.
+async fn patch_counter(
+    ns: &str,
+    client: &Client,
+    p: Patch<serde_json::Value>,
+) -> Result<Lease, kube::Error> {
+    let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);
+    leases(client, ns)
+        .patch(&name, &PatchParams::default(), &p)
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_claimants_write_it()
 -> Result<()> {
@@ -320,18 +340,6 @@ async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_
     enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
     let (uid_c, c) = &w.claimer;
     let (_, b) = &w.pod_b;
-    let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);
-    let claim = |next: u64, claims: u64| {
-        Patch::Merge(json!({"metadata": {"annotations": {
-            NEXT_ANNOTATION: next.to_string(),
-            kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims.to_string(),
-        }}}))
-    };
-    let patch = |client: &Client, p: Patch<serde_json::Value>| {
-        let api = leases(client, ns);
-        let name = name.clone();
-        async move { api.patch(&name, &PatchParams::default(), &p).await }
-    };
 
     refused(
         leases(c, ns)
@@ -354,21 +362,22 @@ async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_
         .await
         .context("the operator creates the counter listing pod C")?;
 
-    patch(c, claim(2000, 1))
+    patch_counter(ns, c, claim(2000, 1))
         .await
         .context("pod C claims a block")?;
     refused(
-        patch(b, claim(3000, 2)).await,
+        patch_counter(ns, b, claim(3000, 2)).await,
         "pod B (another sequence) claims",
         "may only raise",
     )?;
     refused(
-        patch(&w.bystander, claim(3000, 2)).await,
+        patch_counter(ns, &w.bystander, claim(3000, 2)).await,
         "a service account without a pod claims",
         "no pod-bound token",
     )?;
     refused(
-        patch(
+        patch_counter(
+            ns,
             c,
             Patch::Merge(json!({"metadata": {"annotations": {CLAIMANTS_ANNOTATION: "anyone"}}})),
         )
@@ -378,17 +387,17 @@ async fn rule14_a_segment_counter_only_goes_up_and_only_the_operator_and_listed_
     )?;
     for (who, client) in [("pod C", c), ("the operator", &w.operator)] {
         refused(
-            patch(client, claim(1500, 1)).await,
+            patch_counter(ns, client, claim(1500, 1)).await,
             &format!("{who} lowers next"),
             "may only go up, for every user",
         )?;
     }
     refused(
-        patch(&cluster.client()?, claim(1500, 5)).await,
+        patch_counter(ns, &cluster.client()?, claim(1500, 5)).await,
         "a cluster admin lowers next (keeping the claims up)",
         "may only go up, for every user",
     )?;
-    patch(&w.operator, claim(2500, 1))
+    patch_counter(ns, &w.operator, claim(2500, 1))
         .await
         .context("the operator raises next")?;
     Ok(())
@@ -407,18 +416,6 @@ async fn rule14_a_counter_left_by_0_1_without_claimants_takes_raises_from_pods_u
     enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
     let (uid_c, c) = &w.claimer;
     let (_, b) = &w.pod_b;
-    let name = kubeflake_crds::segment_counter::counter_name(SEGMENT_SEQUENCE);
-    let claim = |next: u64, claims: u64| {
-        Patch::Merge(json!({"metadata": {"annotations": {
-            NEXT_ANNOTATION: next.to_string(),
-            kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims.to_string(),
-        }}}))
-    };
-    let patch = |client: &Client, p: Patch<serde_json::Value>| {
-        let api = leases(client, ns);
-        let name = name.clone();
-        async move { api.patch(&name, &PatchParams::default(), &p).await }
-    };
     // As release 0.1.0 created it: no claimants annotation at all.
     let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
     if let Some(annotations) = counter.metadata.annotations.as_mut() {
@@ -428,34 +425,35 @@ async fn rule14_a_counter_left_by_0_1_without_claimants_takes_raises_from_pods_u
         .create(&PostParams::default(), &counter)
         .await
         .context("the operator creates a counter without claimants")?;
-    patch(c, claim(2000, 1))
+    patch_counter(ns, c, claim(2000, 1))
         .await
         .context("pod C claims from the unlisted counter")?;
-    patch(b, claim(3000, 2))
+    patch_counter(ns, b, claim(3000, 2))
         .await
         .context("pod B claims from the unlisted counter")?;
     refused(
-        patch(&w.bystander, claim(4000, 3)).await,
+        patch_counter(ns, &w.bystander, claim(4000, 3)).await,
         "a service account without a pod claims",
         "no pod-bound token",
     )?;
     refused(
-        patch(c, claim(2500, 3)).await,
+        patch_counter(ns, c, claim(2500, 3)).await,
         "pod C lowers the unlisted counter",
         "may only go up, for every user",
     )?;
-    patch(
+    patch_counter(
+        ns,
         &w.operator,
         Patch::Merge(json!({"metadata": {"annotations": {CLAIMANTS_ANNOTATION: uid_c}}})),
     )
     .await
     .context("the operator lists pod C")?;
     refused(
-        patch(b, claim(4000, 3)).await,
+        patch_counter(ns, b, claim(4000, 3)).await,
         "pod B claims once the claimants are listed",
         "may only raise",
     )?;
-    patch(c, claim(4000, 3))
+    patch_counter(ns, c, claim(4000, 3))
         .await
         .context("pod C, listed, claims")?;
     Ok(())

@@ -544,7 +544,10 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
         Duration::from_secs(20),
         "a sidecar to refuse the lowered counter",
         || async {
-            Ok((metric_sum(&sidecars, "kubeflake_segment_counter_behind_total") > 0).then_some(()))
+            Ok(
+                (metric_sum(&sidecars, "kubeflake_segment_claims_refused_behind_total") > 0)
+                    .then_some(()),
+            )
         },
     )
     .await?;
@@ -557,7 +560,10 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
         "the sidecar started meanwhile to refuse the counter",
         || async {
             late.process.check_running()?;
-            Ok((metric(late.port, "kubeflake_segment_counter_behind_total") > 0).then_some(()))
+            Ok(
+                (metric(late.port, "kubeflake_segment_claims_refused_behind_total") > 0)
+                    .then_some(()),
+            )
         },
     )
     .await?;
@@ -631,7 +637,7 @@ async fn a_deleted_or_lowered_counter_lease_is_never_recreated_and_no_value_is_i
 
     let collected: Vec<Vec<Vec<u64>>> = loads.into_iter().map(Load::finish).collect();
     let c = check(&collected);
-    let behind = metric_sum(&sidecars, "kubeflake_segment_counter_behind_total");
+    let behind = metric_sum(&sidecars, "kubeflake_segment_claims_refused_behind_total");
     let dropped = metric_sum(&sidecars, "kubeflake_segment_values_dropped_total");
     eprintln!(
         "segment lost: {} values, {} duplicates, {} order violations; {behind} claims refused \

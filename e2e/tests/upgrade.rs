@@ -348,8 +348,25 @@ fn matches_fixture(release: &Release, pod: &Pod) -> Result<()> {
     Ok(())
 }
 
-/// Adds one pod to `app` (replicas + 1) and returns the settled pods.
-async fn scale(cluster: &Cluster, ns: &TestNamespace, app: &str, replicas: usize) -> Result<()> {
+/// Scales `app` to `replicas` (one more than it has) and returns its ready pods once
+/// the added pod is ready, injected by `version` (the webhook of the moment) beside the
+/// others, which keep the sidecar they had.
+async fn add_pod(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    app: &str,
+    replicas: usize,
+    version: &str,
+) -> Result<Vec<Pod>> {
+    let before = ready_pods(ns, app).await?;
+    let by_version = |pods: &[Pod]| {
+        pods.iter()
+            .filter(|p| {
+                p.annotations().get(INJECTED_ANNOTATION).map(String::as_str) == Some(version)
+            })
+            .count()
+    };
+    let had = by_version(&before);
     cluster
         .kubectl(&[
             "scale",
@@ -361,7 +378,15 @@ async fn scale(cluster: &Cluster, ns: &TestNamespace, app: &str, replicas: usize
         ])
         .await?
         .ok()?;
-    Ok(())
+    eventually(
+        LIMIT,
+        &format!("pod {replicas} of {app}, injected by {version}"),
+        || async {
+            let pods = ready_pods(ns, app).await?;
+            Ok((pods.len() == replicas && by_version(&pods) == had + 1).then_some(pods))
+        },
+    )
+    .await
 }
 
 async fn restart(cluster: &Cluster, ns: &TestNamespace, app: &str) -> Result<()> {
@@ -496,18 +521,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let old = app_pods(cluster, &ns, WEB, 3, &previous.version, &old_sidecar).await?;
     slots_settled(cluster, &ns, &old, since).await?;
     seen_pods.extend(old.iter().filter_map(|p| p.uid()));
-    scale(cluster, &ns, WEB, 4).await?;
-    let mixed = eventually(LIMIT, "a fourth pod, injected by this release", || async {
-        let pods = ready_pods(&ns, WEB).await?;
-        let new = pods
-            .iter()
-            .filter(|p| {
-                p.annotations().get(INJECTED_ANNOTATION).map(String::as_str) == Some(CURRENT)
-            })
-            .count();
-        Ok((pods.len() == 4 && new == 1).then_some(pods))
-    })
-    .await?;
+    let mixed = add_pod(cluster, &ns, WEB, 4, CURRENT).await?;
     slots_settled(cluster, &ns, &mixed, since).await?;
     seen_pods.extend(mixed.iter().filter_map(|p| p.uid()));
 
@@ -552,20 +566,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let new = app_pods(cluster, &ns, WEB, 4, CURRENT, new_sidecar).await?;
     slots_settled(cluster, &ns, &new, since).await?;
     seen_pods.extend(new.iter().filter_map(|p| p.uid()));
-    scale(cluster, &ns, WEB, 5).await?;
-    let mixed = eventually(
-        LIMIT,
-        "a fifth pod, injected by the previous release",
-        || async {
-            let pods = ready_pods(&ns, WEB).await?;
-            let old = pods
-                .iter()
-                .filter(|p| p.annotations().get(INJECTED_ANNOTATION) == Some(&previous.version))
-                .count();
-            Ok((pods.len() == 5 && old == 1).then_some(pods))
-        },
-    )
-    .await?;
+    let mixed = add_pod(cluster, &ns, WEB, 5, &previous.version).await?;
     slots_settled(cluster, &ns, &mixed, since).await?;
     seen_pods.extend(mixed.iter().filter_map(|p| p.uid()));
 

@@ -79,9 +79,82 @@ pub fn render(registry: &Registry) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// Panics unless `promtool check metrics` finds nothing to say about `exposition` (a
+/// `/metrics` text; `what` names it in the failure). There is no list of accepted
+/// findings: a name promtool rejects is renamed (docs/alerts.md, "Deprecated metric
+/// names"). For the tests of both binaries. Without promtool (the Debian package
+/// prometheus, which scripts/install-deps.sh installs before every CI run) it says so on
+/// stderr and returns, unless `CI` is set: then a missing promtool fails too.
+pub fn assert_promtool_clean(exposition: &str, what: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "!!! SKIPPED `promtool check metrics` of {what}: promtool is not installed \
+                 (scripts/install-deps.sh installs the Debian package prometheus) !!!"
+            );
+            return;
+        }
+        Err(e) => panic!("cannot run promtool for {what}: {e}"),
+    };
+    // promtool reads all of stdin before it answers; the pipe is closed when dropped.
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(exposition.as_bytes())
+        .expect("writing to promtool");
+    let out = child.wait_with_output().expect("promtool's answer");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "`promtool check metrics` on {what} ({}):\n{said}\n--- exposition ---\n{exposition}",
+        out.status
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn promtool_rejects_a_counter_named_with_its_type() {
+        // Shows that the check fails on what the old segment metric name did.
+        let registry = Registry::new();
+        Registrar(&registry).counter("demo_counter_behind_total", "Demo.");
+        let text = render(&registry);
+        if std::process::Command::new("promtool")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            return assert_promtool_clean(&text, "a demo registry");
+        }
+        let caught = std::panic::catch_unwind(|| assert_promtool_clean(&text, "a demo registry"));
+        let message = *caught
+            .expect_err("promtool accepted a counter named with its type")
+            .downcast::<String>()
+            .expect("a formatted panic");
+        assert!(
+            message.contains("should not include type 'counter'"),
+            "{message}"
+        );
+        let fine = Registry::new();
+        Registrar(&fine).counter("demo_claims_refused_total", "Demo.");
+        assert_promtool_clean(&render(&fine), "a demo registry with a good name");
+    }
 
     #[test]
     fn registered_metrics_are_rendered_with_their_help_and_type() {

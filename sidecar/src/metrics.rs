@@ -43,7 +43,8 @@ pub struct SegmentMetrics {
     pub values_dropped: IntCounter,
     pub block_size: IntGauge,
     pub buffered_values: IntGauge,
-    /// Claims refused because the counter was below this sidecar's own top.
+    /// Claims refused because the counter was below this sidecar's own top
+    /// (`kubeflake_segment_claims_refused_behind_total`).
     pub counter_behind: IntCounter,
     /// End of the highest block claimed (a recovery hint when the counter is lost).
     pub claimed_top: IntGauge,
@@ -82,8 +83,12 @@ impl SegmentMetrics {
                 "kubeflake_segment_buffered_values",
                 "Values buffered (current block's rest and the spare).",
             ),
+            // Named kubeflake_segment_counter_behind_total up to 0.1.0 (promtool rejects a
+            // counter's name with "counter" in it). The chart's PrometheusRule records the old
+            // name from this one for 0.2.x (group kubeflake-deprecated in
+            // charts/kubeflake/files/alerts.yaml); the alias goes in 0.3.0.
             counter_behind: r.counter(
-                "kubeflake_segment_counter_behind_total",
+                "kubeflake_segment_claims_refused_behind_total",
                 "Claims refused because the counter was below this sidecar's own claimed top, \
                  or showed fewer claims than the IdSequence's status recorded (the counter was \
                  deleted and re-created, or restored from an older copy).",

@@ -5,7 +5,8 @@
 #   2. `promtool check rules` on it (PromQL parses, templates expand, no duplicates);
 #   3. `promtool test rules` on tests/alerts_test.yaml (input series per alert);
 #   4. every alert has a test where it fires and one where it stays quiet, and a runbook
-#      section "## <alert>" in docs/alerts.md;
+#      section "## <alert>" in docs/alerts.md; the alert table in docs/alerts.md is the one
+#      tests/alerts-table.sh generates from the rules (`alerts-table.sh --write` rewrites it);
 #   5. the dashboard (dashboards/kubeflake.json) is JSON, and every panel query parses:
 #      each one, with Grafana's variables replaced, becomes a recording rule that
 #      `promtool check rules` must accept.
@@ -70,6 +71,7 @@ for alert in $alerts; do
 done
 [[ $missing -eq 0 ]] || fail "alerts without tests or runbooks (above)"
 log "$(wc -w <<<"$alerts") alerts, each tested firing and quiet, each with a runbook"
+HELM=$helm "$tests/alerts-table.sh" --check || fail "docs/alerts.md's alert table is not the rules' (above)"
 
 # 5. The dashboard: valid JSON, and every query parses. $__rate_interval and the
 # dashboard's variables are what Grafana replaces before sending a query.

@@ -1,0 +1,53 @@
+//! `promtool check metrics` over the operator's `/metrics`, served by its HTTP endpoint
+//! (`http::serve`), with no accepted finding, after figures from passes were recorded.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use kubeflake_operator::http::{Health, serve};
+use kubeflake_operator::metrics::{Metrics, SlotFigures};
+use kubeflake_runtime::metrics::assert_promtool_clean;
+
+#[test]
+fn the_operators_metrics_pass_promtool() {
+    let metrics = Metrics::new();
+    metrics.set_slots(
+        "shop",
+        "orders",
+        SlotFigures {
+            assigned: 3,
+            capacity: 4,
+            waiting: 1,
+            oldest_waiting_since_ms: Some(0),
+        },
+    );
+    metrics.reconciles.with_label_values(&["ok"]).inc();
+    metrics.reconcile_duration.observe(0.01);
+    metrics.assignments.inc();
+    metrics.pod_to_slot.observe(0.3);
+    metrics.webhook_seconds.observe(0.002);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(serve(
+        listener,
+        Arc::new(Health::default()),
+        Arc::new(metrics),
+    ));
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: operator\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        body.contains("kubeflake_operator_slots_assigned 3"),
+        "{body}"
+    );
+    assert_promtool_clean(body, "the operator's /metrics");
+}

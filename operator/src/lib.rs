@@ -27,7 +27,6 @@
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
-pub use kubeflake_runtime::backoff;
 pub mod certs;
 pub mod controller;
 #[cfg(test)]
@@ -38,15 +37,6 @@ pub mod metrics;
 pub mod rbac;
 pub mod watches;
 pub mod webhook;
-
-/// Former home of the controller's entry points: now [`controller`].
-pub mod reconcile {
-    pub use crate::controller::{Context, Error, RESULT_LABELS, error_policy, reconcile};
-}
-/// Former home of Segment mode: now [`controller::segment`].
-pub use controller::segment;
-/// Former home of slot planning: now [`controller::snowflake::plan`].
-pub use controller::snowflake::plan as slot;
 
 mod run;
 

@@ -17,10 +17,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use kubeflake_runtime::backoff;
 
 use crate::{
-    CertSource, OperatorConfig, WebhookConfig, backoff, certs, controller, http, metrics, rbac,
-    watches, webhook,
+    CertSource, OperatorConfig, WebhookConfig, certs, controller, http, metrics, rbac, watches,
+    webhook,
 };
 
 /// Starts the webhook's certificate keeper and HTTPS server; both end with the process.

@@ -387,7 +387,7 @@ pub async fn keep_self_managed(client: Client, config: SelfManaged, serving: Arc
         configs,
         watcher::Config::default().fields(&format!("metadata.name={}", config.webhook_config)),
     )
-    .backoff(crate::backoff::WatchBackoff::default());
+    .backoff(kubeflake_runtime::backoff::WatchBackoff::default());
     let mut changes = std::pin::pin!(changes);
     loop {
         let wait = match sync_once(&client, &config, &serving).await {

@@ -25,7 +25,7 @@ pub enum Error {
 
 impl Error {
     /// A bounded label for metrics: the `result` label of
-    /// `kubeflake_operator_reconciles_total` (see [`super::RESULT_LABELS`]).
+    /// `kubeflake_operator_reconciles_total` (see [`crate::metrics::RESULT_LABELS`]).
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
@@ -34,11 +34,6 @@ impl Error {
             Error::InvalidSpec(_) => "invalid_spec",
             Error::Counter(_) => "bad_counter",
         }
-    }
-
-    /// The same as [`Error::metric_label`] (its former name).
-    pub fn label(&self) -> &'static str {
-        self.metric_label()
     }
 }
 

@@ -42,8 +42,6 @@ pub use self::context::Context;
 pub use self::error::Error;
 use self::update_status::update_status;
 use self::validate::Valid;
-/// The `result` labels, kept with the metrics (re-exported here, their former home).
-pub use crate::metrics::RESULT_LABELS;
 use kubeflake_crds::conditions::{Reason, not_ready_status};
 
 /// The `result` label of `kubeflake_operator_reconciles_total` for one pass.

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::fake_api::{FakeApi, failure};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RESULT_LABELS};
 use kubeflake_crds::conditions::{ConditionType, condition};
 
 const NS: &str = "shop";

@@ -418,7 +418,7 @@ async fn find_owner(roles: &Api<ClusterRole>, name: &str) -> Option<Owner> {
 
 /// What becomes of one watch event: an error is counted
 /// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at warn
-/// when the watch starts failing (then retried with [`crate::backoff::WatchBackoff`]); a
+/// when the watch starts failing (then retried with [`kubeflake_runtime::backoff::WatchBackoff`]); a
 /// success clears it.
 fn report<T>(
     watch: &'static str,
@@ -481,7 +481,7 @@ pub async fn keep_sidecar_bindings(
         scoped::<IdSequence>(&client, &namespace),
         watcher::Config::default(),
     )
-    .backoff(crate::backoff::WatchBackoff::default())
+    .backoff(kubeflake_runtime::backoff::WatchBackoff::default())
     .reflect(seq_writer)
     .map({
         let (n, m, h) = watch("rbac_idsequences");
@@ -490,7 +490,7 @@ pub async fn keep_sidecar_bindings(
     let managed = || watcher::Config::default().labels(MANAGED_LABEL);
     let (role_store, role_writer) = reflector::store::<Role>();
     let role_events = watcher(scoped::<Role>(&client, &namespace), managed())
-        .backoff(crate::backoff::WatchBackoff::default())
+        .backoff(kubeflake_runtime::backoff::WatchBackoff::default())
         .reflect(role_writer)
         .map({
             let (n, m, h) = watch("rbac_roles");
@@ -498,7 +498,7 @@ pub async fn keep_sidecar_bindings(
         });
     let (binding_store, binding_writer) = reflector::store::<RoleBinding>();
     let binding_events = watcher(scoped::<RoleBinding>(&client, &namespace), managed())
-        .backoff(crate::backoff::WatchBackoff::default())
+        .backoff(kubeflake_runtime::backoff::WatchBackoff::default())
         .reflect(binding_writer)
         .map({
             let (n, m, h) = watch("rbac_rolebindings");

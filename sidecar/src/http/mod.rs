@@ -12,6 +12,7 @@
 //! | `GET /healthz`     | 200 while the process runs                                  |
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
 //! | `GET /metrics`     | Prometheus text (also on the probe port, for Prometheus)    |
+//! | `GET /openapi.yaml` | this API's OpenAPI description                             |
 //!
 //! `/id` and `/ids` take `after=<x>`: only values greater than `x` (docs/safety.md rule
 //! 12); an `after` this sidecar cannot honour now is a 409 (`after_ahead_of_clock` with
@@ -24,13 +25,16 @@
 //! `/ids` may span blocks (values increase, but are not always consecutive) and waits for a
 //! claim only when the buffer runs dry; `/decode` says the value carries no fields.
 //!
+//! - [`route`]: the routes as a type ([`route::Route`], parsed once from the path); every
+//!   list of routes (404 text, probe port, OpenAPI check) comes from it. Add a route there.
 //! - [`routes`]: route handling, a `Request` in, a `Response` out. It only reads the
-//!   serving state ([`crate::state`]); add a route here.
+//!   serving state ([`crate::state`]); answers each [`route::Route`].
 //! - [`reply`]: replies and errors as JSON or text.
 //! - [`serve`](mod@serve): the connection loop (accept, header-read timeout, graceful drain),
 //!   independent of the routes it serves.
 
 pub mod reply;
+pub mod route;
 pub mod routes;
 pub mod serve;
 

@@ -15,9 +15,8 @@ pub use kubeflake_runtime::reply::{Reply, body};
 pub enum HttpError {
     #[error("{0}")]
     BadRequest(String),
-    #[error(
-        "no route {0}; try GET /id, /ids?count=N, /decode/<id>, /healthz, /readyz, /metrics or /openapi.yaml"
-    )]
+    /// Lists every route ([`super::route::Route::ALL`]).
+    #[error("no route {0}; try GET {routes}", routes = super::route::all_routes_text())]
     NotFound(String),
     #[error("method {method} is not allowed on {path}; use GET")]
     MethodNotAllowed { method: Method, path: String },

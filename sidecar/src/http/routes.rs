@@ -1,6 +1,6 @@
 //! Route handling: one `Request` in, one `Response` out, answered from the serving state
 //! ([`crate::state`]), which this module only reads. To add a route, add it to
-//! `Api::route` (and to the table in [`crate::http`]).
+//! [`super::route::Route`] and answer it in `Api::route` (the `match` there is exhaustive).
 //!
 //! One piece (over 400 lines): every route reads the same serving state and shares the
 //! query parsing (`count`, `after`) and the reply building; splitting them would spread
@@ -20,6 +20,7 @@ use serde_json::json;
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
 };
+use super::route::Route;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::segment::Source;
@@ -370,29 +371,24 @@ impl Api {
     fn route<B>(&self, req: &Request<B>) -> (&'static str, Result<Planned, HttpError>) {
         let path = req.uri().path();
         let query = req.uri().query();
-        let route = match path {
-            "/id" => "id",
-            "/ids" => "ids",
-            "/healthz" => "healthz",
-            "/readyz" => "readyz",
-            "/metrics" => "metrics",
-            "/openapi.yaml" => "openapi",
-            p if p.starts_with("/decode/") => "decode",
-            _ => return ("other", Err(HttpError::NotFound(path.to_string()))),
+        let Some(route) = Route::parse(path) else {
+            return ("other", Err(HttpError::NotFound(path.to_string())));
         };
+        let label = route.label();
         if req.method() != Method::GET {
             let err = HttpError::MethodNotAllowed {
                 method: req.method().clone(),
                 path: path.to_string(),
             };
-            return (route, Err(err));
+            return (label, Err(err));
         }
         let json = wants_json(req);
         let state = self.state.load();
-        let result = match (route, &**state) {
-            ("id" | "ids", serving) => {
-                let many = route == "ids";
-                parse_wanted(query, many, self.max_batch).and_then(|wanted| match serving {
+        let state: &Serving = &state;
+        let result = match route {
+            Route::Id | Route::Ids => {
+                let many = route == Route::Ids;
+                parse_wanted(query, many, self.max_batch).and_then(|wanted| match state {
                     Serving::Segment(segment) => {
                         segment_min_after(wanted.after).map(|min| Planned::Segment {
                             segment: segment.clone(),
@@ -408,8 +404,7 @@ impl Api {
                     other => Err(not_ready(other)),
                 })
             }
-            ("decode", state) => query_params(query, &[]).and_then(|_| {
-                let raw = &path["/decode/".len()..];
+            Route::Decode(raw) => query_params(query, &[]).and_then(|_| {
                 match state {
                     Serving::Segment(_) => Api::segment_decode(raw),
                     Serving::Snowflake(g) => Api::decode(g, raw),
@@ -417,19 +412,19 @@ impl Api {
                 }
                 .map(Planned::Reply)
             }),
-            ("healthz", _) => Ok(Planned::Reply(json_reply(
+            Route::Healthz => Ok(Planned::Reply(json_reply(
                 StatusCode::OK,
                 json!({ "status": "alive" }),
             ))),
-            ("readyz", state) => Ok(Planned::Reply(Api::readyz(state))),
-            ("openapi", _) => Ok(Planned::Reply(body(
+            Route::Readyz => Ok(Planned::Reply(Api::readyz(state))),
+            Route::OpenApi => Ok(Planned::Reply(body(
                 StatusCode::OK,
                 "application/yaml",
                 OPENAPI_YAML,
             ))),
-            (_, state) => Ok(Planned::Reply(self.metrics_text(state))),
+            Route::Metrics => Ok(Planned::Reply(self.metrics_text(state))),
         };
-        (route, result)
+        (label, result)
     }
 
     /// Answers one request; never fails (errors become 4xx/5xx replies). The returned

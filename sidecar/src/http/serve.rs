@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
 
 use super::reply::{Reply, json_reply};
+use super::route::{Route, probe_routes_text};
 use super::routes::Api;
 
 /// How long a client may take to send a request's headers before the connection is
@@ -38,8 +39,8 @@ impl Routes for Api {
     }
 }
 
-/// The routes of the probe port: `/healthz`, `/readyz` and `/metrics` of the API, nothing
-/// else.
+/// The routes of the probe port: `/healthz`, `/readyz` and `/metrics` of the API
+/// ([`Route::on_probe_port`]), nothing else.
 ///
 /// Why a separate port: kubelet probes and Prometheus reach the pod IP, not 127.0.0.1,
 /// and the operator's webhook binds the probe port to `0.0.0.0` (the pod IP is not known
@@ -55,11 +56,12 @@ pub struct ProbeRoutes(pub Arc<Api>);
 
 /// The reply to anything but a probe on the probe port (`None` for the probes themselves).
 fn refuse_non_probe<B>(req: &Request<B>) -> Option<Reply> {
-    match req.uri().path() {
-        "/healthz" | "/readyz" | "/metrics" => None,
-        other => Some(json_reply(
+    let path = req.uri().path();
+    match Route::parse(path) {
+        Some(route) if route.on_probe_port() => None,
+        _ => Some(json_reply(
             StatusCode::NOT_FOUND,
-            json!({ "error": format!("no route {other:?}: this port serves only /healthz, /readyz and /metrics; IDs are on 127.0.0.1") }),
+            json!({ "error": format!("no route {path:?}: this port serves only {}; IDs are on 127.0.0.1", probe_routes_text()) }),
         )),
     }
 }

@@ -20,7 +20,7 @@
 //! | what the caches keep of pods and leases, which changes wake the controller | [`watches`] |
 //! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
-//! | the sidecars' RoleBindings | [`rbac`] |
+//! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
 //!
 //! Tests of the code that writes to the API server run against a scripted fake API server
 //! (`fake_api.rs`, tests only) in `controller/tests.rs` and `rbac/tests.rs`.

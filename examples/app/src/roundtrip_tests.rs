@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::app::App;
 use crate::server::{Limits, Stopped, serve};
 use crate::shutdown::{Reason, Shutdown};
-use crate::sidecar::{Sidecar, SidecarError, SidecarUrl, head_end, parse_response_head};
+use crate::sidecar::response::{head_end, parse_response_head};
+use crate::sidecar::{Sidecar, SidecarError, SidecarUrl};
 
 const FIRST_ID: u64 = 250096622069874688;
 

@@ -239,7 +239,7 @@ fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<Request, Re
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
-        if let Some(end) = crate::sidecar::head_end(&buf) {
+        if let Some(end) = crate::sidecar::response::head_end(&buf) {
             return parse_request_head(&buf[..end]);
         }
         if buf.len() > MAX_REQUEST_HEAD {

@@ -15,11 +15,12 @@
 //! The TLS server asks [`ServingCert`] for the current key on every handshake, so a
 //! renewal takes effect without a restart.
 //!
-//! Why one file of about 600 lines: the Secret's layout (annotation and key names), the
+//! Why one file of almost 600 lines: the Secret's layout (annotation and key names), the
 //! decision what to write into it (`desired_secret`, pure) and the compare-and-swap
 //! writes that store it are one protocol between replicas; split apart, a change to one
 //! side could silently stop matching the other. It reads top to bottom: generation, the
-//! pure decision, the bounded CAS retry, the keeper loops.
+//! pure decision, the bounded CAS retry, the keeper loop. The directory source, which
+//! shares none of that protocol, is `certs/dir.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -585,35 +586,8 @@ async fn patch_ca_bundle(
     .await
 }
 
-/// Serves `tls.crt`/`tls.key` from `dir` (cert-manager's mounted Secret), re-reading them
-/// every 30 seconds so a renewal is picked up.
-pub async fn keep_from_dir(dir: PathBuf, serving: Arc<ServingCert>) {
-    let mut last: Option<(Vec<u8>, Vec<u8>)> = None;
-    loop {
-        match read_dir_pair(&dir) {
-            Ok(pair) if last.as_ref() != Some(&pair) => {
-                match serving.load_pem(&pair.0, &pair.1, &dir.display().to_string()) {
-                    Ok(()) => {
-                        tracing::info!(dir = %dir.display(), "webhook certificate loaded");
-                        last = Some(pair);
-                    }
-                    Err(e) => tracing::warn!(error = %e, "webhook certificate not loaded"),
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "webhook certificate not readable"),
-        }
-        tokio::time::sleep(Duration::from_secs(30)).await;
-    }
-}
-
-fn read_dir_pair(dir: &std::path::Path) -> Result<(Vec<u8>, Vec<u8>), CertError> {
-    let read = |name: &str| {
-        let path = dir.join(name);
-        std::fs::read(&path).map_err(|source| CertError::Read { path, source })
-    };
-    Ok((read("tls.crt")?, read("tls.key")?))
-}
+mod dir;
+pub use dir::keep_from_dir;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,10 @@
 //! Tests of [`super`].
+use std::time::Duration;
+
 use super::*;
 use crate::fake_api::{FakeApi, failure};
+use crate::http::Health;
+use crate::metrics::Metrics;
 use http::Method;
 
 /// A watch the operator may not make (403) must not leave the binding keeper stuck

@@ -30,6 +30,8 @@ e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/nul
 
 step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh
+step "checking the module graph (no cycles, no source file over 600 lines)"
+scripts/check-modules.py
 step "checking the rendered chart (every values variant) and the Dockerfile with checkov"
 charts/kubeflake/tests/checkov.sh
 

@@ -1,0 +1,138 @@
+use super::*;
+
+fn record(fence_tick: u64) -> FenceRecord {
+    FenceRecord {
+        identity: FenceIdentity {
+            sequence: "orders".into(),
+            slot: 3,
+            holder: "standalone".into(),
+            acquisition: "layout 41/0/10/12".into(),
+        },
+        fence_tick,
+    }
+}
+
+#[test]
+fn rule6_fence_record_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (file, found) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+        assert_eq!(found, None);
+        file.write(&record(42)).unwrap();
+        file.write(&record(99)).unwrap();
+    }
+    let (_, found) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+    assert_eq!(found, Some(record(99)));
+}
+
+#[test]
+fn a_second_process_cannot_serve_the_same_slot_from_one_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_held, _) = FenceFile::open(dir.path(), "orders-3.fence").unwrap();
+    let err = FenceFile::open(dir.path(), "orders-3.fence").unwrap_err();
+    assert!(matches!(err, FenceFileError::Locked(_)), "{err}");
+    assert!(err.to_string().contains("--state-dir"));
+}
+
+#[test]
+fn a_corrupt_fence_file_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x.fence"), b"{not json").unwrap();
+    let err = FenceFile::open(dir.path(), "x.fence").unwrap_err();
+    assert!(matches!(err, FenceFileError::Corrupt { .. }), "{err}");
+    assert_eq!(
+        std::fs::read(dir.path().join("x.fence")).unwrap(),
+        b"{not json"
+    );
+}
+
+#[test]
+fn targets_in_one_directory_never_share_a_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Standalone: a segment counter and a snowflake fence; in a pod: the fence file.
+    let targets = [
+        "orders.segment",
+        "orders.fence",
+        "orders-worker-3.fence",
+        "orders-worker-3.segment",
+        "orders",
+    ];
+    let temps: Vec<PathBuf> = targets
+        .iter()
+        .map(|t| temp_path(&dir.path().join(t)))
+        .collect();
+    for (i, a) in temps.iter().enumerate() {
+        assert_eq!(
+            a.parent(),
+            Some(dir.path()),
+            "same directory: rename stays atomic"
+        );
+        assert!(
+            !targets.iter().any(|t| dir.path().join(t) == *a),
+            "{a:?} is a target itself"
+        );
+        for b in &temps[i + 1..] {
+            assert_ne!(a, b, "two targets share a temporary file");
+        }
+    }
+    for (n, t) in targets.iter().enumerate() {
+        write_durably(&dir.path().join(t), n.to_string().as_bytes()).unwrap();
+    }
+    for (n, t) in targets.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(dir.path().join(t)).unwrap(),
+            n.to_string().as_bytes()
+        );
+        assert!(!temps[n].exists(), "no temporary file is left behind");
+    }
+}
+
+fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<crate::clock::ManualClock>) {
+    use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot};
+    let p = IdSequenceSpec::default().params().unwrap();
+    let clock = Arc::new(crate::clock::ManualClock::at_millis(now_ms));
+    let config = crate::generator::WorkerConfig {
+        layout: p.layout,
+        timebase: p.timebase,
+        datacenter: DatacenterId(0),
+        slot: Slot(1),
+        max_drift_ms: 2000,
+    };
+    (
+        Arc::new(Generator::start_above(config, Tick(0), clock.clone())),
+        clock,
+    )
+}
+
+#[test]
+fn rule2_the_local_fence_never_lets_the_generator_past_the_lease_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
+    let epoch = 1_735_689_600_000;
+    let (g, clock) = generator_at(epoch + 10_000);
+    let mut local = LocalFence::new(
+        file,
+        record(0).identity,
+        g.clone(),
+        1000,
+        Tick(0),
+        Some(Tick(10_100)),
+        None,
+    );
+    local.renew().unwrap();
+    assert_eq!(g.fence(), Tick(10_100), "capped by the lease fence written");
+    clock.advance_millis(200); // the API server is down: the lease fence is not raised
+    local.renew().unwrap();
+    assert!(
+        g.next_id().is_err(),
+        "stops at the lease fence though the file could go on"
+    );
+    local.set_cap(Tick(20_000));
+    local.renew().unwrap();
+    assert!(g.next_id().is_ok(), "a renewed lease fence lets it go on");
+    assert_eq!(
+        g.fence(),
+        Tick(10_200 + 2000 + 1000),
+        "now the local fence is the lower one"
+    );
+}

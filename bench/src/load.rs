@@ -4,6 +4,9 @@
 //! in the figures are the servers', not the clients'. HTTP and Redis peers are reached over
 //! TCP or a Unix socket ([`Target`]); the loop is generic over the stream ([`Dial`]), so
 //! both transports run the very same code.
+//!
+//! One piece (over 400 lines): one loop drives every peer, and its connection kinds (HTTP,
+//! Redis, PostgreSQL) stay beside it so that what differs between peers is seen in one place.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -15,6 +15,10 @@
 //! Addresses (docs/e2e-node.md): the bridge `kubeflake0` is 10.244.0.1/24 and pods get
 //! 10.244.0.10 and up; Services are 10.96.0.0/16, routed to the bridge. The API server,
 //! the kubelet and CoreDNS bind 10.244.0.1; pods have no default route.
+//!
+//! One piece (over 400 lines): the node's processes in the order they start, each beside the
+//! configuration file it reads (containerd, CNI, kubelet, kube-proxy, CoreDNS). Its names and
+//! addresses are in [`crate::addresses`].
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

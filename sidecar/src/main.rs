@@ -1,4 +1,7 @@
 //! `kubeflake-sidecar`: the command line. Parses flags, sets up logging, runs a mode.
+//!
+//! One piece (about 500 lines): the flags of every subcommand and the mode each one runs;
+//! the modes themselves are in the library (`lib.rs` says where).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

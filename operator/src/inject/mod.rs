@@ -24,6 +24,11 @@
 //! (a day), so a pod that waits for a free slot keeps its app unstarted instead of having
 //! its sidecar killed in a loop; the sidecar records a `WaitingForSlot` Event on the pod.
 //! `kubeflake.io/hold-app: "false"` on a pod leaves the hook out (the app starts at once).
+//!
+//! One piece (over 400 lines): the decision and the patch it returns are one change to a pod
+//! (the sidecar container, the app containers' env and mount, the hook); apart, what the
+//! decision finds missing and what the patch adds could drift. The tests are in
+//! `inject/tests.rs`.
 
 use std::collections::BTreeMap;
 

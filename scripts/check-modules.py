@@ -5,7 +5,9 @@ Fails, listing what it found, when
   - modules depend on each other in a circle (a cycle), in any crate, or
   - a Rust source file has more than MAX_LINES lines, outside `tests/` folders and
     `*tests.rs` files (an inline `#[cfg(test)] mod tests { ... }` counts: move a big one
-    to a sibling `tests.rs` declared with `#[cfg(test)] mod tests;`).
+    to a sibling `tests.rs` declared with `#[cfg(test)] mod tests;`), or
+  - such a file has more than NOTE_LINES lines and its module doc (`//!`) does not say
+    why it is one piece, in a line starting `//! One piece (`.
 
 How the graph is read (as text, Python 3.11 standard library only):
   - Every file that is a crate root (`src/lib.rs`, `src/main.rs`, `src/bin/*`, `tests/*.rs`,
@@ -32,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_LINES = 600
+NOTE_LINES = 400
+NOTE = "//! One piece ("
 SKIP_DIRS = {"target", ".git", "node_modules"}
 
 
@@ -344,15 +348,25 @@ def crate_roots(repo: Path) -> list[Path]:
     return roots
 
 
-def long_files(repo: Path) -> list[tuple[Path, int]]:
+def long_files(repo: Path) -> list[str]:
+    """Files over MAX_LINES, and files over NOTE_LINES whose module doc has no NOTE."""
     result = []
     for f in sorted(repo.rglob("*.rs")):
         parts = f.relative_to(repo).parts
         if SKIP_DIRS & set(parts) or "tests" in parts[:-1] or f.name.endswith("tests.rs"):
             continue
-        lines = f.read_text(encoding="utf-8", errors="replace").count("\n")
+        text = f.read_text(encoding="utf-8", errors="replace")
+        lines = text.count("\n")
+        name = f.relative_to(repo)
         if lines > MAX_LINES:
-            result.append((f, lines))
+            result.append(f"{name}: {lines} lines, over {MAX_LINES}")
+        elif lines > NOTE_LINES:
+            doc = [l for l in text.splitlines() if l.startswith("//!")]
+            if not any(l.startswith(NOTE) for l in doc):
+                result.append(
+                    f"{name}: {lines} lines, over {NOTE_LINES}, and its module doc does not say "
+                    f"why it is one piece (a line `{NOTE}...): why`)"
+                )
     return result
 
 
@@ -361,8 +375,7 @@ def check(repo: Path) -> list[str]:
     for root in crate_roots(repo):
         for lines in cycles(load_crate(root)):
             problems.append(f"cycle in {root.relative_to(repo)}: " + "\n".join(lines))
-    for f, n in long_files(repo):
-        problems.append(f"{f.relative_to(repo)}: {n} lines, over {MAX_LINES}")
+    problems += long_files(repo)
     return problems
 
 
@@ -381,8 +394,11 @@ def self_test() -> None:
         "src/c.rs": "// crate::a::A\nconst S: &str = \"crate::b::B\";\n"
         "#[cfg(test)]\nmod tests { use super::*; }\n",
         "src/tests.rs": "use super::*;\n" + "// filler\n" * (MAX_LINES + 5),
-        # long: over the limit, counted; tests/ folders are not
+        # long: over the limit, counted; tests/ folders are not; over the note's limit,
+        # a file needs the note
         "src/long.rs": "\n" * (MAX_LINES + 1),
+        "src/noted.rs": NOTE + "over 400 lines): why.\n" + "\n" * NOTE_LINES,
+        "src/unnoted.rs": "//! A module.\n" + "\n" * NOTE_LINES,
         "tests/big.rs": "\n" * (MAX_LINES + 1),
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -396,10 +412,12 @@ def self_test() -> None:
         assert cycle_reports[0].startswith("cycle in src/lib.rs: a, b depend"), cycle_reports
         assert "a::x -> b" in cycle_reports[0] and "b -> a" in cycle_reports[0], cycle_reports
         long = [p for p in problems if not p.startswith("cycle")]
-        assert long == [f"src/long.rs: {MAX_LINES + 1} lines, over {MAX_LINES}"], long
+        assert long[0] == f"src/long.rs: {MAX_LINES + 1} lines, over {MAX_LINES}", long
+        assert len(long) == 2 and long[1].startswith("src/unnoted.rs: 401 lines, over 400"), long
         # breaking the cycle (b no longer names a) leaves no cycle
         (repo / "src/b.rs").write_text("pub struct B;\n")
         (repo / "src/long.rs").unlink()
+        (repo / "src/unnoted.rs").unlink()
         assert check(repo) == [], check(repo)
     assert expand_use("crate::{a, b::{c as d, self}}") == ["crate::a", "crate::b::c", "crate::b"]
     assert "crate" not in strip_comments_and_strings('let s = r#"crate::a"#; /* crate::b */')
@@ -417,7 +435,10 @@ def main(argv: list[str]) -> int:
     if problems:
         print(f"check-modules: {len(problems)} problem(s)")
         return 1
-    print(f"check-modules: no module cycles in {len(crate_roots(repo))} crate roots, no source file over {MAX_LINES} lines")
+    print(
+        f"check-modules: no module cycles in {len(crate_roots(repo))} crate roots, no source "
+        f"file over {MAX_LINES} lines, every one over {NOTE_LINES} says why it is one piece"
+    )
     return 0
 
 

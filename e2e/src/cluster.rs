@@ -5,7 +5,7 @@
 //! cluster (for example by restarting the API server) belongs in its own file under
 //! `e2e/tests/`, which cargo builds into its own binary and so gets its own cluster.
 //!
-//! One piece, though long: it is the [`Cluster`] type and its `impl` (start order, what a
+//! One piece (almost 600 lines): the [`Cluster`] type and its `impl` (start order, what a
 //! test may ask of it, stop), which read best together. Each process's flags and readiness
 //! waits are in [`crate::control_plane`]; change those there.
 

@@ -15,7 +15,7 @@
 //! The TLS server asks [`ServingCert`] for the current key on every handshake, so a
 //! renewal takes effect without a restart.
 //!
-//! Why one file of almost 600 lines: the Secret's layout (annotation and key names), the
+//! One piece (almost 600 lines): the Secret's layout (annotation and key names), the
 //! decision what to write into it (`desired_secret`, pure) and the compare-and-swap
 //! writes that store it are one protocol between replicas; split apart, a change to one
 //! side could silently stop matching the other. It reads top to bottom: generation, the

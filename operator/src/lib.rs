@@ -19,6 +19,7 @@
 //! | watches, leader election, readiness wiring | `run.rs` |
 //! | what the caches keep of pods and leases, which changes wake the controller | [`watches`] |
 //! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
+//! | an alert on these metrics | `charts/kubeflake/files/alerts.yaml` (the only list), its test in `charts/kubeflake/tests/alerts_test.yaml`, its runbook in `docs/alerts.md` ("Adding an alert") |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
 //!

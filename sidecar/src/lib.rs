@@ -25,7 +25,8 @@
 //! - [`generator`]: the lock-free ID generator, its fence and drift limit.
 //! - [`clock`]: injectable clocks and wall-clock step detection; [`skew`]: clock skew
 //!   against the API server; [`watch`]: clock-step and readiness reporting of both modes.
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics. Alerts on them: `charts/kubeflake/files/alerts.yaml`
+//!   (the only list; `docs/alerts.md` "Adding an alert" says what else a new one touches).
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.
 //! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
 //!   writes to the API server (`cluster::holder`, `segment::lease`).

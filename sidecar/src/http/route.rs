@@ -7,6 +7,11 @@
 //! `Api::route` ([`super::routes`]), describe it in `sidecar/openapi.yaml` (the test below
 //! fails until you do) and in the table of [`crate::http`].
 
+/// This API's description (OpenAPI 3), served at `/openapi.yaml` ([`Route::OpenApi`]) so
+/// a client team can fetch it from a running pod. `scripts/check-openapi.sh` fuzzes the
+/// server against it; the test below checks its paths against [`Route::ALL`].
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
 /// One route of the API, with what its path carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route<'a> {
@@ -155,7 +160,7 @@ mod tests {
     #[test]
     fn the_openapi_paths_are_the_routes_served() {
         let doc: serde_json::Value =
-            serde_saphyr::from_str(super::super::routes::OPENAPI_YAML).expect("openapi.yaml");
+            serde_saphyr::from_str(OPENAPI_YAML).expect("openapi.yaml");
         let mut documented: Vec<&str> = doc["paths"]
             .as_object()
             .expect("paths")

@@ -20,15 +20,12 @@ use serde_json::json;
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
 };
-use super::route::Route;
+use super::route::{OPENAPI_YAML, Route};
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::segment::Source;
 use crate::state::{Serving, ServingReader};
 
-/// This API's description (OpenAPI 3), served at `/openapi.yaml` so a client team can
-/// fetch it from a running pod. `scripts/check-openapi.sh` fuzzes the server against it.
-pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
 
 /// What the handlers share.
 pub struct Api {

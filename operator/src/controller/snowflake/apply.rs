@@ -3,7 +3,7 @@
 //! (rule 9), and the conditional deletes of the leases once deletion may finish (rule 10).
 //! A conflict is normal (another writer was first): it is counted and the pass repeats.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -127,7 +127,7 @@ pub async fn execute(
             }
             Step::Assign { slot, pod, .. } => {
                 ctx.metrics.assignments.inc();
-                if let Ok(created) = DateTime::parse_from_rfc3339(&pod.created) {
+                if let Some(created) = pod.created {
                     let waited = Utc::now()
                         .signed_duration_since(created)
                         .num_milliseconds()

@@ -147,12 +147,7 @@ async fn pass(
         assigned: pass.assigned as u64,
         capacity,
         waiting: pass.plan.still_waiting,
-        oldest_waiting_since_ms: pass
-            .plan
-            .oldest_waiting_since
-            .as_deref()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.timestamp_millis()),
+        oldest_waiting_since_ms: pass.plan.oldest_waiting_since.map(|t| t.timestamp_millis()),
     };
     ctx.metrics.set_slots(ns, &name, figures);
     Ok(Ran::Planned(pass))

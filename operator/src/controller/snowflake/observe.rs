@@ -46,8 +46,7 @@ pub fn pods(store: &Store<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
                 uid: p.uid()?,
                 created: p
                     .creation_timestamp()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default(),
+                    .and_then(|t| chrono::DateTime::from_timestamp_millis(t.0.as_millisecond())),
                 leaving: slot_lease::pod_is_leaving(&p),
             })
         })

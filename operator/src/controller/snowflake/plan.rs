@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use chrono::{DateTime, Utc};
+
 use kubeflake_crds::slot_lease::SlotLease;
 use kubeflake_crds::{Slot, Tick};
 
@@ -20,8 +22,8 @@ use kubeflake_crds::{Slot, Tick};
 pub struct PodInfo {
     pub name: String,
     pub uid: String,
-    /// RFC 3339 creation time (sorts chronologically).
-    pub created: String,
+    /// When the pod was created, if known: waiting pods are served oldest first.
+    pub created: Option<DateTime<Utc>>,
     /// Being deleted, or finished: it keeps a slot it holds but gets no new one.
     pub leaving: bool,
 }
@@ -70,9 +72,9 @@ pub struct Plan {
     pub assigned: u64,
     /// Pods that wait for a slot after this plan's assignments.
     pub still_waiting: u64,
-    /// RFC 3339 creation time of the oldest of them (the next to get a slot), for the
-    /// operator's waiting metrics; `None` when none waits.
-    pub oldest_waiting_since: Option<String>,
+    /// Creation time of the oldest of them (the next to get a slot), for the operator's
+    /// waiting metrics; `None` when none waits.
+    pub oldest_waiting_since: Option<DateTime<Utc>>,
 }
 
 /// Everything planning needs.
@@ -145,7 +147,7 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         steps,
         assigned,
         still_waiting: left.len() as u64,
-        oldest_waiting_since: left.first().map(|p| p.created.clone()),
+        oldest_waiting_since: left.first().and_then(|p| p.created),
     }
 }
 
@@ -178,11 +180,19 @@ fn free_slots(o: &Observed<'_>) -> Vec<(Slot, Option<SlotLease>)> {
 mod tests {
     use super::*;
 
+    /// `created`: an RFC 3339 time, or whole seconds since the Unix epoch.
+    fn at(created: &str) -> Option<DateTime<Utc>> {
+        match created.parse::<i64>() {
+            Ok(secs) => DateTime::from_timestamp(secs, 0),
+            Err(_) => Some(DateTime::parse_from_rfc3339(created).ok()?.to_utc()),
+        }
+    }
+
     fn pod(name: &str, created: &str) -> PodInfo {
         PodInfo {
             name: name.into(),
             uid: format!("uid-{name}"),
-            created: created.into(),
+            created: at(created),
             leaving: false,
         }
     }
@@ -239,6 +249,20 @@ mod tests {
         assert_eq!(plan.still_waiting, 0);
     }
 
+    /// As text, "…:05.5Z" sorts before "…:05Z" ('.' < 'Z'): creation times are compared
+    /// as times, so the pod created half a second earlier is served first.
+    #[test]
+    fn waiting_pods_are_ordered_by_creation_time_not_by_its_text() {
+        let pods = [
+            pod("later", "2026-01-01T00:00:05.5Z"),
+            pod("earlier", "2026-01-01T00:00:05Z"),
+        ];
+        let none = BTreeSet::new();
+        let plan = plan(&observe(1, &[], &pods, &none));
+        assert_eq!(assignments(&plan), vec![("earlier".into(), 0)]);
+        assert_eq!(plan.oldest_waiting_since, at("2026-01-01T00:00:05.5Z"));
+    }
+
     #[test]
     fn a_held_slot_is_never_handed_to_another_pod() {
         let pods = [pod("a", "1"), pod("b", "2")];
@@ -269,8 +293,8 @@ mod tests {
         let plan = plan(&observe(4, &[], &pods, &none));
         assert_eq!(plan.still_waiting, 2);
         assert_eq!(
-            plan.oldest_waiting_since.as_deref(),
-            Some("2026-01-01T00:00:04Z"),
+            plan.oldest_waiting_since,
+            at("2026-01-01T00:00:04Z"),
             "p0..p3 got the slots; p4 is the oldest of the two left waiting"
         );
     }
@@ -371,7 +395,7 @@ mod tests {
             PodInfo {
                 name: "x".into(),
                 uid: "uid-x".into(),
-                created: "2".into(),
+                created: at("2"),
                 leaving: true,
             },
         ];
@@ -390,6 +414,6 @@ mod tests {
         let plan = plan(&o);
         assert!(assignments(&plan).is_empty());
         assert_eq!(plan.still_waiting, 1);
-        assert_eq!(plan.oldest_waiting_since.as_deref(), Some("1"));
+        assert_eq!(plan.oldest_waiting_since, at("1"));
     }
 }

@@ -1,0 +1,238 @@
+use super::*;
+
+/// `created`: an RFC 3339 time, or whole seconds since the Unix epoch.
+fn at(created: &str) -> Option<DateTime<Utc>> {
+    match created.parse::<i64>() {
+        Ok(secs) => DateTime::from_timestamp(secs, 0),
+        Err(_) => Some(DateTime::parse_from_rfc3339(created).ok()?.to_utc()),
+    }
+}
+
+fn pod(name: &str, created: &str) -> PodInfo {
+    PodInfo {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        created: at(created),
+        leaving: false,
+    }
+}
+
+fn lease(slot: u32, holder: Option<&str>, fence: u64, released_at: Option<&str>) -> SlotLease {
+    SlotLease {
+        name: format!("s-slot-{slot}"),
+        slot: Slot(slot),
+        holder: holder.map(|h| format!("uid-{h}")),
+        holder_pod: holder.map(String::from),
+        fence: Tick(fence),
+        transitions: 1,
+        resource_version: Some("1".into()),
+        released_at: released_at.map(String::from),
+        format: 1,
+    }
+}
+
+fn observe<'a>(
+    capacity: u64,
+    leases: &'a [SlotLease],
+    pods: &'a [PodInfo],
+    silent: &'a BTreeSet<String>,
+) -> Observed<'a> {
+    Observed {
+        capacity,
+        leases,
+        pods,
+        silent,
+        now: Tick(1000),
+        assign: true,
+    }
+}
+
+fn assignments(plan: &Plan) -> Vec<(String, u32)> {
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Assign { slot, pod, .. } => Some((pod.name.clone(), slot.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_waiting_pod_gets_a_distinct_slot_oldest_first() {
+    let pods = [
+        pod("b", "2026-01-01T00:00:02Z"),
+        pod("a", "2026-01-01T00:00:01Z"),
+    ];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &[], &pods, &none));
+    assert_eq!(assignments(&plan), vec![("a".into(), 0), ("b".into(), 1)]);
+    assert_eq!(plan.still_waiting, 0);
+}
+
+/// As text, "…:05.5Z" sorts before "…:05Z" ('.' < 'Z'): creation times are compared
+/// as times, so the pod created half a second earlier is served first.
+#[test]
+fn waiting_pods_are_ordered_by_creation_time_not_by_its_text() {
+    let pods = [
+        pod("later", "2026-01-01T00:00:05.5Z"),
+        pod("earlier", "2026-01-01T00:00:05Z"),
+    ];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(1, &[], &pods, &none));
+    assert_eq!(assignments(&plan), vec![("earlier".into(), 0)]);
+    assert_eq!(plan.oldest_waiting_since, at("2026-01-01T00:00:05.5Z"));
+}
+
+#[test]
+fn a_held_slot_is_never_handed_to_another_pod() {
+    let pods = [pod("a", "1"), pod("b", "2")];
+    let leases = [lease(0, Some("a"), 5000, None)];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(2, &leases, &pods, &none));
+    assert_eq!(assignments(&plan), vec![("b".into(), 1)]);
+}
+
+#[test]
+fn more_pods_than_slots_leaves_the_rest_waiting() {
+    let pods: Vec<PodInfo> = (0..6)
+        .map(|i| pod(&format!("p{i}"), &format!("{i}")))
+        .collect();
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &[], &pods, &none));
+    assert_eq!(assignments(&plan).len(), 4);
+    assert_eq!(plan.still_waiting, 2);
+}
+
+#[test]
+fn the_oldest_pod_left_waiting_is_reported_with_its_creation_time() {
+    let pods: Vec<PodInfo> = (0..6)
+        .rev()
+        .map(|i| pod(&format!("p{i}"), &format!("2026-01-01T00:00:0{i}Z")))
+        .collect();
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &[], &pods, &none));
+    assert_eq!(plan.still_waiting, 2);
+    assert_eq!(
+        plan.oldest_waiting_since,
+        at("2026-01-01T00:00:04Z"),
+        "p0..p3 got the slots; p4 is the oldest of the two left waiting"
+    );
+}
+
+#[test]
+fn no_oldest_waiting_pod_when_every_pod_gets_a_slot_or_is_leaving() {
+    let mut leaving = pod("old", "2026-01-01T00:00:00Z");
+    leaving.leaving = true;
+    let pods = [leaving, pod("a", "2026-01-01T00:00:01Z")];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &[], &pods, &none));
+    assert_eq!(plan.still_waiting, 0);
+    assert_eq!(plan.oldest_waiting_since, None);
+}
+
+#[test]
+fn rule9_slots_are_released_only_from_pods_gone_or_silent() {
+    let pods = [pod("alive", "1"), pod("quiet", "2")];
+    let leases = [
+        lease(0, Some("alive"), 5000, None),
+        lease(1, Some("gone"), 5000, None),
+        lease(2, Some("quiet"), 5000, None),
+    ];
+    let silent = BTreeSet::from(["s-slot-2".to_string()]);
+    let plan = plan(&observe(3, &leases, &pods, &silent));
+    let releases: Vec<(u32, ReleaseReason)> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Release { lease, reason } => Some((lease.slot.0, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        releases,
+        vec![(1, ReleaseReason::PodGone), (2, ReleaseReason::Silent)]
+    );
+    assert!(
+        assignments(&plan).is_empty(),
+        "released slots are reassigned on the next pass"
+    );
+}
+
+#[test]
+fn rule9_a_silent_holder_missing_from_the_pod_cache_is_released_as_silent_not_as_gone() {
+    // A pod whose sequence label was removed leaves the cache but may still exist, so a
+    // "pod gone" release would be skipped by the direct read, for ever; silence needs
+    // no such confirmation.
+    let leases = [lease(0, Some("unlabelled"), 5000, None)];
+    let silent = BTreeSet::from(["s-slot-0".to_string()]);
+    let plan = plan(&observe(1, &leases, &[], &silent));
+    assert!(matches!(
+        plan.steps.as_slice(),
+        [Step::Release {
+            reason: ReleaseReason::Silent,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn rule9_prefers_slots_whose_fence_passed_then_least_recently_released() {
+    let pods = [pod("a", "1"), pod("b", "2"), pod("c", "3")];
+    let leases = [
+        lease(0, None, 5000, Some("2026-01-01T00:00:09Z")), // fence in the future
+        lease(1, None, 10, Some("2026-01-01T00:00:05Z")),
+        lease(2, None, 10, Some("2026-01-01T00:00:01Z")), // least recently released
+    ];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(3, &leases, &pods, &none));
+    assert_eq!(
+        assignments(&plan),
+        vec![("a".into(), 2), ("b".into(), 1), ("c".into(), 0)]
+    );
+}
+
+#[test]
+fn a_pod_holding_two_slots_keeps_the_lowest() {
+    let pods = [pod("a", "1")];
+    let leases = [lease(3, Some("a"), 0, None), lease(1, Some("a"), 0, None)];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &leases, &pods, &none));
+    assert_eq!(
+        plan.steps,
+        vec![Step::Release {
+            lease: leases[0].clone(),
+            reason: ReleaseReason::Duplicate
+        }]
+    );
+}
+
+#[test]
+fn leaving_pods_keep_their_slot_but_get_no_new_one() {
+    let mut leaving = pod("old", "1");
+    leaving.leaving = true;
+    let pods = [
+        leaving.clone(),
+        PodInfo {
+            name: "x".into(),
+            uid: "uid-x".into(),
+            created: at("2"),
+            leaving: true,
+        },
+    ];
+    let leases = [lease(0, Some("old"), 0, None)];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(4, &leases, &pods, &none));
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+}
+
+#[test]
+fn rule10_no_assignments_while_the_sequence_is_deleted() {
+    let pods = [pod("a", "1")];
+    let none = BTreeSet::new();
+    let mut o = observe(4, &[], &pods, &none);
+    o.assign = false;
+    let plan = plan(&o);
+    assert!(assignments(&plan).is_empty());
+    assert_eq!(plan.still_waiting, 1);
+    assert_eq!(plan.oldest_waiting_since, at("1"));
+}

@@ -36,6 +36,13 @@ pub enum SlotError {
     BadLease(#[from] SlotLeaseError),
     #[error("the lease watch ended")]
     WatchEnded,
+    #[error(
+        "the API server refuses to let this pod list or watch the slot Leases of its namespace \
+         ({0}); the operator binds the namespace's kubeflake-sidecar Role to the service \
+         accounts of labelled pods: check `kubectl get rolebinding kubeflake-sidecar -o yaml` \
+         in this namespace and the operator's log. Retrying"
+    )]
+    LeaseWatchRefused(String),
     #[error(transparent)]
     LocalFence(#[from] crate::fence::FenceFileError),
     #[error("the wall clock stepped since the skew check; the fence is not raised")]
@@ -111,10 +118,27 @@ pub async fn wait_for_assignment(
         match event {
             Ok(lease) if names_holder(&lease, uid) => return Ok(lease),
             Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "lease watch error; retrying"),
+            Err(e) => match refused(&e) {
+                Some(refusal) => return Err(SlotError::LeaseWatchRefused(refusal)),
+                None => tracing::warn!(error = %e, "lease watch error; retrying"),
+            },
         }
     }
     Err(SlotError::WatchEnded)
+}
+
+/// The API server's refusal (403, RBAC) behind a watch error, if that is what it is: a
+/// refusal does not go away by retrying the watch, so it is reported, not retried quietly.
+fn refused(e: &kube::runtime::watcher::Error) -> Option<String> {
+    use kube::runtime::watcher::Error as W;
+    let status = match e {
+        W::InitialListFailed(kube::Error::Api(s))
+        | W::WatchStartFailed(kube::Error::Api(s))
+        | W::WatchFailed(kube::Error::Api(s)) => s,
+        W::WatchError(s) => s,
+        _ => return None,
+    };
+    (status.code == 403).then(|| format!("{} {}", status.code, status.message))
 }
 
 /// A slot lease held by this pod.
@@ -187,5 +211,53 @@ impl HeldSlot {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api;
+    use std::time::Duration;
+
+    fn leases(answer: (u16, serde_json::Value)) -> Api<Lease> {
+        let (client, _) = fake_api::client(move |_, _, _| answer.clone());
+        Api::namespaced(client, "shop")
+    }
+
+    /// A sidecar whose account may not watch Leases (a missing or wrong RoleBinding) would
+    /// otherwise look like one waiting for a slot, forever: the refusal is reported.
+    #[tokio::test]
+    async fn a_refused_lease_watch_is_reported_not_retried_quietly() {
+        let api = leases(fake_api::status(403, "Forbidden"));
+        let found = tokio::time::timeout(
+            Duration::from_secs(5),
+            wait_for_assignment(&api, "orders", "uid-a"),
+        )
+        .await
+        .expect("a refusal ends the wait at once");
+        match found {
+            Err(e @ SlotError::LeaseWatchRefused(_)) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("403") && text.contains("kubeflake-sidecar"),
+                    "{text}"
+                );
+            }
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a refused watch found a lease"),
+        }
+    }
+
+    /// Other failures (the API server restarting, a timeout) are retried by the watch.
+    #[tokio::test]
+    async fn other_lease_watch_errors_are_retried() {
+        let api = leases(fake_api::status(500, "InternalError"));
+        let waited = tokio::time::timeout(
+            Duration::from_millis(1500),
+            wait_for_assignment(&api, "orders", "uid-a"),
+        )
+        .await;
+        assert!(waited.is_err(), "still retrying after 1.5 s");
     }
 }

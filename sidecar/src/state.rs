@@ -35,6 +35,9 @@ pub enum WaitReason {
     Sequence(String),
     /// Waiting for the operator to name this pod holder of a slot lease.
     SlotAssignment { sequence: String },
+    /// The slot Leases cannot be watched: the API server refuses this pod's account (the
+    /// message says what to check). Retried.
+    LeaseWatch(String),
     /// A slot was assigned but serving it could not start (retried).
     SlotStart(String),
     /// The slot was given to another pod; waiting for a new one.
@@ -50,6 +53,7 @@ impl WaitReason {
             WaitReason::Starting => "starting",
             WaitReason::Sequence(_) => "sequence",
             WaitReason::SlotAssignment { .. } => "slot_assignment",
+            WaitReason::LeaseWatch(_) => "lease_watch",
             WaitReason::SlotStart(_) => "slot_start",
             WaitReason::SlotLost => "slot_lost",
             WaitReason::Counter(_) => "counter",
@@ -61,7 +65,9 @@ impl fmt::Display for WaitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WaitReason::Starting => f.write_str("starting"),
-            WaitReason::Sequence(problem) | WaitReason::Counter(problem) => f.write_str(problem),
+            WaitReason::Sequence(problem)
+            | WaitReason::Counter(problem)
+            | WaitReason::LeaseWatch(problem) => f.write_str(problem),
             WaitReason::SlotAssignment { sequence } => {
                 write!(f, "waiting for the operator to assign a slot of {sequence}")
             }

@@ -17,7 +17,7 @@ use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
 use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
-use crate::slot::{assigned_lease, wait_for_assignment};
+use crate::slot::{SlotError, assigned_lease, wait_for_assignment};
 use crate::state::{Serving, WaitReason};
 
 /// A pod that has waited this long for a slot gets a `WaitingForSlot` Warning Event (once
@@ -149,6 +149,15 @@ impl Ctx {
             tokio::select! {
                 found = &mut assignment => return match found {
                     Ok(lease) => Ok(Some(lease)),
+                    Err(e @ SlotError::LeaseWatchRefused(_)) => {
+                        // Not "waiting for a slot": the pod could never see one. Said where
+                        // the user looks (/readyz, the log), retried less often.
+                        tracing::error!(error = %e, "cannot watch the slot Leases");
+                        self.state
+                            .publish(Serving::Waiting(WaitReason::LeaseWatch(e.to_string())));
+                        self.pause(Duration::from_secs(5)).await;
+                        Ok(None)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "waiting for a slot failed; retrying");
                         self.pause(Duration::from_secs(1)).await;

@@ -22,11 +22,7 @@ pub struct Release {
 impl Release {
     /// The newest release in `releases.txt`, its images built (or found in the cache).
     pub fn previous() -> Result<Release> {
-        let path = repo_file("releases.txt");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let (version, commit) =
-            newest(&text).with_context(|| format!("{} lists no release", path.display()))?;
+        let (version, commit) = previous_point()?;
         let images = script_output_dir_with_args(
             &repo_file("e2e/images/build.sh"),
             &["--ref", &commit, "--tag", &version],
@@ -67,6 +63,14 @@ impl Release {
     }
 }
 
+/// The newest `<version>` and `<commit>` of `releases.txt`, without building anything.
+pub fn previous_point() -> Result<(String, String)> {
+    let path = repo_file("releases.txt");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    newest(&text).with_context(|| format!("{} lists no release", path.display()))
+}
+
 /// The last `<version> <commit>` line of a releases file (comments and blanks skipped).
 fn newest(text: &str) -> Option<(String, String)> {
     text.lines()
@@ -92,13 +96,51 @@ mod tests {
 
     #[test]
     fn releases_txt_names_a_release_older_than_the_working_tree() {
-        let text = std::fs::read_to_string(repo_file("releases.txt")).unwrap();
-        let (version, commit) = newest(&text).unwrap();
+        let (version, commit) = previous_point().unwrap();
         assert_ne!(
             version,
             env!("CARGO_PKG_VERSION"),
             "the working tree is the next release"
         );
         assert_eq!(commit.len(), 40, "a full commit hash: {commit}");
+    }
+
+    /// `build.sh` with bad arguments: a clear message, and no build.
+    fn build_sh(args: &[&str]) -> std::process::Output {
+        std::process::Command::new("bash")
+            .arg(repo_file("e2e/images/build.sh"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn build_sh_refuses_an_unknown_argument_with_its_usage() {
+        let out = build_sh(&["--reff", "v0.1.0"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("unknown argument --reff") && err.contains("usage"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "printed an output dir");
+    }
+
+    #[test]
+    fn build_sh_refuses_a_commit_missing_from_this_clone_naming_releases_txt() {
+        let out = build_sh(&[
+            "--ref",
+            "0000000000000000000000000000000000000000",
+            "--tag",
+            "9.9.9",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("no commit 0000") && err.contains("releases.txt"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "printed an output dir");
     }
 }

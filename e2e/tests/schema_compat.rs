@@ -4,7 +4,8 @@
 //! (`releases.txt`, read with `git show`), every version it served is still served, and in
 //! each: no property is removed or retyped, no default changes, no enum value goes away,
 //! and no property becomes required. A change that needs any of these is a new API version
-//! with conversion, not an edit of v1alpha1.
+//! with conversion, not an edit of v1alpha1. (No cluster: it lives in e2e for the one
+//! reader of releases.txt, `kubeflake_e2e::release`.)
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,16 +20,7 @@ fn repo() -> PathBuf {
 
 /// The newest `<version> <commit>` of releases.txt.
 fn previous_release() -> (String, String) {
-    let text = std::fs::read_to_string(repo().join("releases.txt")).expect("releases.txt");
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.to_owned(), f.next()?.to_owned()))
-        })
-        .next_back()
-        .expect("releases.txt lists a release")
+    kubeflake_e2e::release::previous_point().expect("releases.txt lists a release")
 }
 
 fn previous_crd(commit: &str) -> Value {

@@ -41,7 +41,9 @@ use kubeflake_crds::contract::{INJECTED_ANNOTATION, SIDECAR_NAME};
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::release::Release;
 use kubeflake_e2e::{Cluster, TestNamespace};
-use node_support::{LIMIT, app_deployment, apply, one_at_a_time, ready_pods, rollout};
+use node_support::{
+    LIMIT, app_deployment, apply, image_values, one_at_a_time, ready_pods, rollout,
+};
 use operator_support::{LeaseHistory, create_sequence, eventually, workspace_binary};
 use serde_json::{Value, json};
 use upgrade_support::{AdmissionProbe, Figures, Phases, Traffic, figures};
@@ -54,24 +56,6 @@ const WEB: &str = "web";
 const COUNTER: &str = "counter";
 /// This tree's version: what the new webhook writes in the injected annotation.
 const CURRENT: &str = env!("CARGO_PKG_VERSION");
-
-/// `--set` values that point a chart at the images of `version` on the node.
-fn image_values(operator: &str, sidecar: &str) -> Vec<String> {
-    let split = |image: &str| -> (String, String) {
-        let (repo, tag) = image.rsplit_once(':').expect("tagged image");
-        (repo.to_owned(), tag.to_owned())
-    };
-    let (op_repo, op_tag) = split(operator);
-    let (sc_repo, sc_tag) = split(sidecar);
-    vec![
-        format!("operator.image.repository={op_repo}"),
-        format!("operator.image.tag={op_tag}"),
-        "operator.image.pullPolicy=Never".to_owned(),
-        format!("sidecar.image.repository={sc_repo}"),
-        format!("sidecar.image.tag={sc_tag}"),
-        "sidecar.image.pullPolicy=Never".to_owned(),
-    ]
-}
 
 /// `helm <verb> kf <chart> --wait` with images; on failure the pods and events say why.
 async fn helm_with_images(
@@ -418,6 +402,25 @@ async fn only_version(
     .await
 }
 
+/// `kubectl rollout restart` of both apps; once every pod of both is injected by
+/// `version` (`web` pods of the Snowflake app, 2 of the Segment app) and the slots have
+/// settled, the Snowflake app's pods.
+async fn restart_both(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    web: usize,
+    version: &str,
+    sidecar_image: &str,
+) -> Result<Vec<Pod>> {
+    restart(cluster, ns, WEB).await?;
+    restart(cluster, ns, COUNTER).await?;
+    let since = k8s_openapi::jiff::Timestamp::now();
+    let pods = only_version(cluster, ns, WEB, web, version, sidecar_image).await?;
+    only_version(cluster, ns, COUNTER, 2, version, sidecar_image).await?;
+    slots_settled(cluster, ns, &pods, since).await?;
+    Ok(pods)
+}
+
 fn print_figures(name: &str, phases: &[(String, Figures)], total: &Figures) {
     eprintln!(
         "upgrade: {name}: phase: requests / IDs / retryable / pod leaving / failed / longest pause"
@@ -527,12 +530,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
 
     // 4. The apps move to this release's sidecars.
     phases.begin("restart");
-    restart(cluster, &ns, WEB).await?;
-    restart(cluster, &ns, COUNTER).await?;
-    let since = k8s_openapi::jiff::Timestamp::now();
-    let new = only_version(cluster, &ns, WEB, 4, CURRENT, new_sidecar).await?;
-    only_version(cluster, &ns, COUNTER, 2, CURRENT, new_sidecar).await?;
-    slots_settled(cluster, &ns, &new, since).await?;
+    let new = restart_both(cluster, &ns, 4, CURRENT, new_sidecar).await?;
     seen_pods.extend(new.iter().filter_map(|p| p.uid()));
 
     // 5. Rollback to the previous operator.
@@ -572,12 +570,7 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
 
     // 7. Back to the previous release's sidecars.
     phases.begin("restart-back");
-    restart(cluster, &ns, WEB).await?;
-    restart(cluster, &ns, COUNTER).await?;
-    let since = k8s_openapi::jiff::Timestamp::now();
-    let back = only_version(cluster, &ns, WEB, 5, &previous.version, &old_sidecar).await?;
-    only_version(cluster, &ns, COUNTER, 2, &previous.version, &old_sidecar).await?;
-    slots_settled(cluster, &ns, &back, since).await?;
+    let back = restart_both(cluster, &ns, 5, &previous.version, &old_sidecar).await?;
     seen_pods.extend(back.iter().filter_map(|p| p.uid()));
     phases.begin("end");
 

@@ -38,9 +38,15 @@ fn split_image(image: &str) -> (&str, &str) {
 
 /// `--set` values that point the chart at the images built here, never pulled.
 pub fn local_image_values() -> Vec<String> {
-    let (operator, operator_tag) = split_image(OPERATOR_IMAGE);
-    let (sidecar, sidecar_tag) = split_image(SIDECAR_IMAGE);
-    [
+    image_values(OPERATOR_IMAGE, SIDECAR_IMAGE)
+}
+
+/// `--set` values that point the chart at these operator and sidecar images on the node
+/// (`repository:tag`), never pulled.
+pub fn image_values(operator: &str, sidecar: &str) -> Vec<String> {
+    let (operator, operator_tag) = split_image(operator);
+    let (sidecar, sidecar_tag) = split_image(sidecar);
+    vec![
         format!("operator.image.repository={operator}"),
         format!("operator.image.tag={operator_tag}"),
         "operator.image.pullPolicy=Never".to_owned(),
@@ -48,7 +54,6 @@ pub fn local_image_values() -> Vec<String> {
         format!("sidecar.image.tag={sidecar_tag}"),
         "sidecar.image.pullPolicy=Never".to_owned(),
     ]
-    .to_vec()
 }
 
 /// `helm install <release> --wait` with the local images and `extra` values.

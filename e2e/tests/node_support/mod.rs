@@ -275,18 +275,24 @@ pub async fn app_answer(ns: &TestNamespace, pod: &str, path: &str) -> Result<ser
 /// (the API server reaches the pod on the bridge), with the namespace's client.
 pub async fn ids_from_pod(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>> {
     let body = app_answer(ns, pod, &format!("/ids?count={count}")).await?;
+    ids_in(&body, count).map_err(|e| anyhow::anyhow!("{pod}: {e}"))
+}
+
+/// The IDs of an answer of `GET /ids?count={count}` (`{"ids": ["1", ...]}`, decimal
+/// strings), exactly `count` of them, or what is wrong with the answer.
+pub fn ids_in(body: &serde_json::Value, count: u32) -> Result<Vec<u64>, String> {
     let ids = body["ids"]
         .as_array()
-        .with_context(|| format!("no ids in {body}"))?
+        .ok_or_else(|| format!("no ids in {body}"))?
         .iter()
         .map(|v| {
             v.as_str()
                 .and_then(|s| s.parse::<u64>().ok())
-                .with_context(|| format!("not an ID: {v}"))
+                .ok_or_else(|| format!("not an ID: {v}"))
         })
-        .collect::<Result<Vec<u64>>>()?;
+        .collect::<Result<Vec<u64>, String>>()?;
     if ids.len() != count as usize {
-        bail!("asked {pod} for {count} IDs, got {}", ids.len());
+        return Err(format!("asked for {count} IDs, got {}", ids.len()));
     }
     Ok(ids)
 }

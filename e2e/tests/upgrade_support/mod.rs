@@ -22,7 +22,7 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::node_support::{Ledger, ready_pods};
+use crate::node_support::{Ledger, ids_in, ready_pods};
 
 /// The longest any recorder runs (the whole scenario takes a few minutes).
 const MAX_RUN: Duration = Duration::from_secs(30 * 60);
@@ -229,28 +229,10 @@ async fn take_ids(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>,
     if !(200..300).contains(&status) {
         return Err(failure(Some(status), text.trim().to_owned()));
     }
-    let parsed: Result<Vec<u64>, String> = serde_json::from_str::<serde_json::Value>(&text)
+    serde_json::from_str::<serde_json::Value>(&text)
         .map_err(|e| e.to_string())
-        .and_then(|v| {
-            v["ids"]
-                .as_array()
-                .ok_or_else(|| "no ids".to_owned())?
-                .iter()
-                .map(|id| {
-                    id.as_str()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or("not an ID".to_owned())
-                })
-                .collect()
-        });
-    match parsed {
-        Ok(ids) if ids.len() == count as usize => Ok(ids),
-        Ok(ids) => Err(failure(
-            Some(status),
-            format!("asked for {count} IDs, got {}", ids.len()),
-        )),
-        Err(e) => Err(failure(Some(status), format!("{e}: {text}"))),
-    }
+        .and_then(|body| ids_in(&body, count))
+        .map_err(|e| failure(Some(status), format!("{e}: {text}")))
 }
 
 /// Why a request failed: a documented retryable answer, a pod on its way out, or neither.

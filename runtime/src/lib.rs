@@ -2,7 +2,11 @@
 //! it is written once and behaves the same everywhere:
 //!
 //! - [`log`]: structured logs (text or JSON) filtered by `RUST_LOG`.
-//! - [`signal`]: SIGTERM/SIGINT as a future, installed eagerly.
+//! - [`shutdown`]: the process's one shutdown: SIGTERM/SIGINT (handlers installed at
+//!   once) fan out to every task as a cloneable token; `drain` waits for tasks, bounded.
+//!   Change how a binary stops here, not in the binary.
+//! - [`clock`]: injectable clocks and the one wall-clock step check (wall against
+//!   monotonic since a sample), used by the sidecar's step detector and skew gate.
 //! - [`serve`]: the one HTTP/1 serve loop: header-read timeout, accept back-off,
 //!   graceful drain.
 //! - [`reply`]: JSON and text replies, and the JSON error body every endpoint uses.
@@ -15,10 +19,12 @@
 //! binaries to this crate, never back.
 
 pub mod backoff;
+pub mod clock;
 pub mod kube_error;
 pub mod log;
 pub mod metrics;
 pub mod reply;
 pub mod serve;
+pub mod shutdown;
 pub mod signal;
 pub mod unix_socket;

@@ -18,6 +18,7 @@
 //! | controller errors and their metric label | `controller/error.rs` |
 //! | watches, leader election, readiness wiring | `run.rs` |
 //! | what the caches keep of pods and leases, which changes wake the controller | [`watches`] |
+//! | the caches' index by sequence (what a pass reads) | [`index`] |
 //! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
 //! | an alert on these metrics | `charts/kubeflake/files/alerts.yaml` (the only list), its test in `charts/kubeflake/tests/alerts_test.yaml`, its runbook in `docs/alerts.md` ("Adding an alert") |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
@@ -33,6 +34,7 @@ pub mod controller;
 #[cfg(test)]
 pub(crate) mod fake_api;
 pub mod http;
+pub mod index;
 pub mod inject;
 pub mod metrics;
 pub mod rbac;

@@ -20,8 +20,8 @@ use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_runtime::backoff;
 
 use crate::{
-    CertSource, OperatorConfig, WebhookConfig, certs, controller, http, metrics, rbac, watches,
-    webhook,
+    CertSource, OperatorConfig, WebhookConfig, certs, controller, http, index, metrics, rbac,
+    watches, webhook,
 };
 
 /// Starts the webhook's certificate keeper and HTTPS server; both end with the process.
@@ -222,7 +222,8 @@ async fn run_controller(
     // Only labelled pods and leases are watched and cached, slimmed; renewals and pod
     // status updates fill the caches without waking the controller (see `watches`).
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
-    let (pods, pod_writer) = reflector::store::<Pod>();
+    // Indexed by sequence: a pass reads its own sequence's objects only (`index`).
+    let (pods, pod_writer) = index::index::<Pod>();
     let pod_stream = watches::reflect_triggers(
         watcher(api::<Pod>(&client, &config.namespace), selected.clone())
             .backoff(backoff::WatchBackoff::default())
@@ -230,7 +231,7 @@ async fn run_controller(
         pod_writer,
         watches::pod_trigger,
     );
-    let (leases, lease_writer) = reflector::store::<Lease>();
+    let (leases, lease_writer) = index::index::<Lease>();
     let lease_stream = watches::reflect_triggers(
         watcher(api::<Lease>(&client, &config.namespace), selected)
             .backoff(backoff::WatchBackoff::default())
@@ -269,7 +270,7 @@ async fn run_controller(
             client.clone(),
             config.namespace.clone(),
             role,
-            pods.clone(),
+            pods.store().clone(),
             ctx_metrics.clone(),
             health.clone(),
         ))
@@ -278,7 +279,11 @@ async fn run_controller(
     let ready = {
         let health = health.clone();
         tokio::spawn(async move {
-            let synced = tokio::join!(synced(&pods), synced(&leases), synced(&sequences));
+            let synced = tokio::join!(
+                synced(pods.store()),
+                synced(leases.store()),
+                synced(&sequences)
+            );
             if synced == (true, true, true) {
                 health.ready.store(true, Ordering::Release);
                 health.watch_recovered("controller");

@@ -21,10 +21,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::{Lookup, ObjectRef};
+use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use kubeflake_crds::slot_lease::{self, FENCE_ANNOTATION, SEQUENCE_LABEL};
+
+use crate::index::IndexWriter;
 
 /// The pod as a pass reads it ([`crate::controller::snowflake::observe::pods`]): name,
 /// namespace, UID, the sequence label, creation and deletion time, phase, and the
@@ -102,12 +103,12 @@ pub fn lease_trigger(lease: &Lease) -> u64 {
 }
 
 /// Applies every watch event to the cache behind `writer` (as `reflect` does) and passes
-/// on the objects whose `trigger` differs from the cached version, and every deleted
-/// object. The first list passes everything (the cache is empty); a re-list after a lost
-/// watch compares with the cache as it was.
+/// on the objects whose `trigger` differs from the cached version, every deleted object,
+/// and the objects a relist found gone. The first list passes everything (the cache is
+/// empty); a re-list after a lost watch compares with the cache as it was.
 pub fn reflect_triggers<K, S>(
     events: S,
-    mut writer: Writer<K>,
+    mut writer: IndexWriter<K>,
     trigger: fn(&K) -> u64,
 ) -> impl Stream<Item = Result<K, watcher::Error>>
 where
@@ -118,19 +119,27 @@ where
     events
         .map(move |event| {
             let event = event?;
-            let wakes = match &event {
+            let mut wakes = match &event {
                 watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                    let cached = cache.get(&ObjectRef::from_obj(obj));
+                    let meta = obj.meta();
+                    let cached = cache.get(
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    );
                     let changed = cached.is_none_or(|c| trigger(&c) != trigger(obj));
-                    changed.then(|| obj.clone())
+                    changed.then(|| obj.clone()).into_iter().collect()
                 }
-                watcher::Event::Delete(obj) => Some(obj.clone()),
-                watcher::Event::Init | watcher::Event::InitDone => None,
+                watcher::Event::Delete(obj) => vec![obj.clone()],
+                watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
             };
-            writer.apply_watcher_event(&event);
-            Ok(wakes)
+            // A relist's end: what it no longer lists was deleted while the watch was down.
+            let vanished = writer.apply_watcher_event(&event);
+            wakes.extend(vanished.iter().map(|obj| K::clone(obj)));
+            Ok(futures::stream::iter(
+                wakes.into_iter().map(Ok::<K, watcher::Error>),
+            ))
         })
-        .try_filter_map(|wakes| futures::future::ready(Ok(wakes)))
+        .try_flatten()
 }
 
 #[cfg(test)]
@@ -138,7 +147,7 @@ mod tests {
     use super::*;
     use crate::controller::snowflake::observe;
     use futures::stream;
-    use kube::runtime::reflector;
+    use crate::index;
     use serde_json::json;
 
     /// A pod as the API server serves it once a kubelet runs it.
@@ -180,7 +189,7 @@ mod tests {
     }
 
     fn observed(pods: Vec<Pod>) -> Vec<crate::controller::snowflake::plan::PodInfo> {
-        let (store, mut writer) = reflector::store::<Pod>();
+        let (store, mut writer) = index::index::<Pod>();
         for pod in pods {
             writer.apply_watcher_event(&watcher::Event::Apply(pod));
         }
@@ -236,7 +245,7 @@ mod tests {
     #[tokio::test]
     async fn renewals_and_status_updates_fill_the_cache_without_waking_the_controller() {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
-        let (leases, writer) = reflector::store::<Lease>();
+        let (leases, writer) = index::index::<Lease>();
         let events = vec![
             Init,
             InitApply(lease("1", Some("a"), "100", "2026-11-23T08:00:00.000000Z")),
@@ -256,10 +265,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(names(&woken), ["1", "4", "4"]);
-        assert!(leases.is_empty(), "the delete reached the cache");
+        assert!(leases.store().is_empty(), "the delete reached the cache");
 
         // The cache holds every version, woken or not.
-        let (leases, writer) = reflector::store::<Lease>();
+        let (leases, writer) = index::index::<Lease>();
         let events = [
             Apply(lease("1", Some("a"), "100", "2026-11-23T08:00:00.000000Z")),
             Apply(lease("2", Some("a"), "200", "2026-11-23T08:00:40.000000Z")),
@@ -273,11 +282,11 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(names(&woken), ["1"]);
-        let cached = leases.state();
+        let cached = leases.store().state();
         assert_eq!(cached[0].metadata.resource_version.as_deref(), Some("2"));
 
         // Pods: a kubelet's status updates do not wake it; finishing does.
-        let (_pods, writer) = reflector::store::<Pod>();
+        let (_pods, writer) = index::index::<Pod>();
         let mut pending = full_pod("Pending");
         pending.metadata.resource_version = Some("1".into());
         let mut running = full_pod("Running");

@@ -8,17 +8,18 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
 
 use super::expectations::Expectations;
 use super::silence::SilenceBook;
+use crate::index::Index;
 use crate::metrics::Metrics;
 
 /// Everything a pass needs. Shared by all passes.
 pub struct Context {
     pub client: Client,
-    pub pods: Store<Pod>,
-    pub leases: Store<Lease>,
+    /// Labelled pods and slot Leases, indexed by sequence.
+    pub pods: Index<Pod>,
+    pub leases: Index<Lease>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// For each sequence, the version of each of its held leases and since when it was
@@ -31,8 +32,8 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        pods: Store<Pod>,
-        leases: Store<Lease>,
+        pods: Index<Pod>,
+        leases: Index<Lease>,
         metrics: Arc<Metrics>,
         reporter: Reporter,
     ) -> Context {

@@ -12,7 +12,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use kubeflake_crds::segment_counter::CounterError;
 use kubeflake_crds::sequence::{
@@ -23,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::fake_api::{FakeApi, failure};
+use crate::index::{IndexWriter, index};
 use crate::metrics::{Metrics, RESULT_LABELS};
 use kubeflake_crds::conditions::{ConditionType, condition};
 
@@ -35,15 +35,15 @@ const STATUS: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idsequences/or
 /// A context on `api`, with `pods` and `leases` in its caches.
 struct Fixture {
     ctx: Arc<Context>,
-    _writers: (Writer<Pod>, Writer<Lease>),
+    _writers: (IndexWriter<Pod>, IndexWriter<Lease>),
 }
 
 fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
-    let (pod_store, mut pod_writer) = reflector::store::<Pod>();
+    let (pod_store, mut pod_writer) = index::<Pod>();
     for pod in pods {
         pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
     }
-    let (lease_store, mut lease_writer) = reflector::store::<Lease>();
+    let (lease_store, mut lease_writer) = index::<Lease>();
     for lease in leases {
         lease_writer.apply_watcher_event(&watcher::Event::Apply(lease));
     }

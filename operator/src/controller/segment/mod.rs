@@ -39,7 +39,6 @@ use kubeflake_crds::segment_counter::{
     CLAIMANTS_ANNOTATION, Counter, claimants, claimants_value, counter_name, new_counter,
 };
 use kubeflake_crds::sequence::{IdSequence, SegmentParams};
-use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use serde_json::json;
 
 use self::counter::{Trouble, segment_status};
@@ -144,15 +143,14 @@ pub async fn reconcile(
     Ok(Action::requeue(RESYNC))
 }
 
-/// The UIDs of the pods labelled for the sequence that may still run (finished pods are
+/// The UIDs of the pods labelled for the sequence (from the cache's index by sequence)
+/// that may still run (finished pods are
 /// left out): the only pods whose sidecars the API server lets claim from the counter
 /// (`crds::lease_policy`).
 fn claimant_uids(ctx: &Context, ns: &str, name: &str) -> String {
-    let pods = ctx.pods.state();
+    let pods = ctx.pods.of(ns, name);
     claimants_value(
         pods.iter()
-            .filter(|p| p.namespace().as_deref() == Some(ns))
-            .filter(|p| p.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name))
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Succeeded" | "Failed"))

@@ -1,45 +1,41 @@
-//! What a Snowflake pass sees: the sequence's slot leases and pods from the reflector
-//! caches. No API calls. Which held leases are silent is judged in
+//! What a Snowflake pass sees: the sequence's slot leases and pods from the caches, read
+//! through their index by sequence ([`crate::index`]), so a pass costs what its sequence
+//! has, not what the cluster has. No API calls. Which held leases are silent is judged in
 //! [`crate::controller::silence`].
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kubeflake_crds::slot_lease::{self, SEQUENCE_LABEL, SlotLease, SlotLeaseError};
+use kubeflake_crds::slot_lease::{self, SlotLease, SlotLeaseError};
 
 use super::plan::PodInfo;
+use crate::index::Index;
 
 /// The sequence's slot leases, from the cache.
 pub fn leases(
-    store: &Store<Lease>,
+    cache: &Index<Lease>,
     ns: &str,
     name: &str,
 ) -> Result<Vec<SlotLease>, SlotLeaseError> {
-    let mut leases = Vec::new();
-    for lease in store.state() {
-        let labelled = lease.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name);
-        if labelled && lease.namespace().as_deref() == Some(ns) {
-            leases.push(SlotLease::parse(&lease)?);
-        }
-    }
-    Ok(leases)
+    cache
+        .of(ns, name)
+        .iter()
+        .map(|lease| SlotLease::parse(lease))
+        .collect()
 }
 
 /// The resourceVersion of lease `name` in namespace `ns` as the cache holds it, if it does.
-pub fn lease_version(store: &Store<Lease>, ns: &str, name: &str) -> Option<String> {
-    store
-        .get(&ObjectRef::new(name).within(ns))
+pub fn lease_version(cache: &Index<Lease>, ns: &str, name: &str) -> Option<String> {
+    cache
+        .get(ns, name)
         .and_then(|lease| lease.metadata.resource_version.clone())
 }
 
 /// The sequence's pods, from the cache.
-pub fn pods(store: &Store<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
-    store
-        .state()
+pub fn pods(cache: &Index<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
+    cache
+        .of(ns, name)
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.labels().get(SEQUENCE_LABEL).map(String::as_str) == Some(name))
         .filter_map(|p| {
             Some(PodInfo {
                 name: p.name_any(),

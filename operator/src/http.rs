@@ -9,6 +9,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use kubeflake_runtime::reply::Reply;
 use kubeflake_runtime::serve::ServeOptions;
+use kubeflake_runtime::shutdown::ShutdownToken;
 use tokio::net::TcpListener;
 
 use crate::certs::ServingCert;
@@ -26,9 +27,9 @@ pub struct Health {
     /// is loaded every TLS handshake fails, so the replica must not be in the Service's
     /// endpoints: with `failurePolicy: Fail` the API server would reject labelled pods.
     pub webhook_cert: OnceLock<Arc<ServingCert>>,
-    /// Set on SIGTERM: the replica drains (see `--shutdown-drain-seconds`) and reports not
-    /// ready so that the endpoints controller takes it out of the Service first.
-    pub draining: AtomicBool,
+    /// Triggered on SIGTERM: the replica drains (see `--shutdown-drain-seconds`) and reports
+    /// not ready so that the endpoints controller takes it out of the Service first.
+    shutdown: ShutdownToken,
     /// The watches failing right now and their last error, by watch (the `watch` label of
     /// `kubeflake_operator_watch_errors_total`): `/readyz` shows them, so a watch that is
     /// refused (RBAC) or failing says so instead of holding things back in silence.
@@ -36,6 +37,14 @@ pub struct Health {
 }
 
 impl Health {
+    /// A replica's health, not ready once `shutdown` is triggered.
+    pub fn new(shutdown: ShutdownToken) -> Health {
+        Health {
+            shutdown,
+            ..Health::default()
+        }
+    }
+
     /// Marks the replica dead for `/healthz`, with the reason it reports (the first
     /// reason given is kept).
     pub fn fail(&self, reason: impl Into<String>) {
@@ -79,7 +88,7 @@ impl Health {
 
     /// Whether the replica may receive traffic; the reason when not.
     pub fn readiness(&self) -> Result<(), &'static str> {
-        if self.draining.load(Ordering::Acquire) {
+        if self.shutdown.is_triggered() {
             return Err("shutting down");
         }
         if !self.ready.load(Ordering::Acquire) {
@@ -237,9 +246,11 @@ mod tests {
 
     #[test]
     fn a_draining_replica_is_not_ready() {
-        let health = Health::default();
+        let shutdown = kubeflake_runtime::shutdown::Shutdown::new();
+        let health = Health::new(shutdown.token());
         health.ready.store(true, Ordering::Release);
-        health.draining.store(true, Ordering::Release);
+        assert_eq!(health.readiness(), Ok(()));
+        shutdown.trigger("test");
         assert_eq!(health.readiness(), Err("shutting down"));
     }
 }

@@ -197,10 +197,11 @@ impl WebhookArgs {
 async fn main() {
     let args = Args::parse();
     kubeflake_runtime::log::init(args.log_format);
-    let shutdown = match kubeflake_runtime::signal::shutdown_signal() {
-        Ok(signal) => signal,
+    // First, so that a SIGTERM during start-up is a graceful stop too.
+    let shutdown = match kubeflake_runtime::shutdown::Shutdown::on_signals() {
+        Ok(shutdown) => shutdown,
         Err(e) => {
-            eprintln!("kubeflake-operator: error: cannot install signal handlers: {e}");
+            eprintln!("kubeflake-operator: error: {e}");
             std::process::exit(1);
         }
     };
@@ -235,7 +236,7 @@ async fn main() {
         sidecar_cluster_role: args.sidecar_cluster_role,
         shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
     };
-    if let Err(e) = run(client, config, shutdown).await {
+    if let Err(e) = run(client, config, shutdown.token()).await {
         eprintln!("kubeflake-operator: error: {e:#}");
         std::process::exit(1);
     }

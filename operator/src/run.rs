@@ -2,7 +2,6 @@
 //! the IdSequence controller with its watches and readiness. Wiring only: what a pass does
 //! is in [`crate::controller`].
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_runtime::backoff;
+use kubeflake_runtime::shutdown::ShutdownToken;
 
 use crate::{
     CertSource, OperatorConfig, WebhookConfig, certs, controller, http, index, metrics, rbac,
@@ -81,10 +81,11 @@ where
 pub async fn run(
     client: Client,
     config: OperatorConfig,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: ShutdownToken,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
-    let health = Arc::new(http::Health::default());
+    // Readiness turns false as soon as the shutdown begins (the token says so).
+    let health = Arc::new(http::Health::new(shutdown.clone()));
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
         .map_err(|e| {
@@ -94,26 +95,6 @@ pub async fn run(
             )
         })?;
     tracing::info!(metrics_addr = %listener.local_addr()?, namespace = config.namespace.as_deref().unwrap_or("(all)"), "operator starting");
-    // The signal, seen once and shared: it marks the replica draining and stops the
-    // controller (or the wait for leadership).
-    let (signalled_tx, signalled) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
-    {
-        let health = health.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            health.draining.store(true, Ordering::Release);
-            let _ = signalled_tx.send(Some(tokio::time::Instant::now()));
-        });
-    }
-    let stopped = {
-        let signalled = signalled.clone();
-        move || {
-            let mut signalled = signalled.clone();
-            async move {
-                let _ = signalled.wait_for(Option::is_some).await;
-            }
-        }
-    };
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     // Every replica serves the webhook, leader or not: it only reads.
     if let Some(webhook) = &config.webhook {
@@ -121,7 +102,7 @@ pub async fn run(
         let _ = health.webhook_cert.set(serving);
     }
     let result = match &config.leader_election_namespace {
-        None => run_controller(client, &config, metrics, health.clone(), stopped()).await,
+        None => run_controller(client, &config, metrics, health.clone(), shutdown.clone()).await,
         Some(ns) => {
             let manager =
                 kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &config.leader_lease)
@@ -135,30 +116,41 @@ pub async fn run(
             // A follower is healthy and ready: it stands by.
             health.ready.store(true, Ordering::Release);
             tracing::info!(lease = %config.leader_lease, namespace = %ns, "waiting to become leader");
-            let mut shutdown = Box::pin(stopped());
             let became_leader = loop {
                 if *leading.borrow_and_update() {
                     break true;
                 }
                 tokio::select! {
                     changed = leading.changed() => if changed.is_err() { break false },
-                    () = &mut shutdown => break false,
+                    () = shutdown.triggered() => break false,
                 }
             };
             let result = if became_leader {
                 tracing::info!("became leader: starting the controller");
-                let lost = async move {
-                    while *leading.borrow_and_update() {
-                        if leading.changed().await.is_err() {
-                            break;
+                // The controller stops with the shutdown, or alone when leadership is lost.
+                let stop = shutdown.child();
+                let controller_stop = stop.token();
+                let lost = tokio::spawn(async move {
+                    let token = stop.token();
+                    let lost = async move {
+                        while *leading.borrow_and_update() {
+                            if leading.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        () = token.triggered() => {}
+                        () = lost => {
+                            tracing::warn!("lost leadership: stopping the controller");
+                            stop.trigger("lost leadership");
                         }
                     }
-                    tracing::warn!("lost leadership: stopping the controller");
-                };
-                let stop = async move {
-                    tokio::select! { () = shutdown => {}, () = lost => {} }
-                };
-                run_controller(client, &config, metrics, health.clone(), stop).await
+                });
+                let result =
+                    run_controller(client, &config, metrics, health.clone(), controller_stop).await;
+                lost.abort();
+                result
             } else {
                 Ok(())
             };
@@ -166,8 +158,7 @@ pub async fn run(
             result
         }
     };
-    let signalled_at = *signalled.borrow();
-    if let Some(at) = signalled_at
+    if let Some(at) = shutdown.triggered_at()
         && config.webhook.is_some()
         && !config.shutdown_drain.is_zero()
     {
@@ -207,18 +198,9 @@ async fn run_controller(
     config: &OperatorConfig,
     metrics: Arc<metrics::Metrics>,
     health: Arc<http::Health>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    stop: ShutdownToken,
 ) -> anyhow::Result<()> {
     health.ready.store(false, Ordering::Release);
-    // Whether the controller was asked to stop; if it ends otherwise, it failed.
-    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let shutdown = {
-        let stop_requested = stop_requested.clone();
-        async move {
-            shutdown.await;
-            stop_requested.store(true, Ordering::Release);
-        }
-    };
     // Only labelled pods and leases are watched and cached, slimmed; renewals and pod
     // status updates fill the caches without waking the controller (see `watches`).
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
@@ -263,7 +245,7 @@ async fn run_controller(
         let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
         Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
     })
-    .graceful_shutdown_on(shutdown);
+    .graceful_shutdown_on(stop.triggered());
     let sequences = controller.store();
     let bindings = config.sidecar_cluster_role.clone().map(|role| {
         tokio::spawn(rbac::keep_sidecar_bindings(
@@ -326,7 +308,8 @@ async fn run_controller(
     if let Some(bindings) = bindings {
         bindings.abort();
     }
-    controller_ended(&health, stop_requested.load(Ordering::Acquire))
+    // Asked to stop, or it ended by itself, which is a failure.
+    controller_ended(&health, stop.is_triggered())
 }
 
 /// What the end of the controller's run means: nothing when it was asked to stop (the

@@ -10,7 +10,7 @@
 //! The plan is only a proposal: every write is a compare-and-swap on the lease's
 //! `resourceVersion`, so a stale view makes a write fail, never makes it wrong.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
@@ -132,8 +132,14 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         .collect();
     waiting.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
 
-    let free = if o.assign { free_slots(o) } else { Vec::new() };
-    let handed_out = waiting.len().min(free.len());
+    // Free slots are looked for only when a pod waits, and only as many as wait.
+    let want = if o.assign { waiting.len() } else { 0 };
+    let free = if want > 0 {
+        free_slots(o, want)
+    } else {
+        Vec::new()
+    };
+    let handed_out = free.len();
     for (pod, (slot, existing)) in waiting.iter().zip(free) {
         steps.push(Step::Assign {
             slot,
@@ -151,28 +157,51 @@ pub fn plan(o: &Observed<'_>) -> Plan {
     }
 }
 
-/// Free slots in order of preference: fence already passed (never-used slots have fence 0)
-/// first, then least recently released, then lowest number.
-fn free_slots(o: &Observed<'_>) -> Vec<(Slot, Option<SlotLease>)> {
-    let by_slot: HashMap<Slot, &SlotLease> = o.leases.iter().map(|l| (l.slot, l)).collect();
-    let mut free: Vec<(Slot, Option<SlotLease>)> = (0..o.capacity)
-        .map(|n| Slot(n as u32))
-        .filter_map(|slot| match by_slot.get(&slot) {
-            None => Some((slot, None)),
-            Some(l) if l.holder.is_none() => Some((slot, Some((*l).clone()))),
-            Some(_) => None,
-        })
+/// The first `want` free slots in order of preference: fence already passed (never-used
+/// slots have fence 0) first, then least recently released, then lowest number.
+///
+/// Costs O(L log L + want) for L leases, not O(slots): the free leases are sorted, and
+/// never-used slot numbers (a layout has up to 65,536) are walked lazily in ascending
+/// order and merged in, as they all share the key (fence passed, never released).
+pub(super) fn free_slots(o: &Observed<'_>, want: usize) -> Vec<(Slot, Option<SlotLease>)> {
+    // (fence not passed yet, released at): the order of preference before the slot number.
+    type Key = (bool, Option<DateTime<Utc>>);
+    let key = |lease: Option<&SlotLease>| -> Key {
+        let fence = lease.map(|l| l.fence).unwrap_or(Tick(0));
+        // Parsed times: older versions wrote released-at with other precisions, which do
+        // not sort as text.
+        let released = lease.and_then(SlotLease::released_time);
+        (fence >= o.now, released)
+    };
+    let used: HashSet<Slot> = o.leases.iter().map(|l| l.slot).collect();
+    let mut released: Vec<(Key, &SlotLease)> = o
+        .leases
+        .iter()
+        .filter(|l| l.holder.is_none() && u64::from(l.slot.0) < o.capacity)
+        .map(|l| (key(Some(l)), l))
         .collect();
-    free.sort_by(|(a_slot, a), (b_slot, b)| {
-        let key = |lease: &Option<SlotLease>| {
-            let fence = lease.as_ref().map(|l| l.fence).unwrap_or(Tick(0));
-            // Parsed times: older versions wrote released-at with other precisions,
-            // which do not sort as text.
-            let released = lease.as_ref().and_then(SlotLease::released_time);
-            (fence >= o.now, released)
+    released.sort_by(|(a_key, a), (b_key, b)| (a_key, a.slot).cmp(&(b_key, b.slot)));
+    let never_used_key = key(None);
+    let mut never_used = (0..o.capacity)
+        .map(|n| Slot(n as u32))
+        .filter(|slot| !used.contains(slot))
+        .peekable();
+    let mut released = released.into_iter().peekable();
+    let mut free = Vec::with_capacity(want.min(o.capacity as usize));
+    while free.len() < want {
+        let take_released = match (released.peek(), never_used.peek()) {
+            (Some((k, lease)), Some(slot)) => (k, lease.slot) < (&never_used_key, *slot),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
         };
-        (key(a), a_slot).cmp(&(key(b), b_slot))
-    });
+        let next = if take_released {
+            released.next().map(|(_, l)| (l.slot, Some(l.clone())))
+        } else {
+            never_used.next().map(|slot| (slot, None))
+        };
+        free.extend(next);
+    }
     free
 }
 

@@ -236,3 +236,65 @@ fn rule10_no_assignments_while_the_sequence_is_deleted() {
     assert_eq!(plan.still_waiting, 1);
     assert_eq!(plan.oldest_waiting_since, at("1"));
 }
+
+/// The order rule as first written: every free slot of the layout, sorted.
+fn every_free_slot_sorted(o: &Observed<'_>) -> Vec<u32> {
+    let by_slot: HashMap<Slot, &SlotLease> = o.leases.iter().map(|l| (l.slot, l)).collect();
+    let mut free: Vec<(Slot, Option<&SlotLease>)> = (0..o.capacity)
+        .map(|n| Slot(n as u32))
+        .filter_map(|slot| match by_slot.get(&slot) {
+            None => Some((slot, None)),
+            Some(l) if l.holder.is_none() => Some((slot, Some(*l))),
+            Some(_) => None,
+        })
+        .collect();
+    let key = |lease: Option<&SlotLease>| {
+        let fence = lease.map(|l| l.fence).unwrap_or(Tick(0));
+        (fence >= o.now, lease.and_then(SlotLease::released_time))
+    };
+    free.sort_by_key(|(slot, lease)| (key(*lease), *slot));
+    free.into_iter().map(|(slot, _)| slot.0).collect()
+}
+
+#[test]
+fn only_as_many_free_slots_as_pods_wait_are_looked_for_in_the_same_order_as_all_of_them() {
+    let leases = [
+        lease(0, Some("a"), 900, None),
+        lease(1, None, 5000, Some("2026-01-01T00:00:09Z")), // fence in the future
+        lease(3, None, 10, Some("2026-01-01T00:00:05Z")),
+        lease(4, None, 10, None), // free, never released by a release that says when
+        lease(6, None, 10, Some("2026-01-01T00:00:01Z")),
+        lease(7, Some("b"), 900, None),
+        lease(9, None, 2000, None), // fence in the future, no released-at
+        lease(12, None, 10, Some("2026-01-01T00:00:01Z")), // beyond the layout's 12 slots
+    ];
+    let none = BTreeSet::new();
+    let o = observe(12, &leases, &[], &none);
+    let all = every_free_slot_sorted(&o);
+    // Never-used 2, 5, 8, 10, 11 and the free lease without released-at (4) by number;
+    // then released, least recently first; then fences still in the future.
+    assert_eq!(all, [2, 4, 5, 8, 10, 11, 6, 3, 9, 1]);
+    for want in 0..=all.len() + 2 {
+        let got: Vec<u32> = free_slots(&o, want).iter().map(|(s, _)| s.0).collect();
+        assert_eq!(got, all[..want.min(all.len())], "want {want}");
+    }
+    let taken_over: Vec<(u32, bool)> = free_slots(&o, 3)
+        .iter()
+        .map(|(slot, existing)| (slot.0, existing.is_some()))
+        .collect();
+    assert_eq!(
+        taken_over,
+        [(2, false), (4, true), (5, false)],
+        "a free lease is taken over, a never-used slot is created"
+    );
+}
+
+#[test]
+fn a_layout_of_65536_slots_with_every_slot_used_but_the_last_hands_out_the_last() {
+    let leases: Vec<SlotLease> = (0..65_535).map(|n| lease(n, Some("x"), 0, None)).collect();
+    let pods = [pod("x", "1"), pod("a", "2"), pod("b", "3")];
+    let none = BTreeSet::new();
+    let plan = plan(&observe(65_536, &leases, &pods, &none));
+    assert_eq!(assignments(&plan), [("a".to_string(), 65_535)]);
+    assert_eq!(plan.still_waiting, 1);
+}

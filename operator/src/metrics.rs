@@ -2,7 +2,8 @@
 //! (results, reasons); per-sequence figures are in each IdSequence's status instead of
 //! in labels, so the series count does not grow with the number of objects. The slot
 //! gauges are kept per sequence in memory and exported summed (or, for the oldest wait,
-//! the maximum) over all sequences; [`Metrics::forget`] drops a deleted sequence.
+//! the maximum) over all sequences; [`Metrics::forget`] drops a deleted sequence and
+//! [`Metrics::retain`] those the IdSequence cache no longer has.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -168,6 +169,20 @@ impl Metrics {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
         all.remove(&format!("{ns}/{name}"));
         self.refresh(&all);
+    }
+
+    /// Keeps the figures of the sequences for which `exists(namespace, name)` holds only
+    /// (a sequence that vanished without a last pass of its own).
+    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+        let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
+        let before = all.len();
+        all.retain(|key, _| {
+            key.split_once('/')
+                .is_some_and(|(ns, name)| exists(ns, name))
+        });
+        if all.len() != before {
+            self.refresh(&all);
+        }
     }
 
     fn refresh(&self, all: &HashMap<String, SlotFigures>) {

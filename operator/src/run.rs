@@ -227,13 +227,6 @@ async fn run_controller(
         instance: Some(config.instance.clone()),
     };
     let ctx_metrics = metrics.clone();
-    let ctx = Arc::new(controller::Context::new(
-        client.clone(),
-        pods.clone(),
-        leases.clone(),
-        metrics,
-        reporter,
-    ));
     let controller = Controller::new(
         api::<IdSequence>(&client, &config.namespace),
         watcher::Config::default(),
@@ -247,6 +240,15 @@ async fn run_controller(
     })
     .graceful_shutdown_on(stop.triggered());
     let sequences = controller.store();
+    // The IdSequence cache too: per-sequence memory follows it (`Context::forget_gone`).
+    let ctx = Arc::new(controller::Context::new(
+        client.clone(),
+        pods.clone(),
+        leases.clone(),
+        sequences.clone(),
+        metrics,
+        reporter,
+    ));
     let bindings = config.sidecar_cluster_role.clone().map(|role| {
         tokio::spawn(rbac::keep_sidecar_bindings(
             client.clone(),

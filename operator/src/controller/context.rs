@@ -1,6 +1,12 @@
 //! What every pass shares: the client, the caches, the metrics, the Event recorder and the
 //! operator's own memory of lease versions (for silence, docs/safety.md rule 9) and of its
 //! last writes (expectations).
+//!
+//! That memory, and the metrics' per-sequence figures, follow the IdSequence cache: each
+//! pass drops the entries of sequences the cache no longer has ([`Context::forget_gone`]).
+//! A sequence's own last pass forgets it too, but a sequence can vanish without one (its
+//! finalizer removed by hand, deleted while the operator was down, its namespace deleted),
+//! and its entries and metric series must not stay forever.
 
 use std::sync::Arc;
 
@@ -8,6 +14,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kubeflake_crds::IdSequence;
 
 use super::expectations::Expectations;
 use super::silence::SilenceBook;
@@ -20,6 +28,8 @@ pub struct Context {
     /// Labelled pods and slot Leases, indexed by sequence.
     pub pods: Index<Pod>,
     pub leases: Index<Lease>,
+    /// The IdSequences, as the controller caches them.
+    pub sequences: Store<IdSequence>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// For each sequence, the version of each of its held leases and since when it was
@@ -34,6 +44,7 @@ impl Context {
         client: Client,
         pods: Index<Pod>,
         leases: Index<Lease>,
+        sequences: Store<IdSequence>,
         metrics: Arc<Metrics>,
         reporter: Reporter,
     ) -> Context {
@@ -42,9 +53,28 @@ impl Context {
             client,
             pods,
             leases,
+            sequences,
             metrics,
             silence: SilenceBook::default(),
             expectations: Expectations::default(),
         }
+    }
+
+    /// Drops the silence records, expectations and metric figures of every sequence the
+    /// IdSequence cache no longer holds. Nothing is dropped before the cache's first full
+    /// list (an empty cache then says nothing about what exists). O(sequences remembered).
+    pub fn forget_gone(&self) {
+        let listed = futures::FutureExt::now_or_never(self.sequences.wait_until_ready());
+        if !matches!(listed, Some(Ok(()))) {
+            return;
+        }
+        let exists = |ns: &str, name: &str| {
+            self.sequences
+                .get(&ObjectRef::new(name).within(ns))
+                .is_some()
+        };
+        self.silence.retain(exists);
+        self.expectations.retain(exists);
+        self.metrics.retain(exists);
     }
 }

@@ -110,6 +110,19 @@ impl Expectations {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&format!("{ns}/{name}"));
     }
+
+    /// Keeps the entries of the sequences for which `exists(namespace, name)` holds only.
+    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, _| sequence_exists(key, &exists));
+    }
+}
+
+/// Whether the per-sequence key `namespace/name` names a sequence `exists` knows.
+pub(crate) fn sequence_exists(key: &str, exists: &impl Fn(&str, &str) -> bool) -> bool {
+    key.split_once('/').is_some_and(|(ns, name)| exists(ns, name))
 }
 
 #[cfg(test)]

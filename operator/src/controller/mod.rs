@@ -55,6 +55,8 @@ fn result_label(result: &Result<Action, Error>) -> &'static str {
 /// Reconciles one IdSequence.
 pub async fn reconcile(seq: Arc<IdSequence>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    // Sequences that vanished without a last pass of their own leave nothing behind.
+    ctx.forget_gone();
     let result = reconcile_inner(&seq, &ctx).await;
     ctx.metrics
         .reconciles

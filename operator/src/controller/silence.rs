@@ -43,6 +43,23 @@ impl SilenceBook {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&format!("{ns}/{name}"));
     }
+
+    /// The sequences (`namespace/name`) with a record, sorted.
+    #[cfg(test)]
+    pub(crate) fn sequences(&self) -> Vec<String> {
+        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keys: Vec<String> = all.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Keeps the records of the sequences for which `exists(namespace, name)` holds only.
+    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, _| super::expectations::sequence_exists(key, &exists));
+    }
 }
 
 /// [`SilenceBook::silent`] on one sequence's record `seen`, at `now`.

@@ -12,6 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use kubeflake_crds::segment_counter::CounterError;
 use kubeflake_crds::sequence::{
@@ -35,7 +36,7 @@ const STATUS: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idsequences/or
 /// A context on `api`, with `pods` and `leases` in its caches.
 struct Fixture {
     ctx: Arc<Context>,
-    _writers: (IndexWriter<Pod>, IndexWriter<Lease>),
+    _writers: (IndexWriter<Pod>, IndexWriter<Lease>, Writer<IdSequence>),
 }
 
 fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
@@ -47,6 +48,12 @@ fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
     for lease in leases {
         lease_writer.apply_watcher_event(&watcher::Event::Apply(lease));
     }
+    // The IdSequence cache, listed, holds the tests' sequence.
+    let (sequences, mut sequence_writer) = reflector::store::<IdSequence>();
+    let listed = sequence(IdSequenceSpec::default(), true, false);
+    sequence_writer.apply_watcher_event(&watcher::Event::Init);
+    sequence_writer.apply_watcher_event(&watcher::Event::InitApply(listed));
+    sequence_writer.apply_watcher_event(&watcher::Event::InitDone);
     let reporter = Reporter {
         controller: "kubeflake-operator".into(),
         instance: Some("test".into()),
@@ -55,12 +62,13 @@ fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
         api.client(),
         pod_store,
         lease_store,
+        sequences,
         Arc::new(Metrics::new()),
         reporter,
     );
     Fixture {
         ctx: Arc::new(ctx),
-        _writers: (pod_writer, lease_writer),
+        _writers: (pod_writer, lease_writer, sequence_writer),
     }
 }
 
@@ -779,4 +787,71 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
             .get(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_sequence_gone_without_a_last_pass_leaves_no_figures_silence_or_expectations_behind() {
+    // "carts" was passed once, then vanished from the IdSequence cache without the pass
+    // that deletes it (its finalizer removed by hand, its namespace deleted, or deleted
+    // while the operator was down): the next pass of any sequence forgets it.
+    let held = kubeflake_crds::slot_lease::SlotLease::parse(&slot_lease(Some("a"), 0))
+        .expect("a slot lease");
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let api = FakeApi::new().always(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture(&api, vec![pod("a")], vec![slot_lease(Some("a"), 0)]);
+    let figures = crate::metrics::SlotFigures {
+        assigned: 3,
+        capacity: 8,
+        waiting: 2,
+        oldest_waiting_since_ms: Some(0),
+    };
+    f.ctx.metrics.set_slots(NS, "carts", figures);
+    f.ctx.silence.silent(NS, "carts", &[held], Duration::from_secs(60));
+    let created = expectations::Written {
+        lease: "carts-slot-0".into(),
+        replaced: None,
+    };
+    let t0 = std::time::Instant::now();
+    f.ctx.expectations.expect(NS, "carts", vec![created], t0);
+
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("a pass of orders");
+    let rendered = f.ctx.metrics.render_at(60_000);
+    assert_eq!(gauge(&rendered, "kubeflake_operator_sequences"), 1.0);
+    assert_eq!(gauge(&rendered, "kubeflake_operator_slots_assigned"), 1.0);
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_pods_waiting_for_slot"),
+        0.0
+    );
+    assert_eq!(
+        gauge(&rendered, "kubeflake_operator_oldest_slot_wait_seconds"),
+        0.0
+    );
+    assert_eq!(f.ctx.silence.sequences(), [format!("{NS}/{SEQ}")]);
+    assert_eq!(
+        f.ctx.expectations.readiness(NS, "carts", |_| None, t0),
+        expectations::Readiness::Current,
+        "no write of carts is waited for any more"
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_forgotten_before_the_idsequence_cache_has_listed_once() {
+    let api = FakeApi::new();
+    let (pods, _pod_writer) = index::<Pod>();
+    let (leases, _lease_writer) = index::<Lease>();
+    // Not listed yet: empty, and saying nothing about which sequences exist.
+    let (sequences, _sequence_writer) = reflector::store::<IdSequence>();
+    let reporter = Reporter {
+        controller: "kubeflake-operator".into(),
+        instance: Some("test".into()),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let ctx = Context::new(api.client(), pods, leases, sequences, metrics, reporter);
+    ctx.metrics
+        .set_slots(NS, SEQ, crate::metrics::SlotFigures::default());
+    ctx.forget_gone();
+    let rendered = ctx.metrics.render_at(0);
+    assert_eq!(gauge(&rendered, "kubeflake_operator_sequences"), 1.0);
 }

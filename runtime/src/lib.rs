@@ -26,5 +26,4 @@ pub mod metrics;
 pub mod reply;
 pub mod serve;
 pub mod shutdown;
-pub mod signal;
 pub mod unix_socket;

@@ -14,17 +14,22 @@
 //!   knows no routes), `http::reply` builds JSON and text replies.
 //! - [`standalone`]: one worker without a cluster; its fence is a file in `--state-dir`.
 //! - [`cluster`]: the sidecar in a pod, a state machine (`Waiting -> Holding -> Waiting |
-//!   Done`) that passes the fence file and the held slot by value. `cluster::holder`
-//!   acquires, renews, loses and releases a slot (change slot renewal or release there),
+//!   Done`) that passes the fence file and the held slot by value; each state's type and
+//!   steps are in one module (the table in `cluster/mod.rs`). `cluster::holder` acquires,
+//!   renews, loses and releases a slot (change slot renewal or release there),
 //!   `cluster::waiting` reads the sequence and waits for a slot or counter,
 //!   `cluster::events` records pod Events and gates on clock skew, `cluster::config`.
+//! - Shutdown: both modes stop on the runtime's token (`kubeflake_runtime::shutdown`,
+//!   created once in `main.rs`); `cluster::run` drains the servers with a bound before it
+//!   hands the slot back.
 //! - [`slot`]: every write to a slot lease (compare-and-swap, rule 1).
 //! - [`fence`]: the durable fence file and the local fence of rule 6.
 //! - [`renewer`]: the task that keeps a fence file ahead, owning it by value, and the one
 //!   way async code writes a fence (on the blocking pool).
 //! - [`generator`]: the lock-free ID generator, its fence and drift limit.
-//! - [`clock`]: injectable clocks and wall-clock step detection; [`skew`]: clock skew
-//!   against the API server; [`watch`]: clock-step and readiness reporting of both modes.
+//! - [`clock`]: the runtime's clocks and wall-clock step check (`kubeflake_runtime::clock`;
+//!   change step detection there), plus a test clock; [`skew`]: clock skew against the API
+//!   server; [`watch`]: clock-step and readiness reporting of both modes.
 //! - [`metrics`]: Prometheus metrics. Alerts on them: `charts/kubeflake/files/alerts.yaml`
 //!   (the only list; `docs/alerts.md` "Adding an alert" says what else a new one touches).
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.

@@ -13,6 +13,7 @@ use kubeflake_crds::IdSequenceSpec;
 use kubeflake_crds::contract;
 use kubeflake_crds::sequence::{Mode, SegmentParams};
 use kubeflake_runtime::log::LogFormat;
+use kubeflake_runtime::shutdown::Shutdown;
 use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
 use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
@@ -278,10 +279,10 @@ fn default_state_dir() -> PathBuf {
     }
 }
 
-/// SIGTERM or SIGINT, as a future (handlers installed now).
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    kubeflake_runtime::signal::shutdown_signal()
-        .unwrap_or_else(|e| fail(1, format!("cannot install signal handlers: {e}")))
+/// The process's shutdown: SIGTERM or SIGINT (handlers installed now, before anything
+/// else starts, so a stop during start-up is graceful too).
+fn shutdown_on_signals() -> Shutdown {
+    Shutdown::on_signals().unwrap_or_else(|e| fail(1, e))
 }
 
 /// Cluster mode's state directory: `--state-dir`/KUBEFLAKE_STATE_DIR, else the variable
@@ -351,7 +352,7 @@ fn fail(code: i32, message: impl std::fmt::Display) -> ! {
 }
 
 async fn run_standalone(args: StandaloneArgs) {
-    let shutdown = shutdown_signal();
+    let shutdown = shutdown_on_signals();
     let (sequence_name, mut spec) = match &args.sequence_file {
         Some(path) => read_sequence_spec(path).unwrap_or_else(|e| fail(2, e)),
         None => ("default".to_string(), IdSequenceSpec::default()),
@@ -369,7 +370,7 @@ async fn run_standalone(args: StandaloneArgs) {
         let sidecar = SegmentStandalone::start(config)
             .await
             .unwrap_or_else(|e| fail(2, e));
-        if let Err(e) = sidecar.run(shutdown).await {
+        if let Err(e) = sidecar.run(shutdown.token()).await {
             fail(1, e);
         }
         return;
@@ -392,13 +393,13 @@ async fn run_standalone(args: StandaloneArgs) {
     let sidecar = Standalone::start(config, Arc::new(SystemClock::new()))
         .await
         .unwrap_or_else(|e| fail(2, e));
-    if let Err(e) = sidecar.run(shutdown).await {
+    if let Err(e) = sidecar.run(shutdown.token()).await {
         fail(1, e);
     }
 }
 
 async fn run_cluster(args: ClusterArgs) {
-    let shutdown = shutdown_signal();
+    let shutdown = shutdown_on_signals();
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => fail(
@@ -407,7 +408,8 @@ async fn run_cluster(args: ClusterArgs) {
         ),
     };
     let config = cluster_config(args);
-    if let Err(e) = cluster::run(client, config, Arc::new(SystemClock::new()), shutdown).await {
+    let clock = Arc::new(SystemClock::new());
+    if let Err(e) = cluster::run(client, config, clock, shutdown.token()).await {
         fail(e.exit_code(), e);
     }
 }

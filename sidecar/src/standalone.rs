@@ -7,7 +7,6 @@
 //! until it runs, then by its renewal task ([`crate::renewer`]), which hands it back for
 //! the final, lowering write.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,8 +14,9 @@ use std::time::Duration;
 
 use kubeflake_crds::sequence::{SequenceParams, SpecError};
 use kubeflake_crds::{LayoutError, Tick};
+use kubeflake_runtime::shutdown::ShutdownToken;
 
-use crate::clock::{Clock, StepDetector};
+use crate::clock::Clock;
 use crate::fence::{FenceFile, FenceFileError, FenceIdentity, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::http::{Api, ApiListeners, ListenError, serve_api};
@@ -25,7 +25,7 @@ use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::segment::file::{FileCounter, FileCounterError};
 use crate::segment::{DEFAULT_WAIT_LIMIT, Source};
 use crate::state::{Serving, ServingCell};
-use crate::watch::watch_clock;
+use crate::watch::spawn_clock_watch;
 use kubeflake_crds::sequence::{IdSequenceSpec, SegmentParams};
 
 /// Everything standalone mode needs, already parsed.
@@ -177,9 +177,10 @@ impl SegmentStandalone {
         self.listeners.local_addr()
     }
 
-    /// Serves until `shutdown`; then drains, stops, and gives the unused top of its blocks
-    /// back to the counter when nobody claimed after it (so a clean restart leaves no gap).
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
+    /// Serves until `shutdown` is triggered; then drains, stops, and gives the unused top of
+    /// its blocks back to the counter when nobody claimed after it (so a clean restart
+    /// leaves no gap).
+    pub async fn run(self, shutdown: ShutdownToken) -> Result<(), StandaloneError> {
         serve_api(self.listeners, self.api.clone(), shutdown, self.drain).await;
         self.state.publish(Serving::Stopping);
         stop_segment(&self.segment).await;
@@ -306,11 +307,11 @@ impl Standalone {
         self.generator.clone()
     }
 
-    /// Serves until `shutdown` completes; then drains, stops issuing, and lowers the fence
+    /// Serves until `shutdown` is triggered; then drains, stops issuing, and lowers the fence
     /// to the exact highest tick issued (rule 5) so the next start is ready at once. If the
     /// fence renewal dies (a panic), stops issuing at once and returns the error: the
     /// caller exits non-zero rather than serve on without a renewed fence.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StandaloneError> {
+    pub async fn run(self, shutdown: ShutdownToken) -> Result<(), StandaloneError> {
         let Standalone {
             api,
             state,
@@ -321,16 +322,7 @@ impl Standalone {
             clock,
         } = self;
         let mut renewer = Renewer::spawn(fence, config.fence_ahead / 4);
-        // The first sample is taken now, so a step right after start-up is seen.
-        let mut detector = StepDetector::new(1_000, 100_000);
-        detector.observe(clock.as_ref());
-        let watcher = tokio::spawn(watch_clock(
-            api.state().clone(),
-            api.metrics.clone(),
-            clock,
-            detector,
-            None,
-        ));
+        let watcher = spawn_clock_watch(api.state().clone(), api.metrics.clone(), clock, None);
         let died = tokio::select! {
             () = serve_api(listeners, api.clone(), shutdown, config.drain) => None,
             died = renewer.died() => Some(died),

@@ -2,7 +2,7 @@
 //!
 //! Lifecycle code (standalone, [`crate::cluster`]) owns the transitions and publishes each
 //! new state through a [`ServingCell`]; everything else holds a [`ServingReader`] and only
-//! reads. The phases:
+//! reads. Where cluster mode's transitions are: the table in `cluster/mod.rs`. The phases:
 //!
 //! ```text
 //!            +--------------------------------------------+

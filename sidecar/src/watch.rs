@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
+
 use crate::clock::{Clock, ClockStep, StepDetector};
 use crate::metrics::Metrics;
 use crate::state::ServingReader;
@@ -13,8 +15,27 @@ pub trait Notify: Send + Sync + 'static {
     fn notify(&self, warning: bool, reason: &'static str, note: String);
 }
 
-/// Samples the clocks every 100 ms until the task is dropped.
-pub async fn watch_clock(
+/// Steps back beyond this are reported (ms-sized NTP corrections included).
+const BACK_THRESHOLD_MICROS: u64 = 1_000;
+/// Steps forward beyond this are reported.
+const FORWARD_THRESHOLD_MICROS: u64 = 100_000;
+
+/// Starts the watch: the first sample is taken now, so a step right after start-up is
+/// seen. It runs until the task is aborted (after the server drained: clock steps are
+/// still reported while in-flight requests finish).
+pub fn spawn_clock_watch(
+    state: ServingReader,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    notify: Option<Arc<dyn Notify>>,
+) -> JoinHandle<()> {
+    let mut detector = StepDetector::new(BACK_THRESHOLD_MICROS, FORWARD_THRESHOLD_MICROS);
+    detector.observe(clock.as_ref());
+    tokio::spawn(watch_clock(state, metrics, clock, detector, notify))
+}
+
+/// Samples the clocks every 100 ms.
+async fn watch_clock(
     state: ServingReader,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use kubeflake_crds::IdSequenceSpec;
 use kubeflake_crds::sequence::SegmentParams;
+use kubeflake_runtime::shutdown::{Shutdown, ShutdownToken};
 use kubeflake_sidecar::clock::ManualClock;
 use kubeflake_sidecar::standalone::{
     SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig,
@@ -21,14 +22,14 @@ const NOW_MS: u64 = 1_800_000_000_000;
 /// A server on its own thread and runtime; stopped when dropped.
 struct Server {
     addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<Shutdown>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            stop.trigger("test over");
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -38,13 +39,12 @@ impl Drop for Server {
 
 fn serve<F, Fut>(start: F) -> Server
 where
-    F: FnOnce(tokio::sync::oneshot::Receiver<()>, std::sync::mpsc::Sender<SocketAddr>) -> Fut
-        + Send
-        + 'static,
+    F: FnOnce(ShutdownToken, std::sync::mpsc::Sender<SocketAddr>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = Shutdown::new();
+    let stopped = stop.token();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(start(stopped, addr_tx));
@@ -76,12 +76,7 @@ fn snowflake(worker: u64, clock: Arc<ManualClock>, state: &std::path::Path) -> S
     serve(move |stopped, addr_tx| async move {
         let sidecar = Standalone::start(config, clock).await.unwrap();
         addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-        sidecar
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+        sidecar.run(stopped).await.unwrap();
     })
 }
 
@@ -106,12 +101,7 @@ fn segment(state: &std::path::Path, block: u64) -> Server {
     serve(move |stopped, addr_tx| async move {
         let sidecar = SegmentStandalone::start(config).await.unwrap();
         addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-        sidecar
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+        sidecar.run(stopped).await.unwrap();
     })
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::IdSequenceSpec;
+use kubeflake_runtime::shutdown::Shutdown;
 use kubeflake_sidecar::clock::ManualClock;
 use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig};
 use support::{get, request, wait_for};
@@ -17,7 +18,7 @@ struct Server {
     addr: SocketAddr,
     clock: Arc<ManualClock>,
     state: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<Shutdown>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -37,19 +38,15 @@ impl Server {
             drain: Duration::from_secs(5),
         };
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let stop = Shutdown::new();
+        let stopped = stop.token();
         let c = clock.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async move {
                 let sidecar = Standalone::start(config, c).await.unwrap();
                 addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-                sidecar
-                    .run(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .unwrap();
+                sidecar.run(stopped).await.unwrap();
             });
         });
         let addr = addr_rx
@@ -68,7 +65,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            stop.trigger("test over");
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();

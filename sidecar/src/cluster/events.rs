@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockSample};
 use crate::metrics::Metrics;
 use crate::skew;
 use crate::slot::PodIdentity;
@@ -90,8 +90,8 @@ fn skew_event_due(last_event_ms: Option<u64>, now_ms: u64, interval: Duration) -
 /// clock is too far off the API server's, nor after a step since the last good check.
 pub struct SkewGate {
     max: Duration,
-    /// Wall and monotonic clock (ms) when the skew was last found acceptable.
-    sane_at: Mutex<Option<(u64, u64)>>,
+    /// Both clocks when the skew was last found acceptable.
+    sane_at: Mutex<Option<ClockSample>>,
     /// Monotonic clock (ms) of the last `ClockSkew` Event while the skew is too large;
     /// `None` while it is fine.
     event_at: Mutex<Option<u64>>,
@@ -127,7 +127,7 @@ impl SkewGate {
             .clock_skew_seconds
             .set(skew.local_minus_server_ms as f64 / 1000.0);
         if !skew.exceeds(self.max) {
-            let sample = (clock.wall_micros() / 1000, clock.monotonic_micros() / 1000);
+            let sample = ClockSample::take(clock);
             *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(sample);
             *self.event_at.lock().unwrap_or_else(|p| p.into_inner()) = None;
             return Ok(());
@@ -155,20 +155,43 @@ impl SkewGate {
     }
 
     /// Whether the wall clock still agrees with where the monotonic clock says it should be
-    /// since the last acceptable skew check (a step in between must not move the fence).
+    /// since the last acceptable skew check, within the skew bound (a step in between must
+    /// not move the fence). The same wall-against-monotonic check as the step detector's.
     pub fn clock_unstepped_since_check(&self, clock: &dyn Clock) -> bool {
-        let Some((wall0, mono0)) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else {
+        let Some(sane) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else {
             return true;
         };
-        let expected = wall0 + (clock.monotonic_micros() / 1000).saturating_sub(mono0);
-        let wall = clock.wall_micros() / 1000;
-        wall.abs_diff(expected) <= self.max.as_millis() as u64
+        let bound_micros = u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX);
+        sane.unstepped_within(clock, bound_micros)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn a_wall_clock_step_beyond_the_bound_since_the_last_good_check_blocks_the_fence_raise() {
+        let gate = SkewGate::new(Duration::from_secs(10));
+        let clock = ManualClock::at_millis(1_800_000_000_000);
+        assert!(
+            gate.clock_unstepped_since_check(&clock),
+            "no good check yet: nothing to compare with"
+        );
+        *gate.sane_at.lock().unwrap() = Some(ClockSample::take(&clock));
+        clock.advance_millis(3_600_000);
+        assert!(gate.clock_unstepped_since_check(&clock), "time passing");
+        clock.step_forward_millis(10_000);
+        assert!(gate.clock_unstepped_since_check(&clock), "within the bound");
+        clock.step_forward_millis(3_600_000);
+        assert!(!gate.clock_unstepped_since_check(&clock), "1 h forward");
+        clock.step_back_millis(3_600_000 + 10_000 + 10_001);
+        assert!(
+            !gate.clock_unstepped_since_check(&clock),
+            "10 s back and 1 ms more"
+        );
+    }
 
     #[test]
     fn a_persisting_clock_skew_is_reported_on_entry_then_at_most_once_per_interval() {

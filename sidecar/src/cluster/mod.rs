@@ -33,6 +33,19 @@
 //!
 //! What the HTTP layer serves follows from it ([`crate::state::Serving`]), published here.
 //!
+//! Where each state and its transitions live: the state's type and the steps that leave
+//! it (`impl Ctx` blocks, since every step uses the shared [`Ctx`]) are in one module.
+//!
+//! | state | owns | its steps (`impl Ctx`) | in |
+//! |---|---|---|---|
+//! | `Waiting` | `Unheld` (the fence file) | `find_work`: read the sequence, wait for a slot or counter, then `acquire` | `waiting.rs` |
+//! | `Holding` | `Held` (slot, generator, renewal task) | `acquire`, `keep` (renew), `lose`, `release`; `tell_unreadable_format` (both states use it) | `holder.rs` |
+//! | `Segment` | the segment [`Source`] | none: it serves until shutdown (`hold`) | here |
+//! | `Done` | `Ending` | `finish`: hand back what is held, after the drain | here |
+//!
+//! This module has the driver (`Ctx::hold`), the shutdown wiring (`run`) and what every
+//! step shares (`Ctx`, its view of the shutdown token: `stopping`, `pause`, `stopped`).
+//!
 //! - [`config`]: the parsed command line.
 //! - `waiting`: reading the sequence and waiting for a slot or counter (`Waiting`).
 //! - `holder`: acquire, renew, lose and release a slot (`Holding`).
@@ -43,27 +56,32 @@ pub mod events;
 pub(crate) mod holder;
 pub(crate) mod waiting;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use tokio::sync::watch;
+use kubeflake_runtime::shutdown::{ShutdownToken, drain};
 
-use crate::clock::{Clock, StepDetector};
-use crate::fence::{FenceFile, FenceFileError, FenceRecord};
+use crate::clock::Clock;
+use crate::fence::{FenceFile, FenceFileError};
 use crate::http::{Api as HttpApi, ApiListeners, ListenError, serve_api, serve_probes};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
 use crate::segment::Source;
 use crate::standalone::stop_segment;
 use crate::state::{Serving, ServingCell, WaitReason};
-use crate::watch::{Notify, watch_clock};
+use crate::watch::{Notify, spawn_clock_watch};
 
 pub use config::ClusterConfig;
 pub use events::SKEW_EVENT_INTERVAL;
 use holder::Held;
+pub(crate) use waiting::Unheld;
+
+/// How long after the servers' own drain (`--drain-timeout-secs`, counted from the
+/// shutdown) they may take to return before they are given up on and the slot is handed
+/// back anyway.
+const SERVER_STOP_SLACK: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -103,13 +121,6 @@ impl ClusterError {
     }
 }
 
-/// No slot held: the fence file, and the record an earlier container of this pod left in
-/// it (rule 6; used only for the first acquisition, and only if it names it).
-pub(crate) struct Unheld {
-    pub file: FenceFile,
-    pub found: Option<FenceRecord>,
-}
-
 /// Where cluster mode is, with what it owns there.
 pub(crate) enum Lifecycle {
     /// No slot: reading the sequence, waiting for the operator.
@@ -139,8 +150,8 @@ pub(crate) struct Ctx {
     pub state: ServingCell,
     pub metrics: Arc<Metrics>,
     pub events: Arc<dyn Notify>,
-    /// Becomes `true` when shutdown begins.
-    pub stop: watch::Receiver<bool>,
+    /// Triggered when shutdown begins.
+    pub shutdown: ShutdownToken,
     pub skew: events::SkewGate,
     /// The last refusal of a Lease in a format this release does not understand that was
     /// recorded as an Event: a sidecar retrying every few seconds records it once (the log
@@ -148,25 +159,22 @@ pub(crate) struct Ctx {
     pub format_told: std::sync::Mutex<Option<String>>,
 }
 
+/// What every state's steps share; the steps themselves are next to their state (the
+/// table in this module's documentation).
 impl Ctx {
+    /// Whether shutdown began.
     pub fn stopping(&self) -> bool {
-        *self.stop.borrow()
+        self.shutdown.is_triggered()
     }
 
     /// Sleeps `d`, or less when shutdown begins.
     pub async fn pause(&self, d: Duration) {
-        let mut stop = self.stop.clone();
-        tokio::select! {
-            () = tokio::time::sleep(d) => {}
-            _ = stop.wait_for(|s| *s) => {}
-        }
+        self.shutdown.sleep(d).await
     }
 
     /// Completes when shutdown begins.
     pub async fn stopped(&self) {
-        let mut stop = self.stop.clone();
-        // An error means the sender is gone, which happens only once shutdown has begun.
-        let _ = stop.wait_for(|s| *s).await;
+        self.shutdown.triggered().await
     }
 
     /// Runs the state machine from `start` until shutdown; an error is fatal.
@@ -203,12 +211,13 @@ impl Ctx {
     }
 }
 
-/// Runs until `shutdown` completes.
+/// Runs until `shutdown` is triggered, then drains the servers and hands back what it
+/// holds.
 pub async fn run(
     client: Client,
     config: ClusterConfig,
     clock: Arc<dyn Clock>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: ShutdownToken,
 ) -> Result<(), ClusterError> {
     let listeners = ApiListeners::bind(config.listen, config.listen_unix.as_deref()).await?;
     if !config.listen.ip().is_loopback() {
@@ -233,38 +242,25 @@ pub async fn run(
     let events: Arc<dyn Notify> = Arc::new(events::PodEvents::new(client.clone(), &config.pod));
     tracing::info!(listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        // Fails only if every receiver is gone, when nobody is left to stop.
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut stop: watch::Receiver<bool>| async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    if let Some(probe_listener) = probe_listener {
-        tokio::spawn(serve_probes(
-            probe_listener,
+    let mut servers = vec![(
+        "API server",
+        tokio::spawn(serve_api(
+            listeners,
             api.clone(),
-            stopped(stop_rx.clone()),
+            shutdown.clone(),
             config.drain,
-        ));
+        )),
+    )];
+    if let Some(probe_listener) = probe_listener {
+        let probes = serve_probes(probe_listener, api.clone(), shutdown.clone(), config.drain);
+        servers.push(("probe server", tokio::spawn(probes)));
     }
-    let server = tokio::spawn(serve_api(
-        listeners,
-        api.clone(),
-        stopped(stop_rx.clone()),
-        config.drain,
-    ));
-    let mut detector = StepDetector::new(1_000, 100_000);
-    detector.observe(clock.as_ref());
-    let watcher = tokio::spawn(watch_clock(
+    let watcher = spawn_clock_watch(
         api.state().clone(),
         metrics.clone(),
         clock.clone(),
-        detector,
         Some(events.clone()),
-    ));
+    );
 
     let ctx = Ctx {
         skew: events::SkewGate::new(config.max_clock_skew),
@@ -274,14 +270,16 @@ pub async fn run(
         state,
         metrics,
         events,
-        stop: stop_rx,
+        shutdown: shutdown.clone(),
         format_told: std::sync::Mutex::new(None),
     };
     let ending = ctx.hold(Lifecycle::Waiting(Unheld { file, found })).await?;
-    // Shutting down: let in-flight requests finish, then stop and hand the slot back.
-    if let Err(e) = server.await {
-        tracing::warn!(error = %e, "the HTTP server task failed");
-    }
+    // Shutting down: let in-flight requests finish (each server drains for up to
+    // `config.drain` from the shutdown), then stop and hand the slot back.
+    let began = shutdown
+        .triggered_at()
+        .unwrap_or_else(tokio::time::Instant::now);
+    drain(servers, began + ctx.config.drain + SERVER_STOP_SLACK).await;
     watcher.abort();
     ctx.finish(ending).await
 }

@@ -13,7 +13,8 @@ use kubeflake_crds::contract::WAITING_FOR_SLOT_REASON;
 use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
 
 use super::holder::Acquire;
-use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
+use super::{ClusterError, Ctx, Ending, Lifecycle};
+use crate::fence::{FenceFile, FenceRecord};
 use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
@@ -45,6 +46,15 @@ fn token_refused(e: &kube::Error) -> bool {
 /// What the sequence says: its parameters, and its segment settings in Segment mode.
 type SequenceRead = (SequenceParams, Option<SegmentParams>);
 
+/// The `Waiting` state's resources: no slot held, the fence file, and the record an
+/// earlier container of this pod left in it (rule 6; used only for the first acquisition,
+/// and only if it names it).
+pub(crate) struct Unheld {
+    pub file: FenceFile,
+    pub found: Option<FenceRecord>,
+}
+
+/// The `Waiting` state's steps (where the other states' are: `cluster/mod.rs`).
 impl Ctx {
     /// One round of waiting: ends holding a slot, serving a segment, still waiting (to be
     /// called again), or done when shutdown began.

@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use kubeflake_crds::contract::SOCKET_MODE;
 use kubeflake_runtime::serve::{Listener, ServeOptions};
+use kubeflake_runtime::shutdown::ShutdownToken;
 use kubeflake_runtime::unix_socket::{self, SocketError};
 use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
@@ -132,42 +133,31 @@ impl ApiListeners {
 }
 
 /// Serves `api` on the loopback listener and, when given, on the Unix socket too (the
-/// same routes), until `shutdown` completes; both then drain. The socket file is removed
-/// at the end.
+/// same routes), until `shutdown` is triggered; both then drain. The socket file is
+/// removed at the end.
 pub async fn serve_api(
     listeners: ApiListeners,
     api: Arc<Api>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: ShutdownToken,
     drain: Duration,
 ) {
     let ApiListeners { tcp, unix } = listeners;
     let Some(unix) = unix else {
-        return serve(tcp, api, shutdown, drain).await;
+        return serve(tcp, api, shutdown.triggered(), drain).await;
     };
     let socket_path = unix
         .local_addr()
         .ok()
         .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let wait = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        // An error means the sender is gone, which happens only after it sent.
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    let signal = async move {
-        shutdown.await;
-        // Fails only when both loops already ended.
-        let _ = stop.send(true);
-    };
     tokio::join!(
-        signal,
         serve_loop(
             tcp,
             api.clone(),
-            wait(stopped.clone()),
+            shutdown.triggered(),
             drain,
             HEADER_READ_TIMEOUT
         ),
-        serve_loop(unix, api, wait(stopped), drain, HEADER_READ_TIMEOUT),
+        serve_loop(unix, api, shutdown.triggered(), drain, HEADER_READ_TIMEOUT),
     );
     if let Some(path) = socket_path
         && let Err(e) = std::fs::remove_file(&path)
@@ -178,14 +168,22 @@ pub async fn serve_api(
 
 /// Like [`serve`], answering only `/healthz`, `/readyz` and `/metrics` ([`ProbeRoutes`]):
 /// for a listener on the pod's address that kubelet probes and Prometheus reach, while
-/// IDs stay on localhost.
+/// IDs stay on localhost. Until `shutdown` is triggered, then drains.
 pub async fn serve_probes(
     listener: TcpListener,
     api: Arc<Api>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: ShutdownToken,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, true, HEADER_READ_TIMEOUT).await
+    serve_routes(
+        listener,
+        api,
+        shutdown.triggered(),
+        drain,
+        true,
+        HEADER_READ_TIMEOUT,
+    )
+    .await
 }
 
 async fn serve_routes(
@@ -231,6 +229,7 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::state::{Serving, ServingCell, WaitReason};
+    use kubeflake_runtime::shutdown::Shutdown;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn api() -> Arc<Api> {
@@ -284,13 +283,11 @@ mod tests {
             .await
             .unwrap();
         let addr = listeners.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = Shutdown::new();
         let server = tokio::spawn(serve_api(
             listeners,
             api(),
-            async {
-                let _ = stopped.await;
-            },
+            shutdown.token(),
             Duration::from_millis(100),
         ));
         for p in [
@@ -310,7 +307,7 @@ mod tests {
             let over_socket = answer.split(' ').nth(1).and_then(|c| c.parse::<u16>().ok());
             assert_eq!(over_socket, Some(status_of(addr, "GET", p).await), "{p}");
         }
-        let _ = stop.send(());
+        shutdown.trigger("test");
         server.await.unwrap();
         assert!(!path.exists(), "the socket file is removed at shutdown");
     }
@@ -336,13 +333,11 @@ mod tests {
     async fn the_probe_port_answers_only_healthz_readyz_and_metrics() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = Shutdown::new();
         let server = tokio::spawn(serve_probes(
             listener,
             api(),
-            async {
-                let _ = stopped.await;
-            },
+            shutdown.token(),
             Duration::from_millis(100),
         ));
         assert_eq!(status_of(addr, "GET", "/healthz").await, 200);
@@ -360,7 +355,7 @@ mod tests {
         }
         assert_eq!(status_of(addr, "POST", "/id").await, 404);
         assert_eq!(status_of(addr, "POST", "/healthz").await, 405);
-        let _ = stop.send(());
+        shutdown.trigger("test");
         server.await.unwrap();
     }
 }

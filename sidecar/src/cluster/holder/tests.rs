@@ -8,7 +8,7 @@ use kube::Client;
 use kube::api::ObjectMeta;
 use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FORMAT_ANNOTATION, lease_labels};
 use kubeflake_crds::{IdSequenceSpec, Slot};
-use tokio::sync::watch;
+use kubeflake_runtime::shutdown::ShutdownToken;
 
 use super::*;
 use crate::clock::{Clock, ManualClock, PanickingClock};
@@ -153,9 +153,6 @@ fn api_server(taken: Arc<AtomicBool>) -> (Client, Arc<Mutex<Vec<Seen>>>) {
 fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Arc<Recorded>) {
     let metrics = Arc::new(Metrics::new());
     let events = Arc::new(Recorded::default());
-    let (stop_tx, stop) = watch::channel(false);
-    // Never stops: the sender lives as long as the test.
-    std::mem::forget(stop_tx);
     let ctx = Ctx {
         client,
         config: ClusterConfig {
@@ -179,7 +176,8 @@ fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Ar
         state: ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics),
         metrics,
         events: events.clone(),
-        stop,
+        // Never triggered: these tests end the states by other means.
+        shutdown: ShutdownToken::default(),
         skew: SkewGate::new(Duration::from_secs(10)),
         format_told: Mutex::new(None),
     };

@@ -17,6 +17,18 @@
 //!
 //! Every write is conditional on the `resourceVersion` read (docs/safety.md rule 1).
 //!
+//! **Transitions change the Lease as read.** [`SlotLease`] keeps the Lease it was parsed
+//! from ([`SlotLease::read`]), and every transition (assign, renew, release) starts from
+//! that Lease and changes only the fields it owns: labels, annotations and owner
+//! references it does not model, the lease duration, the format annotation and the
+//! `resourceVersion` are written back as read. A record rebuilt from the parsed fields
+//! would drop them (and an earlier operator did so on release).
+//!
+//! **Each transition checks who holds the slot**, on the Lease as read, and refuses with a
+//! [`TransitionError`] (nothing to write) otherwise: assign only a free slot, renew and a
+//! holder's release only by the pod the Lease names, an operator's release only of the
+//! holder its plan saw ([`Releaser`]).
+//!
 //! **Formats.** What the fields above mean is format 1 (kubeflake 0.1.0 wrote it without
 //! saying so: an absent [`FORMAT_ANNOTATION`] is format 1). A release that changes a meaning
 //! (say, the fence's unit) writes a higher format, and a release that does not understand a
@@ -31,6 +43,7 @@
 //! `slot_lease/tests.rs`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -137,8 +150,11 @@ pub fn lease_format(lease: &Lease) -> Result<u64, FormatProblem> {
     Ok(format)
 }
 
-/// What one slot lease says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What one slot lease says, and the Lease it says it of.
+///
+/// Two records are equal when they say the same (the parsed fields); the Lease as read
+/// is not compared (a cache may strip fields nobody reads, such as managed fields).
+#[derive(Debug, Clone)]
 pub struct SlotLease {
     pub name: String,
     pub slot: Slot,
@@ -152,11 +168,62 @@ pub struct SlotLease {
     pub released_at: Option<String>,
     /// The format the Lease is written in (never above [`LEASE_FORMAT`]: others do not parse).
     pub format: u64,
+    /// The Lease exactly as read: every transition starts from it, so fields this record
+    /// does not model are kept and the write is a compare-and-swap on its version.
+    pub read: Arc<Lease>,
 }
 
+impl PartialEq for SlotLease {
+    fn eq(&self, other: &SlotLease) -> bool {
+        // Spelled out so that a new field must be placed here: compared, or not.
+        let SlotLease {
+            name,
+            slot,
+            holder,
+            holder_pod,
+            fence,
+            transitions,
+            resource_version,
+            released_at,
+            format,
+            read: _,
+        } = self;
+        (
+            name,
+            slot,
+            holder,
+            holder_pod,
+            fence,
+            transitions,
+            resource_version,
+            released_at,
+            format,
+        ) == (
+            &other.name,
+            &other.slot,
+            &other.holder,
+            &other.holder_pod,
+            &other.fence,
+            &other.transitions,
+            &other.resource_version,
+            &other.released_at,
+            &other.format,
+        )
+    }
+}
+
+impl Eq for SlotLease {}
+
 impl SlotLease {
-    /// Reads a slot lease.
+    /// Reads a slot lease, keeping a copy of the Lease for the transitions.
     pub fn parse(lease: &Lease) -> Result<SlotLease, SlotLeaseError> {
+        SlotLease::parse_shared(Arc::new(lease.clone()))
+    }
+
+    /// [`Self::parse`] of a Lease shared with a cache (a reflector store hands out
+    /// `Arc<Lease>`): kept without a copy.
+    pub fn parse_shared(read: Arc<Lease>) -> Result<SlotLease, SlotLeaseError> {
+        let lease = read.as_ref();
         let name = lease.metadata.name.clone().unwrap_or_default();
         // The format first: in a format this release does not know, no field is read.
         let format = lease_format(lease).map_err(|problem| match problem {
@@ -201,36 +268,103 @@ impl SlotLease {
                 .cloned(),
             format,
             name,
+            read,
         })
     }
 
-    /// The Lease this record describes, owned by `sequence`: what the operator writes back
-    /// through [`assign`] and [`release`] (fields it does not model, such as the renew
-    /// time, are not carried over; the write is conditional on [`Self::resource_version`]).
-    pub fn to_lease(&self, sequence: &IdSequence) -> Lease {
-        let mut lease = vacant(sequence, self.slot);
-        lease.metadata.name = Some(self.name.clone());
-        lease.metadata.resource_version = self.resource_version.clone();
-        lease.metadata.labels = Some(lease_labels(
-            &sequence.name_any(),
-            self.slot,
-            self.holder.as_deref(),
-        ));
-        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    /// The slot given to `holder` (written by the operator): refused if the Lease read
+    /// names a holder (a held slot is released first). The fence is kept (rule 9) and so
+    /// is when the slot was last released; the acquisition count goes up by one.
+    pub fn assign(
+        &self,
+        holder: Holder<'_>,
+        lease_duration_secs: i32,
+        now: DateTime<Utc>,
+    ) -> Result<Lease, TransitionError> {
+        if let Some(held_by) = &self.holder {
+            return Err(TransitionError::Held {
+                name: self.name.clone(),
+                holder: held_by.clone(),
+            });
+        }
+        let mut next = Lease::clone(&self.read);
+        next.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(HOLDER_LABEL.to_string(), holder.uid.to_string());
+        let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(FENCE_ANNOTATION.to_string(), self.fence.0.to_string());
-        if let Some(pod) = &self.holder_pod {
-            annotations.insert(HOLDER_POD_ANNOTATION.to_string(), pod.clone());
+        annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
+        let spec = next.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(holder.uid.to_string());
+        spec.lease_duration_seconds = Some(lease_duration_secs);
+        spec.acquire_time = Some(micro_time(now));
+        spec.renew_time = Some(micro_time(now));
+        spec.lease_transitions = Some(self.transitions + 1);
+        Ok(next)
+    }
+
+    /// The slot renewed by its holder `uid` (refused if the Lease read names another pod
+    /// or none), with the fence raised to `fence` if that is higher: the fence never goes
+    /// down here (rule 5).
+    pub fn renew(
+        &self,
+        uid: &str,
+        fence: Tick,
+        now: DateTime<Utc>,
+    ) -> Result<Lease, TransitionError> {
+        self.held_by(uid)?;
+        let mut next = Lease::clone(&self.read);
+        next.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                FENCE_ANNOTATION.to_string(),
+                fence.max(self.fence).0.to_string(),
+            );
+        next.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
+        Ok(next)
+    }
+
+    /// The slot freed by `by` (refused unless the Lease read names the holder `by`
+    /// expects): no holder, `released-at` now, the fence as [`Releaser`] says. The
+    /// acquisition count and the lease duration stay.
+    pub fn release(&self, by: Releaser<'_>, now: DateTime<Utc>) -> Result<Lease, TransitionError> {
+        let fence = match by {
+            Releaser::Operator { holder } => {
+                self.held_by(holder)?;
+                self.fence
+            }
+            Releaser::Holder { uid, high_water } => {
+                self.held_by(uid)?;
+                high_water
+            }
+        };
+        let mut next = Lease::clone(&self.read);
+        if let Some(labels) = next.metadata.labels.as_mut() {
+            labels.remove(HOLDER_LABEL);
         }
-        if let Some(at) = &self.released_at {
-            annotations.insert(RELEASED_AT_ANNOTATION.to_string(), at.clone());
+        let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.remove(HOLDER_POD_ANNOTATION);
+        annotations.insert(FENCE_ANNOTATION.to_string(), fence.0.to_string());
+        annotations.insert(RELEASED_AT_ANNOTATION.to_string(), lease_time(now));
+        let spec = next.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = None;
+        spec.acquire_time = None;
+        spec.renew_time = None;
+        Ok(next)
+    }
+
+    /// `Ok` if the Lease read names `uid` as its holder.
+    fn held_by(&self, uid: &str) -> Result<(), TransitionError> {
+        if self.holder.as_deref() == Some(uid) {
+            return Ok(());
         }
-        annotations.insert(FORMAT_ANNOTATION.to_string(), self.format.to_string());
-        lease.spec = Some(LeaseSpec {
-            holder_identity: self.holder.clone(),
-            lease_transitions: Some(self.transitions),
-            ..Default::default()
-        });
-        lease
+        Err(TransitionError::NotHolder {
+            name: self.name.clone(),
+            expected: uid.to_string(),
+            found: self.holder.clone(),
+        })
     }
 
     /// When the slot was last released, parsed: compare these, not the texts.
@@ -282,22 +416,41 @@ pub struct Holder<'a> {
     pub pod: &'a str,
 }
 
-/// Who frees a slot, which decides what happens to its fence.
+/// Who frees a slot, and so whose holding is checked and what happens to the fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Releaser {
-    /// The operator reclaims a slot whose holder is gone or leaving: the fence stays
-    /// where it is (docs/safety.md rule 9), since the holder may have issued up to it.
-    Operator,
-    /// The holder itself, after it stopped issuing for good: the fence comes down to the
-    /// exact highest tick it issued (the one exception in rule 5).
-    Holder { high_water: Tick },
+pub enum Releaser<'a> {
+    /// The operator reclaims the slot from `holder`, the pod UID its plan saw holding it
+    /// (gone, silent, or holding a lower slot too); refused if the Lease read names anyone
+    /// else. The fence stays where it is (docs/safety.md rule 9), since the holder may
+    /// have issued up to it.
+    Operator { holder: &'a str },
+    /// The holder `uid` itself, after it stopped issuing for good; refused if the Lease
+    /// read names another pod or none. The fence comes down to the exact highest tick it
+    /// issued (the one exception in rule 5).
+    Holder { uid: &'a str, high_water: Tick },
 }
 
-/// Why a holder may not write a slot lease.
+/// Why a transition refuses the Lease as read. Nothing is to be written: read the Lease
+/// again and decide again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
-    #[error("the slot was given to another pod (or freed)")]
-    NotHolder,
+    #[error(
+        "slot lease {name} names {} as its holder, not pod {expected}: the slot was given to \
+         another pod or freed, so it was not written",
+        found.as_deref().map_or_else(|| "no pod".to_string(), |h| format!("pod {h}"))
+    )]
+    NotHolder {
+        name: String,
+        /// The pod UID the transition was for.
+        expected: String,
+        /// The holder the Lease read names.
+        found: Option<String>,
+    },
+    #[error(
+        "slot lease {name} is held by pod {holder}: a held slot is given to another pod only \
+         after it was released (docs/safety.md rule 9), so it was not written"
+    )]
+    Held { name: String, holder: String },
     #[error(transparent)]
     BadLease(#[from] SlotLeaseError),
 }
@@ -322,85 +475,34 @@ pub fn vacant(sequence: &IdSequence, slot: Slot) -> Lease {
     }
 }
 
-/// The slot lease given to `holder` (written by the operator). The fence is kept (rule
-/// 9) and so is when the slot was last released; the acquisition count goes up by one.
+/// [`SlotLease::assign`] on `current` as read: refused if it is held or unreadable.
 pub fn assign(
     current: &Lease,
     holder: Holder<'_>,
     lease_duration_secs: i32,
     now: DateTime<Utc>,
-) -> Result<Lease, SlotLeaseError> {
-    let parsed = SlotLease::parse(current)?;
-    let sequence = sequence_of(current);
-    let mut next = current.clone();
-    next.metadata.labels = Some(lease_labels(&sequence, parsed.slot, Some(holder.uid)));
-    let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    annotations.insert(FENCE_ANNOTATION.to_string(), parsed.fence.0.to_string());
-    annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
-    let spec = next.spec.get_or_insert_with(LeaseSpec::default);
-    spec.holder_identity = Some(holder.uid.to_string());
-    spec.lease_duration_seconds = Some(lease_duration_secs);
-    spec.acquire_time = Some(micro_time(now));
-    spec.renew_time = Some(micro_time(now));
-    spec.lease_transitions = Some(parsed.transitions + 1);
-    Ok(next)
+) -> Result<Lease, TransitionError> {
+    SlotLease::parse(current)?.assign(holder, lease_duration_secs, now)
 }
 
-/// The slot lease renewed by its holder `uid`, with the fence raised to `fence` if that
-/// is higher: the fence never goes down here (rule 5).
+/// [`SlotLease::renew`] on `current` as read: refused unless it names `uid` as holder.
 pub fn renew(
     current: &Lease,
     uid: &str,
     fence: Tick,
     now: DateTime<Utc>,
 ) -> Result<Lease, TransitionError> {
-    let parsed = SlotLease::parse(current)?;
-    if parsed.holder.as_deref() != Some(uid) {
-        return Err(TransitionError::NotHolder);
-    }
-    let mut next = current.clone();
-    next.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(
-            FENCE_ANNOTATION.to_string(),
-            fence.max(parsed.fence).0.to_string(),
-        );
-    next.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
-    Ok(next)
+    SlotLease::parse(current)?.renew(uid, fence, now)
 }
 
-/// The slot lease freed by `by`: no holder, `released-at` now, the fence as [`Releaser`]
-/// says. The acquisition count and the lease duration stay.
-pub fn release(current: &Lease, by: Releaser, now: DateTime<Utc>) -> Result<Lease, SlotLeaseError> {
-    let parsed = SlotLease::parse(current)?;
-    let fence = match by {
-        Releaser::Operator => parsed.fence,
-        Releaser::Holder { high_water } => high_water,
-    };
-    let mut next = current.clone();
-    if let Some(labels) = next.metadata.labels.as_mut() {
-        labels.remove(HOLDER_LABEL);
-    }
-    let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    annotations.remove(HOLDER_POD_ANNOTATION);
-    annotations.insert(FENCE_ANNOTATION.to_string(), fence.0.to_string());
-    annotations.insert(RELEASED_AT_ANNOTATION.to_string(), lease_time(now));
-    let spec = next.spec.get_or_insert_with(LeaseSpec::default);
-    spec.holder_identity = None;
-    spec.acquire_time = None;
-    spec.renew_time = None;
-    Ok(next)
-}
-
-fn sequence_of(lease: &Lease) -> String {
-    lease
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(SEQUENCE_LABEL))
-        .cloned()
-        .unwrap_or_default()
+/// [`SlotLease::release`] on `current` as read: refused unless it names the holder `by`
+/// expects.
+pub fn release(
+    current: &Lease,
+    by: Releaser<'_>,
+    now: DateTime<Utc>,
+) -> Result<Lease, TransitionError> {
+    SlotLease::parse(current)?.release(by, now)
 }
 
 /// Labels of a slot lease.

@@ -23,7 +23,10 @@ use kubeflake_crds::layout::{Slot, Tick};
 use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, new_counter};
 use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
 use kubeflake_e2e::{Cluster, TestNamespace};
-use policy_support::{enforce_policy, leases, refused, service_account, token, token_client};
+use policy_support::{
+    enforce_policy, forged_release, forged_takeover, leases, refused, service_account, token,
+    token_client,
+};
 use serde_json::json;
 
 const SEQUENCE: &str = "orders";
@@ -189,7 +192,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
         "a service account without a pod renews pod A's slot",
         "no pod-bound token",
     )?;
-    let stolen = slot_lease::assign(&held, holder(uid_b), 15, now)?;
+    let stolen = forged_takeover(&held, holder(uid_b), now)?;
     refused(
         replace(b, ns, &stolen).await,
         "pod B makes itself the holder",
@@ -203,13 +206,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
         "pod B deletes pod A's slot lease",
         "only by the kubeflake operator",
     )?;
-    let freed_by_b = slot_lease::release(
-        &held,
-        Releaser::Holder {
-            high_water: Tick(0),
-        },
-        now,
-    )?;
+    let freed_by_b = forged_release(&held, Tick(0), now)?;
     refused(
         replace(b, ns, &freed_by_b).await,
         "pod B releases pod A's slot with fence 0",
@@ -250,6 +247,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
         &slot_lease::release(
             &held,
             Releaser::Holder {
+                uid: uid_a,
                 high_water: Tick(480),
             },
             now,
@@ -271,7 +269,9 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
         "the slot is free",
     )?;
 
-    // The operator keeps assigning, reclaiming and fencing; and deletes.
+    // The operator keeps assigning, reclaiming and fencing; and deletes. Its transitions
+    // check the holder on the Lease as read: a held slot is not assigned, and a release
+    // names the holder it reclaims from.
     let held_b = replace(
         &w.operator,
         ns,
@@ -285,7 +285,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
     let reclaimed = replace(
         &w.operator,
         ns,
-        &slot_lease::release(&held_b, Releaser::Operator, now)?,
+        &slot_lease::release(&held_b, Releaser::Operator { holder: uid_b }, now)?,
     )
     .await
     .context("the operator reclaims the slot")?;
@@ -476,7 +476,7 @@ async fn rule14_without_the_policy_the_same_attacks_succeed() -> Result<()> {
         &slot_lease::assign(&created, holder(uid_a), 15, now)?,
     )
     .await?;
-    let stolen = replace(b, ns, &slot_lease::assign(&held, holder(uid_b), 15, now)?)
+    let stolen = replace(b, ns, &forged_takeover(&held, holder(uid_b), now)?)
         .await
         .context("without the policy, RBAC alone lets pod B take pod A's slot")?;
     ensure!(slot_lease::SlotLease::parse(&stolen)?.holder.as_deref() == Some(uid_b.as_str()));

@@ -24,7 +24,7 @@ use kubeflake_crds::slot_lease::{self, Holder, SEQUENCE_LABEL, SlotLease};
 use kubeflake_e2e::Cluster;
 use node_support::*;
 use operator_support::eventually;
-use policy_support::{leases, refused, service_account, token, token_client};
+use policy_support::{forged_takeover, leases, refused, service_account, token, token_client};
 use serde_json::json;
 
 const SEQUENCE: &str = "orders";
@@ -105,7 +105,7 @@ async fn attacks(node: &OnTheNode) -> Result<()> {
             .replace(
                 &held.name_any(),
                 &PostParams::default(),
-                &slot_lease::assign(&held, holder_b, 15, now)?,
+                &forged_takeover(&held, holder_b, now)?,
             )
             .await,
         "pod B makes itself the holder of pod A's slot",

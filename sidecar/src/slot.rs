@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflake_crds::Tick;
 use kubeflake_crds::slot_lease::{
-    self, HOLDER_LABEL, Releaser, SEQUENCE_LABEL, SlotLease, SlotLeaseError, TransitionError,
+    HOLDER_LABEL, Releaser, SEQUENCE_LABEL, SlotLease, SlotLeaseError, TransitionError,
 };
 
 /// Who this pod is (from the downward API).
@@ -141,48 +141,59 @@ fn refused(e: &kube::runtime::watcher::Error) -> Option<String> {
     (status.code == 403).then(|| format!("{} {}", status.code, status.message))
 }
 
-/// A slot lease held by this pod.
+/// A slot lease held by this pod: the lease as last read ([`SlotLease::read`]), from
+/// which every write starts, and what it says.
 pub struct HeldSlot {
     api: Api<Lease>,
     uid: String,
-    lease: Lease,
     pub slot: SlotLease,
+}
+
+/// What a release at shutdown did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The slot is free, its fence lowered to the highest tick issued.
+    Freed,
+    /// The lease names another pod or none (the operator reclaimed the slot): nothing was
+    /// written.
+    NotOurs,
 }
 
 impl HeldSlot {
     pub fn new(api: Api<Lease>, uid: &str, lease: Lease) -> Result<HeldSlot, SlotError> {
-        let slot = SlotLease::parse(&lease)?;
+        let slot = SlotLease::parse_shared(lease.into())?;
         if slot.holder.as_deref() != Some(uid) {
             return Err(SlotError::Lost);
         }
         Ok(HeldSlot {
             api,
             uid: uid.to_string(),
-            lease,
             slot,
         })
     }
 
     /// Raises the lease's fence to `fence` (and renews). When this returns `Ok`, ticks up
     /// to `fence` may be used (rule 2). The fence never goes down here (rule 5): the
-    /// transition is [`slot_lease::renew`], written once in the API crate.
+    /// transition is [`SlotLease::renew`], written once in the API crate, which also
+    /// refuses a lease that no longer names this pod.
     pub async fn raise_fence(&mut self, fence: Tick) -> Result<Tick, SlotError> {
         loop {
-            let next = match slot_lease::renew(&self.lease, &self.uid, fence, Utc::now()) {
+            let next = match self.slot.renew(&self.uid, fence, Utc::now()) {
                 Ok(next) => next,
-                Err(TransitionError::NotHolder) => return Err(SlotError::Lost),
+                Err(TransitionError::NotHolder { .. } | TransitionError::Held { .. }) => {
+                    return Err(SlotError::Lost);
+                }
                 Err(TransitionError::BadLease(e)) => return Err(e.into()),
             };
             let name = self.slot.name.clone();
             match self.api.replace(&name, &PostParams::default(), &next).await {
                 Ok(written) => {
-                    self.slot = SlotLease::parse(&written)?;
-                    self.lease = written;
+                    self.slot = SlotLease::parse_shared(written.into())?;
                     return Ok(self.slot.fence);
                 }
+                // Someone else wrote the lease: re-read and decide again.
                 Err(e) if is_conflict(&e) => {
-                    // Someone else wrote the lease: re-read and decide again.
-                    self.lease = self.api.get(&name).await?;
+                    self.slot = SlotLease::parse_shared(self.api.get(&name).await?.into())?
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -191,23 +202,27 @@ impl HeldSlot {
 
     /// After issuing has stopped for good: lowers the fence to `high_water`, the exact
     /// highest tick issued, and frees the slot (the exception in rule 5; the transition is
-    /// [`slot_lease::release`] by [`Releaser::Holder`]). If the slot is no longer ours,
-    /// nothing is written.
-    pub async fn release(&mut self, high_water: Tick) -> Result<(), SlotError> {
+    /// [`SlotLease::release`] by [`Releaser::Holder`], which refuses a lease that no
+    /// longer names this pod: then nothing is written).
+    pub async fn release(&mut self, high_water: Tick) -> Result<Released, SlotError> {
         loop {
-            let current = SlotLease::parse(&self.lease)?;
-            if current.holder.as_deref() != Some(self.uid.as_str()) {
-                return Ok(());
-            }
-            let next =
-                slot_lease::release(&self.lease, Releaser::Holder { high_water }, Utc::now())?;
-            match self
-                .api
-                .replace(&current.name, &PostParams::default(), &next)
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if is_conflict(&e) => self.lease = self.api.get(&current.name).await?,
+            let by = Releaser::Holder {
+                uid: &self.uid,
+                high_water,
+            };
+            let next = match self.slot.release(by, Utc::now()) {
+                Ok(next) => next,
+                Err(TransitionError::NotHolder { .. } | TransitionError::Held { .. }) => {
+                    return Ok(Released::NotOurs);
+                }
+                Err(TransitionError::BadLease(e)) => return Err(e.into()),
+            };
+            let name = self.slot.name.clone();
+            match self.api.replace(&name, &PostParams::default(), &next).await {
+                Ok(_) => return Ok(Released::Freed),
+                Err(e) if is_conflict(&e) => {
+                    self.slot = SlotLease::parse_shared(self.api.get(&name).await?.into())?
+                }
                 Err(e) => return Err(e.into()),
             }
         }

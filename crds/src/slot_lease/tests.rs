@@ -91,7 +91,7 @@ fn assignment_keeps_the_fence_rule_9_and_counts_the_acquisition() {
         Some("uid-a")
     );
     let again = assign(
-        &release(&given, Releaser::Operator, at(1)).unwrap(),
+        &release(&given, Releaser::Operator { holder: "uid-a" }, at(1)).unwrap(),
         POD_A,
         15,
         at(2),
@@ -119,14 +119,16 @@ fn only_the_holder_renews_and_the_fence_never_goes_down_rule_5() {
         Tick(900),
         "rule 5"
     );
-    assert_eq!(
+    assert!(matches!(
         renew(&up, "uid-b", Tick(1000), at(2)),
-        Err(TransitionError::NotHolder)
-    );
-    let freed = release(&up, Releaser::Operator, at(3)).unwrap();
-    assert_eq!(
-        renew(&freed, "uid-a", Tick(1000), at(4)),
-        Err(TransitionError::NotHolder),
+        Err(TransitionError::NotHolder { .. })
+    ));
+    let freed = release(&up, Releaser::Operator { holder: "uid-a" }, at(3)).unwrap();
+    assert!(
+        matches!(
+            renew(&freed, "uid-a", Tick(1000), at(4)),
+            Err(TransitionError::NotHolder { .. })
+        ),
         "a freed slot is not renewed by its former holder"
     );
 }
@@ -135,11 +137,13 @@ fn only_the_holder_renews_and_the_fence_never_goes_down_rule_5() {
 fn the_operator_keeps_the_fence_on_release_only_the_holder_lowers_it_to_its_high_water() {
     let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
     let held = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
-    let by_operator = SlotLease::parse(&release(&held, Releaser::Operator, at(2)).unwrap());
+    let by_operator =
+        SlotLease::parse(&release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap());
     let by_holder = SlotLease::parse(
         &release(
             &held,
             Releaser::Holder {
+                uid: "uid-a",
                 high_water: Tick(640),
             },
             at(2),
@@ -161,16 +165,22 @@ fn the_operator_keeps_the_fence_on_release_only_the_holder_lowers_it_to_its_high
 }
 
 #[test]
-fn a_parsed_slot_lease_written_back_reads_the_same() {
-    let mut seq = IdSequence::new("orders", Default::default());
-    seq.metadata.namespace = Some("shop".into());
-    let held = assign(&vacant(&seq, Slot(3)), POD_A, 15, at(0)).unwrap();
-    let held = renew(&held, "uid-a", Tick(77), at(1)).unwrap();
-    let freed = release(&held, Releaser::Operator, at(2)).unwrap();
-    for lease in [held, freed] {
-        let parsed = SlotLease::parse(&lease).unwrap();
-        assert_eq!(SlotLease::parse(&parsed.to_lease(&seq)).unwrap(), parsed);
-    }
+fn a_parsed_slot_lease_keeps_the_lease_as_read_and_compares_by_what_it_says() {
+    let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    let parsed = SlotLease::parse(&held).unwrap();
+    assert_eq!(*parsed.read, held, "the Lease exactly as read");
+    let shared = Arc::new(held.clone());
+    assert!(
+        Arc::ptr_eq(
+            &SlotLease::parse_shared(shared.clone()).unwrap().read,
+            &shared
+        ),
+        "a cached Lease is shared, not copied"
+    );
+    // A cache that drops fields nobody reads (managed fields) parses the same.
+    let mut slim = held;
+    slim.metadata.managed_fields = Some(Vec::new());
+    assert_eq!(SlotLease::parse(&slim).unwrap(), parsed);
 }
 
 #[test]
@@ -256,7 +266,9 @@ fn a_newer_format_is_refused_naming_the_lease_the_formats_and_what_to_do() {
     // No transition is built on a Lease this release cannot read.
     assert!(matches!(
         assign(&newer, POD_A, 15, at(0)),
-        Err(SlotLeaseError::UnsupportedFormat { .. })
+        Err(TransitionError::BadLease(
+            SlotLeaseError::UnsupportedFormat { .. }
+        ))
     ));
     assert!(matches!(
         renew(&newer, "uid-1", Tick(900), at(0)),
@@ -265,8 +277,10 @@ fn a_newer_format_is_refused_naming_the_lease_the_formats_and_what_to_do() {
         ))
     ));
     assert!(matches!(
-        release(&newer, Releaser::Operator, at(0)),
-        Err(SlotLeaseError::UnsupportedFormat { .. })
+        release(&newer, Releaser::Operator { holder: "uid-1" }, at(0)),
+        Err(TransitionError::BadLease(
+            SlotLeaseError::UnsupportedFormat { .. }
+        ))
     ));
 }
 
@@ -344,6 +358,7 @@ fn new_leases_write_the_format_and_every_transition_keeps_what_it_read() {
         let freed = release(
             &renewed,
             Releaser::Holder {
+                uid: "uid-a",
                 high_water: Tick(640),
             },
             at(2),
@@ -361,5 +376,221 @@ fn new_leases_write_the_format_and_every_transition_keeps_what_it_read() {
                 Some(&"kept".to_string())
             );
         }
+    }
+}
+
+// Issue 27: every transition starts from the Lease as read and checks its holder there.
+
+const POD_B: Holder<'static> = Holder {
+    uid: "uid-b",
+    pod: "b",
+};
+const NOTE: &str = "example.com/note";
+const TEAM: &str = "example.com/team";
+
+/// Slot 3 held by pod a, as the API server returns it: with a version, a lease duration,
+/// the sequence as owner, and a label and an annotation kubeflake does not model.
+fn held_with_foreign_fields() -> Lease {
+    let mut lease = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    lease = renew(&lease, "uid-a", Tick(900), at(1)).unwrap();
+    lease.metadata.resource_version = Some("77".into());
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(TEAM.into(), "payments".into());
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(NOTE.into(), "kept".into());
+    lease
+}
+
+/// What a transition does not own and must write back as read.
+fn foreign_fields(lease: &Lease) -> impl std::fmt::Debug + PartialEq + use<> {
+    let meta = &lease.metadata;
+    (
+        meta.name.clone(),
+        meta.namespace.clone(),
+        meta.resource_version.clone(),
+        meta.owner_references.clone(),
+        meta.labels.as_ref().and_then(|l| l.get(TEAM)).cloned(),
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(SEQUENCE_LABEL))
+            .cloned(),
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(SLOT_LABEL))
+            .cloned(),
+        meta.annotations.as_ref().and_then(|a| a.get(NOTE)).cloned(),
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(FORMAT_ANNOTATION))
+            .cloned(),
+        lease.spec.as_ref().and_then(|s| s.lease_transitions),
+    )
+}
+
+fn lease_duration(lease: &Lease) -> Option<i32> {
+    lease.spec.as_ref().and_then(|s| s.lease_duration_seconds)
+}
+
+#[test]
+fn an_operator_release_keeps_lease_duration_unknown_labels_and_annotations() {
+    let held = held_with_foreign_fields();
+    let slot = SlotLease::parse(&held).unwrap();
+    let freed = slot
+        .release(Releaser::Operator { holder: "uid-a" }, at(2))
+        .unwrap();
+    assert_eq!(foreign_fields(&freed), foreign_fields(&held));
+    assert!(held.metadata.owner_references.is_some());
+    assert_eq!(
+        lease_duration(&freed),
+        Some(15),
+        "release keeps the lease duration"
+    );
+    let parsed = SlotLease::parse(&freed).unwrap();
+    assert_eq!((parsed.holder, parsed.fence), (None, Tick(900)), "rule 9");
+}
+
+#[test]
+fn an_assignment_of_an_existing_lease_keeps_unknown_labels_annotations_and_the_owner() {
+    let held = held_with_foreign_fields();
+    let freed = release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
+    let given = SlotLease::parse(&freed)
+        .unwrap()
+        .assign(POD_B, 30, at(3))
+        .unwrap();
+    // The acquisition count is the assignment's own to change; the rest is as read.
+    let without_count = |l: &Lease| {
+        let mut l = l.clone();
+        l.spec
+            .get_or_insert_with(LeaseSpec::default)
+            .lease_transitions = None;
+        foreign_fields(&l)
+    };
+    assert_eq!(without_count(&given), without_count(&freed));
+    assert_eq!(SlotLease::parse(&given).unwrap().transitions, 2);
+    assert_eq!(
+        lease_duration(&given),
+        Some(30),
+        "the sequence's duration now"
+    );
+    assert_eq!(
+        given.metadata.labels.as_ref().unwrap().get(HOLDER_LABEL),
+        Some(&"uid-b".to_string())
+    );
+}
+
+#[test]
+fn a_renewal_and_a_holder_release_keep_every_field_they_do_not_own() {
+    let held = held_with_foreign_fields();
+    let renewed = SlotLease::parse(&held)
+        .unwrap()
+        .renew("uid-a", Tick(1000), at(2))
+        .unwrap();
+    let freed = SlotLease::parse(&held)
+        .unwrap()
+        .release(
+            Releaser::Holder {
+                uid: "uid-a",
+                high_water: Tick(640),
+            },
+            at(2),
+        )
+        .unwrap();
+    for written in [&renewed, &freed] {
+        assert_eq!(foreign_fields(written), foreign_fields(&held));
+        assert_eq!(lease_duration(written), Some(15));
+    }
+}
+
+#[test]
+fn a_holder_cannot_release_a_slot_another_pod_holds_or_nobody_holds() {
+    let held = held_with_foreign_fields();
+    let by_b = Releaser::Holder {
+        uid: "uid-b",
+        high_water: Tick(0),
+    };
+    assert_eq!(
+        release(&held, by_b, at(2)),
+        Err(TransitionError::NotHolder {
+            name: "orders-slot-3".into(),
+            expected: "uid-b".into(),
+            found: Some("uid-a".into()),
+        }),
+        "pod b would lower pod a's fence (rule 5 is the holder's own exception)"
+    );
+    let freed = release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
+    let by_a = Releaser::Holder {
+        uid: "uid-a",
+        high_water: Tick(0),
+    };
+    assert_eq!(
+        release(&freed, by_a, at(3)),
+        Err(TransitionError::NotHolder {
+            name: "orders-slot-3".into(),
+            expected: "uid-a".into(),
+            found: None,
+        }),
+        "a former holder does not release (and lower the fence of) a freed slot"
+    );
+}
+
+#[test]
+fn the_operator_releases_only_the_holder_its_plan_saw() {
+    let held = held_with_foreign_fields();
+    assert!(matches!(
+        release(&held, Releaser::Operator { holder: "uid-b" }, at(2)),
+        Err(TransitionError::NotHolder { found: Some(ref a), .. }) if a == "uid-a"
+    ));
+    let freed = release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
+    assert!(
+        matches!(
+            release(&freed, Releaser::Operator { holder: "uid-a" }, at(3)),
+            Err(TransitionError::NotHolder { found: None, .. })
+        ),
+        "a slot already freed is not released again"
+    );
+}
+
+#[test]
+fn the_operator_cannot_assign_a_held_slot() {
+    let held = held_with_foreign_fields();
+    for to in [POD_B, POD_A] {
+        assert_eq!(
+            assign(&held, to, 15, at(2)),
+            Err(TransitionError::Held {
+                name: "orders-slot-3".into(),
+                holder: "uid-a".into(),
+            })
+        );
+    }
+}
+
+#[test]
+fn a_refused_transition_says_which_lease_whom_it_names_and_that_nothing_was_written() {
+    let held = held_with_foreign_fields();
+    let not_holder = renew(&held, "uid-b", Tick(1), at(2))
+        .unwrap_err()
+        .to_string();
+    for part in ["orders-slot-3", "pod uid-a", "not pod uid-b", "not written"] {
+        assert!(not_holder.contains(part), "{part:?}: {not_holder}");
+    }
+    let freed = release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
+    let nobody = renew(&freed, "uid-a", Tick(1), at(3))
+        .unwrap_err()
+        .to_string();
+    assert!(nobody.contains("names no pod"), "{nobody}");
+    let held_err = assign(&held, POD_B, 15, at(2)).unwrap_err().to_string();
+    for part in [
+        "orders-slot-3",
+        "held by pod uid-a",
+        "released",
+        "not written",
+    ] {
+        assert!(held_err.contains(part), "{part:?}: {held_err}");
     }
 }

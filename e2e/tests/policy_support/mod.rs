@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -14,7 +15,8 @@ use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
-use kubeflake_crds::layout::Slot;
+use kubeflake_crds::layout::{Slot, Tick};
+use kubeflake_crds::slot_lease::{Holder, Releaser};
 use kubeflake_crds::{IdSequence, lease_policy, slot_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 
@@ -172,6 +174,34 @@ pub async fn wait_enforced(
 
 pub fn leases(client: &Client, ns: &str) -> Api<Lease> {
     Api::namespaced(client.clone(), ns)
+}
+
+/// The holder pod's UID that `held` names.
+fn holder_of(held: &Lease) -> Result<String> {
+    slot_lease::SlotLease::parse(held)?
+        .holder
+        .context("the slot lease names no holder")
+}
+
+/// A forgery: `held` written as held by `to`, what another pod taking the slot (or its
+/// holder handing it over) would send. The protocol's `assign` refuses a held slot, so the
+/// slot is freed in memory first; the version stays the one read, so only the Lease
+/// policy stands in the way.
+pub fn forged_takeover(held: &Lease, to: Holder<'_>, now: DateTime<Utc>) -> Result<Lease> {
+    let from = holder_of(held)?;
+    let freed = slot_lease::release(held, Releaser::Operator { holder: &from }, now)?;
+    Ok(slot_lease::assign(&freed, to, 15, now)?)
+}
+
+/// A forgery: `held` released with its fence lowered to `high_water` as its holder would
+/// do it (the protocol lets only the holder release so), to be sent with another token.
+pub fn forged_release(held: &Lease, high_water: Tick, now: DateTime<Utc>) -> Result<Lease> {
+    let uid = holder_of(held)?;
+    let by = Releaser::Holder {
+        uid: &uid,
+        high_water,
+    };
+    Ok(slot_lease::release(held, by, now)?)
 }
 
 /// The refusal must be the policy's (403 Forbidden) and say what is allowed instead.

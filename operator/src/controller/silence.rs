@@ -106,6 +106,7 @@ mod tests {
             resource_version: Some(version.into()),
             released_at: None,
             format: 1,
+            read: Default::default(),
         }
     }
 

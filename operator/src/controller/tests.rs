@@ -855,3 +855,99 @@ async fn nothing_is_forgotten_before_the_idsequence_cache_has_listed_once() {
     let rendered = ctx.metrics.render_at(0);
     assert_eq!(gauge(&rendered, "kubeflake_operator_sequences"), 1.0);
 }
+
+// Issue 27: the operator's writes change the Lease as read.
+
+const NOTE: &str = "example.com/note";
+const TEAM: &str = "example.com/team";
+
+/// `lease` as a cluster may hold it: with a lease duration, its sequence as owner, and a
+/// label and an annotation kubeflake does not model.
+fn with_foreign_fields(mut lease: Lease) -> Lease {
+    lease
+        .spec
+        .get_or_insert_with(Default::default)
+        .lease_duration_seconds = Some(15);
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(TEAM.into(), "payments".into());
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(NOTE.into(), "kept".into());
+    lease.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "kubeflake.io/v1alpha1".into(),
+            kind: "IdSequence".into(),
+            name: SEQ.into(),
+            uid: "seq-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    lease
+}
+
+/// What the operator's write must carry over from the Lease it read.
+fn assert_kept(put: &Value, what: &str) {
+    let meta = &put["metadata"];
+    assert_eq!(meta["resourceVersion"], "5", "{what}: a compare-and-swap");
+    assert_eq!(meta["labels"][TEAM], "payments", "{what}: {put:#}");
+    assert_eq!(meta["annotations"][NOTE], "kept", "{what}: {put:#}");
+    assert_eq!(
+        meta["ownerReferences"][0]["uid"], "seq-uid",
+        "{what}: {put:#}"
+    );
+}
+
+#[tokio::test]
+async fn an_operator_release_keeps_lease_duration_unknown_labels_and_annotations() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let lease = format!("{LEASES}/orders-slot-0");
+    let api = FakeApi::new()
+        .expect(
+            Method::GET,
+            "/api/v1/namespaces/shop/pods/a",
+            404,
+            failure(404, "NotFound", "gone"),
+        )
+        .expect(Method::PUT, &lease, 200, json!(slot_lease(None, 7)))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let read = with_foreign_fields(slot_lease(Some("a"), 7));
+    let f = fixture(&api, vec![], vec![read]);
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("a pass");
+    api.verify();
+    let put = &api.requests(&Method::PUT, &lease)[0].body;
+    assert_kept(put, "release");
+    assert_eq!(put["spec"]["leaseDurationSeconds"], 15, "{put:#}");
+    assert_eq!(put["spec"]["holderIdentity"], Value::Null, "released");
+    assert_eq!(put["metadata"]["annotations"]["kubeflake.io/fence"], "7");
+}
+
+#[tokio::test]
+async fn an_assignment_of_a_free_lease_keeps_its_unknown_labels_annotations_and_owner() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let lease = format!("{LEASES}/orders-slot-0");
+    let api = FakeApi::new()
+        .expect(Method::PUT, &lease, 200, json!(slot_lease(Some("b"), 7)))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let read = with_foreign_fields(slot_lease(None, 7));
+    let f = fixture(&api, vec![pod("b")], vec![read]);
+    reconcile(Arc::new(seq.clone()), f.ctx.clone())
+        .await
+        .expect("a pass");
+    api.verify();
+    let put = &api.requests(&Method::PUT, &lease)[0].body;
+    assert_kept(put, "assignment");
+    assert_eq!(put["spec"]["holderIdentity"], "uid-b");
+    let duration = seq.spec.params().expect("params").lease_duration_secs;
+    assert_eq!(
+        put["spec"]["leaseDurationSeconds"], duration,
+        "the sequence's own duration"
+    );
+}

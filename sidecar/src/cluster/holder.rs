@@ -17,7 +17,7 @@ use super::{ClusterError, Ctx, Ending, Lifecycle, Unheld};
 use crate::fence::{FenceGate, FenceIdentity, FenceRecord, LocalFence};
 use crate::generator::{Generator, WorkerConfig};
 use crate::renewer::{Renewer, RenewerError, off_worker};
-use crate::slot::{HeldSlot, SlotError};
+use crate::slot::{HeldSlot, Released, SlotError};
 use crate::state::{Serving, WaitReason};
 
 /// How often the local fence file is renewed.
@@ -358,10 +358,14 @@ impl Ctx {
             Err(died) => (generator.stop(), Some(died)),
         };
         match slot.release(high_water).await {
-            Ok(()) => tracing::info!(
+            Ok(Released::Freed) => tracing::info!(
                 fence_tick = high_water.0,
                 slot = slot.slot.slot.0,
                 "released the slot; fence lowered to the highest tick issued"
+            ),
+            Ok(Released::NotOurs) => tracing::info!(
+                slot = slot.slot.slot.0,
+                "the slot lease no longer names this pod (reclaimed by the operator); nothing to release"
             ),
             Err(e) => {
                 tracing::warn!(error = %e, "could not release the slot; the operator reclaims it when the pod is gone")

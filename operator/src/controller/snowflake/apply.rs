@@ -2,6 +2,11 @@
 //! (docs/safety.md rule 1), the direct pod read that confirms a "pod gone" release
 //! (rule 9), and the conditional deletes of the leases once deletion may finish (rule 10).
 //! A conflict is normal (another writer was first): it is counted and the pass repeats.
+//!
+//! Each write is the API crate's transition applied to the Lease the plan read
+//! ([`SlotLease::read`]), so fields kubeflake does not model are written back as read;
+//! the transition also checks the holder on that Lease ([`TransitionError`]). A refusal
+//! means the plan's view no longer allows the step: like a conflict, the pass repeats.
 
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -10,7 +15,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kubeflake_crds::Slot;
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
-use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease};
+use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease, TransitionError};
 
 use super::plan::{PodInfo, ReleaseReason, Step};
 use crate::controller::context::Context;
@@ -71,11 +76,19 @@ pub async fn execute(
     let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
     let write = match (&step, params) {
         (Step::Release { lease, reason }, _) => {
+            // The plan releases held slots only: a free one has nothing to release.
+            let Some(holder) = lease.holder.as_deref() else {
+                return Ok(Outcome::Skipped);
+            };
             if *reason == ReleaseReason::PodGone && holder_pod_exists(ctx, ns, lease).await? {
                 return Ok(Outcome::Skipped);
             }
+            let next = match released(lease, holder) {
+                Ok(next) => next,
+                Err(e) => return refused(ctx, e),
+            };
             leases
-                .replace(&lease.name, &PostParams::default(), &released(seq, lease)?)
+                .replace(&lease.name, &PostParams::default(), &next)
                 .await
         }
         // The plan hands out no slot without params (deletion); nothing to write.
@@ -88,12 +101,12 @@ pub async fn execute(
             },
             Some(params),
         ) => {
+            let next = match assigned(seq, *slot, pod, Some(lease), params) {
+                Ok(next) => next,
+                Err(e) => return refused(ctx, e),
+            };
             leases
-                .replace(
-                    &lease.name,
-                    &PostParams::default(),
-                    &assigned(seq, *slot, pod, Some(lease), params)?,
-                )
+                .replace(&lease.name, &PostParams::default(), &next)
                 .await
         }
         (
@@ -104,12 +117,11 @@ pub async fn execute(
             },
             Some(params),
         ) => {
-            leases
-                .create(
-                    &PostParams::default(),
-                    &assigned(seq, *slot, pod, None, params)?,
-                )
-                .await
+            let next = match assigned(seq, *slot, pod, None, params) {
+                Ok(next) => next,
+                Err(e) => return refused(ctx, e),
+            };
+            leases.create(&PostParams::default(), &next).await
         }
     };
     match write {
@@ -179,36 +191,44 @@ pub async fn delete_leases(ctx: &Context, ns: &str, leases: &[SlotLease]) -> Res
     Ok(true)
 }
 
-/// The lease with the slot given to `pod`: the API crate's one assignment transition,
-/// which keeps the fence (rule 9) and counts the acquisition.
+/// A transition refused the Lease as read. An unreadable Lease fails the pass (it says
+/// what to do); a holder other than the plan's means the plan is out of date: counted as a
+/// conflict, so the pass repeats on a fresh read (docs/safety.md rule 1).
+fn refused(ctx: &Context, e: TransitionError) -> Result<Outcome, Error> {
+    match e {
+        TransitionError::BadLease(e) => Err(e.into()),
+        e @ (TransitionError::NotHolder { .. } | TransitionError::Held { .. }) => {
+            tracing::warn!(error = %e, "a planned slot write was refused on the lease as read; reading again");
+            ctx.metrics.conflicts.inc();
+            Ok(Outcome::Conflict)
+        }
+    }
+}
+
+/// The lease with the slot given to `pod`: the API crate's one assignment transition on
+/// the free lease as read (or on a new vacant one), which keeps the fence (rule 9) and
+/// every field it does not own, and counts the acquisition.
 fn assigned(
     seq: &IdSequence,
     slot: Slot,
     pod: &PodInfo,
     existing: Option<&SlotLease>,
     params: &SequenceParams,
-) -> Result<Lease, Error> {
-    let base = match existing {
-        Some(lease) => lease.to_lease(seq),
-        None => slot_lease::vacant(seq, slot),
-    };
+) -> Result<Lease, TransitionError> {
     let holder = Holder {
         uid: &pod.uid,
         pod: &pod.name,
     };
-    Ok(slot_lease::assign(
-        &base,
-        holder,
-        params.lease_duration_secs as i32,
-        Utc::now(),
-    )?)
+    let duration = params.lease_duration_secs as i32;
+    match existing {
+        Some(lease) => lease.assign(holder, duration, Utc::now()),
+        None => slot_lease::assign(&slot_lease::vacant(seq, slot), holder, duration, Utc::now()),
+    }
 }
 
-/// The lease with its slot freed by the operator: the fence is kept (rule 9).
-fn released(seq: &IdSequence, lease: &SlotLease) -> Result<Lease, Error> {
-    Ok(slot_lease::release(
-        &lease.to_lease(seq),
-        Releaser::Operator,
-        Utc::now(),
-    )?)
+/// The lease as read with its slot freed by the operator from `holder`, the pod the plan
+/// saw holding it: the fence is kept (rule 9), and so is every field the release does not
+/// own.
+fn released(lease: &SlotLease, holder: &str) -> Result<Lease, TransitionError> {
+    lease.release(Releaser::Operator { holder }, Utc::now())
 }

@@ -19,8 +19,8 @@ pub fn leases(
 ) -> Result<Vec<SlotLease>, SlotLeaseError> {
     cache
         .of(ns, name)
-        .iter()
-        .map(|lease| SlotLease::parse(lease))
+        .into_iter()
+        .map(SlotLease::parse_shared)
         .collect()
 }
 

@@ -277,6 +277,34 @@ async fn a_dead_local_fence_renewal_stops_the_generator_and_ends_with_an_exit_er
     assert_eq!(ctx.state.load().phase(), Phase::Stopping);
 }
 
+/// At shutdown a holder releases only a slot its lease still names it for: a lease the
+/// operator gave to another pod is refused by the release transition itself (the holder
+/// check is in the protocol, `Releaser::Holder { uid, .. }`), and nothing is written.
+#[tokio::test]
+async fn a_holder_whose_slot_went_to_another_pod_releases_nothing_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = Arc::new(AtomicBool::new(false));
+    let (client, seen) = api_server(taken.clone());
+    let clock = Arc::new(ManualClock::at_millis(NOW_MS));
+    let (ctx, _) = ctx(client, clock, Duration::from_secs(3600));
+    let held = acquired(&ctx, dir.path()).await;
+    taken.store(true, Ordering::SeqCst);
+    seen.lock().unwrap().clear();
+    ctx.release(held)
+        .await
+        .expect("nothing to release is no error");
+    let writes: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.path.starts_with(LEASE_PATH))
+        .map(|s| s.method.clone())
+        .collect();
+    // The release conflicted (the lease changed), the re-read names another pod: no
+    // second write lowers that pod's fence.
+    assert_eq!(writes, ["PUT", "GET"]);
+}
+
 /// A fake API server for a pod that waits: the sequence exists, no lease names the pod, and
 /// from `refuse_after` GETs of the sequence on, the pod's token is refused (401), as the
 /// API server does a minute after a pod's deletion time.

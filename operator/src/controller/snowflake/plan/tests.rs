@@ -28,6 +28,7 @@ fn lease(slot: u32, holder: Option<&str>, fence: u64, released_at: Option<&str>)
         resource_version: Some("1".into()),
         released_at: released_at.map(String::from),
         format: 1,
+        read: Default::default(),
     }
 }
 

@@ -185,8 +185,12 @@ mod tests {
             Err("webhook serving certificate not loaded yet")
         );
         let (crt, key) = self_signed_pem();
-        cert.load_pem(crt.as_bytes(), key.as_bytes(), "test")
-            .expect("loads");
+        cert.load_pem(
+            crt.as_bytes(),
+            key.as_bytes(),
+            &crate::certs::PairOrigin::secret("test"),
+        )
+        .expect("loads");
         assert_eq!(health.readiness(), Ok(()));
     }
 

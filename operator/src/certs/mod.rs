@@ -13,23 +13,22 @@
 //!   cert-manager's CA injector.
 //!
 //! The TLS server asks [`ServingCert`] for the current key on every handshake, so a
-//! renewal takes effect without a restart.
+//! renewal takes effect without a restart; it takes only a pair whose key matches its
+//! certificate (`certs/serving.rs`).
 //!
-//! One piece (almost 600 lines): the Secret's layout (annotation and key names), the
+//! One piece (about 550 lines): the Secret's layout (annotation and key names), the
 //! decision what to write into it (`desired_secret`, pure) and the compare-and-swap
 //! writes that store it are one protocol between replicas; split apart, a change to one
 //! side could silently stop matching the other. It reads top to bottom: generation, the
 //! pure decision, the bounded CAS retry, the keeper loop. The directory source, which
-//! shares none of that protocol, is `certs/dir.rs`.
+//! shares none of that protocol, is `certs/dir.rs`; what is served, `certs/serving.rs`.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
@@ -43,10 +42,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
 
 /// Life of the serving certificate; it is renewed when a third of it is left.
 const SERVING_DAYS: i64 = 365;
@@ -67,6 +62,12 @@ pub enum CertError {
     Pem(String, String),
     #[error("the key in {0} is not a key rustls can sign with: {1}")]
     Key(String, rustls::Error),
+    #[error(
+        "the key {key} does not belong to the certificate {cert} (a pair read across a \
+         rotation, or two files of different pairs): not loaded, the certificate served \
+         before stays; check that both come from the same Secret version"
+    )]
+    KeyMismatch { cert: String, key: String },
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
@@ -90,49 +91,6 @@ pub enum CertError {
          is written only while it exists (install the chart, or create it first)"
     )]
     NoWebhookConfig(String),
-}
-
-/// The serving certificate the TLS server presents; swapped in place on renewal.
-#[derive(Default)]
-pub struct ServingCert(ArcSwapOption<CertifiedKey>);
-
-impl fmt::Debug for ServingCert {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.is_loaded() {
-            "ServingCert(loaded)"
-        } else {
-            "ServingCert(none)"
-        })
-    }
-}
-
-impl ResolvesServerCert for ServingCert {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0.load_full()
-    }
-}
-
-impl ServingCert {
-    pub fn is_loaded(&self) -> bool {
-        self.0.load().is_some()
-    }
-
-    /// Installs a PEM certificate chain and key; `origin` names them in errors.
-    pub fn load_pem(&self, cert: &[u8], key: &[u8], origin: &str) -> Result<(), CertError> {
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
-            .collect::<Result<_, _>>()
-            .map_err(|e| CertError::Pem(origin.into(), e.to_string()))?;
-        if chain.is_empty() {
-            return Err(CertError::Pem(origin.into(), "no certificate found".into()));
-        }
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| CertError::Pem(origin.into(), e.to_string()))?;
-        let signer = rustls::crypto::ring::sign::any_supported_type(&key)
-            .map_err(|e| CertError::Key(origin.into(), e))?;
-        self.0
-            .store(Some(Arc::new(CertifiedKey::new(chain, signer))));
-        Ok(())
-    }
 }
 
 /// The self-managed certificate's settings.
@@ -447,7 +405,7 @@ pub async fn sync_once(
             .as_ref()
             .and_then(read_stored);
         if let Some(stored) = stored {
-            serving.load_pem(&stored.tls_crt, &stored.tls_key, &what)?;
+            serving.load_pem(&stored.tls_crt, &stored.tls_key, &PairOrigin::secret(&what))?;
         }
         return Err(CertError::NoWebhookConfig(config.webhook_config.clone()));
     };
@@ -531,7 +489,7 @@ pub async fn sync_once(
         what.clone(),
         "tls.crt, tls.key, ca.crt or ca.key",
     ))?;
-    serving.load_pem(&stored.tls_crt, &stored.tls_key, what)?;
+    serving.load_pem(&stored.tls_crt, &stored.tls_key, &PairOrigin::secret(what))?;
     patch_ca_bundle(&configs, &config.webhook_config, &stored.ca_bundle).await?;
     Ok(())
 }
@@ -587,7 +545,9 @@ async fn patch_ca_bundle(
 }
 
 mod dir;
+mod serving;
 pub use dir::keep_from_dir;
+pub use serving::{PairOrigin, ServingCert};
 
 #[cfg(test)]
 mod tests;

@@ -951,3 +951,40 @@ async fn an_assignment_of_a_free_lease_keeps_its_unknown_labels_annotations_and_
         "the sequence's own duration"
     );
 }
+
+/// Issue 27: one failed write does not hide the writes of its pass that succeeded: their
+/// Event, status count and metrics are published, then the failure is returned.
+#[tokio::test]
+async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pass() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    // Two pods wait: one slot lease is created, the other create fails (500).
+    let api = FakeApi::new()
+        .expect(Method::POST, LEASES, 201, json!(slot_lease(Some("a"), 0)))
+        .expect(
+            Method::POST,
+            LEASES,
+            500,
+            failure(500, "InternalError", "etcd timed out"),
+        )
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture(&api, vec![pod("a"), pod("b")], vec![]);
+    let err = reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect_err("the failed write is still returned, so the pass is retried");
+    api.verify();
+    assert!(
+        matches!(&err, Error::Kube(kube::Error::Api(s)) if s.code == 500),
+        "{err}"
+    );
+    let events: Vec<String> = api
+        .seen()
+        .iter()
+        .filter(|s| s.path.contains("/events") && s.body["reason"] == "SlotsAssigned")
+        .map(|s| s.body["note"].to_string())
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains("assigned 1 slots"), "{events:?}");
+    let status = status_patches(&api).pop().expect("the status is written");
+    assert_eq!(status.assigned, Some(1), "the successful assignment counts");
+    assert_eq!(f.ctx.metrics.assignments.get(), 1);
+}

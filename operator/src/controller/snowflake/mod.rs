@@ -6,6 +6,11 @@
 //! A pass plans only on a cache that shows the previous pass's own writes
 //! ([`crate::controller::expectations`]), else it is put off briefly.
 //!
+//! A write that fails does not hide the ones that succeeded beside it: their Events,
+//! expectations, metrics and status are published as if nothing had failed, and only then
+//! is the first failure returned (so `error_policy` requeues). Otherwise a pod that got a
+//! slot would show in no Event and not be counted in the status until a later pass.
+//!
 //! Slot reclaim (which slot goes, and when) is decided in [`plan`]; silence is measured in
 //! [`crate::controller::silence`]; the writes that reclaim are in [`apply`].
 //!
@@ -51,9 +56,12 @@ const CACHE_BEHIND: Duration = Duration::from_millis(200);
 struct Pass {
     leases: Vec<SlotLease>,
     plan: Plan,
+    /// The writes that did not fail (conflicts and skips included).
     outcomes: Vec<Outcome>,
     /// Slots held after this pass's writes.
     assigned: i64,
+    /// The first write that failed, returned once the outcomes above are published.
+    failed: Option<Error>,
 }
 
 impl Pass {
@@ -128,16 +136,25 @@ async fn pass(
         .map(|(w, _)| w.clone())
         .collect();
     ctx.expectations.expect(ns, &name, writes, Instant::now());
-    let outcomes: Vec<Outcome> = results
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect::<Result<_, _>>()?;
+    let mut outcomes = Vec::with_capacity(results.len());
+    let mut failed = None;
+    for (written, result) in results {
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => {
+                // Every failure is logged; the first is returned after publishing.
+                tracing::warn!(sequence = %name, namespace = ns, lease = %written.lease, error = %e, "a slot lease write failed; the pass is repeated");
+                failed.get_or_insert(e);
+            }
+        }
+    }
     events::publish(seq, ctx, &outcomes, plan.still_waiting, capacity).await;
     let mut pass = Pass {
         leases,
         plan,
         outcomes,
         assigned: 0,
+        failed,
     };
     let assigned_now = pass.count(|o| matches!(o, Outcome::Assigned { .. })) as i64;
     let released_now = pass.count(|o| matches!(o, Outcome::Released { .. })) as i64;
@@ -170,6 +187,9 @@ pub async fn reconcile(
     let conflicts = pass.count(|o| matches!(o, Outcome::Conflict));
     let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting);
     update_status(seq, ctx, status).await?;
+    if let Some(e) = pass.failed {
+        return Err(e);
+    }
     if conflicts > 0 {
         return Ok(Action::requeue(AFTER_CONFLICT));
     }
@@ -202,12 +222,13 @@ pub async fn tear_down(
         spec.capacity,
     )
     .await?;
-    let pass = match ran {
+    let mut pass = match ran {
         Ran::Planned(pass) => pass,
         Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
     };
+    let failed = pass.failed.take();
     if !finalizer::has_finalizer(seq) {
-        return Ok(Action::await_change());
+        return failed.map_or(Ok(Action::await_change()), Err);
     }
     let leases = &pass.leases;
     let changed = pass.count(|o| matches!(o, Outcome::Conflict | Outcome::Released { .. }));
@@ -226,7 +247,12 @@ pub async fn tear_down(
         }
         let status = status::deleting_status(seq, &message);
         update_status(seq, ctx, status).await?;
-        return Ok(Action::requeue(Duration::from_secs(2)));
+        return failed.map_or(Ok(Action::requeue(Duration::from_secs(2))), Err);
+    }
+    // A failed write was a release of a held slot, so the pass waited above; never delete
+    // the leases after a failed write in any case.
+    if let Some(e) = failed {
+        return Err(e);
     }
     if !apply::delete_leases(ctx, ns, leases).await? {
         return Ok(Action::requeue(AFTER_CONFLICT));

@@ -26,6 +26,16 @@
 //! `KUBEFLAKE_SCALE_CHURN` (1000), `KUBEFLAKE_SCALE_STEADY_SECS` (60),
 //! `KUBEFLAKE_SCALE_LEASE_SECS` (120, the default lease duration).
 //!
+//! To show that a pass costs what its own sequence has, whatever the other sequences
+//! hold: `KUBEFLAKE_SCALE_SEQUENCES` (20, at most 40) sequences of
+//! `KUBEFLAKE_SCALE_PODS_PER_SEQUENCE` pods each (unset: the mix above, each sequence as
+//! many pods as in the 20-sequence run), e.g. 1 and 20 sequences of 500; the report gives
+//! the steady window's operator CPU and time per reconcile pass.
+//!
+//! The report gives when the last pod was created and when every pod held a slot, both
+//! from the first create, and the lag between them: the time a pod is seen holding is the
+//! watch event of its slot Lease (the lease tracker's), not the poll that noticed it.
+//!
 //! One piece although long: the phases share the lease tracker, the renewer and the
 //! measurement helpers, and read best top to bottom.
 
@@ -54,8 +64,10 @@ use operator_support::*;
 use serde_json::json;
 
 const NAMESPACES: usize = 50;
-const SEQUENCES: usize = 20;
-/// Sequences with workerBits 12 (4,096 slots); the others have the default 10 (1,024).
+/// At most this many namespaces hold a sequence; bystanders go to the others.
+const MAX_SEQUENCES: usize = 40;
+/// Sequences with workerBits 12 (4,096 slots) in the default mix; the others have the
+/// default 10 (1,024).
 const WIDE: usize = 4;
 /// Writes in flight when the test creates or deletes pods.
 const IN_FLIGHT: usize = 32;
@@ -76,6 +88,9 @@ struct Sizes {
     churn: usize,
     steady: Duration,
     lease_secs: u64,
+    sequences: usize,
+    /// Every sequence this many pods; `None`: the default mix.
+    per_sequence: Option<usize>,
 }
 
 impl Sizes {
@@ -85,16 +100,33 @@ impl Sizes {
             churn: env_usize("KUBEFLAKE_SCALE_CHURN", 1_000),
             steady: Duration::from_secs(env_usize("KUBEFLAKE_SCALE_STEADY_SECS", 60) as u64),
             lease_secs: env_usize("KUBEFLAKE_SCALE_LEASE_SECS", 120) as u64,
+            sequences: env_usize("KUBEFLAKE_SCALE_SEQUENCES", 20).clamp(1, MAX_SEQUENCES),
+            per_sequence: std::env::var("KUBEFLAKE_SCALE_PODS_PER_SEQUENCE")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 
-    /// Pods of sequence `i`: 15 % of all for each wide one, 2.5 % for each other.
+    /// Pods of sequence `i`: as set, or in the default mix 15 % of all for each wide one,
+    /// 2.5 % for each other.
     fn pods_of(&self, i: usize) -> usize {
-        if i < WIDE {
-            self.pods * 3 / 20
-        } else {
-            self.pods / 40
+        match self.per_sequence {
+            Some(n) => n,
+            None if i < WIDE => self.pods * 3 / 20,
+            None => self.pods / 40,
         }
+    }
+
+    /// Whether sequence `i` has workerBits 12 (4,096 slots) rather than 10.
+    fn wide(&self, i: usize) -> bool {
+        match self.per_sequence {
+            Some(n) => n > 1000,
+            None => i < WIDE,
+        }
+    }
+
+    fn wide_count(&self) -> usize {
+        (0..self.sequences).filter(|i| self.wide(*i)).count()
     }
 }
 
@@ -347,6 +379,7 @@ impl Window {
              | operator reconcile passes | {} |\n\
              | time in reconcile passes (s) | {:.1} |\n\
              | operator CPU (s) | {:.1} |\n\
+             | per reconcile pass: time; operator CPU (all of it, watch events included) | {:.2} ms; {:.2} ms |\n\
              | kube-apiserver CPU (s) | {:.1} |\n\
              | etcd CPU (s) | {:.1} |\n\
              | operator RSS at the end (MiB) | {:.1} |\n\
@@ -357,6 +390,8 @@ impl Window {
             self.reconciles,
             self.reconcile_secs,
             self.operator_cpu,
+            1000.0 * self.reconcile_secs / self.reconciles.max(1.0),
+            1000.0 * self.operator_cpu / self.reconciles.max(1.0),
             self.apiserver_cpu,
             self.etcd_cpu,
             self.operator_rss,
@@ -377,6 +412,8 @@ struct Tracker {
     /// Pods seen holding two or more slots of their sequence at once (the operator's
     /// duplicate assignments, released again by its next pass).
     doubles: Mutex<HashSet<String>>,
+    /// When the watch first showed each holder (pod UID) holding a slot.
+    first_held: Arc<Mutex<HashMap<String, Instant>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -385,6 +422,8 @@ impl Tracker {
         let (store, writer) = reflector::store::<Lease>();
         let history = LeaseHistory::default();
         let versions = history.versions.clone();
+        let first_held: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let held_at = first_held.clone();
         let api: Api<Lease> = Api::all(client);
         let stream = watcher(api, watcher::Config::default().labels(SEQUENCE_LABEL))
             .default_backoff()
@@ -403,6 +442,10 @@ impl Tracker {
                 let mut v = versions.lock().unwrap();
                 match event {
                     watcher::Event::Apply(l) | watcher::Event::InitApply(l) => {
+                        if let Some(uid) = holder(&l) {
+                            let mut held_at = held_at.lock().unwrap();
+                            held_at.entry(uid).or_insert_with(Instant::now);
+                        }
                         v.push((l.name_any(), holder(&l)))
                     }
                     watcher::Event::Delete(l) => v.push((l.name_any(), Some("<deleted>".into()))),
@@ -420,6 +463,7 @@ impl Tracker {
             store,
             history,
             doubles: Mutex::default(),
+            first_held,
             task,
         };
         tokio::time::timeout(Duration::from_secs(60), tracker.store.wait_until_ready())
@@ -449,6 +493,20 @@ impl Tracker {
             }
         }
         held
+    }
+
+    /// The last time one of `uids` was first seen holding a slot (each must have been).
+    fn all_held_at(&self, uids: &HashMap<String, Vec<String>>) -> Result<Instant> {
+        let held_at = self.first_held.lock().unwrap();
+        uids.values()
+            .flatten()
+            .map(|uid| held_at.get(uid).copied())
+            .try_fold(None::<Instant>, |last, at| {
+                let at = at?;
+                Some(Some(last.map_or(at, |l| l.max(at))))
+            })
+            .flatten()
+            .context("a pod never seen holding a slot")
     }
 
     /// Waits until every pod of `expect` (sequence -> uids) holds exactly one slot of its
@@ -784,6 +842,14 @@ async fn median_of_three(make: impl Fn() -> tokio::process::Command) -> Result<(
     Ok(runs[1])
 }
 
+/// `to - from` in seconds, negative when `to` came first.
+fn duration_between(from: Instant, to: Instant) -> f64 {
+    match to.checked_duration_since(from) {
+        Some(d) => d.as_secs_f64(),
+        None => -from.duration_since(to).as_secs_f64(),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -803,9 +869,13 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
         .await?;
     let operator = Operator::start_cluster_wide(cluster, "scale", &[])?;
     let mut sequences = Vec::new();
-    for (i, ns) in namespaces.iter().take(SEQUENCES).enumerate() {
+    ensure!(
+        (0..sizes.sequences).all(|i| sizes.pods_of(i) <= 4000),
+        "at most 4,000 pods per sequence (4,096 slots)"
+    );
+    for (i, ns) in namespaces.iter().take(sizes.sequences).enumerate() {
         let name = format!("seq-{i:02}");
-        let layout = if i < WIDE {
+        let layout = if sizes.wide(i) {
             json!({"workerBits": 12, "sequenceBits": 10})
         } else {
             json!({})
@@ -859,7 +929,7 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     // watches select labelled pods only, so these must cost it nothing.
     let bystanders: Vec<(String, String, Option<String>)> = (0..sizes.pods / 10)
         .map(|i| {
-            let ns = &namespaces[SEQUENCES + i % (NAMESPACES - SEQUENCES)];
+            let ns = &namespaces[sizes.sequences + i % (NAMESPACES - sizes.sequences)];
             (ns.name.clone(), format!("bystander-{i}"), None)
         })
         .collect();
@@ -869,7 +939,10 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
 
     // ---- Assignment: every labelled pod, round-robin over the sequences.
     let mut wanted: Vec<(String, String, Option<String>)> = Vec::new();
-    let most = (0..SEQUENCES).map(|i| sizes.pods_of(i)).max().unwrap_or(0);
+    let most = (0..sizes.sequences)
+        .map(|i| sizes.pods_of(i))
+        .max()
+        .unwrap_or(0);
     for n in 0..most {
         for (i, s) in sequences.iter().enumerate() {
             if n < sizes.pods_of(i) {
@@ -884,12 +957,16 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     let labelled = wanted.len();
     let before = probe.snapshot().await?;
     let created = create_all(&client, wanted).await?;
-    let all_created = before.at.elapsed();
+    let created_at = Instant::now();
+    let all_created = created_at.duration_since(before.at);
     let expect = uids_by_sequence(&created, &seq_of_ns);
     tracker
         .wait_assigned(&expect, &HashSet::new(), PHASE_LIMIT)
         .await?;
-    let assigned_in = before.at.elapsed();
+    let all_held_at = tracker.all_held_at(&expect)?;
+    let assigned_in = all_held_at.duration_since(before.at);
+    // Negative when the last pods got their slots before the last create returned.
+    let assignment_lag = duration_between(created_at, all_held_at);
     tokio::time::sleep(Duration::from_secs(3)).await; // trailing status writes and Events
     let after_assignment = probe.snapshot().await?;
     let assignment = Window::between(&before, &after_assignment);
@@ -932,8 +1009,11 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
         })
         .buffer_unordered(IN_FLIGHT / 2)
         .try_collect::<Vec<()>>();
-    let create = create_all(&client, newcomers);
-    let (deleted, new_pods) = tokio::join!(delete, create);
+    let create = async {
+        let created = create_all(&client, newcomers).await;
+        (created, Instant::now())
+    };
+    let (deleted, (new_pods, newcomers_created_at)) = tokio::join!(delete, create);
     deleted.context("deleting pods")?;
     let new_pods = new_pods?;
     let mut expect_after = expect.clone();
@@ -950,7 +1030,9 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     tracker
         .wait_assigned(&newcomers_only, &HashSet::new(), PHASE_LIMIT)
         .await?;
-    let newcomers_in = churn_start.at.elapsed();
+    let newcomers_held_at = tracker.all_held_at(&newcomers_only)?;
+    let newcomers_in = newcomers_held_at.duration_since(churn_start.at);
+    let newcomers_lag = duration_between(newcomers_created_at, newcomers_held_at);
     tracker
         .wait_assigned(&expect_after, &gone, PHASE_LIMIT)
         .await?;
@@ -1039,14 +1121,16 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     // ---- Report.
     let c = &renewer.counts;
     let mut report = format!(
-        "\n### Scale: {labelled} labelled pods over {SEQUENCES} sequences ({WIDE} with workerBits \
+        "\n### Scale: {labelled} labelled pods over {} sequences ({} with workerBits \
          12) in {NAMESPACES} namespaces, {bystander_count} unlabelled bystanders, lease duration \
          {} s\n\n\
          | | |\n|---|---:|\n\
          | setup (namespaces, sequences, bystanders) | {:.1} s |\n\
-         | all {labelled} pods created (32 in flight) | {:.1} s |\n\
-         | every pod holds a slot | {:.1} s after the first create |\n\
+         | all {labelled} pods created (32 in flight): the last create answered | {:.1} s after the first create |\n\
+         | every pod holds a slot (its Lease's watch event) | {:.1} s after the first create |\n\
+         | **lag: every pod holds a slot, after the last create** | **{:.2} s** |\n\
          | churn: {} deleted + {} created, new pods all hold a slot | {:.1} s |\n\
+         | churn: lag of the new pods' slots after their last create | {:.2} s |\n\
          | churn: and the deleted pods' slots are released | {:.1} s |\n\
          | pods holding a slot at the end | {holding} |\n\
          | pods seen holding two slots at once (operator on a stale cache) | {} |\n\
@@ -1063,13 +1147,17 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
          | `kubectl kubeflake slots` of a {}-pod sequence | {:.2} s, {} bytes |\n\
          | same, `-o json` | {:.2} s, {} bytes |\n\
          | same, `--all` ({} slots) | {:.2} s, {} bytes |\n\n",
+        sizes.sequences,
+        sizes.wide_count(),
         sizes.lease_secs,
         setup.as_secs_f64(),
         all_created.as_secs_f64(),
         assigned_in.as_secs_f64(),
+        assignment_lag,
         doomed.len(),
         new_pods.len(),
         newcomers_in.as_secs_f64(),
+        newcomers_lag,
         churn_in.as_secs_f64(),
         tracker.doubles.lock().unwrap().len(),
         operator.metric("kubeflake_operator_write_conflicts_total"),
@@ -1139,11 +1227,11 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
     );
     let status_writes = steady.count("idsequences/status", &["PATCH", "PUT", "APPLY"]);
     ensure!(
-        status_writes <= SEQUENCES as f64,
+        status_writes <= sizes.sequences as f64,
         "status writes in the steady state: {status_writes}"
     );
     let requeue = (sizes.lease_secs as f64 / 4.0).clamp(1.0, 30.0);
-    let bound = SEQUENCES as f64 * (steady.secs / requeue + 2.0);
+    let bound = sizes.sequences as f64 * (steady.secs / requeue + 2.0);
     ensure!(
         steady.reconciles <= bound,
         "{} reconcile passes in {:.0} s of steady state (at most {bound:.0} expected): renewals \

@@ -227,11 +227,15 @@ async fn run_controller(
         instance: Some(config.instance.clone()),
     };
     let ctx_metrics = metrics.clone();
+    // No debounce: kube-runtime's debounce restarts its wait on every new trigger, so a
+    // sequence whose pods arrive faster than the debounce (a mass start) was not passed
+    // until a pause. Triggers still coalesce: one pass at a time per sequence, and what
+    // arrives meanwhile makes one more pass when it ends.
     let controller = Controller::new(
         api::<IdSequence>(&client, &config.namespace),
         watcher::Config::default(),
     )
-    .with_config(runtime_controller::Config::default().debounce(Duration::from_millis(100)))
+    .with_config(runtime_controller::Config::default().debounce(Duration::ZERO))
     .trigger_backoff(backoff::WatchBackoff::default())
     .owns_stream(lease_stream)
     .watches_stream(pod_stream, |pod: Pod| {

@@ -30,7 +30,7 @@ mod upgrade_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::ResourceExt;
@@ -64,52 +64,13 @@ async fn helm_with_images(
     chart: &str,
     values: &[String],
 ) -> Result<()> {
-    let mut args = vec![
-        verb,
-        RELEASE,
-        chart,
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "5m",
-    ];
-    let sets: Vec<&str> = values.iter().map(String::as_str).collect();
-    let sets = chart_support::set_args(&sets);
-    args.extend(sets.iter().map(String::as_str));
-    let out = chart_support::helm(cluster, &args).await?;
-    if !out.success() {
-        bail!(
-            "helm {verb} failed:\n{}{}\n{}",
-            out.stdout,
-            out.stderr,
-            release_state(cluster).await
-        );
-    }
+    node_support::helm_wait(cluster, verb, RELEASE, chart, RELEASE_NAMESPACE, values).await?;
     Ok(())
 }
 
 /// Pods and events of the release's namespace, for failure messages.
 async fn release_state(cluster: &Cluster) -> String {
-    let mut text = String::new();
-    for args in [
-        ["get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide"].as_slice(),
-        [
-            "get",
-            "events",
-            "-n",
-            RELEASE_NAMESPACE,
-            "--sort-by=.lastTimestamp",
-        ]
-        .as_slice(),
-    ] {
-        if let Ok(out) = cluster.kubectl(args).await {
-            text.push_str(&out.stdout);
-            text.push_str(&out.stderr);
-        }
-    }
-    text
+    node_support::namespace_state(cluster, RELEASE_NAMESPACE).await
 }
 
 /// The operator Deployment's image, once its rollout is complete.

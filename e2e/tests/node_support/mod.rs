@@ -56,7 +56,8 @@ pub fn image_values(operator: &str, sidecar: &str) -> Vec<String> {
     ]
 }
 
-/// `helm install <release> --wait` with the local images and `extra` values.
+/// `helm install <release>` of this tree's chart with the node's images and `--wait`;
+/// on failure the pods and events of `namespace` say why.
 pub async fn helm_install(
     cluster: &Cluster,
     release: &str,
@@ -65,12 +66,26 @@ pub async fn helm_install(
 ) -> Result<String> {
     let mut values = local_image_values();
     values.extend(extra.iter().map(|s| (*s).to_owned()));
+    helm_wait(cluster, "install", release, CHART, namespace, &values).await
+}
+
+/// `helm <verb> <release> <chart> -n <namespace> --create-namespace --wait` with `--set`
+/// `values` (install or upgrade); its output, or on failure what helm said with the pods and
+/// events of `namespace`.
+pub async fn helm_wait(
+    cluster: &Cluster,
+    verb: &str,
+    release: &str,
+    chart: &str,
+    namespace: &str,
+    values: &[String],
+) -> Result<String> {
     let value_refs: Vec<&str> = values.iter().map(String::as_str).collect();
     let sets = set_args(&value_refs);
     let mut args = vec![
-        "install",
+        verb,
         release,
-        CHART,
+        chart,
         "--namespace",
         namespace,
         "--create-namespace",
@@ -81,21 +96,32 @@ pub async fn helm_install(
     args.extend(sets.iter().map(String::as_str));
     let out = helm(cluster, &args).await?;
     if !out.success() {
-        let pods = cluster
-            .kubectl(&["get", "pods", "-n", namespace, "-o", "wide"])
-            .await?;
-        let events = cluster
-            .kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"])
-            .await?;
         bail!(
-            "helm install {release} failed:\n{}{}\npods:\n{}\nevents:\n{}",
+            "helm {verb} {release} failed:\n{}{}\n{}",
             out.stdout,
             out.stderr,
-            pods.stdout,
-            events.stdout
+            namespace_state(cluster, namespace).await
         );
     }
     Ok(out.stdout)
+}
+
+/// The pods and events of `namespace` as kubectl prints them, for failure messages.
+pub async fn namespace_state(cluster: &Cluster, namespace: &str) -> String {
+    let mut text = String::new();
+    for args in [
+        ["get", "pods", "-n", namespace, "-o", "wide"].as_slice(),
+        ["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"].as_slice(),
+    ] {
+        match cluster.kubectl(args).await {
+            Ok(out) => {
+                text.push_str(&out.stdout);
+                text.push_str(&out.stderr);
+            }
+            Err(e) => text.push_str(&format!("kubectl {}: {e:#}\n", args.join(" "))),
+        }
+    }
+    text
 }
 
 /// The shared release, installed on first use (and kept for the whole test binary).

@@ -59,7 +59,8 @@ pub fn slim_pod(pod: &mut Pod) {
 }
 
 /// The slot Lease without its managed fields (nearly half of a Lease as served, and never
-/// read: the operator's writes are built from the parsed lease).
+/// read). The operator's writes start from this cached Lease (`SlotLease::read`), so it
+/// must keep every other field; a PUT without managed fields leaves the server's as they are.
 pub fn slim_lease(lease: &mut Lease) {
     lease.metadata.managed_fields = None;
 }

@@ -90,10 +90,10 @@ where
         self.store.get(&ObjectRef::new(name).within(ns))
     }
 
-    /// The sequences (namespace, name) that have objects in the cache.
-    pub fn sequences(&self) -> Vec<(String, String)> {
-        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
-        names.keys().cloned().collect()
+    /// How many sequences have objects in the cache.
+    #[cfg(test)]
+    fn sequence_count(&self) -> usize {
+        self.names.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The whole cache, for readers that need every object (readiness, the sidecar RBAC
@@ -148,16 +148,25 @@ where
         let mut names = self.index.names.write().unwrap_or_else(|p| p.into_inner());
         match event {
             watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
-                let ns = obj.meta().namespace.clone().unwrap_or_default();
+                let ns = obj.meta().namespace.as_deref().unwrap_or_default();
                 let name = name_of(obj);
-                // The sequence it was in: its label may have changed (or been removed).
-                if let Some(old) = self.index.get(&ns, &name)
-                    && let Some(key) = sequence_of(old.as_ref())
-                {
-                    remove(&mut names, &key, &name);
-                }
-                if let (watcher::Event::Apply(_), Some(key)) = (event, sequence_of(obj)) {
-                    insert(&mut names, key, name);
+                // The sequence it was in (its label may have changed or gone), and is in now.
+                let was = self
+                    .index
+                    .get(ns, &name)
+                    .and_then(|old| sequence_of(old.as_ref()));
+                let is = match event {
+                    watcher::Event::Apply(_) => sequence_of(obj),
+                    _ => None,
+                };
+                // Most updates (renewals, status) leave the sequence as it was.
+                if was != is {
+                    if let Some(key) = was {
+                        remove(&mut names, &key, &name);
+                    }
+                    if let Some(key) = is {
+                        insert(&mut names, key, name);
+                    }
                 }
             }
             watcher::Event::Init => self.relist = Names::new(),

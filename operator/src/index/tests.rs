@@ -39,13 +39,7 @@ fn a_sequence_reads_its_own_objects_only_by_namespace_and_label() {
     assert_eq!(names(&index.of("ops", "orders")), ["job-0"]);
     assert!(index.of("shop", "nothing").is_empty());
     assert!(index.get("shop", "unlabelled").is_some(), "get finds any cached object");
-    let mut sequences = index.sequences();
-    sequences.sort();
-    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    assert_eq!(
-        sequences,
-        [pair("ops", "orders"), pair("shop", "carts"), pair("shop", "orders")]
-    );
+    assert_eq!(index.sequence_count(), 3);
 }
 
 #[test]
@@ -62,7 +56,7 @@ fn an_update_replaces_the_object_and_a_changed_label_moves_it() {
 
     writer.apply_watcher_event(&Apply(pod("shop", "web-0", None, "4")));
     assert!(index.of("shop", "carts").is_empty(), "label removed");
-    assert!(index.sequences().is_empty(), "no empty sequence entries are kept");
+    assert_eq!(index.sequence_count(), 0, "no empty sequence entries are kept");
     assert!(index.get("shop", "web-0").is_some());
 }
 
@@ -79,7 +73,7 @@ fn a_delete_removes_the_object_from_its_sequence_and_the_cache() {
     // A delete whose label differs from the cached copy still removes it from where it is.
     writer.apply_watcher_event(&Delete(pod("shop", "web-1", None, "4")));
     assert!(index.of("shop", "orders").is_empty());
-    assert!(index.sequences().is_empty());
+    assert_eq!(index.sequence_count(), 0);
 }
 
 #[test]

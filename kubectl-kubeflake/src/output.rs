@@ -20,7 +20,9 @@ pub fn render<R: Report>(format: Format, report: &R) -> Result<String, CliError>
         Format::Json => serde_json::to_string_pretty(report)
             .map(|s| s + "\n")
             .map_err(|e| CliError::Render(e.to_string())),
-        Format::Yaml => serde_saphyr::to_string(report).map_err(|e| CliError::Render(e.to_string())),
+        Format::Yaml => {
+            serde_saphyr::to_string(report).map_err(|e| CliError::Render(e.to_string()))
+        }
     }
 }
 

@@ -452,7 +452,11 @@ fn decode_prints_yaml_with_ids_as_strings() {
         .to_string();
     let r = run(&["decode", &id, "-o", "yaml"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains(&format!("- id: \"{id}\"")), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("- id: \"{id}\"")),
+        "{}",
+        r.stdout
+    );
     let out: Value = serde_saphyr::from_str(&r.stdout).unwrap();
     assert_eq!(out["ids"][0]["id"], id.as_str());
     assert_eq!(

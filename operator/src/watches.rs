@@ -147,8 +147,8 @@ where
 mod tests {
     use super::*;
     use crate::controller::snowflake::observe;
-    use futures::stream;
     use crate::index;
+    use futures::stream;
     use serde_json::json;
 
     /// A pod as the API server serves it once a kubelet runs it.

@@ -122,7 +122,8 @@ impl Expectations {
 
 /// Whether the per-sequence key `namespace/name` names a sequence `exists` knows.
 pub(crate) fn sequence_exists(key: &str, exists: &impl Fn(&str, &str) -> bool) -> bool {
-    key.split_once('/').is_some_and(|(ns, name)| exists(ns, name))
+    key.split_once('/')
+        .is_some_and(|(ns, name)| exists(ns, name))
 }
 
 #[cfg(test)]

@@ -806,7 +806,9 @@ async fn a_sequence_gone_without_a_last_pass_leaves_no_figures_silence_or_expect
         oldest_waiting_since_ms: Some(0),
     };
     f.ctx.metrics.set_slots(NS, "carts", figures);
-    f.ctx.silence.silent(NS, "carts", &[held], Duration::from_secs(60));
+    f.ctx
+        .silence
+        .silent(NS, "carts", &[held], Duration::from_secs(60));
     let created = expectations::Written {
         lease: "carts-slot-0".into(),
         replaced: None,

@@ -38,7 +38,10 @@ fn a_sequence_reads_its_own_objects_only_by_namespace_and_label() {
     assert_eq!(names(&index.of("shop", "carts")), ["cart-0"]);
     assert_eq!(names(&index.of("ops", "orders")), ["job-0"]);
     assert!(index.of("shop", "nothing").is_empty());
-    assert!(index.get("shop", "unlabelled").is_some(), "get finds any cached object");
+    assert!(
+        index.get("shop", "unlabelled").is_some(),
+        "get finds any cached object"
+    );
     assert_eq!(index.sequence_count(), 3);
 }
 
@@ -56,7 +59,11 @@ fn an_update_replaces_the_object_and_a_changed_label_moves_it() {
 
     writer.apply_watcher_event(&Apply(pod("shop", "web-0", None, "4")));
     assert!(index.of("shop", "carts").is_empty(), "label removed");
-    assert_eq!(index.sequence_count(), 0, "no empty sequence entries are kept");
+    assert_eq!(
+        index.sequence_count(),
+        0,
+        "no empty sequence entries are kept"
+    );
     assert!(index.get("shop", "web-0").is_some());
 }
 

@@ -159,8 +159,7 @@ mod tests {
     /// describes exactly the routes served, no more, no fewer.
     #[test]
     fn the_openapi_paths_are_the_routes_served() {
-        let doc: serde_json::Value =
-            serde_saphyr::from_str(OPENAPI_YAML).expect("openapi.yaml");
+        let doc: serde_json::Value = serde_saphyr::from_str(OPENAPI_YAML).expect("openapi.yaml");
         let mut documented: Vec<&str> = doc["paths"]
             .as_object()
             .expect("paths")

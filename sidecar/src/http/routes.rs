@@ -26,7 +26,6 @@ use crate::metrics::Metrics;
 use crate::segment::Source;
 use crate::state::{Serving, ServingReader};
 
-
 /// What the handlers share.
 pub struct Api {
     /// What is served now; written by the lifecycle code only.

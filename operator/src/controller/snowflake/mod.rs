@@ -1,6 +1,7 @@
 //! Snowflake mode: worker slots in slot Leases. One pass is
 //! [`observe`] (caches, silence) -> [`plan`] (pure) -> [`apply`] (compare-and-swap writes)
-//! -> [`events`] -> [`status`] (pure) -> the one status writer. Deletion runs the same pass
+//! -> [`events`] and [`status`] (pure) -> the one status writer, the Events and the status
+//! written at once. Deletion runs the same pass
 //! without handing out slots, then finishes (docs/safety.md rule 10).
 //!
 //! A pass plans only on a cache that shows the previous pass's own writes
@@ -76,7 +77,7 @@ enum Ran {
     Deferred,
 }
 
-/// Observes, plans, writes and publishes Events; `assign` is false while deleting. Put off
+/// Observes, plans and writes; the caller publishes the Events. Put off
 /// (without planning) while the cache does not show the previous pass's own writes yet.
 async fn pass(
     seq: &IdSequence,
@@ -148,7 +149,6 @@ async fn pass(
             }
         }
     }
-    events::publish(seq, ctx, &outcomes, plan.still_waiting, capacity).await;
     let mut pass = Pass {
         leases,
         plan,
@@ -186,7 +186,13 @@ pub async fn reconcile(
     };
     let conflicts = pass.count(|o| matches!(o, Outcome::Conflict));
     let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting);
-    update_status(seq, ctx, status).await?;
+    // The pass's Events and its status are independent writes: made at once, so that the
+    // next pass of a busy sequence starts an API round trip sooner.
+    let (_, status_written) = tokio::join!(
+        events::publish(seq, ctx, &pass.outcomes, pass.plan.still_waiting, capacity),
+        update_status(seq, ctx, status),
+    );
+    status_written?;
     if let Some(e) = pass.failed {
         return Err(e);
     }
@@ -226,6 +232,14 @@ pub async fn tear_down(
         Ran::Planned(pass) => pass,
         Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
     };
+    events::publish(
+        seq,
+        ctx,
+        &pass.outcomes,
+        pass.plan.still_waiting,
+        spec.capacity,
+    )
+    .await;
     let failed = pass.failed.take();
     if !finalizer::has_finalizer(seq) {
         return failed.map_or(Ok(Action::await_change()), Err);

@@ -261,6 +261,9 @@ struct Snapshot {
     etcd: ProcStats,
     reconciles: f64,
     reconcile_secs: f64,
+    /// CPU seconds of the passes' own computing (`kubeflake_operator_pass_cpu_seconds`), and
+    /// how many passes it covers.
+    pass_cpu: (f64, f64),
     /// Renewals sent, read just before and just after the API server's counts: at 250/s
     /// the read takes long enough for the difference to matter.
     renewals: (u64, u64),
@@ -298,6 +301,10 @@ impl Probe<'_> {
                 &metrics,
                 "kubeflake_operator_reconcile_duration_seconds_sum",
             ),
+            pass_cpu: (
+                metric_sum(&metrics, "kubeflake_operator_pass_cpu_seconds_sum"),
+                metric_sum(&metrics, "kubeflake_operator_pass_cpu_seconds_count"),
+            ),
             renewals: (renewals_before, renewals_after),
         })
     }
@@ -314,6 +321,8 @@ struct Window {
     operator_peak_rss: f64,
     reconciles: f64,
     reconcile_secs: f64,
+    /// CPU seconds of the passes' own computing, and the passes measured.
+    pass_cpu: (f64, f64),
     /// Renewals sent in the window (midpoints of the two brackets).
     renewals: u64,
     /// How far the renewals counted may be off the ones the API server counted: half of
@@ -340,6 +349,7 @@ impl Window {
             operator_peak_rss: b.operator.peak_rss_mib,
             reconciles: b.reconciles - a.reconciles,
             reconcile_secs: b.reconcile_secs - a.reconcile_secs,
+            pass_cpu: (b.pass_cpu.0 - a.pass_cpu.0, b.pass_cpu.1 - a.pass_cpu.1),
             renewals: (b.renewals.0 + b.renewals.1) / 2 - (a.renewals.0 + a.renewals.1) / 2,
             renewals_uncertainty: (a.renewals.1 - a.renewals.0).div_ceil(2)
                 + (b.renewals.1 - b.renewals.0).div_ceil(2)
@@ -380,6 +390,7 @@ impl Window {
              | time in reconcile passes (s) | {:.1} |\n\
              | operator CPU (s) | {:.1} |\n\
              | per reconcile pass: time; operator CPU (all of it, watch events included) | {:.2} ms; {:.2} ms |\n\
+             | per Snowflake pass: CPU of its own computing (cache reads, silence, plan; metric), passes | {:.3} ms, {} |\n\
              | kube-apiserver CPU (s) | {:.1} |\n\
              | etcd CPU (s) | {:.1} |\n\
              | operator RSS at the end (MiB) | {:.1} |\n\
@@ -392,6 +403,8 @@ impl Window {
             self.operator_cpu,
             1000.0 * self.reconcile_secs / self.reconciles.max(1.0),
             1000.0 * self.operator_cpu / self.reconciles.max(1.0),
+            1000.0 * self.pass_cpu.0 / self.pass_cpu.1.max(1.0),
+            self.pass_cpu.1,
             self.apiserver_cpu,
             self.etcd_cpu,
             self.operator_rss,

@@ -7,6 +7,7 @@
 //!   Change how a binary stops here, not in the binary.
 //! - [`clock`]: injectable clocks and the one wall-clock step check (wall against
 //!   monotonic since a sample), used by the sidecar's step detector and skew gate.
+//! - [`cpu`]: the calling thread's CPU time, to measure work on a busy machine.
 //! - [`serve`]: the one HTTP/1 serve loop: header-read timeout, accept back-off,
 //!   graceful drain.
 //! - [`reply`]: JSON and text replies, and the JSON error body every endpoint uses.
@@ -20,6 +21,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod cpu;
 pub mod kube_error;
 pub mod log;
 pub mod metrics;

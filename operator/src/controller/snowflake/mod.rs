@@ -34,6 +34,7 @@ use kube::runtime::controller::Action;
 use kubeflake_crds::Tick;
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
 use kubeflake_crds::slot_lease::SlotLease;
+use kubeflake_runtime::cpu::ThreadCpu;
 
 use self::apply::Outcome;
 use self::plan::{Observed, Plan};
@@ -104,6 +105,9 @@ async fn pass(
             tracing::warn!(sequence = %name, namespace = ns, unseen, "the cache still does not show the last pass's writes; planning anyway (every write is a compare-and-swap)");
         }
     }
+    // What a pass computes (no await until the plan is made) is measured in CPU time, which
+    // depends only on this sequence's objects (the index), not on how busy the machine is.
+    let compute = ThreadCpu::start();
     let leases = match observe::leases(&ctx.leases, ns, &name) {
         Ok(leases) => leases,
         Err(e) if e.is_format() => {
@@ -122,6 +126,9 @@ async fn pass(
         now,
         assign: params.is_some() && seq.metadata.deletion_timestamp.is_none(),
     });
+    if let Some(cpu) = compute.elapsed() {
+        ctx.metrics.pass_cpu.observe(cpu.as_secs_f64());
+    }
     let results: Vec<(Written, Result<Outcome, Error>)> = futures::stream::iter(plan.steps.clone())
         .map(|step| async {
             let written = apply::written_by(&name, &step);

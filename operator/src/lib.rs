@@ -17,9 +17,10 @@
 //! | how the status is written | `controller/update_status.rs` (server-side apply, only when changed) |
 //! | controller errors and their metric label | `controller/error.rs` |
 //! | watches, leader election, readiness wiring | `run.rs` |
+//! | how the process stops (SIGTERM, drain) | `main.rs` creates the one token, `kubeflake_runtime::shutdown`; change the mechanism there |
 //! | what the caches keep of pods and leases, which changes wake the controller | [`watches`] |
 //! | the caches' index by sequence (what a pass reads) | [`index`] |
-//! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] |
+//! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] (a pass's own CPU: `kubeflake_operator_pass_cpu_seconds`, measured in `controller/snowflake/mod.rs`) |
 //! | an alert on these metrics | `charts/kubeflake/files/alerts.yaml` (the only list), its test in `charts/kubeflake/tests/alerts_test.yaml`, its runbook in `docs/alerts.md` ("Adding an alert") |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |

@@ -14,9 +14,14 @@
 //! above the one before (the counter only grows), and within a block in order.
 
 //!
-//! - `state`: the state under the mutex, and taking values from it;
-//! - `fetch`: the background claim of the next block;
+//! - `state`: the state under the mutex, and taking values from it
+//!   (`Segment::take_buffered`, the one `impl Segment` step that only reads the state);
+//! - `fetch`: the background claim of the next block (`Segment::spawn_fetch`, the one
+//!   step that writes to the API server);
 //! - `sizing`: adaptive block sizes and the prefetch threshold.
+//!
+//! So `impl Segment` is in three files on purpose, one step each where its invariant is
+//! checked; every other step (take, wait, stop, give back) is below in this file.
 
 mod fetch;
 mod sizing;

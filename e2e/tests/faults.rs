@@ -163,10 +163,11 @@ async fn fault_injection_suite_issues_no_duplicate_and_no_out_of_order_id() -> R
     let layout = seq.spec.params()?.layout;
     let mut pods: Vec<Pod> =
         create_pods_as(&ns, SEQUENCE, "app", SIDECARS, Some(POD_ACCOUNT)).await?;
-    // The pods are created in one second, so the operator hands slots to app-0..app-3 (by
-    // name). app-1 runs under libfaketime so that a slot holder's wall clock can be stepped.
     pods.sort_by_key(|p| p.name_any());
-    let faked = 1;
+    // One slot holder runs under libfaketime so that a holder's wall clock can be stepped.
+    // Which pods get the 4 slots depends on the order the API server took the concurrent
+    // creates in, so the holder is picked once the operator has handed them out.
+    let faked = first_holder(&ns, &pods, 4).await?;
     let mut sidecars: Vec<Option<Sidecar>> = Vec::new();
     for (i, pod) in pods.iter().enumerate() {
         sidecars.push(Some(
@@ -541,4 +542,31 @@ async fn policy_still_in_force(
         other.pod, slot.name
     );
     Ok(())
+}
+
+/// The index in `pods` of the first pod (by position) that holds a slot, once `slots`
+/// slots are held; the operator hands them out from the pod objects alone, before any
+/// sidecar runs.
+async fn first_holder(ns: &TestNamespace, pods: &[Pod], slots: usize) -> Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let holders: Vec<String> = slot_leases(ns, SEQUENCE)
+            .await?
+            .into_iter()
+            .filter_map(|l| l.holder)
+            .collect();
+        if holders.len() >= slots {
+            return pods
+                .iter()
+                .position(|p| p.uid().is_some_and(|uid| holders.contains(&uid)))
+                .context("no pod of the test holds a slot");
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the operator handed out {} of {slots} slots in 60 s",
+                holders.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

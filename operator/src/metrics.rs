@@ -177,15 +177,12 @@ impl Metrics {
         self.refresh(&all);
     }
 
-    /// Keeps the figures of the sequences for which `exists(namespace, name)` holds only
+    /// Keeps the figures of the sequences (`namespace/name`) for which `exists` holds only
     /// (a sequence that vanished without a last pass of its own).
-    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
         let before = all.len();
-        all.retain(|key, _| {
-            key.split_once('/')
-                .is_some_and(|(ns, name)| exists(ns, name))
-        });
+        all.retain(|key, _| exists(key));
         if all.len() != before {
             self.refresh(&all);
         }

@@ -68,10 +68,13 @@ impl Context {
         if !matches!(listed, Some(Ok(()))) {
             return;
         }
-        let exists = |ns: &str, name: &str| {
-            self.sequences
-                .get(&ObjectRef::new(name).within(ns))
-                .is_some()
+        // Every per-sequence map is keyed `namespace/name`.
+        let exists = |key: &str| {
+            key.split_once('/').is_some_and(|(ns, name)| {
+                self.sequences
+                    .get(&ObjectRef::new(name).within(ns))
+                    .is_some()
+            })
         };
         self.silence.retain(exists);
         self.expectations.retain(exists);

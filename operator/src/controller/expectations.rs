@@ -111,19 +111,13 @@ impl Expectations {
             .remove(&format!("{ns}/{name}"));
     }
 
-    /// Keeps the entries of the sequences for which `exists(namespace, name)` holds only.
-    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+    /// Keeps the entries of the sequences (`namespace/name`) for which `exists` holds only.
+    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, _| sequence_exists(key, &exists));
+            .retain(|key, _| exists(key));
     }
-}
-
-/// Whether the per-sequence key `namespace/name` names a sequence `exists` knows.
-pub(crate) fn sequence_exists(key: &str, exists: &impl Fn(&str, &str) -> bool) -> bool {
-    key.split_once('/')
-        .is_some_and(|(ns, name)| exists(ns, name))
 }
 
 #[cfg(test)]

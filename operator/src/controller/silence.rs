@@ -53,12 +53,12 @@ impl SilenceBook {
         keys
     }
 
-    /// Keeps the records of the sequences for which `exists(namespace, name)` holds only.
-    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+    /// Keeps the records of the sequences (`namespace/name`) for which `exists` holds only.
+    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, _| super::expectations::sequence_exists(key, &exists));
+            .retain(|key, _| exists(key));
     }
 }
 

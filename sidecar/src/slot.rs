@@ -185,17 +185,9 @@ impl HeldSlot {
                 }
                 Err(TransitionError::BadLease(e)) => return Err(e.into()),
             };
-            let name = self.slot.name.clone();
-            match self.api.replace(&name, &PostParams::default(), &next).await {
-                Ok(written) => {
-                    self.slot = SlotLease::parse_shared(written.into())?;
-                    return Ok(self.slot.fence);
-                }
-                // Someone else wrote the lease: re-read and decide again.
-                Err(e) if is_conflict(&e) => {
-                    self.slot = SlotLease::parse_shared(self.api.get(&name).await?.into())?
-                }
-                Err(e) => return Err(e.into()),
+            if let Some(written) = self.compare_and_swap(&next).await? {
+                self.slot = SlotLease::parse_shared(written.into())?;
+                return Ok(self.slot.fence);
             }
         }
     }
@@ -217,14 +209,24 @@ impl HeldSlot {
                 }
                 Err(TransitionError::BadLease(e)) => return Err(e.into()),
             };
-            let name = self.slot.name.clone();
-            match self.api.replace(&name, &PostParams::default(), &next).await {
-                Ok(_) => return Ok(Released::Freed),
-                Err(e) if is_conflict(&e) => {
-                    self.slot = SlotLease::parse_shared(self.api.get(&name).await?.into())?
-                }
-                Err(e) => return Err(e.into()),
+            if self.compare_and_swap(&next).await?.is_some() {
+                return Ok(Released::Freed);
             }
+        }
+    }
+
+    /// Writes `next`, conditional on the version read (rule 1): the Lease written, or
+    /// `None` when someone else wrote first, after re-reading the lease into `self.slot` so
+    /// the caller decides again.
+    async fn compare_and_swap(&mut self, next: &Lease) -> Result<Option<Lease>, SlotError> {
+        let name = self.slot.name.clone();
+        match self.api.replace(&name, &PostParams::default(), next).await {
+            Ok(written) => Ok(Some(written)),
+            Err(e) if is_conflict(&e) => {
+                self.slot = SlotLease::parse_shared(self.api.get(&name).await?.into())?;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -44,10 +44,21 @@ pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// Sidecar environment (downward API `metadata.uid`): the holder identity in slot leases.
 pub const POD_UID_ENV: &str = "POD_UID";
 
+/// Sidecar environment (downward API `status.podIP`): where a strict sequence's oracle
+/// takes forwarded requests (with [`ORACLE_PORT_ENV`]).
+pub const POD_IP_ENV: &str = "POD_IP";
+/// Sidecar environment: the port of the strict oracle's forwarding listener on the pod IP.
+pub const ORACLE_PORT_ENV: &str = "KUBEFLAKE_ORACLE_PORT";
+/// Default port of the strict oracle's forwarding listener (on the pod IP; only a strict
+/// sequence's oracle listens on it).
+pub const DEFAULT_ORACLE_PORT: u16 = 7072;
+/// Name of the oracle port on the sidecar container.
+pub const ORACLE_PORT_NAME: &str = "kubeflake-oracle";
+
 /// Every environment variable the sidecar's cluster mode reads, the legacy name
 /// included: a webhook of any release may inject only these (the sidecar's tests check
 /// this list against its command line, and every released webhook's env against it).
-pub const SIDECAR_ENV_NAMES: [&str; 10] = [
+pub const SIDECAR_ENV_NAMES: [&str; 12] = [
     SEQUENCE_ENV,
     LISTEN_ENV,
     LISTEN_UNIX_ENV,
@@ -58,13 +69,16 @@ pub const SIDECAR_ENV_NAMES: [&str; 10] = [
     POD_NAME_ENV,
     POD_NAMESPACE_ENV,
     POD_UID_ENV,
+    POD_IP_ENV,
+    ORACLE_PORT_ENV,
 ];
 
 /// The downward-API field each pod-identity variable is filled from.
-pub const POD_FIELDS: [(&str, &str); 3] = [
+pub const POD_FIELDS: [(&str, &str); 4] = [
     (POD_NAME_ENV, "metadata.name"),
     (POD_NAMESPACE_ENV, "metadata.namespace"),
     (POD_UID_ENV, "metadata.uid"),
+    (POD_IP_ENV, "status.podIP"),
 ];
 
 /// Default port of the ID API on 127.0.0.1.

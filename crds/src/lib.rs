@@ -10,6 +10,7 @@
 //! - [`timebase`]: the epoch and time unit that turn wall-clock instants into ticks.
 //! - [`manifest`]: reading an `IdSequence` manifest file.
 //! - [`segment_counter`]: the Lease that holds a Segment-mode sequence's counter.
+//! - [`strict_oracle`]: the strict oracle Lease, its timing and the forwarding wire format.
 //! - [`sequence`]: the `IdSequence` custom resource, from which `crds/idsequence.yaml` is
 //!   generated (`cargo run -p kubeflake-crds --bin crdgen`).
 
@@ -21,6 +22,7 @@ pub mod manifest;
 pub mod segment_counter;
 pub mod sequence;
 pub mod slot_lease;
+pub mod strict_oracle;
 pub mod timebase;
 
 pub use layout::{DatacenterId, Id, IdParts, Layout, LayoutError, Slot, Tick};

@@ -22,7 +22,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::slot_lease::{FORMAT_ANNOTATION, FormatProblem, LEASE_FORMAT, lease_format};
+use crate::slot_lease::{FORMAT_ANNOTATION, FormatProblem, LEASE_FORMAT, lease_format_up_to};
+use crate::strict_oracle::COUNTER_FORMAT_ORACLE;
+
+/// The highest counter format this release reads: 1 (claimed in blocks or one value per
+/// write), 2 (a strict sequence served by its oracle: [`crate::strict_oracle`]).
+pub const COUNTER_FORMAT: u64 = COUNTER_FORMAT_ORACLE;
 
 /// Label on the counter Lease: the sequence's name.
 pub const COUNTER_LABEL: &str = "kubeflake.io/segment-counter";
@@ -93,6 +98,9 @@ pub struct Counter {
     pub next: u64,
     /// Blocks claimed so far.
     pub claims: u64,
+    /// The format read (1 when the Lease does not say; never above [`COUNTER_FORMAT`]).
+    /// Written back as read: only the operator changes it.
+    pub format: u64,
     /// The version read: the precondition of the next write.
     pub resource_version: Option<String>,
 }
@@ -102,11 +110,11 @@ impl Counter {
     pub fn parse(lease: &Lease) -> Result<Counter, CounterError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
         // The format first: in a format this release does not know, no field is read.
-        lease_format(lease).map_err(|problem| match problem {
+        let format = lease_format_up_to(lease, COUNTER_FORMAT).map_err(|problem| match problem {
             FormatProblem::Newer(found) => CounterError::UnsupportedFormat {
                 name: name.clone(),
                 found,
-                understood: LEASE_FORMAT,
+                understood: COUNTER_FORMAT,
             },
             FormatProblem::Unreadable(value) => CounterError::BadFormat {
                 name: name.clone(),
@@ -134,6 +142,7 @@ impl Counter {
         Ok(Counter {
             next,
             claims: read(CLAIMS_ANNOTATION)?.unwrap_or(0),
+            format,
             resource_version: lease.metadata.resource_version.clone(),
         })
     }
@@ -180,6 +189,7 @@ pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
     let counter = Counter {
         next: start.min(LIMIT),
         claims: 0,
+        format: LEASE_FORMAT,
         resource_version: None,
     };
     counter.write_into(Lease {
@@ -284,22 +294,22 @@ mod tests {
                 .get(FORMAT_ANNOTATION),
             Some(&"1".to_string())
         );
-        for format in [None, Some("1")] {
+        for (format, read) in [(None, 1), (Some("1"), 1), (Some("2"), 2)] {
             let c = Counter::parse(&with_format(fresh.clone(), format)).unwrap();
-            assert_eq!((c.next, c.claims), (7, 0), "{format:?}");
+            assert_eq!((c.next, c.claims, c.format), (7, 0, read), "{format:?}");
         }
     }
 
     #[test]
     fn a_counter_in_a_newer_format_is_refused_naming_it_and_what_to_do() {
-        let newer = with_format(new_counter("orders", "ns", 7), Some("2"));
+        let newer = with_format(new_counter("orders", "ns", 7), Some("3"));
         let err = Counter::parse(&newer).unwrap_err();
         assert_eq!(
             err,
             CounterError::UnsupportedFormat {
                 name: "orders-segment-counter".into(),
-                found: 2,
-                understood: 1,
+                found: 3,
+                understood: 2,
             }
         );
         assert!(err.is_format());
@@ -307,8 +317,8 @@ mod tests {
         for part in [
             "orders-segment-counter",
             "newer kubeflake",
-            "format 2",
-            "up to 1",
+            "format 3",
+            "up to 2",
             "Upgrade this operator and its sidecars",
             "the Lease was not changed",
         ] {

@@ -129,6 +129,12 @@ pub enum FormatProblem {
 /// The format `lease` is written in (1 when it does not say), if this release understands
 /// it. Shared by slot leases and the segment counter.
 pub fn lease_format(lease: &Lease) -> Result<u64, FormatProblem> {
+    lease_format_up_to(lease, LEASE_FORMAT)
+}
+
+/// [`lease_format`] for an object whose formats go up to `understood` (the segment
+/// counter: [`crate::segment_counter::COUNTER_FORMAT`]).
+pub fn lease_format_up_to(lease: &Lease, understood: u64) -> Result<u64, FormatProblem> {
     let Some(value) = lease
         .metadata
         .annotations
@@ -144,7 +150,7 @@ pub fn lease_format(lease: &Lease) -> Result<u64, FormatProblem> {
         .flatten()
         .filter(|f| *f >= 1)
         .ok_or_else(|| FormatProblem::Unreadable(value.clone()))?;
-    if format > LEASE_FORMAT {
+    if format > understood {
         return Err(FormatProblem::Newer(format));
     }
     Ok(format)

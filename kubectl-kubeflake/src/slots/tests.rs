@@ -223,6 +223,7 @@ fn a_segment_sequence_has_no_slots_nobody_waits_and_the_counter_is_shown() {
     counter = Counter {
         next: 5001,
         claims: 10,
+        format: 1,
         resource_version: None,
     }
     .write_into(counter);

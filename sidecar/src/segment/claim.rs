@@ -251,6 +251,7 @@ pub async fn claim_above(
         let new = Counter {
             next: block.end,
             claims: seen.claims.saturating_add(1),
+            format: seen.format,
             resource_version: seen.resource_version.clone(),
         };
         match bounded(backoff.call_timeout, store.compare_and_swap(&seen, new)).await {
@@ -289,6 +290,7 @@ pub async fn give_back(
     let new = Counter {
         next: lowest,
         claims: seen.claims,
+        format: seen.format,
         resource_version: seen.resource_version.clone(),
     };
     match bounded(CALL_TIMEOUT, store.compare_and_swap(&seen, new)).await {
@@ -377,6 +379,7 @@ pub(crate) mod fake {
                 Ok(Counter {
                     next,
                     claims,
+                    format: 1,
                     resource_version: Some(version.to_string()),
                 })
             })

@@ -165,6 +165,7 @@ fn as_counter(record: &CounterRecord) -> Counter {
     Counter {
         next: record.next,
         claims: record.claims,
+        format: 1,
         resource_version: Some(format!("{}/{}", record.next, record.claims)),
     }
 }

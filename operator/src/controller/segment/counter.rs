@@ -224,6 +224,7 @@ mod tests {
         Counter {
             next,
             claims,
+            format: 1,
             resource_version: Some("7".into()),
         }
     }

@@ -110,17 +110,18 @@ impl Counter {
     pub fn parse(lease: &Lease) -> Result<Counter, CounterError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
         // The format first: in a format this release does not know, no field is read.
-        let format = lease_format_up_to(lease, COUNTER_FORMAT).map_err(|problem| match problem {
-            FormatProblem::Newer(found) => CounterError::UnsupportedFormat {
-                name: name.clone(),
-                found,
-                understood: COUNTER_FORMAT,
-            },
-            FormatProblem::Unreadable(value) => CounterError::BadFormat {
-                name: name.clone(),
-                value,
-            },
-        })?;
+        let format =
+            lease_format_up_to(lease, COUNTER_FORMAT).map_err(|problem| match problem {
+                FormatProblem::Newer(found) => CounterError::UnsupportedFormat {
+                    name: name.clone(),
+                    found,
+                    understood: COUNTER_FORMAT,
+                },
+                FormatProblem::Unreadable(value) => CounterError::BadFormat {
+                    name: name.clone(),
+                    value,
+                },
+            })?;
         let annotations = lease.metadata.annotations.as_ref();
         let read = |annotation: &'static str| -> Result<Option<u64>, CounterError> {
             match annotations.and_then(|a| a.get(annotation)) {

@@ -21,6 +21,7 @@
 //! - another sidecar takes the Lease over only after it saw the same version, unchanged,
 //!   for `D·(1+ρ)` on its own monotonic clock (or at once when the Lease names nobody: the
 //!   holder stopped serving before it released);
+//!
 //! so two oracles never serve at overlapping times.
 //!
 //! **The window**: the oracle raises the segment counter's `next` from `n` to `W` by one
@@ -229,7 +230,9 @@ impl OracleLease {
         if let Some(a) = next.metadata.annotations.as_mut() {
             a.remove(ADDRESS_ANNOTATION);
         }
-        next.spec.get_or_insert_with(LeaseSpec::default).holder_identity = None;
+        next.spec
+            .get_or_insert_with(LeaseSpec::default)
+            .holder_identity = None;
         Ok(next)
     }
 
@@ -386,8 +389,10 @@ mod tests {
         let (num, den) = RATE_BOUND;
         for secs in [1, 2, 5, 30, 600] {
             let t = OracleTiming::new(Duration::from_secs(secs));
-            let holder_serves_at_most = t.serve_for().as_secs_f64() * den as f64 / (den - num) as f64;
-            let taker_waits_at_least = t.take_over_after().as_secs_f64() * den as f64 / (den + num) as f64;
+            let holder_serves_at_most =
+                t.serve_for().as_secs_f64() * den as f64 / (den - num) as f64;
+            let taker_waits_at_least =
+                t.take_over_after().as_secs_f64() * den as f64 / (den + num) as f64;
             assert!(holder_serves_at_most < taker_waits_at_least, "D = {secs} s");
             assert!(t.renew_every() < t.serve_for());
         }

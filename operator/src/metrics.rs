@@ -14,13 +14,14 @@ use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry
 /// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
 /// `metric_label()`; pre-registered so each series exists from the start (a test in
 /// `controller/tests.rs` checks this against every controller error variant).
-pub const RESULT_LABELS: [&str; 6] = [
+pub const RESULT_LABELS: [&str; 7] = [
     "ok",
     "kube",
     "no_namespace",
     "bad_lease",
     "invalid_spec",
     "bad_counter",
+    "bad_oracle",
 ];
 
 /// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any

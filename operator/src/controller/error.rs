@@ -21,6 +21,10 @@ pub enum Error {
     InvalidSpec(#[from] SpecError),
     #[error(transparent)]
     Counter(#[from] kubeflake_crds::segment_counter::CounterError),
+    /// A strict sequence's oracle Lease in a format this release does not understand: it
+    /// is never written.
+    #[error(transparent)]
+    Oracle(#[from] kubeflake_crds::strict_oracle::OracleLeaseError),
 }
 
 impl Error {
@@ -33,6 +37,7 @@ impl Error {
             Error::BadLease(_) => "bad_lease",
             Error::InvalidSpec(_) => "invalid_spec",
             Error::Counter(_) => "bad_counter",
+            Error::Oracle(_) => "bad_oracle",
         }
     }
 }

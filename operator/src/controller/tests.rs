@@ -19,6 +19,7 @@ use kubeflake_crds::sequence::{
     IdSequence, IdSequenceSpec, IdSequenceStatus, Mode, SegmentSpec, SegmentStatus, SpecError,
 };
 use kubeflake_crds::slot_lease::{FINALIZER, SEQUENCE_LABEL, SlotLeaseError};
+use kubeflake_crds::strict_oracle::OracleLeaseError;
 use serde_json::{Value, json};
 
 use super::*;
@@ -500,9 +501,13 @@ fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
         Error::BadLease(SlotLeaseError::BadSlot { name: "x".into() }),
         Error::InvalidSpec(SpecError::NegativeDatacenter(-1)),
         Error::Counter(CounterError::Missing { name: "x".into() }),
+        Error::Oracle(OracleLeaseError::BadDuration {
+            name: "x".into(),
+            value: None,
+        }),
     ];
     // No wildcard: a new variant does not compile here; give it an index and a sample.
-    let mut covered = [false; 5];
+    let mut covered = [false; 6];
     for e in &samples {
         covered[match e {
             Error::Kube(_) => 0,
@@ -510,6 +515,7 @@ fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
             Error::BadLease(_) => 2,
             Error::InvalidSpec(_) => 3,
             Error::Counter(_) => 4,
+            Error::Oracle(_) => 5,
         }] = true;
     }
     assert!(
@@ -747,7 +753,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     let counter = format!("{LEASES}/orders-segment-counter");
     let newer = in_format(
         kubeflake_crds::segment_counter::new_counter(SEQ, NS, 1),
-        "2",
+        "3",
     );
     let api = FakeApi::new()
         .expect(Method::GET, &counter, 200, json!(newer))
@@ -760,7 +766,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     assert!(
         matches!(
             err,
-            Error::Counter(CounterError::UnsupportedFormat { found: 2, .. })
+            Error::Counter(CounterError::UnsupportedFormat { found: 3, .. })
         ),
         "{err}"
     );
@@ -772,7 +778,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     );
     for part in [
         "orders-segment-counter",
-        "format 2",
+        "format 3",
         "Upgrade this operator",
         "not changed",
     ] {
@@ -990,3 +996,5 @@ async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pa
     assert_eq!(status.assigned, Some(1), "the successful assignment counts");
     assert_eq!(f.ctx.metrics.assignments.get(), 1);
 }
+
+mod strict;

@@ -4,8 +4,9 @@
 //! A sidecar runs as its pod's service account, which the app owner chose. In every
 //! namespace that has an IdSequence the operator keeps two objects named [`BINDING`]:
 //! - a **Role** that lets a sidecar read Leases, write only the Leases of that namespace's
-//!   sequences (by name: every slot Lease a Snowflake sequence can have, and each Segment
-//!   sequence's counter), read those sequences by name, and post Events; see [`role`];
+//!   sequences (by name: every slot Lease a Snowflake sequence can have, each Segment
+//!   sequence's counter, and each strict sequence's oracle Lease), read those sequences by
+//!   name, and post Events; see [`role`];
 //! - a **RoleBinding** of that Role to exactly the service accounts that the namespace's
 //!   labelled pods run as (read from the controller's pod cache); see [`binding`].
 //!
@@ -41,6 +42,7 @@ use kubeflake_crds::Slot;
 use kubeflake_crds::segment_counter::counter_name;
 use kubeflake_crds::sequence::Mode;
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, lease_name};
+use kubeflake_crds::strict_oracle::oracle_name;
 
 /// Name of the Role and the RoleBinding the operator keeps in each namespace with
 /// IdSequences.
@@ -71,12 +73,19 @@ pub struct Needs {
     pub accounts: BTreeSet<String>,
 }
 
-/// The Leases a sequence's sidecars write: its counter in Segment mode, otherwise every
-/// slot Lease its layout allows. `None` for a spec that is not valid (its sidecars wait).
+/// The Leases a sequence's sidecars write: its counter in Segment mode (and its oracle
+/// Lease when strict: the operator creates it, sidecars take, renew and release it),
+/// otherwise every slot Lease its layout allows. `None` for a spec that is not valid (its
+/// sidecars wait).
 pub fn sequence_leases(seq: &IdSequence) -> Option<Vec<String>> {
     let name = seq.name_any();
     if seq.spec.mode == Mode::Segment {
-        return Some(vec![counter_name(&name)]);
+        let strict = seq.spec.segment.as_ref().is_some_and(|s| s.strict);
+        return Some(if strict {
+            vec![counter_name(&name), oracle_name(&name)]
+        } else {
+            vec![counter_name(&name)]
+        });
     }
     let slots = seq.spec.params().ok()?.layout.slot_count();
     Some(

@@ -184,6 +184,59 @@ fn a_namespace_needs_the_leases_of_its_sequences_by_name_and_the_accounts_of_its
     );
 }
 
+/// Issue 24: a strict sequence's sidecars take, renew and release its oracle Lease
+/// (update, patch), which the operator creates; a non-strict one's never see it.
+#[test]
+fn rule14_a_strict_sequences_sidecars_may_write_its_oracle_lease_by_name_and_create_nothing() {
+    let all = needs(
+        &[
+            sequence(
+                "shop",
+                "tokens",
+                serde_json::json!({"mode": "Segment", "segment": {"strict": true}}),
+            ),
+            sequence("shop", "invoices", serde_json::json!({"mode": "Segment"})),
+        ],
+        &[pod("shop", Some("tokens"), Some("web"))],
+    );
+    let leases: Vec<&str> = all["shop"]
+        .leases
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        leases,
+        [
+            "invoices-segment-counter",
+            "tokens-segment-counter",
+            "tokens-strict-oracle"
+        ],
+        "the oracle Lease of the strict sequence only"
+    );
+    let rules = rules(&all["shop"]);
+    let writes = rules
+        .iter()
+        .find(|r| r.verbs.contains(&"update".to_string()))
+        .expect("a write rule");
+    assert_eq!(writes.verbs, ["update", "patch"]);
+    assert!(
+        writes
+            .resource_names
+            .iter()
+            .flatten()
+            .any(|n| n == "tokens-strict-oracle"),
+        "{writes:?}"
+    );
+    assert!(
+        !rules.iter().any(
+            |r| r.resources.as_deref() == Some(&["leases".to_string()][..])
+                && r.verbs.iter().any(|v| v == "create" || v == "delete")
+        ),
+        "sidecars never create or delete a Lease"
+    );
+}
+
 #[test]
 fn a_namespace_with_more_slot_leases_than_a_role_can_name_gets_lease_writes_without_names() {
     let all = needs(&[snowflake("shop", "wide", 14)], &[]);

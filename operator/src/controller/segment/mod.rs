@@ -24,8 +24,12 @@
 //! A counter in a format this release does not understand (written by a newer kubeflake)
 //! is `LeaseFormatUnsupported`: not raised, no claimants written, the pass fails (counted
 //! as `bad_counter`).
+//!
+//! A **strict** sequence's counter is in format 2 (served by an oracle) and the sequence has
+//! an oracle Lease listing the same claimants: see [`oracle`].
 
 pub mod counter;
+pub mod oracle;
 
 use std::time::Duration;
 
@@ -89,7 +93,7 @@ pub async fn reconcile(
     }
     let lease = match found {
         None => match api
-            .create(&PostParams::default(), &new_counter(name, ns, params.start))
+            .create(&PostParams::default(), &new_counter_for(name, ns, params))
             .await
         {
             Ok(created) => {
@@ -134,13 +138,35 @@ pub async fn reconcile(
             }
         }
     };
-    let Some(lease) = sync_claimants(&api, lease, &claimant_uids(ctx, ns, name)).await? else {
+    let lease = if params.strict {
+        match oracle::ensure_oracle_format(&api, lease).await? {
+            Some(lease) => lease,
+            None => return Ok(Action::requeue(Duration::from_millis(500))),
+        }
+    } else {
+        lease
+    };
+    let uids = claimant_uids(ctx, ns, name);
+    let Some(lease) = sync_claimants(&api, lease, &uids).await? else {
         return Ok(Action::requeue(Duration::from_millis(500)));
     };
+    if params.strict && !oracle::sync_oracle(&api, seq, ns, &uids).await? {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     let counter = Counter::parse(&lease)?;
     let status = segment_status(seq, &counter, Utc::now());
     update_status(seq, ctx, status).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// A new counter for the sequence: in format 2 when strict (an oracle serves it).
+fn new_counter_for(name: &str, ns: &str, params: &SegmentParams) -> Lease {
+    let counter = new_counter(name, ns, params.start);
+    if params.strict {
+        oracle::in_oracle_format(counter)
+    } else {
+        counter
+    }
 }
 
 /// The UIDs of the pods labelled for the sequence (from the cache's index by sequence)
@@ -159,9 +185,10 @@ fn claimant_uids(ctx: &Context, ns: &str, name: &str) -> String {
     )
 }
 
-/// Writes `uids` as the counter's claimants when they differ from what it lists: a merge
-/// patch conditional on the version read. `None` when the counter moved on meanwhile (a
-/// sidecar claimed): the pass is retried.
+/// Writes `uids` as the claimants of `lease` (the counter, or a strict sequence's oracle
+/// Lease) when they differ from what it lists: a merge patch conditional on the version
+/// read. `None` when the Lease moved on meanwhile (a sidecar claimed, or took the oracle
+/// Lease): the pass is retried.
 async fn sync_claimants(
     api: &Api<Lease>,
     lease: Lease,
@@ -180,7 +207,7 @@ async fn sync_claimants(
         .await
     {
         Ok(written) => {
-            tracing::debug!(counter = %name, claimants = uids.split(',').filter(|u| !u.is_empty()).count(), "listed the pods that may claim");
+            tracing::debug!(lease = %name, claimants = uids.split(',').filter(|u| !u.is_empty()).count(), "listed the pods that may claim");
             Ok(Some(written))
         }
         Err(e) if is_conflict(&e) => Ok(None),

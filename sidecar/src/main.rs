@@ -137,6 +137,19 @@ struct ClusterArgs {
     /// its Date header) at which the sidecar starts issuing or raises its lease fence.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
     max_clock_skew_ms: u64,
+    /// This pod's IP (downward API: status.podIP). A strict sequence's oracle takes the
+    /// requests the other sidecars forward on it (with --oracle-port); without it this
+    /// sidecar forwards its strict requests but never serves as the oracle.
+    #[arg(long, env = contract::POD_IP_ENV)]
+    pod_ip: Option<std::net::IpAddr>,
+    /// The port of the strict oracle's forwarding listener on --pod-ip.
+    #[arg(long, default_value_t = contract::DEFAULT_ORACLE_PORT, env = contract::ORACLE_PORT_ENV)]
+    oracle_port: u16,
+    /// TEST ONLY, breaks strict order (docs/safety.md rule 13): take the strict oracle
+    /// lease over as soon as another pod holds it, without waiting for its term to lapse.
+    /// The linearizability test's broken variant; never set it anywhere else.
+    #[arg(long, hide = true)]
+    unsafe_take_over_without_waiting: bool,
     /// Print every setting as cluster mode would use it (flags, environment, defaults and
     /// the legacy KUBEFLAKE_FENCE_DIR fallback resolved) as one JSON object on stdout and
     /// exit 0, without contacting the API server: checks the env and flags a webhook
@@ -311,6 +324,8 @@ fn cluster_config(args: ClusterArgs) -> ClusterConfig {
         renew_every: args.renew_every_secs.map(Duration::from_secs),
         max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
         drain: Duration::from_secs(args.drain_timeout_secs),
+        oracle_listen: args.pod_ip.map(|ip| SocketAddr::new(ip, args.oracle_port)),
+        unsafe_take_over_without_waiting: args.unsafe_take_over_without_waiting,
     }
 }
 
@@ -332,6 +347,7 @@ fn config_json(config: &ClusterConfig, log_format: LogFormat) -> serde_json::Val
         "renew_every_secs": config.renew_every.map(|d| d.as_secs()),
         "max_clock_skew_ms": config.max_clock_skew.as_millis() as u64,
         "drain_timeout_secs": config.drain.as_secs(),
+        "oracle_listen": config.oracle_listen.map(|a| a.to_string()),
         "log_format": log_format
             .to_possible_value()
             .map(|v| v.get_name().to_string()),

@@ -17,8 +17,12 @@ use serde_json::Value;
 
 /// Settings of an earlier release's pods that this release changes on purpose:
 /// `(release, key of --print-config, why)`. The key is then not compared for that release.
-/// Empty: every setting of every earlier release's pods is kept.
-const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[];
+const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[(
+    "0.1.0",
+    "oracle_listen",
+    "new in 0.3 (issue 24), not a change: pods injected before carry no POD_IP, so this setting \
+     resolves to null and such a sidecar forwards strict requests and never serves as the oracle",
+)];
 
 /// One `injected-<release>.json`.
 struct Injected {

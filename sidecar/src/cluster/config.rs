@@ -30,4 +30,9 @@ pub struct ClusterConfig {
     /// raises its lease fence.
     pub max_clock_skew: Duration,
     pub drain: Duration,
+    /// Where a strict sequence's oracle takes forwarded requests (the pod IP and the
+    /// oracle port); `None`: this sidecar only forwards.
+    pub oracle_listen: Option<SocketAddr>,
+    /// Test only: the broken variant of the strict oracle (no wait before a take-over).
+    pub unsafe_take_over_without_waiting: bool,
 }

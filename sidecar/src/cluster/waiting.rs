@@ -17,6 +17,8 @@ use super::{ClusterError, Ctx, Ending, Lifecycle};
 use crate::fence::{FenceFile, FenceRecord};
 use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
+use crate::segment::oracle::store::KubeOracleStore;
+use crate::segment::oracle::{Oracle, OracleConfig};
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
 use crate::slot::{SlotError, assigned_lease, wait_for_assignment};
 use crate::state::{Serving, WaitReason};
@@ -257,12 +259,39 @@ impl Ctx {
         if self.stopping() {
             return None;
         }
-        let segment = Source::start(
-            store,
-            params,
-            DEFAULT_WAIT_LIMIT,
-            self.metrics.segment.clone(),
-        );
+        let segment = if params.strict {
+            if self.config.unsafe_take_over_without_waiting {
+                tracing::error!(
+                    "--unsafe-take-over-without-waiting is set: strict order is broken on purpose (a test's broken variant)"
+                );
+            }
+            Source::Oracle(
+                Oracle::start(
+                    store,
+                    Arc::new(KubeOracleStore::new(
+                        self.client.clone(),
+                        &self.config.pod.namespace,
+                        &self.config.sequence,
+                    )),
+                    OracleConfig {
+                        sequence: self.config.sequence.clone(),
+                        uid: self.config.pod.uid.clone(),
+                        listen: self.config.oracle_listen,
+                        wait_limit: DEFAULT_WAIT_LIMIT,
+                        take_over_without_waiting: self.config.unsafe_take_over_without_waiting,
+                    },
+                    self.metrics.segment.clone(),
+                )
+                .await,
+            )
+        } else {
+            Source::start(
+                store,
+                params,
+                DEFAULT_WAIT_LIMIT,
+                self.metrics.segment.clone(),
+            )
+        };
         self.state.publish(Serving::Segment(segment.clone()));
         self.events.notify(
             false,
@@ -271,7 +300,7 @@ impl Ctx {
                 "serving values of segment sequence {} {}",
                 self.config.sequence,
                 if segment.is_strict() {
-                    "strictly, one counter write per request"
+                    "strictly, through the sequence's oracle"
                 } else {
                     "in blocks"
                 }

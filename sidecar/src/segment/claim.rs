@@ -325,6 +325,8 @@ pub(crate) mod fake {
         /// Reads find the counter rewritten in a newer Lease format (as the Lease store
         /// reports it).
         pub newer_format: AtomicBool,
+        /// The format reads report (0 reads as 1): 2 for a strict oracle's counter.
+        pub format: AtomicU64,
     }
 
     impl FakeStore {
@@ -379,7 +381,7 @@ pub(crate) mod fake {
                 Ok(Counter {
                     next,
                     claims,
-                    format: 1,
+                    format: self.format.load(Ordering::SeqCst).max(1),
                     resource_version: Some(version.to_string()),
                 })
             })

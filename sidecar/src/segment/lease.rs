@@ -154,7 +154,7 @@ mod tests {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(FORMAT_ANNOTATION.into(), "2".into());
+            .insert(FORMAT_ANNOTATION.into(), "3".into());
         let body = serde_json::to_value(&newer).unwrap();
         let (client, _) = fake_api::client(move |_, _, _| (200, body.clone()));
         let err = LeaseCounter::new(client, "ns", "orders")
@@ -165,7 +165,7 @@ mod tests {
             panic!("another error: {err}");
         };
         assert!(
-            message.contains("orders-segment-counter") && message.contains("format 2"),
+            message.contains("orders-segment-counter") && message.contains("format 3"),
             "{message}"
         );
     }

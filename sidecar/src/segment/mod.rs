@@ -16,6 +16,7 @@ pub mod buffer;
 pub mod claim;
 pub mod file;
 pub mod lease;
+pub mod oracle;
 pub mod source;
 pub mod strict;
 

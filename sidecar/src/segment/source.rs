@@ -1,6 +1,7 @@
-//! Where a segment sidecar's values come from: blocks held in memory ([`Segment`]), or one
-//! counter write per group of concurrent requests in a strict sequence ([`Strict`]). The
-//! HTTP layer and the lifecycle code see only [`Source`].
+//! Where a segment sidecar's values come from: blocks held in memory ([`Segment`]); in a
+//! strict sequence, one counter write per group of concurrent requests standalone
+//! ([`Strict`]) or the sequence's oracle in a cluster ([`Oracle`]). The HTTP layer and the
+//! lifecycle code see only [`Source`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use kubeflake_crds::sequence::SegmentParams;
 
 use super::buffer::{Runs, Segment, SegmentRefusal};
 use super::claim::{Backoff, Block, CounterStore};
+use super::oracle::Oracle;
 use super::strict::Strict;
 use crate::metrics::SegmentMetrics;
 
@@ -17,8 +19,12 @@ use crate::metrics::SegmentMetrics;
 pub enum Source {
     /// Values from claimed blocks, the next one prefetched.
     Blocks(Arc<Segment>),
-    /// `segment.strict`: every value from its own counter write (docs/safety.md rule 13).
+    /// `segment.strict`, standalone: every value from its own counter write
+    /// (docs/safety.md rule 13).
     Strict(Arc<Strict>),
+    /// `segment.strict` in a cluster: values from the sequence's oracle (this sidecar or
+    /// another), served from a window reserved on the counter.
+    Oracle(Arc<Oracle>),
 }
 
 impl Source {
@@ -42,7 +48,7 @@ impl Source {
     }
 
     pub fn is_strict(&self) -> bool {
-        matches!(self, Source::Strict(_))
+        matches!(self, Source::Strict(_) | Source::Oracle(_))
     }
 
     /// `Ok` when a request can be answered now.
@@ -50,6 +56,7 @@ impl Source {
         match self {
             Source::Blocks(s) => s.check_ready(),
             Source::Strict(s) => s.check_ready(),
+            Source::Oracle(o) => o.check_ready(),
         }
     }
 
@@ -57,7 +64,7 @@ impl Source {
     pub fn buffered(&self) -> u64 {
         match self {
             Source::Blocks(s) => s.buffered(),
-            Source::Strict(_) => 0,
+            Source::Strict(_) | Source::Oracle(_) => 0,
         }
     }
 
@@ -66,6 +73,7 @@ impl Source {
         match self {
             Source::Blocks(s) => s.take_from(want, min).await,
             Source::Strict(s) => s.take_from(want, min).await,
+            Source::Oracle(o) => o.take_from(want, min).await,
         }
     }
 
@@ -74,6 +82,7 @@ impl Source {
         match self {
             Source::Blocks(s) => s.take_one_from(min).await,
             Source::Strict(s) => s.take_one_from(min).await,
+            Source::Oracle(o) => o.take_one_from(min).await,
         }
     }
 
@@ -88,6 +97,10 @@ impl Source {
             }
             Source::Strict(s) => {
                 s.stop();
+                None
+            }
+            Source::Oracle(o) => {
+                o.stop().await;
                 None
             }
         }

@@ -171,6 +171,8 @@ fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Ar
             renew_every: Some(renew_every),
             max_clock_skew: Duration::from_secs(10),
             drain: Duration::from_millis(100),
+            oracle_listen: None,
+            unsafe_take_over_without_waiting: false,
         },
         clock,
         state: ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics),

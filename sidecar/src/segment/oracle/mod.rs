@@ -1,0 +1,372 @@
+//! Strict sequences in a cluster: one sidecar of the sequence, the **oracle**, serves
+//! every strict value from a window it reserved on the counter; the others forward their
+//! requests to it (docs/strict.md, docs/safety.md rule 13, `kubeflake_crds::strict_oracle`
+//! for the protocol and its timing).
+//!
+//! Three tasks share one [`Shared`] (a plain mutex, never held across an await):
+//! - the **elector** ([`Oracle::elect`]) reads the oracle Lease, renews it while this
+//!   sidecar holds it, and takes it over when it is free or was left unchanged for
+//!   `D·(1+ρ)`; a take-over reserves the first window before the term serves;
+//! - the **dispatcher** ([`Oracle::dispatch`]) takes every local request queued so far and
+//!   serves the group from the term (this sidecar is the oracle) or forwards it as one
+//!   request (another is); a request joins only a group formed after it arrived, so the
+//!   value it gets is taken at a moment inside its call;
+//! - the **listener** ([`forward::answer`]) serves other sidecars' forwarded groups from
+//!   the term.
+//!
+//! The role is a state enum ([`Role`]): only `Oracle` holds a [`Term`], so only the
+//! holder of the Lease has values to serve, and a term lost is dropped with its window
+//! (a gap, never served).
+//!
+//! One piece (over 400 lines): the three tasks act on one role and are read together.
+
+pub mod forward;
+pub mod store;
+pub mod term;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use kubeflake_crds::strict_oracle::{
+    COUNTER_FORMAT_ORACLE, ForwardReply, ForwardRequest, OracleLease,
+};
+use kubeflake_runtime::serve::ServeOptions;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot, watch};
+
+use self::forward::Forwarder;
+use self::store::{OracleStore, OracleStoreError};
+use self::term::{Term, TermRefusal};
+use super::buffer::{Runs, SegmentRefusal, check_raise};
+use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_above};
+use crate::metrics::SegmentMetrics;
+
+/// Values reserved by one window write (the next write starts when half is used).
+pub const WINDOW: u64 = 1 << 16;
+
+/// What this sidecar is in the sequence's strict service.
+#[derive(Debug)]
+pub enum Role {
+    /// No oracle known: starting, or a hand-over under way.
+    Unknown { why: String },
+    /// Another sidecar serves, at `address`.
+    Follower { address: String, term: i32 },
+    /// This sidecar holds the oracle Lease and serves.
+    Oracle { term: Term, lease: OracleLease },
+}
+
+/// How this sidecar takes part.
+#[derive(Debug, Clone)]
+pub struct OracleConfig {
+    pub sequence: String,
+    /// This pod's UID: the holder identity.
+    pub uid: String,
+    /// Where this sidecar takes forwarded requests (`None`: it never becomes the oracle).
+    pub listen: Option<SocketAddr>,
+    /// How long a local request may wait for its group's answer.
+    pub wait_limit: Duration,
+    /// Test only (the broken variant of the linearizability test): take a held Lease over
+    /// without waiting `D·(1+ρ)`. Breaks rule 13's order, never uniqueness.
+    pub take_over_without_waiting: bool,
+}
+
+/// One request waiting for its values.
+struct Waiting {
+    want: u64,
+    min: u64,
+    reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
+}
+
+struct Shared {
+    role: Role,
+    waiting: Vec<Waiting>,
+    stopped: bool,
+    /// The end of the highest window this process reserved: the counter is never below it.
+    top: u64,
+}
+
+/// A strict sequence's values in a cluster.
+pub struct Oracle {
+    shared: Mutex<Shared>,
+    /// Wakes the dispatcher (requests queued, or stopped).
+    wake: Notify,
+    /// One window write at a time.
+    extending: tokio::sync::Mutex<()>,
+    stop_tx: watch::Sender<bool>,
+    counter: Arc<dyn CounterStore>,
+    leases: Arc<dyn OracleStore>,
+    config: OracleConfig,
+    /// `ip:port` published in the Lease (the listener's address).
+    address: Option<String>,
+    backoff: Backoff,
+    metrics: SegmentMetrics,
+}
+
+impl Oracle {
+    /// Binds the forwarding listener (if this sidecar may serve) and starts the three tasks.
+    pub async fn start(
+        counter: Arc<dyn CounterStore>,
+        leases: Arc<dyn OracleStore>,
+        config: OracleConfig,
+        metrics: SegmentMetrics,
+    ) -> Arc<Oracle> {
+        let listener = match config.listen {
+            Some(addr) => match TcpListener::bind(addr).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::error!(%addr, error = %e, "cannot listen for forwarded strict requests: this sidecar forwards, it never serves as the oracle");
+                    None
+                }
+            },
+            None => None,
+        };
+        let address = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string());
+        let (stop_tx, _) = watch::channel(false);
+        let oracle = Arc::new(Oracle {
+            shared: Mutex::new(Shared {
+                role: Role::Unknown {
+                    why: "reading the oracle lease".into(),
+                },
+                waiting: Vec::new(),
+                stopped: false,
+                top: 0,
+            }),
+            wake: Notify::new(),
+            extending: tokio::sync::Mutex::new(()),
+            stop_tx,
+            counter,
+            leases,
+            config,
+            address,
+            backoff: Backoff::default(),
+            metrics,
+        });
+        oracle.metrics.block_size.set(WINDOW as i64);
+        if let Some(listener) = listener {
+            let serving = oracle.clone();
+            let mut stop = oracle.stop_tx.subscribe();
+            tokio::spawn(kubeflake_runtime::serve::serve(
+                listener,
+                ServeOptions {
+                    name: "strict oracle",
+                    header_read_timeout: Duration::from_secs(30),
+                    drain: Duration::from_secs(1),
+                },
+                move |req| forward::answer(serving.clone(), req),
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            ));
+        }
+        tokio::spawn(oracle.clone().elect());
+        tokio::spawn(oracle.clone().dispatch());
+        oracle
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Ok` when this sidecar serves, or knows the oracle to forward to.
+    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+        let s = self.lock();
+        if s.stopped {
+            return Err(SegmentRefusal::Stopping);
+        }
+        match &s.role {
+            Role::Oracle { term, .. } => term.serving_at(Instant::now()).map_err(|r| refusal(&r)),
+            Role::Follower { .. } => Ok(()),
+            Role::Unknown { why } => Err(SegmentRefusal::NoBlock(format!(
+                "strict: no oracle serves this sequence yet ({why})"
+            ))),
+        }
+    }
+
+    /// Whether this sidecar is the oracle now (for /readyz and tests).
+    pub fn is_oracle(&self) -> bool {
+        matches!(self.lock().role, Role::Oracle { .. })
+    }
+
+    /// `want` consecutive values, each at least `min`, taken after this call began.
+    pub async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+        if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
+            check_raise(self.counter.as_ref(), &self.backoff, min).await?;
+        }
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut s = self.lock();
+            if s.stopped {
+                return Err(SegmentRefusal::Stopping);
+            }
+            s.waiting.push(Waiting { want, min, reply });
+        }
+        self.wake.notify_one();
+        match tokio::time::timeout(self.config.wait_limit, answer).await {
+            Ok(Ok(block)) => block.map(|b| vec![b]),
+            Ok(Err(_)) => Err(SegmentRefusal::Stopping),
+            Err(_) => Err(SegmentRefusal::NoBlock(format!(
+                "strict: no answer within {:?}",
+                self.config.wait_limit
+            ))),
+        }
+    }
+
+    /// One value of at least `min`.
+    pub async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
+        let runs = self.take_from(1, min).await?;
+        runs.first()
+            .map(|b| b.start)
+            .ok_or_else(|| SegmentRefusal::NoBlock("strict: an empty answer".into()))
+    }
+
+    /// A group forwarded by another sidecar.
+    pub async fn serve_forwarded(
+        self: &Arc<Self>,
+        request: &ForwardRequest,
+    ) -> Result<ForwardReply, SegmentRefusal> {
+        if request.sequence != self.config.sequence {
+            return Err(SegmentRefusal::NoBlock(format!(
+                "this sidecar serves sequence {}, not {}",
+                self.config.sequence, request.sequence
+            )));
+        }
+        let (block, term) = self.serve_here(request.count, request.min).await?;
+        Ok(ForwardReply {
+            start: block.start,
+            end: block.end,
+            term,
+        })
+    }
+
+    /// Values from this sidecar's term: reserves more first when the window is short.
+    async fn serve_here(
+        self: &Arc<Self>,
+        count: u64,
+        min: u64,
+    ) -> Result<(Block, i32), SegmentRefusal> {
+        for _ in 0..3 {
+            let needs = {
+                let mut s = self.lock();
+                let Role::Oracle { term, .. } = &mut s.role else {
+                    return Err(SegmentRefusal::NoBlock(
+                        "strict: this sidecar is not the sequence's oracle (a hand-over is under way)"
+                            .into(),
+                    ));
+                };
+                match term.take(count, min, Instant::now()) {
+                    Ok(block) => {
+                        let number = term.number;
+                        let low = term.remaining() < WINDOW / 2;
+                        drop(s);
+                        if low {
+                            self.extend_in_background();
+                        }
+                        return Ok((block, number));
+                    }
+                    Err(TermRefusal::NeedsMore { want, min }) => (want, min),
+                    Err(lapsed) => return Err(refusal(&lapsed)),
+                }
+            };
+            self.extend(needs.0, needs.1).await?;
+        }
+        Err(SegmentRefusal::NoBlock(
+            "strict: the window was used up by others three times while this request waited".into(),
+        ))
+    }
+
+    /// Starts a window write unless one is under way: the window runs low.
+    fn extend_in_background(self: &Arc<Self>) {
+        if self.extending.try_lock().is_err() {
+            return;
+        }
+        let oracle = self.clone();
+        tokio::spawn(async move {
+            // A failure is logged and counted in `reserve`; the next request retries.
+            let _ = oracle.extend(WINDOW, 0).await;
+        });
+    }
+
+    /// Reserves at least `want` values from `min` on the counter and adds them to the term
+    /// (if it is still this sidecar's): one window write at a time.
+    async fn extend(&self, want: u64, min: u64) -> Result<(), SegmentRefusal> {
+        let _one_at_a_time = self.extending.lock().await;
+        let (number, floor, have) = {
+            let s = self.lock();
+            match &s.role {
+                Role::Oracle { term, .. } => (term.number, s.top, term.remaining()),
+                _ => return Err(SegmentRefusal::NoBlock("strict: the term ended".into())),
+            }
+        };
+        // Another request's write may have brought enough while this one waited.
+        if have >= want && min <= floor {
+            return Ok(());
+        }
+        let block = self.reserve(want.max(WINDOW), floor, min).await?;
+        let mut s = self.lock();
+        s.top = s.top.max(block.end);
+        match &mut s.role {
+            Role::Oracle { term, .. } if term.number == number => term.add(block),
+            // The term ended while the write was in flight: its values are a gap.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// One window write: `[next, next + size)` of the counter (from `min` if higher).
+    async fn reserve(&self, size: u64, floor: u64, min: u64) -> Result<Block, SegmentRefusal> {
+        let started = Instant::now();
+        let result = claim_above(self.counter.as_ref(), size, floor, min, &self.backoff).await;
+        self.metrics
+            .claim_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(claimed) => {
+                self.metrics.blocks_claimed.inc();
+                self.metrics
+                    .claim_conflicts
+                    .inc_by(u64::from(claimed.conflicts));
+                self.metrics
+                    .claimed_top
+                    .set(i64::try_from(claimed.block.end).unwrap_or(i64::MAX));
+                Ok(claimed.block)
+            }
+            Err(e) => {
+                self.metrics.claim_errors.inc();
+                if matches!(
+                    e,
+                    ClaimError::CounterBehind { .. } | ClaimError::CounterWentBack { .. }
+                ) {
+                    self.metrics.counter_behind.inc();
+                }
+                tracing::warn!(error = %e, "strict oracle: reserving a window failed");
+                Err(match e {
+                    ClaimError::Exhausted => SegmentRefusal::Exhausted,
+                    e => SegmentRefusal::NoBlock(format!("strict: reserving values failed: {e}")),
+                })
+            }
+        }
+    }
+}
+
+/// The refusal a client sees when the term does not serve.
+fn refusal(r: &TermRefusal) -> SegmentRefusal {
+    match r {
+        TermRefusal::Lapsed { since } => SegmentRefusal::NoBlock(format!(
+            "strict: the oracle lease was not renewed for {since:?}; serving stops until a \
+             renewal succeeds or another sidecar takes over"
+        )),
+        TermRefusal::NeedsMore { .. } => {
+            SegmentRefusal::NoBlock("strict: the window is used up; reserving more".into())
+        }
+    }
+}
+
+mod tasks;
+
+#[cfg(test)]
+mod tests;

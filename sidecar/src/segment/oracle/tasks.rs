@@ -1,0 +1,356 @@
+//! The oracle's two background tasks (the elector and the dispatcher) and its stop.
+
+use super::*;
+
+impl Oracle {
+    /// The elector: renews while this sidecar holds the Lease, else watches it (by reading
+    /// it every `D/12`) and takes it over when free or unchanged for `D·(1+ρ)`.
+    pub(super) async fn elect(self: Arc<Self>) {
+        let mut stop = self.stop_tx.subscribe();
+        // The version last seen, and when it was first seen (monotonic).
+        let mut seen: Option<(Option<String>, Instant)> = None;
+        loop {
+            if self.lock().stopped {
+                return;
+            }
+            let pause = self.elect_once(&mut seen).await;
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One step of the elector; returns how long to wait before the next.
+    async fn elect_once(&self, seen: &mut Option<(Option<String>, Instant)>) -> Duration {
+        let held = match &self.lock().role {
+            Role::Oracle { lease, .. } => Some(lease.clone()),
+            _ => None,
+        };
+        if let Some(lease) = held {
+            return self.renew(lease).await;
+        }
+        let lease = match self.leases.read().await {
+            Ok(lease) => lease,
+            Err(e) => {
+                tracing::warn!(error = %e, "strict: reading the oracle lease failed");
+                if !matches!(self.lock().role, Role::Follower { .. }) {
+                    self.set_role(Role::Unknown { why: e.to_string() });
+                }
+                return Duration::from_millis(500);
+            }
+        };
+        let timing = lease.timing;
+        let now = Instant::now();
+        let Some(holder) = lease.holder.clone() else {
+            *seen = None;
+            self.try_take(lease).await;
+            return timing.poll_every();
+        };
+        let unchanged_since = match seen {
+            Some((version, since)) if *version == lease.resource_version => *since,
+            _ => {
+                *seen = Some((lease.resource_version.clone(), now));
+                now
+            }
+        };
+        let ours = holder == self.config.uid;
+        let waited = now.saturating_duration_since(unchanged_since);
+        if waited >= timing.take_over_after() || (self.config.take_over_without_waiting && !ours) {
+            tracing::info!(
+                holder,
+                ?waited,
+                "strict: the oracle lease was not renewed: taking it over"
+            );
+            *seen = None;
+            self.try_take(lease).await;
+            return timing.poll_every();
+        }
+        match (&lease.address, ours) {
+            (Some(address), false) => self.set_role(Role::Follower {
+                address: address.clone(),
+                term: lease.term,
+            }),
+            (_, true) => self.set_role(Role::Unknown {
+                why: "the oracle lease names this pod from an earlier start of this sidecar; \
+                      waiting until it lapses"
+                    .into(),
+            }),
+            (None, false) => self.set_role(Role::Unknown {
+                why: format!("the oracle lease names pod {holder} but no address"),
+            }),
+        }
+        timing.poll_every()
+    }
+
+    fn set_role(&self, role: Role) {
+        let mut s = self.lock();
+        if !s.stopped {
+            s.role = role;
+        }
+    }
+
+    /// Takes the Lease (a compare-and-swap on the version read) and begins a term.
+    async fn try_take(&self, lease: OracleLease) {
+        let Some(address) = self.address.clone() else {
+            self.set_role(Role::Unknown {
+                why: "no oracle serves, and this sidecar cannot (no forwarding listener)".into(),
+            });
+            return;
+        };
+        if self.lock().stopped {
+            return;
+        }
+        let sent = Instant::now();
+        match self
+            .leases
+            .replace(lease.take(&self.config.uid, &address, Utc::now()))
+            .await
+        {
+            Ok(taken) => self.begin_term(taken, sent).await,
+            Err(OracleStoreError::Conflict) => {
+                tracing::debug!("strict: another sidecar took the oracle lease first");
+            }
+            Err(e) => tracing::warn!(error = %e, "strict: taking the oracle lease failed"),
+        }
+    }
+
+    /// This sidecar holds the Lease since a write sent at `sent`: reserve the first window
+    /// (from the counter's `next`, above everything an earlier oracle served), then serve.
+    async fn begin_term(&self, taken: OracleLease, sent: Instant) {
+        let why_not = match self.counter.read().await {
+            Ok(c) if c.format == COUNTER_FORMAT_ORACLE => None,
+            Ok(c) => Some(format!(
+                "the segment counter is in format {} and an oracle serves only a counter in \
+                 format {COUNTER_FORMAT_ORACLE} (the operator writes it for a strict sequence: \
+                 is the operator of this release running?)",
+                c.format
+            )),
+            Err(e) => Some(format!("reading the segment counter: {e}")),
+        };
+        let first = match why_not {
+            Some(why) => Err(SegmentRefusal::NoBlock(why)),
+            None => {
+                let floor = self.lock().top;
+                self.reserve(WINDOW, floor, 0).await
+            }
+        };
+        let block = match first {
+            Ok(block) => block,
+            Err(e) => {
+                tracing::error!(error = %e, "strict: took the oracle lease but cannot serve: releasing it");
+                self.set_role(Role::Unknown { why: e.to_string() });
+                self.release(taken).await;
+                return;
+            }
+        };
+        let term = taken.term;
+        {
+            let mut s = self.lock();
+            s.top = s.top.max(block.end);
+            if !s.stopped {
+                s.role = Role::Oracle {
+                    term: Term::new(term, sent, taken.timing.serve_for(), block),
+                    lease: taken,
+                };
+                drop(s);
+                tracing::info!(
+                    term,
+                    window_start = block.start,
+                    window_end = block.end,
+                    "strict: this sidecar is the oracle"
+                );
+                return;
+            }
+        }
+        self.release(taken).await;
+    }
+
+    /// Renews the Lease this sidecar holds; steps down when it was taken over.
+    async fn renew(&self, lease: OracleLease) -> Duration {
+        let timing = lease.timing;
+        let sent = Instant::now();
+        let next = match lease.renew(&self.config.uid, Utc::now()) {
+            Ok(next) => next,
+            Err(e) => {
+                self.step_down(e.to_string());
+                return timing.poll_every();
+            }
+        };
+        match self.leases.replace(next).await {
+            Ok(renewed) => {
+                let mut s = self.lock();
+                if let Role::Oracle { term, lease } = &mut s.role {
+                    term.renewed(sent);
+                    *lease = renewed;
+                }
+                timing.renew_every()
+            }
+            Err(OracleStoreError::Conflict) => {
+                match self.leases.read().await {
+                    // Changed by the operator (its claimants list): still ours, renew it.
+                    Ok(read) if read.holder.as_deref() == Some(self.config.uid.as_str()) => {
+                        let mut s = self.lock();
+                        if let Role::Oracle { lease, .. } = &mut s.role {
+                            *lease = read;
+                        }
+                        Duration::from_millis(10)
+                    }
+                    Ok(read) => {
+                        self.step_down(format!(
+                            "the oracle lease was taken over by pod {}",
+                            read.holder.as_deref().unwrap_or("none")
+                        ));
+                        timing.poll_every()
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "strict: re-reading the oracle lease failed");
+                        timing.renew_every() / 2
+                    }
+                }
+            }
+            Err(e) => {
+                // Serving stops by itself when no renewal succeeds for serve_for.
+                tracing::warn!(error = %e, "strict: renewing the oracle lease failed");
+                timing.renew_every() / 2
+            }
+        }
+    }
+
+    /// Stops serving at once: the term and its window are dropped (a gap).
+    fn step_down(&self, why: String) {
+        tracing::warn!(%why, "strict: this sidecar is no longer the oracle");
+        self.set_role(Role::Unknown { why });
+    }
+
+    /// Frees the Lease this sidecar held and no longer serves from, so that another
+    /// takes over without waiting. Best effort: if it fails, others wait `D·(1+ρ)`.
+    async fn release(&self, lease: OracleLease) {
+        let mut lease = lease;
+        for _ in 0..2 {
+            let Ok(freed) = lease.release(&self.config.uid) else {
+                return;
+            };
+            match self.leases.replace(freed).await {
+                Ok(_) => {
+                    tracing::info!("strict: released the oracle lease");
+                    return;
+                }
+                Err(OracleStoreError::Conflict) => match self.leases.read().await {
+                    Ok(read) => lease = read,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "strict: releasing the oracle lease failed");
+                        return;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "strict: releasing the oracle lease failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The dispatcher: each group of local requests is served from the term or forwarded.
+    pub(super) async fn dispatch(self: Arc<Self>) {
+        let mut forwarder = Forwarder::default();
+        loop {
+            let group = {
+                let mut s = self.lock();
+                if s.stopped {
+                    return;
+                }
+                std::mem::take(&mut s.waiting)
+            };
+            if group.is_empty() {
+                self.wake.notified().await;
+                continue;
+            }
+            let total = group.iter().fold(0u64, |sum, w| sum.saturating_add(w.want));
+            let min = group.iter().map(|w| w.min).max().unwrap_or(0);
+            let route = match &self.lock().role {
+                Role::Oracle { .. } => Ok(None),
+                Role::Follower { address, .. } => Ok(Some(address.clone())),
+                Role::Unknown { why } => Err(SegmentRefusal::NoBlock(format!(
+                    "strict: no oracle serves this sequence now ({why}); retry shortly"
+                ))),
+            };
+            let answer = match route {
+                Ok(None) => self.serve_here(total, min).await.map(|(block, _)| block),
+                Ok(Some(address)) => {
+                    let request = ForwardRequest {
+                        sequence: self.config.sequence.clone(),
+                        count: total,
+                        min,
+                    };
+                    forwarder
+                        .forward(&address, &request)
+                        .await
+                        .map(|r| Block {
+                            start: r.start,
+                            end: r.end,
+                        })
+                        .map_err(|e| SegmentRefusal::NoBlock(format!("strict: {e}")))
+                }
+                Err(refused) => Err(refused),
+            };
+            match answer {
+                Ok(block) => self.hand_out(group, block),
+                Err(refused) => {
+                    for w in group {
+                        let _ = w.reply.send(Err(refused.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives each request of `group` its part of `block`, in queue order.
+    fn hand_out(&self, group: Vec<Waiting>, block: Block) {
+        let mut next = block.start;
+        for w in group {
+            let part = Block {
+                start: next,
+                end: next.saturating_add(w.want).min(block.end),
+            };
+            next = part.end;
+            let answer = if part.len() == w.want {
+                Ok(part)
+            } else {
+                Err(SegmentRefusal::Exhausted)
+            };
+            if let Err(Ok(unused)) = w.reply.send(answer) {
+                // The request gave up waiting: its values are a gap, never served.
+                self.metrics.values_dropped.inc_by(unused.len());
+            }
+        }
+    }
+
+    /// Stops serving for good, answers the queued requests, closes the listener, and frees
+    /// the Lease if this sidecar held it (it served its last value before that).
+    pub async fn stop(&self) {
+        let (waiting, held) = {
+            let mut s = self.lock();
+            s.stopped = true;
+            let role = std::mem::replace(
+                &mut s.role,
+                Role::Unknown {
+                    why: "stopping".into(),
+                },
+            );
+            let held = match role {
+                Role::Oracle { lease, .. } => Some(lease),
+                _ => None,
+            };
+            (std::mem::take(&mut s.waiting), held)
+        };
+        for w in waiting {
+            let _ = w.reply.send(Err(SegmentRefusal::Stopping));
+        }
+        let _ = self.stop_tx.send(true);
+        self.wake.notify_one();
+        if let Some(lease) = held {
+            self.release(lease).await;
+        }
+    }
+}

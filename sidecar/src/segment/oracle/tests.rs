@@ -1,0 +1,181 @@
+//! The oracle's rules, with the Lease and the counter in memory and forwarding over real
+//! loopback TCP. Lease duration 1 s: take-over after 1.05 s, serving for 0.9 s after a
+//! renewal is sent.
+
+use std::sync::atomic::Ordering;
+
+use super::store::fake::FakeOracleStore;
+use super::*;
+use crate::metrics::Metrics;
+use crate::segment::claim::fake::FakeStore;
+
+struct Group {
+    counter: Arc<FakeStore>,
+    leases: Arc<FakeOracleStore>,
+}
+
+impl Group {
+    fn new() -> Group {
+        let counter = FakeStore::starting_at(1);
+        counter
+            .format
+            .store(COUNTER_FORMAT_ORACLE, Ordering::SeqCst);
+        Group {
+            counter: Arc::new(counter),
+            leases: Arc::new(FakeOracleStore::new(1)),
+        }
+    }
+
+    async fn sidecar(&self, uid: &str, broken: bool) -> Arc<Oracle> {
+        Oracle::start(
+            self.counter.clone(),
+            self.leases.clone(),
+            OracleConfig {
+                sequence: "s".into(),
+                uid: uid.into(),
+                listen: Some("127.0.0.1:0".parse().unwrap()),
+                wait_limit: Duration::from_secs(3),
+                take_over_without_waiting: broken,
+            },
+            Metrics::new().segment.clone(),
+        )
+        .await
+    }
+}
+
+/// Waits (bounded) until `pred` holds.
+async fn until(what: &str, mut pred: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if pred() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not reached within 6 s: {what}");
+}
+
+async fn take(o: &Oracle) -> u64 {
+    for _ in 0..200 {
+        if let Ok(v) = o.take_one_from(0).await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no value within about 4 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_one_oracle_serves_and_a_client_alternating_sidecars_always_sees_larger_values() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    let b = g.sidecar("uid-b", false).await;
+    until("an oracle is elected and the other follows", || {
+        a.check_ready().is_ok() && b.check_ready().is_ok()
+    })
+    .await;
+    assert!(a.is_oracle() != b.is_oracle(), "exactly one oracle");
+    let mut last = 0;
+    for i in 0..400 {
+        let v = take(if i % 2 == 0 { &a } else { &b }).await;
+        assert!(v > last, "value {v} after {last} (request {i})");
+        last = v;
+    }
+    assert!(
+        g.counter.next() > last,
+        "every value served is below the counter's next: reserved before served"
+    );
+    assert!(
+        g.counter.writes.load(Ordering::SeqCst) < 5,
+        "values come from a window, not one write each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_graceful_stop_hands_over_at_once_and_the_next_oracle_starts_above_the_window() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let b = g.sidecar("uid-b", false).await;
+    until("b follows", || b.check_ready().is_ok()).await;
+    let before = take(&b).await;
+    a.stop().await;
+    assert_eq!(g.leases.holder(), None, "released on stop");
+    until("b took over", || b.is_oracle()).await;
+    let after = take(&b).await;
+    assert!(after > before, "{after} after {before}");
+    assert!(
+        after >= WINDOW,
+        "the new term starts above a's whole window"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_an_oracle_whose_renewals_fail_stops_serving_before_anyone_may_take_over() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    take(&a).await;
+    g.leases.down.store(true, Ordering::SeqCst);
+    until("a stops serving", || a.check_ready().is_err()).await;
+    let err = a.take_one_from(0).await.unwrap_err();
+    assert!(err.to_string().contains("not renewed"), "{err}");
+    assert!(a.is_oracle(), "still the holder: it only stopped serving");
+    g.leases.down.store(false, Ordering::SeqCst);
+    until("a renews and serves again", || a.check_ready().is_ok()).await;
+    take(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let last_a = take(&a).await;
+    // a goes silent: its tasks stop without releasing (a kill -9 as the others see it).
+    a.stop_tx.send(true).unwrap();
+    a.lock().stopped = true;
+    let silent = Instant::now();
+    let b = g.sidecar("uid-b", false).await;
+    until("b took over", || b.is_oracle()).await;
+    assert!(
+        silent.elapsed() >= Duration::from_millis(1050),
+        "b took over {:?} after a went silent, before a's lease could have lapsed",
+        silent.elapsed()
+    );
+    assert!(take(&b).await > last_a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule15_an_oracle_never_serves_from_a_counter_not_marked_for_it() {
+    let g = Group::new();
+    g.counter.format.store(1, Ordering::SeqCst);
+    let a = g.sidecar("uid-a", false).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let err = a.take_one_from(0).await.unwrap_err();
+    assert!(err.to_string().contains("format 2"), "{err}");
+    assert_eq!(g.counter.next(), 1, "nothing reserved");
+    assert!(!a.is_oracle());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_requests_for_another_sequence_or_with_bad_counts_are_refused() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let other = ForwardRequest {
+        sequence: "other".into(),
+        count: 1,
+        min: 0,
+    };
+    let err = a.serve_forwarded(&other).await.unwrap_err();
+    assert!(err.to_string().contains("not other"), "{err}");
+    let ok = a
+        .serve_forwarded(&ForwardRequest {
+            sequence: "s".into(),
+            count: 5,
+            min: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(ok.end - ok.start, 5);
+}

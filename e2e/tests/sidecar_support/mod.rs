@@ -27,6 +27,9 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 pub struct Sidecar {
     pub process: Process,
     pub port: u16,
+    /// Where this sidecar takes forwarded strict requests when it is its sequence's
+    /// oracle (`--pod-ip 127.0.0.1 --oracle-port`).
+    pub oracle_port: u16,
     pub pod: String,
     pub uid: String,
     /// With a steppable clock: the libfaketime offset file ("+0", "-5", "+3600", ...).
@@ -59,6 +62,9 @@ impl Sidecar {
         kubeconfig: Option<&Path>,
     ) -> Result<Sidecar> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let oracle_port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let name = pod.name_any();
@@ -112,6 +118,10 @@ impl Sidecar {
                 "json",
                 "--drain-timeout-secs",
                 "2",
+                "--pod-ip",
+                "127.0.0.1",
+                "--oracle-port",
+                &oracle_port.to_string(),
             ]
             .map(OsString::from),
         );
@@ -128,6 +138,7 @@ impl Sidecar {
         Ok(Sidecar {
             process: Process::start(spec)?,
             port,
+            oracle_port,
             pod: name,
             uid,
             clock_file,

@@ -1083,3 +1083,97 @@ fn route_tables_are_read_in_host_byte_order() {
         )]
     );
 }
+
+/// Rule 13 on the real node: a strict sequence's pods elect one oracle through the Lease
+/// `<seq>-strict-oracle`; the others forward to it over the pod network (the oracle's pod
+/// IP and port, published in the Lease); a client asking the pods in turn always gets a
+/// larger value; when the oracle's pod is deleted (SIGTERM: it stops serving and releases
+/// the Lease), another pod takes over and values still only grow.
+#[tokio::test]
+async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_network_and_survives_its_deletion()
+-> Result<()> {
+    use kubeflake_crds::strict_oracle::{OracleLease, oracle_name};
+    let spec = serde_json::json!({"mode": "Segment", "segment": {"strict": true}});
+    let node = on_the_node(cluster(), "node-strict", "tickets", spec).await?;
+    let ns = node.ns.clone();
+    node.deploy_app("app", "tickets", 3).await?;
+    let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
+
+    let oracle_of = |leases: Api<Lease>| async move {
+        let lease = OracleLease::parse(leases.get(&oracle_name("tickets")).await?)?;
+        anyhow::Ok(lease)
+    };
+    let pods = ready_pods(&ns, "app").await?;
+    assert_eq!(pods.len(), 3);
+    let oracle = eventually(Duration::from_secs(60), "a pod holds the oracle lease", || {
+        let leases = leases.clone();
+        async move {
+            let l = oracle_of(leases).await?;
+            Ok(l.holder.is_some().then_some(l))
+        }
+    })
+    .await?;
+    let holder = oracle.holder.clone().context("holder")?;
+    let oracle_pod = pods
+        .iter()
+        .find(|p| p.uid().as_deref() == Some(holder.as_str()))
+        .context("the oracle lease names one of the app's pods")?;
+    let pod_ip = oracle_pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("pod IP")?;
+    assert_eq!(
+        oracle.address.as_deref(),
+        Some(format!("{pod_ip}:{}", contract::DEFAULT_ORACLE_PORT).as_str()),
+        "the oracle publishes its pod IP and the injected oracle port"
+    );
+
+    // A client asking each pod in turn: every answer above the last (forwarded or not).
+    let mut last = 0u64;
+    let mut asked = BTreeSet::new();
+    for round in 0..30 {
+        let pod = &pods[round % pods.len()];
+        let values = ids_from_pod(&ns, &pod.name_any(), 3).await?;
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]) && values[0] > last,
+            "round {round}: {values:?} from {} after {last}",
+            pod.name_any()
+        );
+        last = values[2];
+        asked.insert(pod.name_any());
+    }
+    assert_eq!(asked.len(), 3, "every pod answered, two of them by forwarding");
+
+    // The oracle's pod deleted: another takes over (released: no wait), order kept.
+    let pod_api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    pod_api
+        .delete(&oracle_pod.name_any(), &Default::default())
+        .await?;
+    eventually(Duration::from_secs(60), "another pod holds the oracle lease", || {
+        let leases = leases.clone();
+        let old = holder.clone();
+        async move {
+            let l = oracle_of(leases).await?;
+            Ok(l.holder.is_some_and(|h| h != old).then_some(()))
+        }
+    })
+    .await?;
+    let survivors: Vec<Pod> = pods
+        .iter()
+        .filter(|p| p.uid().as_deref() != Some(holder.as_str()))
+        .cloned()
+        .collect();
+    let mut served_after = 0;
+    for round in 0..40 {
+        let pod = &survivors[round % survivors.len()];
+        // During the hand-over a pod may answer 503; an answer with values must be larger.
+        if let Ok(values) = ids_from_pod(&ns, &pod.name_any(), 3).await {
+            assert!(values[0] > last, "after the hand-over: {values:?} after {last}");
+            last = values[2];
+            served_after += 1;
+        }
+    }
+    assert!(served_after > 0, "the new oracle served");
+    Ok(())
+}

@@ -48,6 +48,13 @@ pub struct SegmentMetrics {
     pub counter_behind: IntCounter,
     /// End of the highest block claimed (a recovery hint when the counter is lost).
     pub claimed_top: IntGauge,
+    /// 1 while this sidecar is its strict sequence's oracle and its term serves.
+    pub strict_oracle: IntGauge,
+    /// Oracle terms this sidecar began (take-overs of the oracle Lease).
+    pub strict_terms: IntCounter,
+    /// Groups of strict requests forwarded to the oracle, and those that got no values.
+    pub strict_forwards: IntCounter,
+    pub strict_forward_errors: IntCounter,
 }
 
 impl SegmentMetrics {
@@ -97,6 +104,22 @@ impl SegmentMetrics {
                 "kubeflake_segment_claimed_top",
                 "End of the highest block this sidecar claimed: every value it issued is below. \
                  Exact below 2^53; the log has the exact value.",
+            ),
+            strict_oracle: r.int_gauge(
+                "kubeflake_strict_oracle",
+                "1 while this sidecar is its strict sequence's oracle (it holds the oracle Lease), else 0.",
+            ),
+            strict_terms: r.counter(
+                "kubeflake_strict_oracle_terms_total",
+                "Times this sidecar took the strict oracle Lease and began serving.",
+            ),
+            strict_forwards: r.counter(
+                "kubeflake_strict_forwards_total",
+                "Groups of strict requests this sidecar forwarded to the oracle.",
+            ),
+            strict_forward_errors: r.counter(
+                "kubeflake_strict_forward_errors_total",
+                "Forwarded groups that got no values (oracle unreachable or refusing, e.g. during a hand-over).",
             ),
         }
     }

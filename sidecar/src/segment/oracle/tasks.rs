@@ -87,6 +87,9 @@ impl Oracle {
         let mut s = self.lock();
         if !s.stopped {
             s.role = role;
+            self.metrics
+                .strict_oracle
+                .set(i64::from(matches!(s.role, Role::Oracle { .. })));
         }
     }
 
@@ -283,6 +286,7 @@ impl Oracle {
                         count: total,
                         min,
                     };
+                    self.metrics.strict_forwards.inc();
                     forwarder
                         .forward(&address, &request)
                         .await
@@ -290,7 +294,10 @@ impl Oracle {
                             start: r.start,
                             end: r.end,
                         })
-                        .map_err(|e| SegmentRefusal::NoBlock(format!("strict: {e}")))
+                        .map_err(|e| {
+                            self.metrics.strict_forward_errors.inc();
+                            SegmentRefusal::NoBlock(format!("strict: {e}"))
+                        })
                 }
                 Err(refused) => Err(refused),
             };
@@ -342,6 +349,7 @@ impl Oracle {
                 Role::Oracle { lease, .. } => Some(lease),
                 _ => None,
             };
+            self.metrics.strict_oracle.set(0);
             (std::mem::take(&mut s.waiting), held)
         };
         for w in waiting {

@@ -397,7 +397,7 @@ fn wait_ready_hook(probe_port: u16) -> Lifecycle {
     }
 }
 
-/// The sidecar container: the downward API gives it the pod's identity, one emptyDir its
+/// The sidecar container: the downward API gives it the pod's identity and IP, one emptyDir its
 /// local fence, another the Unix socket it shares with the app; it runs as a numeric non-root user with nothing it does not need.
 fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Container {
     Container {
@@ -423,12 +423,22 @@ fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Containe
                 ])
                 .collect(),
         ),
-        ports: Some(vec![ContainerPort {
-            name: Some(contract::PROBE_PORT_NAME.into()),
-            container_port: t.probe_port.into(),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(contract::PROBE_PORT_NAME.into()),
+                container_port: t.probe_port.into(),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            // A strict sequence's oracle takes forwarded requests here, on the pod IP
+            // (`POD_IP` from the downward API; the sidecar's default port, so no variable).
+            ContainerPort {
+                name: Some(contract::ORACLE_PORT_NAME.into()),
+                container_port: contract::DEFAULT_ORACLE_PORT.into(),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
         lifecycle: match app_start {
             AppStart::WhenSidecarReady => Some(wait_ready_hook(t.probe_port)),
             AppStart::AtOnce => None,

@@ -78,6 +78,58 @@ fn a_labelled_pod_gets_a_native_sidecar_the_state_volume_and_the_url() {
     assert!(annotations.contains_key(INJECTED_ANNOTATION));
 }
 
+/// Every pod-identity variable of the contract is filled from its downward-API field (the
+/// pod IP included: where a strict sequence's oracle takes forwarded requests), and the
+/// oracle's port is declared on the sidecar beside the probe port.
+#[test]
+fn rule13_the_sidecar_gets_the_pod_ip_and_declares_the_oracle_port() {
+    let original = labelled();
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let init = patched.spec.and_then(|s| s.init_containers).expect("init");
+    let env = init[0].env.as_deref().expect("env");
+    for (name, path) in contract::POD_FIELDS {
+        let var = env
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("{name} is injected"));
+        let field = var.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+        assert_eq!(field.map(|f| f.field_path.as_str()), Some(path), "{name}");
+    }
+    let ip = env.iter().find(|e| e.name == contract::POD_IP_ENV);
+    let field = ip
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref());
+    assert_eq!(field.map(|f| f.field_path.as_str()), Some("status.podIP"));
+    assert!(
+        !env.iter().any(|e| e.name == contract::ORACLE_PORT_ENV),
+        "the sidecar's default oracle port is the declared one: no variable needed"
+    );
+    for e in env {
+        assert!(
+            contract::SIDECAR_ENV_NAMES.contains(&e.name.as_str()),
+            "{} is not a variable the sidecar reads",
+            e.name
+        );
+    }
+    let ports: Vec<(Option<&str>, i32, Option<&str>)> = init[0]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref(), p.container_port, p.protocol.as_deref()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            (Some(contract::PROBE_PORT_NAME), 7071, Some("TCP")),
+            (Some(contract::ORACLE_PORT_NAME), 7072, Some("TCP")),
+        ]
+    );
+    assert_eq!(contract::DEFAULT_ORACLE_PORT, 7072);
+}
+
 #[test]
 fn the_sidecar_runs_under_the_restricted_pod_security_profile() {
     let original = labelled();

@@ -85,6 +85,8 @@ struct Shared {
     stopped: bool,
     /// The end of the highest window this process reserved: the counter is never below it.
     top: u64,
+    /// An oracle was known (this sidecar or another) at least once.
+    started: bool,
 }
 
 /// A strict sequence's values in a cluster.
@@ -135,6 +137,7 @@ impl Oracle {
                 waiting: Vec::new(),
                 stopped: false,
                 top: 0,
+                started: false,
             }),
             wake: Notify::new(),
             extending: tokio::sync::Mutex::new(()),
@@ -172,11 +175,16 @@ impl Oracle {
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `Ok` when this sidecar serves, or knows the oracle to forward to.
+    /// `Ok` once this sidecar served or knew an oracle to forward to, until it stops. A
+    /// hand-over later does not make it unready: that would take every pod of the sequence
+    /// out of its Services for seconds; its strict requests get 503 meanwhile.
     pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
         let s = self.lock();
         if s.stopped {
             return Err(SegmentRefusal::Stopping);
+        }
+        if s.started {
+            return Ok(());
         }
         match &s.role {
             Role::Oracle { term, .. } => term.serving_at(Instant::now()).map_err(|r| refusal(&r)),
@@ -187,7 +195,18 @@ impl Oracle {
         }
     }
 
-    /// Whether this sidecar is the oracle now (for /readyz and tests).
+    /// Whether requests are answered now (this sidecar serves, or knows the oracle).
+    pub fn serving_now(&self) -> bool {
+        let s = self.lock();
+        !s.stopped
+            && match &s.role {
+                Role::Oracle { term, .. } => term.serving_at(Instant::now()).is_ok(),
+                Role::Follower { .. } => true,
+                Role::Unknown { .. } => false,
+            }
+    }
+
+    /// Whether this sidecar is the oracle now (for tests and metrics).
     pub fn is_oracle(&self) -> bool {
         matches!(self.lock().role, Role::Oracle { .. })
     }

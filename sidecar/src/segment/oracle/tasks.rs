@@ -87,6 +87,7 @@ impl Oracle {
         let mut s = self.lock();
         if !s.stopped {
             s.role = role;
+            s.started |= !matches!(s.role, Role::Unknown { .. });
             self.metrics
                 .strict_oracle
                 .set(i64::from(matches!(s.role, Role::Oracle { .. })));
@@ -156,6 +157,7 @@ impl Oracle {
                     term: Term::new(term, sent, taken.timing.serve_for(), block),
                     lease: taken,
                 };
+                s.started = true;
                 drop(s);
                 tracing::info!(
                     term,

@@ -70,7 +70,7 @@ async fn rule13_one_oracle_serves_and_a_client_alternating_sidecars_always_sees_
     let a = g.sidecar("uid-a", false).await;
     let b = g.sidecar("uid-b", false).await;
     until("an oracle is elected and the other follows", || {
-        a.check_ready().is_ok() && b.check_ready().is_ok()
+        a.serving_now() && b.serving_now()
     })
     .await;
     assert!(a.is_oracle() != b.is_oracle(), "exactly one oracle");
@@ -96,7 +96,7 @@ async fn rule13_a_graceful_stop_hands_over_at_once_and_the_next_oracle_starts_ab
     let a = g.sidecar("uid-a", false).await;
     until("a is the oracle", || a.is_oracle()).await;
     let b = g.sidecar("uid-b", false).await;
-    until("b follows", || b.check_ready().is_ok()).await;
+    until("b follows", || b.serving_now()).await;
     let before = take(&b).await;
     a.stop().await;
     assert_eq!(g.leases.holder(), None, "released on stop");
@@ -116,12 +116,16 @@ async fn rule13_an_oracle_whose_renewals_fail_stops_serving_before_anyone_may_ta
     until("a is the oracle", || a.is_oracle()).await;
     take(&a).await;
     g.leases.down.store(true, Ordering::SeqCst);
-    until("a stops serving", || a.check_ready().is_err()).await;
+    until("a stops serving", || !a.serving_now()).await;
     let err = a.take_one_from(0).await.unwrap_err();
     assert!(err.to_string().contains("not renewed"), "{err}");
     assert!(a.is_oracle(), "still the holder: it only stopped serving");
+    assert!(
+        a.check_ready().is_ok(),
+        "still ready: a hand-over or an outage does not take the pod out of its Services"
+    );
     g.leases.down.store(false, Ordering::SeqCst);
-    until("a renews and serves again", || a.check_ready().is_ok()).await;
+    until("a renews and serves again", || a.serving_now()).await;
     take(&a).await;
 }
 

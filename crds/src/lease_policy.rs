@@ -2,14 +2,14 @@
 //! lets a slot Lease change only in the ways [`crate::slot_lease`] changes it, and only by
 //! the identity each transition belongs to (docs/safety.md, "Who may write a Lease").
 //!
-//! | who (request's user)                                   | slot Lease                                     | segment counter                  |
-//! |--------------------------------------------------------|------------------------------------------------|----------------------------------|
-//! | the operator's service account                         | anything ([`assign`], operator [`release`], create, delete) | anything but lowering   |
-//! | a pod-bound token of the pod named in `holderIdentity` | [`renew`] or holder [`release`], nothing else  | -                                |
-//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] (any pod while the counter has none: see below) | - | raise `next` and `claims` only |
-//! | the namespace and garbage collectors                   | delete                                         | delete                           |
-//! | the exempt groups (break glass, `system:masters`)      | anything                                       | anything but lowering            |
-//! | anyone else                                            | nothing                                        | nothing                          |
+//! | who (request's user)                                   | slot Lease                                     | segment counter                  | strict oracle Lease |
+//! |--------------------------------------------------------|------------------------------------------------|----------------------------------|---------------------|
+//! | the operator's service account                         | anything ([`assign`], operator [`release`], create, delete) | anything but lowering   | anything            |
+//! | a pod-bound token of the pod named in `holderIdentity` | [`renew`] or holder [`release`], nothing else  | -                                | -                   |
+//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] (any pod while the counter has none: see below) | - | raise `next` and `claims` only | [`take`], [`renew`](OracleLease::renew) or [`release`](OracleLease::release) for itself only (see below) |
+//! | the namespace and garbage collectors                   | delete                                         | delete                           | delete              |
+//! | the exempt groups (break glass, `system:masters`)      | anything                                       | anything but lowering            | anything            |
+//! | anyone else                                            | nothing                                        | nothing                          | nothing             |
 //!
 //! Nobody at all lowers a counter's `next` or `claims` in place: values below were issued.
 //!
@@ -21,6 +21,16 @@
 //! from 0.2 on create counters with the annotation (empty), so the gap exists only for
 //! counters of older releases, and only until the operator's first pass.
 //!
+//! A claimant of a strict sequence's oracle Lease ([`crate::strict_oracle`], label
+//! [`ORACLE_LABEL`]) changes only `spec.holderIdentity`, `acquireTime`, `renewTime`,
+//! `leaseTransitions` and the [`ADDRESS_ANNOTATION`]: the holder it writes is its own pod
+//! UID (take, renew), or none when it held it (release); `leaseTransitions` goes up by
+//! exactly 1 when it takes the Lease from another holder or from nobody, may go up by 1
+//! when it takes a new term of its own Lease (a restarted sidecar), and stays otherwise.
+//! Its duration, labels, owners, claimants and format stay as the operator wrote them, and
+//! it neither creates nor deletes the Lease. The oracle Lease has no claimants gap: only
+//! operators from the release with the oracle create it, always with the list.
+//!
 //! The chart ships the policy's spec as a file generated from [`spec_yaml`] (a test fails
 //! when it is stale), with two placeholders the chart fills in: the operator's user name
 //! and the exempt groups. Tests build the same policy with real names through [`policy`].
@@ -28,6 +38,9 @@
 //! [`assign`]: crate::slot_lease::assign
 //! [`release`]: crate::slot_lease::release
 //! [`renew`]: crate::slot_lease::renew
+//! [`take`]: crate::strict_oracle::OracleLease::take
+//! [`OracleLease::renew`]: crate::strict_oracle::OracleLease::renew
+//! [`OracleLease::release`]: crate::strict_oracle::OracleLease::release
 
 use std::collections::BTreeMap;
 
@@ -42,8 +55,12 @@ use crate::segment_counter::{
     CLAIMANTS_ANNOTATION, CLAIMS_ANNOTATION, COUNTER_LABEL, NEXT_ANNOTATION,
 };
 use crate::slot_lease::{
-    FENCE_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION, RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
+    FENCE_ANNOTATION, FORMAT_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION,
+    RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
 };
+use crate::strict_oracle::{ADDRESS_ANNOTATION, ORACLE_LABEL};
+#[cfg(doc)]
+use crate::strict_oracle::OracleLease;
 
 /// Where the chart puts the operator's user name (`system:serviceaccount:<ns>:<name>`).
 pub const OPERATOR_PLACEHOLDER: &str = "__KUBEFLAKE_OPERATOR__";
@@ -125,7 +142,8 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
     let kubeflake_labels = |side: &str| {
         format!(
             "({side} != null && has({side}.metadata.labels) && \
-             ('{SEQUENCE_LABEL}' in {side}.metadata.labels || '{COUNTER_LABEL}' in {side}.metadata.labels))"
+             ('{SEQUENCE_LABEL}' in {side}.metadata.labels || '{COUNTER_LABEL}' in {side}.metadata.labels \
+             || '{ORACLE_LABEL}' in {side}.metadata.labels))"
         )
     };
     let cleanup = CLEANUP_USERS
@@ -145,6 +163,10 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
         variable(
             "isCounter",
             format!("'{COUNTER_LABEL}' in variables.oldLabels || '{COUNTER_LABEL}' in variables.newLabels"),
+        ),
+        variable(
+            "isOracle",
+            format!("'{ORACLE_LABEL}' in variables.oldLabels || '{ORACLE_LABEL}' in variables.newLabels"),
         ),
         variable("isOperator", format!("request.userInfo.username == {operator}")),
         variable(
@@ -235,6 +257,44 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
                 same_except("Annotations", &[NEXT_ANNOTATION, CLAIMS_ANNOTATION]),
             ),
         ),
+        // The oracle Lease: only listed pods, and only updates (no gap: see the top).
+        variable(
+            "isOracleClaimant",
+            "request.operation == 'UPDATE' && variables.podUid != '' && variables.podUid in variables.claimants"
+                .into(),
+        ),
+        variable(
+            "oldTerm",
+            "oldObject == null ? 0 : oldObject.spec.?leaseTransitions.orValue(0)".into(),
+        ),
+        variable(
+            "newTerm",
+            "object == null ? 0 : object.spec.?leaseTransitions.orValue(0)".into(),
+        ),
+        // Take (its own UID, from another holder or none: a new term), renew (its own UID
+        // kept; a restarted sidecar may start a new term), release (none, from its own UID).
+        variable(
+            "isOracleTurn",
+            "(variables.newHolder == variables.podUid && variables.oldHolder != variables.podUid \
+             && variables.newTerm == variables.oldTerm + 1) \
+             || (variables.newHolder == variables.podUid && variables.oldHolder == variables.podUid \
+             && (variables.newTerm == variables.oldTerm || variables.newTerm == variables.oldTerm + 1)) \
+             || (variables.newHolder == '' && variables.oldHolder == variables.podUid \
+             && variables.newTerm == variables.oldTerm)"
+                .into(),
+        ),
+        variable(
+            "oracleKept",
+            format!(
+                "{} && {} && {} && object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences \
+                 && {} && {}",
+                same_spec("leaseDurationSeconds"),
+                same_spec("preferredHolder"),
+                same_spec("strategy"),
+                same_except("Labels", &[]),
+                same_except("Annotations", &[ADDRESS_ANNOTATION]),
+            ),
+        ),
     ];
     let who = "request.userInfo.username + (variables.podUid == '' ? ' (no pod-bound token)' : ' (pod ' + variables.podUid + ')')";
     let validations = vec![
@@ -278,6 +338,36 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
                  may only go up, for every user (the values below were handed out, docs/segment.md); \
                  write whole numbers at least ' + variables.oldAnnotations[?'{NEXT_ANNOTATION}'].orValue('0') \
                  + ' and ' + variables.oldAnnotations[?'{CLAIMS_ANNOTATION}'].orValue('0')"
+            ),
+        ),
+        validation(
+            "!variables.isOracle || variables.trusted || variables.isOracleClaimant".into(),
+            format!(
+                "'strict oracle Lease ' + request.name + ' may be changed only by the kubeflake \
+                 operator, and by the sidecars of pods labelled for its sequence with their own token \
+                 (listed in {CLAIMANTS_ANNOTATION} by the operator), which may only take, renew or \
+                 release it for themselves, never create or delete it; ' + {who} + ' may not'"
+            ),
+        ),
+        validation(
+            "!variables.isOracle || variables.trusted || !variables.isOracleClaimant || variables.isOracleTurn"
+                .into(),
+            "'a claimant of strict oracle Lease ' + request.name + ' may only take it for itself \
+             (holderIdentity its own pod UID, leaseTransitions raised by exactly 1), renew it (its own \
+             pod UID kept) or release it (no holder, after it held it; leaseTransitions kept); pod ' \
+             + variables.podUid + ' wrote holder \"' + variables.newHolder + '\" over \"' \
+             + variables.oldHolder + '\" with leaseTransitions ' + string(variables.oldTerm) + ' -> ' \
+             + string(variables.newTerm)"
+                .into(),
+        ),
+        validation(
+            "!variables.isOracle || variables.trusted || !variables.isOracleClaimant || variables.oracleKept"
+                .into(),
+            format!(
+                "'a claimant of strict oracle Lease ' + request.name + ' may change only \
+                 spec.holderIdentity, spec.acquireTime, spec.renewTime, spec.leaseTransitions and the \
+                 {ADDRESS_ANNOTATION} annotation; leaseDurationSeconds, labels, owners, \
+                 {CLAIMANTS_ANNOTATION} and {FORMAT_ANNOTATION} stay as the operator wrote them'"
             ),
         ),
     ];

@@ -368,3 +368,44 @@ fn the_charts_text_substitution_yields_the_policy_the_code_builds() {
     let built = serde_json::to_value(policy("p", operator, &groups).spec.unwrap()).unwrap();
     assert_eq!(read, built);
 }
+
+/// Rule 15: the strict oracle's rules are added beside the previous release's, never in
+/// their place. Every variable and validation of the policy 0.2.0 shipped
+/// (`tests/fixtures/lease-policy-spec-0.2.0.yaml`) is still there, word for word, so slot
+/// Leases and counters are allowed and refused as before, during an upgrade and after; the
+/// match only widens (every label it matched is still matched).
+#[test]
+fn rule15_the_lease_policy_keeps_every_rule_of_0_2_0_and_only_widens_what_it_matches() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/lease-policy-spec-0.2.0.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the 0.2.0 policy fixture");
+    let old: Value = serde_saphyr::from_str(&text).expect("YAML");
+    let new: Value =
+        serde_saphyr::from_str(&kubeflake_crds::lease_policy::spec_yaml()).expect("YAML");
+    for list in ["variables", "validations"] {
+        let now = new[list].as_array().expect(list);
+        for item in old[list].as_array().expect(list) {
+            assert!(
+                now.contains(item),
+                "{list}: 0.2.0's {item} is gone or changed"
+            );
+        }
+    }
+    for same in ["failurePolicy", "matchConstraints"] {
+        assert_eq!(old[same], new[same], "{same}");
+    }
+    let condition = |spec: &Value| {
+        spec["matchConditions"][0]["expression"]
+            .as_str()
+            .map(String::from)
+    };
+    let (was, is) = (
+        condition(&old).expect("0.2.0 match"),
+        condition(&new).expect("match"),
+    );
+    for label in ["kubeflake.io/sequence", "kubeflake.io/segment-counter"] {
+        assert!(was.contains(label) && is.contains(label), "{label}: {is}");
+    }
+}

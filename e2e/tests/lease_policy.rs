@@ -20,8 +20,11 @@ use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::layout::{Slot, Tick};
-use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, new_counter};
+use kubeflake_crds::segment_counter::{
+    CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, claimants_value, new_counter,
+};
 use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
+use kubeflake_crds::strict_oracle::{OracleLease, new_oracle_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use policy_support::{
     enforce_policy, forged_release, forged_takeover, leases, refused, service_account, token,
@@ -496,5 +499,179 @@ async fn rule14_without_the_policy_the_same_attacks_succeed() -> Result<()> {
         )
         .await
         .context("without the policy, pod B lowers another sequence's counter")?;
+    let (uid_c, c) = &w.claimer;
+    let oracle = leases(&w.operator, ns)
+        .create(&PostParams::default(), &oracle_lease(ns, &[uid_a]))
+        .await?;
+    let taken = replace(c, ns, &parsed(&oracle)?.take(uid_c, "10.0.0.7:7072", now))
+        .await
+        .context("without the policy, unlisted pod C takes the strict oracle lease")?;
+    replace(b, ns, &parsed(&taken)?.renew(uid_c, now)?)
+        .await
+        .context("without the policy, pod B renews it for pod C")?;
+    Ok(())
+}
+
+/// The strict oracle Lease of [`SEQUENCE`] as the operator creates it, listing `claimants`
+/// (no owner: no IdSequence exists here).
+fn oracle_lease(ns: &str, claimants: &[&str]) -> Lease {
+    let mut lease = new_oracle_lease(SEQUENCE, ns);
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            CLAIMANTS_ANNOTATION.into(),
+            claimants_value(claimants.iter().copied()),
+        );
+    lease
+}
+
+fn parsed(lease: &Lease) -> Result<OracleLease> {
+    Ok(OracleLease::parse(lease.clone())?)
+}
+
+/// Issue 24: the oracle Lease of a strict sequence is taken, renewed and released only by
+/// the sidecars of the pods the operator lists, each only for itself, changing only what
+/// `kubeflake_crds::strict_oracle::OracleLease`'s transitions change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule14_only_listed_claimants_take_renew_or_release_the_strict_oracle_lease_and_only_for_themselves()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-oracle").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
+    let (uid_a, a) = &w.pod_a;
+    let (uid_b, b) = &w.pod_b;
+    let (uid_c, c) = &w.claimer;
+    let now = Utc::now();
+    let address = "10.0.0.5:7072";
+
+    // Only the operator creates it.
+    refused(
+        leases(a, ns)
+            .create(&PostParams::default(), &oracle_lease(ns, &[uid_a]))
+            .await,
+        "pod A creates the oracle lease",
+        "never create or delete it",
+    )?;
+    let created = leases(&w.operator, ns)
+        .create(&PostParams::default(), &oracle_lease(ns, &[uid_a, uid_b]))
+        .await
+        .context("the operator creates the oracle lease listing pods A and B")?;
+
+    // A listed pod takes it for itself, renews it.
+    let taken = replace(a, ns, &parsed(&created)?.take(uid_a, address, now))
+        .await
+        .context("pod A takes the free oracle lease")?;
+    ensure!(parsed(&taken)?.term == 1, "a take starts term 1");
+    let held = replace(a, ns, &parsed(&taken)?.renew(uid_a, now)?)
+        .await
+        .context("pod A renews the oracle lease")?;
+
+    // Nobody unlisted, nobody without a pod, and no listed pod for another.
+    refused(
+        replace(c, ns, &parsed(&held)?.take(uid_c, "10.0.0.7:7072", now)).await,
+        "pod C (not listed) takes the oracle lease",
+        "only by the kubeflake operator",
+    )?;
+    refused(
+        replace(&w.bystander, ns, &parsed(&held)?.renew(uid_a, now)?).await,
+        "a service account without a pod renews the oracle lease",
+        "no pod-bound token",
+    )?;
+    refused(
+        replace(b, ns, &parsed(&held)?.renew(uid_a, now)?).await,
+        "pod B renews for pod A",
+        "may only take it for itself",
+    )?;
+    refused(
+        replace(b, ns, &parsed(&held)?.take(uid_a, "10.0.0.6:7072", now)).await,
+        "pod B writes pod A's UID as a new holder",
+        "may only take it for itself",
+    )?;
+    let mut emptied = Lease::clone(&parsed(&held)?.read);
+    emptied
+        .spec
+        .get_or_insert_with(Default::default)
+        .holder_identity = None;
+    refused(
+        replace(b, ns, &emptied).await,
+        "pod B releases pod A's oracle lease",
+        "may only take it for itself",
+    )?;
+    let mut skipped = parsed(&held)?.take(uid_b, "10.0.0.6:7072", now);
+    skipped
+        .spec
+        .get_or_insert_with(Default::default)
+        .lease_transitions = Some(5);
+    refused(
+        replace(b, ns, &skipped).await,
+        "pod B takes it over raising leaseTransitions by 4",
+        "raised by exactly 1",
+    )?;
+
+    // Even the holder changes nothing else, and never deletes it.
+    let mut longer = parsed(&held)?.renew(uid_a, now)?;
+    longer
+        .spec
+        .get_or_insert_with(Default::default)
+        .lease_duration_seconds = Some(60);
+    refused(
+        replace(a, ns, &longer).await,
+        "pod A lengthens the lease duration",
+        "may change only spec.holderIdentity",
+    )?;
+    let mut alone = parsed(&held)?.renew(uid_a, now)?;
+    alone
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CLAIMANTS_ANNOTATION.into(), uid_a.clone());
+    refused(
+        replace(a, ns, &alone).await,
+        "pod A drops pod B from the claimants",
+        "may change only spec.holderIdentity",
+    )?;
+    refused(
+        leases(a, ns)
+            .delete(&held.name_any(), &DeleteParams::default())
+            .await
+            .map(|_| held.clone()),
+        "pod A deletes the oracle lease",
+        "never create or delete it",
+    )?;
+
+    // The holder releases; another listed pod takes it (a new term).
+    let released = replace(a, ns, &parsed(&held)?.release(uid_a)?)
+        .await
+        .context("pod A releases the oracle lease")?;
+    ensure!(parsed(&released)?.holder.is_none());
+    let taken_b = replace(b, ns, &parsed(&released)?.take(uid_b, "10.0.0.6:7072", now))
+        .await
+        .context("pod B takes the released oracle lease")?;
+    ensure!(parsed(&taken_b)?.term == 2, "the next term");
+
+    // The operator keeps the claimants and deletes.
+    let relisted = leases(&w.operator, ns)
+        .patch(
+            &taken_b.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "resourceVersion": taken_b.metadata.resource_version,
+                "annotations": {CLAIMANTS_ANNOTATION: uid_b},
+            }})),
+        )
+        .await
+        .context("the operator lists pod B alone")?;
+    refused(
+        replace(a, ns, &parsed(&relisted)?.take(uid_a, address, now)).await,
+        "pod A, no longer listed, takes the oracle lease",
+        "only by the kubeflake operator",
+    )?;
+    leases(&w.operator, ns)
+        .delete(&relisted.name_any(), &DeleteParams::default())
+        .await
+        .context("the operator deletes the oracle lease")?;
     Ok(())
 }

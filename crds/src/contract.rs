@@ -53,7 +53,7 @@ pub const ORACLE_PORT_ENV: &str = "KUBEFLAKE_ORACLE_PORT";
 /// sequence's oracle listens on it).
 pub const DEFAULT_ORACLE_PORT: u16 = 7072;
 /// Name of the oracle port on the sidecar container.
-pub const ORACLE_PORT_NAME: &str = "kubeflake-oracle";
+pub const ORACLE_PORT_NAME: &str = "strict-oracle";
 
 /// Every environment variable the sidecar's cluster mode reads, the legacy name
 /// included: a webhook of any release may inject only these (the sidecar's tests check
@@ -186,8 +186,27 @@ mod tests {
             POD_NAME_ENV,
             POD_NAMESPACE_ENV,
             POD_UID_ENV,
+            POD_IP_ENV,
+            ORACLE_PORT_ENV,
         ];
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
+    }
+
+    /// The API server refuses a pod whose container port name is not an IANA service name
+    /// (at most 15 characters, lower-case letters, digits and inner hyphens, a letter in
+    /// it): every injected pod would be refused (found on the node with "kubeflake-oracle").
+    #[test]
+    fn injected_port_names_are_valid_iana_service_names() {
+        for name in [PROBE_PORT_NAME, ORACLE_PORT_NAME] {
+            assert!(name.len() <= 15, "{name}: more than 15 characters");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name}"
+            );
+            assert!(!name.starts_with('-') && !name.ends_with('-') && !name.contains("--"));
+            assert!(name.bytes().any(|b| b.is_ascii_lowercase()), "{name}");
+        }
     }
 }

@@ -138,6 +138,13 @@ pub async fn reconcile(
             }
         }
     };
+    // Claimants before the format: a counter of 0.1.0 lists nobody, which lets any pod
+    // claim; a strict sequence's list leaves out pods whose sidecar has no oracle, so the
+    // API server refuses their one-value writes before any oracle serves (format 2).
+    let uids = claimant_uids(ctx, ns, name, params.strict);
+    let Some(lease) = sync_claimants(&api, lease, &uids).await? else {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    };
     let lease = if params.strict {
         match oracle::ensure_oracle_format(&api, lease).await? {
             Some(lease) => lease,
@@ -145,10 +152,6 @@ pub async fn reconcile(
         }
     } else {
         lease
-    };
-    let uids = claimant_uids(ctx, ns, name);
-    let Some(lease) = sync_claimants(&api, lease, &uids).await? else {
-        return Ok(Action::requeue(Duration::from_millis(500)));
     };
     if params.strict && !oracle::sync_oracle(&api, seq, ns, &uids).await? {
         return Ok(Action::requeue(Duration::from_millis(500)));
@@ -170,10 +173,12 @@ fn new_counter_for(name: &str, ns: &str, params: &SegmentParams) -> Lease {
 }
 
 /// The UIDs of the pods labelled for the sequence (from the cache's index by sequence)
-/// that may still run (finished pods are
-/// left out): the only pods whose sidecars the API server lets claim from the counter
-/// (`crds::lease_policy`).
-fn claimant_uids(ctx: &Context, ns: &str, name: &str) -> String {
+/// that may still run (finished pods are left out): the only pods whose sidecars the API
+/// server lets claim from the counter (`crds::lease_policy`). For a strict sequence, pods
+/// injected by a release whose sidecar has no oracle ([`oracle::injected_without_oracle`])
+/// are left out too: their sidecars write one value per compare-and-set, above the
+/// oracle's window, which would break the strict order (docs/safety.md rule 13).
+fn claimant_uids(ctx: &Context, ns: &str, name: &str, strict: bool) -> String {
     let pods = ctx.pods.of(ns, name);
     claimants_value(
         pods.iter()
@@ -181,6 +186,7 @@ fn claimant_uids(ctx: &Context, ns: &str, name: &str) -> String {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Succeeded" | "Failed"))
             })
+            .filter(|p| !(strict && oracle::injected_without_oracle(p)))
             .filter_map(|p| p.metadata.uid.as_deref()),
     )
 }

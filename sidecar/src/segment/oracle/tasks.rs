@@ -42,11 +42,6 @@ impl Oracle {
         };
         let timing = lease.timing;
         let now = Instant::now();
-        let Some(holder) = lease.holder.clone() else {
-            *seen = None;
-            self.try_take(lease).await;
-            return timing.poll_every();
-        };
         let unchanged_since = match seen {
             Some((version, since)) if *version == lease.resource_version => *since,
             _ => {
@@ -54,9 +49,28 @@ impl Oracle {
                 now
             }
         };
-        let ours = holder == self.config.uid;
         let waited = now.saturating_duration_since(unchanged_since);
-        if waited >= timing.take_over_after() || (self.config.take_over_without_waiting && !ours) {
+        let lapsed = waited >= timing.take_over_after();
+        let Some(holder) = lease.holder.clone() else {
+            // Released by an oracle that stopped serving first (a term was held): take it
+            // at once. Never held (term 0): a new sequence, or a Lease deleted and
+            // re-created while an oracle may still serve from the old one: wait as for a
+            // silent holder.
+            if lease.term > 0 || lapsed || self.config.take_over_without_waiting {
+                *seen = None;
+                self.try_take(lease).await;
+            } else {
+                self.set_role(Role::Unknown {
+                    why: format!(
+                        "a new oracle lease: the first term begins {:?} after it was first seen",
+                        timing.take_over_after()
+                    ),
+                });
+            }
+            return timing.poll_every();
+        };
+        let ours = holder == self.config.uid;
+        if lapsed || (self.config.take_over_without_waiting && !ours) {
             tracing::info!(
                 holder,
                 ?waited,

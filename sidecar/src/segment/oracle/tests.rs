@@ -149,12 +149,28 @@ async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
     assert!(take(&b).await > last_a);
 }
 
+/// A Lease nobody ever held (a new sequence, or one deleted and re-created by hand while
+/// an oracle may still serve from the old one) is taken only after D(1+rho) unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_lease_never_held_is_taken_only_after_it_was_seen_unchanged_for_the_take_over_wait()
+ {
+    let g = Group::new();
+    let started = Instant::now();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1050),
+        "took a never-held Lease after {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule15_an_oracle_never_serves_from_a_counter_not_marked_for_it() {
     let g = Group::new();
     g.counter.format.store(1, Ordering::SeqCst);
     let a = g.sidecar("uid-a", false).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     let err = a.take_one_from(0).await.unwrap_err();
     assert!(err.to_string().contains("format 2"), "{err}");
     assert_eq!(g.counter.next(), 1, "nothing reserved");

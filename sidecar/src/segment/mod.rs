@@ -7,7 +7,9 @@
 //!
 //! - [`claim`]: the counter store interface, the CAS claim loop with jittered backoff.
 //! - [`buffer`]: the per-sidecar double buffer (prefetch, adaptive block size).
-//! - [`strict`]: strict sequences, one counter write per group of concurrent requests.
+//! - [`strict`]: strict sequences standalone, one counter write per group of concurrent requests.
+//! - [`oracle`]: strict sequences in a cluster, served by one elected sidecar (the oracle).
+//! - [`group`]: group commit, shared by both strict sources.
 //! - [`source`]: one of the two, as the HTTP layer and the lifecycle see it.
 //! - [`lease`]: the counter as a Lease (cluster mode).
 //! - [`file`]: the counter as a file in the state directory (standalone).
@@ -15,6 +17,7 @@
 pub mod buffer;
 pub mod claim;
 pub mod file;
+pub mod group;
 pub mod lease;
 pub mod oracle;
 pub mod source;

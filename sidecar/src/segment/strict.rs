@@ -13,19 +13,12 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
 use super::buffer::{Runs, SegmentRefusal, check_raise};
-use super::claim::{Backoff, Block, ClaimError, CounterStore, StoreError, claim_above};
+use super::claim::{Backoff, ClaimError, CounterStore, StoreError, claim_above};
+use super::group::{self, Waiting};
 use crate::metrics::SegmentMetrics;
-
-/// One request waiting for its values.
-struct Waiting {
-    want: u64,
-    /// The smallest value allowed (`after + 1`; 0 without `after`).
-    min: u64,
-    reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
-}
 
 /// What the writer task and the requests share.
 #[derive(Default)]
@@ -89,25 +82,16 @@ impl Strict {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.store.as_ref(), &self.backoff, min).await?;
         }
-        let (reply, answer) = oneshot::channel();
+        let (waiting, answer) = Waiting::new(want, min);
         {
             let mut q = self.lock();
             if q.stopped {
                 return Err(SegmentRefusal::Stopping);
             }
-            q.waiting.push(Waiting { want, min, reply });
+            q.waiting.push(waiting);
         }
         self.wake.notify_one();
-        match tokio::time::timeout(self.wait_limit, answer).await {
-            Ok(Ok(block)) => block.map(|b| vec![b]),
-            // The writer task ended without answering: only when stopped.
-            Ok(Err(_)) => Err(SegmentRefusal::Stopping),
-            Err(_) => Err(SegmentRefusal::NoBlock(format!(
-                "strict: no counter write completed within {:?}; if one completes later, its \
-                 values are a gap",
-                self.wait_limit
-            ))),
-        }
+        group::answer(answer, self.wait_limit).await
     }
 
     /// One value of at least `min`.
@@ -125,10 +109,7 @@ impl Strict {
             q.stopped = true;
             std::mem::take(&mut q.waiting)
         };
-        for w in waiting {
-            // The request may have given up already: nothing to tell it then.
-            let _ = w.reply.send(Err(SegmentRefusal::Stopping));
-        }
+        group::refuse(waiting, &SegmentRefusal::Stopping);
         self.wake.notify_one();
     }
 
@@ -152,8 +133,7 @@ impl Strict {
 
     /// Claims the values of `group` in one write and answers each request.
     async fn write_group(&self, group: Vec<Waiting>, floor: u64) {
-        let total = group.iter().fold(0u64, |sum, w| sum.saturating_add(w.want));
-        let min = group.iter().map(|w| w.min).max().unwrap_or(0);
+        let (total, min) = group::totals(&group);
         let started = Instant::now();
         let result = claim_above(self.store.as_ref(), total, floor, min, &self.backoff).await;
         self.metrics
@@ -173,7 +153,7 @@ impl Strict {
                 self.metrics
                     .claimed_top
                     .set(i64::try_from(top).unwrap_or(i64::MAX));
-                self.hand_out(group, claimed.block);
+                group::hand_out(group, claimed.block, &self.metrics);
             }
             Err(e) => {
                 let refusal = match &e {
@@ -195,32 +175,7 @@ impl Strict {
                 }
                 self.metrics.claim_errors.inc();
                 tracing::warn!(error = %e, requests = group.len(), "strict: a counter write failed; its requests get 503");
-                for w in group {
-                    let _ = w.reply.send(Err(refusal.clone()));
-                }
-            }
-        }
-    }
-
-    /// Gives each request its part of `block`, in queue order. The block is shorter than
-    /// asked only at the very end of the value range: requests left without values are
-    /// refused as exhausted.
-    fn hand_out(&self, group: Vec<Waiting>, block: Block) {
-        let mut next = block.start;
-        for w in group {
-            let answer = if block.end - next >= w.want {
-                let part = Block {
-                    start: next,
-                    end: next + w.want,
-                };
-                next = part.end;
-                Ok(part)
-            } else {
-                Err(SegmentRefusal::Exhausted)
-            };
-            if let Err(Ok(unused)) = w.reply.send(answer) {
-                // The request gave up waiting: its values are a gap, never served.
-                self.metrics.values_dropped.inc_by(unused.len());
+                group::refuse(group, &refusal);
             }
         }
     }
@@ -236,6 +191,7 @@ fn metrics_block_size_zero(metrics: &SegmentMetrics) {
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use crate::segment::Block;
     use crate::segment::claim::fake::FakeStore;
     use std::sync::atomic::Ordering;
 

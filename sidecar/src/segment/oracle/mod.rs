@@ -34,13 +34,14 @@ use kubeflake_crds::strict_oracle::{
 };
 use kubeflake_runtime::serve::ServeOptions;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 
 use self::forward::Forwarder;
 use self::store::{OracleStore, OracleStoreError};
 use self::term::{Term, TermRefusal};
 use super::buffer::{Runs, SegmentRefusal, check_raise};
 use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_above};
+use super::group::{self, Waiting};
 use crate::metrics::SegmentMetrics;
 
 /// Values reserved by one window write (the next write starts when half is used).
@@ -70,13 +71,6 @@ pub struct OracleConfig {
     /// Test only (the broken variant of the linearizability test): take a held Lease over
     /// without waiting `D·(1+ρ)`. Breaks rule 13's order, never uniqueness.
     pub take_over_without_waiting: bool,
-}
-
-/// One request waiting for its values.
-struct Waiting {
-    want: u64,
-    min: u64,
-    reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
 }
 
 struct Shared {
@@ -216,23 +210,16 @@ impl Oracle {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.counter.as_ref(), &self.backoff, min).await?;
         }
-        let (reply, answer) = oneshot::channel();
+        let (waiting, answer) = Waiting::new(want, min);
         {
             let mut s = self.lock();
             if s.stopped {
                 return Err(SegmentRefusal::Stopping);
             }
-            s.waiting.push(Waiting { want, min, reply });
+            s.waiting.push(waiting);
         }
         self.wake.notify_one();
-        match tokio::time::timeout(self.config.wait_limit, answer).await {
-            Ok(Ok(block)) => block.map(|b| vec![b]),
-            Ok(Err(_)) => Err(SegmentRefusal::Stopping),
-            Err(_) => Err(SegmentRefusal::NoBlock(format!(
-                "strict: no answer within {:?}",
-                self.config.wait_limit
-            ))),
-        }
+        group::answer(answer, self.config.wait_limit).await
     }
 
     /// One value of at least `min`.

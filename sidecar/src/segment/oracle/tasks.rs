@@ -285,8 +285,7 @@ impl Oracle {
                 self.wake.notified().await;
                 continue;
             }
-            let total = group.iter().fold(0u64, |sum, w| sum.saturating_add(w.want));
-            let min = group.iter().map(|w| w.min).max().unwrap_or(0);
+            let (total, min) = group::totals(&group);
             let route = match &self.lock().role {
                 Role::Oracle { .. } => Ok(None),
                 Role::Follower { address, .. } => Ok(Some(address.clone())),
@@ -318,33 +317,8 @@ impl Oracle {
                 Err(refused) => Err(refused),
             };
             match answer {
-                Ok(block) => self.hand_out(group, block),
-                Err(refused) => {
-                    for w in group {
-                        let _ = w.reply.send(Err(refused.clone()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Gives each request of `group` its part of `block`, in queue order.
-    fn hand_out(&self, group: Vec<Waiting>, block: Block) {
-        let mut next = block.start;
-        for w in group {
-            let part = Block {
-                start: next,
-                end: next.saturating_add(w.want).min(block.end),
-            };
-            next = part.end;
-            let answer = if part.len() == w.want {
-                Ok(part)
-            } else {
-                Err(SegmentRefusal::Exhausted)
-            };
-            if let Err(Ok(unused)) = w.reply.send(answer) {
-                // The request gave up waiting: its values are a gap, never served.
-                self.metrics.values_dropped.inc_by(unused.len());
+                Ok(block) => group::hand_out(group, block, &self.metrics),
+                Err(refused) => group::refuse(group, &refused),
             }
         }
     }
@@ -368,9 +342,7 @@ impl Oracle {
             self.metrics.strict_oracle.set(0);
             (std::mem::take(&mut s.waiting), held)
         };
-        for w in waiting {
-            let _ = w.reply.send(Err(SegmentRefusal::Stopping));
-        }
+        group::refuse(waiting, &SegmentRefusal::Stopping);
         let _ = self.stop_tx.send(true);
         self.wake.notify_one();
         if let Some(lease) = held {

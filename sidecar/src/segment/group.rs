@@ -1,0 +1,82 @@
+//! Group commit, shared by both strict sources ([`super::strict`] standalone and
+//! [`super::oracle`] in a cluster): a request queues a [`Waiting`], one task takes every
+//! request queued so far, gets their values in one step (one counter write, or one take
+//! from the oracle), and hands each its part in queue order. A request joins only a group
+//! formed after it arrived, so its values are taken at a moment inside its call.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::buffer::{Runs, SegmentRefusal};
+use super::claim::Block;
+use crate::metrics::SegmentMetrics;
+
+/// One request waiting for its values.
+pub struct Waiting {
+    pub want: u64,
+    /// The smallest value allowed (`after + 1`; 0 without `after`).
+    pub min: u64,
+    pub reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
+}
+
+impl Waiting {
+    /// A request for `want` values of at least `min`, and where its answer arrives.
+    pub fn new(want: u64, min: u64) -> (Waiting, oneshot::Receiver<Result<Block, SegmentRefusal>>) {
+        let (reply, answer) = oneshot::channel();
+        (Waiting { want, min, reply }, answer)
+    }
+}
+
+/// How many values a group needs, and the smallest allowed (the largest `min` in it).
+pub fn totals(group: &[Waiting]) -> (u64, u64) {
+    let total = group.iter().fold(0u64, |sum, w| sum.saturating_add(w.want));
+    let min = group.iter().map(|w| w.min).max().unwrap_or(0);
+    (total, min)
+}
+
+/// Waits at most `limit` for a queued request's answer.
+pub async fn answer(
+    answer: oneshot::Receiver<Result<Block, SegmentRefusal>>,
+    limit: Duration,
+) -> Result<Runs, SegmentRefusal> {
+    match tokio::time::timeout(limit, answer).await {
+        Ok(Ok(block)) => block.map(|b| vec![b]),
+        // The task ended without answering: only when stopped.
+        Ok(Err(_)) => Err(SegmentRefusal::Stopping),
+        Err(_) => Err(SegmentRefusal::NoBlock(format!(
+            "strict: no answer within {limit:?}; values taken for it later are a gap"
+        ))),
+    }
+}
+
+/// Gives each request its part of `block`, in queue order. The block is shorter than the
+/// group's total only at the very end of the value range: requests left without values
+/// are refused as exhausted.
+pub fn hand_out(group: Vec<Waiting>, block: Block, metrics: &SegmentMetrics) {
+    let mut next = block.start;
+    for w in group {
+        let answer = if block.end - next >= w.want {
+            let part = Block {
+                start: next,
+                end: next + w.want,
+            };
+            next = part.end;
+            Ok(part)
+        } else {
+            Err(SegmentRefusal::Exhausted)
+        };
+        if let Err(Ok(unused)) = w.reply.send(answer) {
+            // The request gave up waiting: its values are a gap, never served.
+            metrics.values_dropped.inc_by(unused.len());
+        }
+    }
+}
+
+/// Answers every request of `group` with `refusal`.
+pub fn refuse(group: Vec<Waiting>, refusal: &SegmentRefusal) {
+    for w in group {
+        // The request may have given up already: nothing to tell it then.
+        let _ = w.reply.send(Err(refusal.clone()));
+    }
+}

@@ -1,179 +1,74 @@
-//! Linearizability of strict sequences (issue 17): with `segment.strict: true` every
-//! request is one compare-and-set write of the counter Lease, so values increase across
-//! all sidecars in real-time order: if a call returned before another was invoked,
-//! anywhere, the later one got the larger value; and no value is returned twice.
+//! Linearizability of strict sequences (issue 17, issue 24: the oracle): one sidecar of a
+//! strict sequence is the oracle (the holder of the Lease `<sequence>-strict-oracle`),
+//! serves from a window reserved on the counter, and the others forward their strict
+//! requests to it. Values must increase across all sidecars in real-time order: if a call
+//! returned before another was invoked, anywhere, the later one got the larger value; and
+//! no value is returned twice (docs/safety.md rule 13).
 //!
-//! Load: client threads each call the sidecars in turn (sidecar `c`, then `c + 1`, ...),
-//! `GET /id` and every fourth time `GET /ids?count=3`, in rounds of a few calls per client
-//! that end at a barrier. Every reply read completely is recorded with its call and return
-//! time ([`History`]); two checkers judge the history: the harness's own exact check
-//! ([`check`]) and porcupine (`e2e/linearizability/`, [`porcupine`]), which searches for a
-//! linearization itself. The barriers leave instants with no call in flight, where the
-//! porcupine checker cuts the history so that its search stays small.
+//! Load ([`Load`], linearizability_support): client threads each call the 4 sidecars in
+//! turn (sidecar `c`, then `c + 1`, ...), `GET /id` and every fourth time
+//! `GET /ids?count=3`, in rounds of a few calls per client that end at a barrier. Every
+//! reply read completely is recorded with its call and return time ([`History`]); two
+//! checkers judge the history: the harness's own exact check ([`check`]) and porcupine
+//! (`e2e/linearizability/`, [`porcupine`]). Every client is sequential and alternates
+//! between the sidecars, so each test also checks that a client always saw a larger value
+//! than its last one.
 //!
-//! The second test runs the same load against a plain Segment sequence, whose sidecars
-//! serve from blocks of their own: both checkers must find the violation, so the first
-//! test's pass means something.
+//! One test per fault, each on its own namespace, operator, sequence and 4 sidecars:
+//! - `rule13_kill9_of_the_oracle_*`: the oracle's process killed mid-load and restarted;
+//! - `rule13_sigstop_of_the_oracle_past_its_lease_*`: the oracle stopped until another
+//!   sidecar took the Lease over and served; requests are then sent to the stopped one
+//!   (a zombie once resumed), which must serve nothing out of order;
+//! - `rule13_kill9_of_a_forwarding_sidecar_*`;
+//! - `rule13_an_api_server_down_past_the_lease_*`: kube-apiserver killed for 7 s (longer
+//!   than the oracle may serve without a renewal) and started again;
+//! - `rule13_a_short_sigstop_*` / `rule13_the_checkers_catch_a_take_over_without_the_wait`:
+//!   the same schedule, the oracle stopped for less than it may serve after a renewal:
+//!   correct sidecars wait `D(1+rho)` before a take-over, so nobody else serves meanwhile;
+//!   sidecars started with `--unsafe-take-over-without-waiting` take the Lease over
+//!   whenever they see it held by another, while the one taken from still serves until its
+//!   next renewal fails: both checkers (and the alternating clients) must catch it.
+//! - `the_checkers_catch_values_served_from_prefetched_blocks`: a plain Segment sequence
+//!   (blocks per sidecar) must fail both checkers too.
 //!
-//! Its own test binary: the first test restarts the API server.
+//! Its own test binary, one test at a time: one restarts the API server.
 //! `cargo test -p kubeflake-e2e --test linearizability -- --nocapture`
 
+mod linearizability_support;
 mod operator_support;
 mod sidecar_support;
 
-use std::io::BufReader;
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kubeflake_crds::IdSequence;
-use kubeflake_e2e::linearizability::{History, Op, Verdict, Violation, check, porcupine};
+use kubeflake_e2e::linearizability::{Op, Verdict, Violation, check, porcupine};
 use kubeflake_e2e::{Cluster, TestNamespace};
+use linearizability_support::*;
 use operator_support::*;
 use serde_json::json;
-use sidecar_support::{Sidecar, request};
+use sidecar_support::Sidecar;
 
-/// One test at a time: the first restarts the API server.
+/// One test at a time: one restarts the API server, others stop sidecars for seconds.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Calls per client between two barriers.
-const CALLS_PER_ROUND: usize = 3;
-/// A hard bound on rounds, whatever the clock says.
-const MAX_ROUNDS: usize = 100_000;
-
-/// What one client thread saw, besides the recorded operations.
-#[derive(Debug, Default, Clone)]
-struct ClientStats {
-    /// Replies with values, per sidecar.
-    served: Vec<u64>,
-    /// Non-200 answers (503 while the API server is down).
-    refused: u64,
-    /// Connections refused or broken (a sidecar being killed and restarted).
-    broken: u64,
-}
-
-/// Client threads calling the sidecars in turn, recording into one history.
-struct Load {
-    history: Arc<History>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<ClientStats>>,
-}
-
-impl Load {
-    /// `clients` threads over the sidecars on `ports`, for at most `limit`.
-    fn start(ports: &[u16], clients: usize, limit: Duration) -> Load {
-        let history = Arc::new(History::new());
-        let stop = Arc::new(AtomicBool::new(false));
-        let barrier = Arc::new(Barrier::new(clients));
-        let halt = Arc::new(AtomicBool::new(false));
-        let deadline = Instant::now() + limit;
-        let threads = (0..clients)
-            .map(|c| {
-                let (history, stop, barrier, halt) =
-                    (history.clone(), stop.clone(), barrier.clone(), halt.clone());
-                let ports = ports.to_vec();
-                std::thread::spawn(move || {
-                    client(c, &ports, &history, &barrier, &halt, || {
-                        stop.load(Ordering::Relaxed) || Instant::now() >= deadline
-                    })
-                })
-            })
-            .collect();
-        Load {
-            history,
-            stop,
-            threads,
-        }
-    }
-
-    /// Stops the clients at their next barrier; returns the operations and the stats.
-    fn finish(self) -> (Vec<Op>, Vec<ClientStats>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let stats = self
-            .threads
-            .into_iter()
-            .map(|t| t.join().expect("a client thread panicked"))
-            .collect();
-        (self.history.ops(), stats)
-    }
-}
-
-/// One client: rounds of [`CALLS_PER_ROUND`] calls, each to the next sidecar, then a
-/// barrier, until `done` (decided by one thread per round, so all stop together).
-fn client(
-    c: usize,
-    ports: &[u16],
-    history: &History,
-    barrier: &Barrier,
-    halt: &AtomicBool,
-    done: impl Fn() -> bool,
-) -> ClientStats {
-    let mut stats = ClientStats {
-        served: vec![0; ports.len()],
-        ..ClientStats::default()
-    };
-    let mut conns: Vec<Option<BufReader<TcpStream>>> = ports.iter().map(|_| None).collect();
-    let mut call_no: usize = 0;
-    for _round in 0..MAX_ROUNDS {
-        for _ in 0..CALLS_PER_ROUND {
-            call_no += 1;
-            let s = (c + call_no) % ports.len();
-            let target = if call_no.is_multiple_of(4) {
-                "/ids?count=3"
-            } else {
-                "/id"
-            };
-            if conns[s].is_none() {
-                conns[s] = connect(ports[s]);
-            }
-            let Some(conn) = conns[s].as_mut() else {
-                stats.broken += 1;
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            };
-            let call = history.call(c as u32);
-            match request(conn, target) {
-                Some((200, body)) => {
-                    let values: Vec<u64> = body.lines().filter_map(|l| l.parse().ok()).collect();
-                    history.returned(call, &values);
-                    stats.served[s] += 1;
-                }
-                // A refused or broken call returned no value: nobody saw one, so it is not
-                // recorded (a value it may have taken is a gap, never seen twice).
-                Some(_) => {
-                    stats.refused += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                None => {
-                    conns[s] = None;
-                    stats.broken += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        }
-        if barrier.wait().is_leader() {
-            halt.store(done(), Ordering::SeqCst);
-        }
-        barrier.wait();
-        if halt.load(Ordering::SeqCst) {
-            break;
-        }
-    }
-    stats
-}
-
-fn connect(port: u16) -> Option<BufReader<TcpStream>> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    stream.set_nodelay(true).ok()?;
-    Some(BufReader::new(stream))
-}
+/// Sidecars of each strict test's sequence.
+const SIDECARS: usize = 4;
+/// Client threads of each strict test's load.
+const CLIENTS: usize = 12;
+/// A call not answered within this is dropped (not recorded): a stopped sidecar slows the
+/// load's rounds down by this much, it does not stop them.
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Every client's pause after each round: about 1,500 operations a second in all, which
+/// keeps porcupine's memory well within its bound.
+const PAUSE: Duration = Duration::from_millis(20);
+/// Probes sent to a stopped oracle (each on its own connection).
+const ZOMBIE_PROBES: u32 = 4;
+/// How long the API server test keeps kube-apiserver down.
+const API_SERVER_DOWN: Duration = Duration::from_secs(7);
+/// The hidden sidecar flag of the broken variant.
+const UNSAFE_TAKE_OVER: &str = "--unsafe-take-over-without-waiting";
 
 /// Creates a Segment sequence from raw JSON (so that no field is lost on the way through
 /// the typed client) and returns its `spec.segment` as the API server stored it.
@@ -196,13 +91,15 @@ async fn create_raw_sequence(
     Ok(created.data["spec"]["segment"].clone())
 }
 
-/// A namespace with an operator, one sequence, `n` pods and their sidecars, all ready.
+/// A namespace with an operator, one sequence, `n` pods and their sidecars (started with
+/// `extra` flags), all ready.
 async fn setup(
     cluster: &'static Cluster,
     prefix: &str,
     sequence: &str,
     segment: serde_json::Value,
     n: usize,
+    extra: &[&str],
 ) -> Result<(TestNamespace, Operator, Vec<Sidecar>)> {
     install_crd(cluster).await?;
     let ns = cluster.namespace(prefix).await?;
@@ -216,127 +113,566 @@ async fn setup(
         );
     }
     let pods = create_pods(&ns, sequence, "app", n).await?;
-    let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, sequence).await?;
+    let sidecars = start_sidecars(cluster, &ns.name, &pods, sequence, extra).await?;
+    eprintln!(
+        "{sequence}: sidecars {:?}; logs in {}",
+        sidecars
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{i}: {} (uid {}, port {})", s.pod, s.uid, s.port))
+            .collect::<Vec<_>>(),
+        cluster.dir().display()
+    );
     Ok((ns, operator, sidecars))
 }
 
-/// Both checkers' verdicts on one history; the history file is kept in the cluster's
-/// directory (`KUBEFLAKE_E2E_KEEP_DIR=1` keeps it after the run).
-fn judge(cluster: &Cluster, name: &str, ops: &[Op]) -> Result<(Result<(), Violation>, Verdict)> {
-    let file = cluster.dir().join(format!("{name}.jsonl"));
-    let started = Instant::now();
-    let own = check(ops);
-    let own_took = started.elapsed();
-    let started = Instant::now();
-    let verdict = porcupine(ops, &file, None)?;
-    eprintln!(
-        "{name}: {} operations written to {}\n{name}: own checker ({own_took:.1?}): {}\n\
-         {name}: porcupine ({:.1?}): {verdict:?}",
-        ops.len(),
-        file.display(),
-        match &own {
-            Ok(()) => "linearizable".to_string(),
-            Err(e) => e.to_string(),
-        },
-        started.elapsed()
-    );
-    Ok((own, verdict))
+/// A strict test's world: the sequence, its 4 sidecars, and the oracle serving.
+struct Strict {
+    cluster: &'static Cluster,
+    ns: TestNamespace,
+    _operator: Operator,
+    sidecars: Vec<Sidecar>,
+    name: &'static str,
 }
 
-fn served_per_sidecar(stats: &[ClientStats], sidecars: usize) -> Vec<u64> {
-    (0..sidecars)
-        .map(|s| stats.iter().map(|c| c.served[s]).sum())
-        .collect()
+impl Strict {
+    async fn start(name: &'static str, extra: &[&str]) -> Result<Strict> {
+        let cluster = Cluster::shared();
+        let (ns, operator, sidecars) = setup(
+            cluster,
+            &format!("lin-{name}"),
+            name,
+            json!({"strict": true}),
+            SIDECARS,
+            extra,
+        )
+        .await?;
+        let strict = Strict {
+            cluster,
+            ns,
+            _operator: operator,
+            sidecars,
+            name,
+        };
+        let (o, lease) = strict.oracle(Duration::from_secs(30), |_, _| true).await?;
+        eprintln!(
+            "{name}: the oracle is sidecar {o} ({}), term {}, D = {:?} s, address {:?}",
+            strict.sidecars[o].pod, lease.term, lease.lease_seconds, lease.address
+        );
+        Ok(strict)
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.sidecars.iter().map(|s| s.port).collect()
+    }
+
+    /// The sidecar holding the oracle Lease once `accept` says yes (polled, bounded).
+    async fn oracle(
+        &self,
+        limit: Duration,
+        accept: impl Fn(usize, &Oracle) -> bool,
+    ) -> Result<(usize, Oracle)> {
+        wait_oracle(&self.ns, self.name, &self.sidecars, limit, accept).await
+    }
+
+    /// `kill -9` of sidecar `s`, a restart with the same pod, and the wait until it is ready.
+    async fn kill_and_restart(&self, s: usize) -> Result<()> {
+        let victim = &self.sidecars[s];
+        victim.process.kill();
+        victim.process.restart()?;
+        eventually(
+            Duration::from_secs(30),
+            "the restarted sidecar ready",
+            || async {
+                victim.process.check_running()?;
+                Ok(victim.ready().then_some(()))
+            },
+        )
+        .await
+    }
+
+    /// Stops the load; reports; judges. Fails on too little load, on a sidecar that served
+    /// (almost) nothing, on fewer than 20 operations called after each of `after`, and on
+    /// a client that saw a value not above its last.
+    async fn finish(
+        &self,
+        load: Load,
+        marks: &[(&str, u64)],
+        after: &[(&str, u64)],
+    ) -> Result<Finished> {
+        let (ops, stats) = tokio::task::spawn_blocking(move || load.finish()).await?;
+        let mut all_marks = marks.to_vec();
+        all_marks.extend_from_slice(after);
+        let (served, alternating) = report(self.name, &ops, &stats, SIDECARS, &all_marks);
+        let (own, verdict) = judge(self.cluster, self.name, &ops)?;
+        ensure!(
+            ops.len() >= 300,
+            "too few operations to say anything: {} (want 300)",
+            ops.len()
+        );
+        ensure!(
+            served.iter().all(|n| *n >= 20),
+            "every sidecar served: {served:?}"
+        );
+        for (what, at) in after {
+            let n = ops.iter().filter(|o| o.call > *at).count();
+            ensure!(
+                n >= 20,
+                "the load went on after {what}: {n} operations called after it"
+            );
+        }
+        let answers = stats
+            .iter()
+            .flat_map(|c| c.answers.iter().copied())
+            .collect();
+        Ok(Finished {
+            answers,
+            own,
+            verdict,
+            alternating,
+        })
+    }
+}
+
+/// A strict test's load, judged.
+struct Finished {
+    /// The load's answers with values (probes not included).
+    answers: Vec<Answer>,
+    own: Result<(), Violation>,
+    verdict: Verdict,
+    /// Every client saw each value larger than its last one: how many times it switched
+    /// sidecars ([`alternating_clients_saw_increasing_values`]).
+    alternating: Result<usize>,
+}
+
+impl Finished {
+    fn expect_linearizable(self) -> Result<()> {
+        expect_linearizable(self.own, self.verdict, self.alternating)
+    }
+}
+
+/// The lowest value that a sidecar other than `zombie` returned for a call made after
+/// `from` and answered before `to`: while `zombie` was stopped, such values come from an
+/// oracle that took over.
+fn lowest_served_meanwhile(answers: &[Answer], zombie: usize, from: u64, to: u64) -> Option<u64> {
+    answers
+        .iter()
+        .filter(|a| a.sidecar != zombie && a.call > from && a.ret < to)
+        .map(|a| a.lo)
+        .min()
+}
+
+/// Reports what the resumed oracle answered: the probes sent to it while it was stopped,
+/// and the load's calls it answered in the second after it was resumed. A value below
+/// `floor` (the lowest another oracle served during the stop) came from its old window.
+/// Returns how many of the probes it answered with a value from its old window.
+fn report_zombie(
+    name: &str,
+    probes: &[Probed],
+    load: &[Answer],
+    zombie: usize,
+    resumed: u64,
+    floor: Option<u64>,
+) -> usize {
+    let old = |a: &Answer| floor.is_some_and(|f| a.lo < f);
+    let values: Vec<Answer> = probes
+        .iter()
+        .filter_map(|p| match p {
+            Probed::Value(a) => Some(*a),
+            _ => None,
+        })
+        .collect();
+    let others: Vec<&Probed> = probes
+        .iter()
+        .filter(|p| !matches!(p, Probed::Value(_)))
+        .collect();
+    let stale_probes = values.iter().filter(|a| old(a)).count();
+    let soon: Vec<&Answer> = load
+        .iter()
+        .filter(|a| a.sidecar == zombie && a.ret > resumed && a.call < resumed + 1_000_000_000)
+        .collect();
+    let stale_load = soon.iter().filter(|a| old(a)).count();
+    eprintln!(
+        "{name}: the resumed oracle (sidecar {zombie}) answered {} of the {} requests sent to \
+         it while it was stopped with a value ({:?}), {stale_probes} of them from its old \
+         window (below {floor:?}, the lowest value another oracle served during the stop); \
+         the others: {others:?}. In the second after SIGCONT it answered {} load calls with \
+         a value, {stale_load} of them from its old window",
+        values.len(),
+        probes.len(),
+        values.iter().map(|a| a.lo).collect::<Vec<_>>(),
+        soon.len()
+    );
+    stale_probes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn strict_values_are_linearizable_across_sidecars_through_kill9_and_an_api_server_restart()
+async fn rule13_kill9_of_the_oracle_mid_load_then_restart_is_linearizable() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let run = Strict::start("oracle-kill", &[]).await?;
+    let load = Load::start(
+        &run.ports(),
+        CLIENTS,
+        Duration::from_secs(60),
+        READ_TIMEOUT,
+        PAUSE,
+    );
+    let history = load.history.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let (o, before) = run.oracle(Duration::from_secs(10), |_, _| true).await?;
+    eprintln!(
+        "{}: kill -9 of the oracle, sidecar {o} ({}), term {}, and a restart",
+        run.name, run.sidecars[o].pod, before.term
+    );
+    let killed = history.now();
+    run.kill_and_restart(o).await?;
+    let restarted = history.now();
+    let (n, after) = run
+        .oracle(Duration::from_secs(30), |_, l| l.term > before.term)
+        .await?;
+    let taken = history.now();
+    eprintln!(
+        "{}: sidecar {n} ({}) holds the oracle Lease in term {}, {:.1} s after the kill",
+        run.name,
+        run.sidecars[n].pod,
+        after.term,
+        secs(taken - killed)
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let done = run
+        .finish(
+            load,
+            &[("killed", killed), ("restarted", restarted)],
+            &[("the new term", taken)],
+        )
+        .await?;
+    done.expect_linearizable()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_sigstop_of_the_oracle_past_its_lease_the_resumed_zombie_serves_nothing_out_of_order()
 -> Result<()> {
     let _serial = SERIAL.lock().await;
-    const SEQUENCE: &str = "strict";
-    const SIDECARS: usize = 4;
-    const CLIENTS: usize = 12;
-    const MIN_OPS: usize = 500;
-    let cluster = Cluster::shared();
-    let (_ns, _operator, sidecars) = setup(
-        cluster,
-        "lin-strict",
-        SEQUENCE,
-        json!({"strict": true}),
-        SIDECARS,
-    )
-    .await?;
-    let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
-    // At most 60 s; stopped 10 s after the API server is back (about 30 s in all).
-    let load = Load::start(&ports, CLIENTS, Duration::from_secs(60));
+    let run = Strict::start("oracle-stop", &[]).await?;
+    let ports = run.ports();
+    let load = Load::start(
+        &ports,
+        CLIENTS,
+        Duration::from_secs(80),
+        READ_TIMEOUT,
+        PAUSE,
+    );
     let history = load.history.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
 
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let victim = &sidecars[1];
+    let (o, before) = run.oracle(Duration::from_secs(10), |_, _| true).await?;
     eprintln!(
-        "strict: kill -9 of {} and a restart with the same pod",
-        victim.pod
+        "{}: SIGSTOP of the oracle, sidecar {o} ({}), term {}, until another takes over",
+        run.name, run.sidecars[o].pod, before.term
     );
-    victim.process.kill();
-    victim.process.restart()?;
-    eventually(
-        Duration::from_secs(30),
-        "the restarted sidecar ready",
-        || async {
-            victim.process.check_running()?;
-            Ok(victim.ready().then_some(()))
-        },
-    )
-    .await?;
-    let sidecar_back = history.now();
-
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    eprintln!("strict: restarting kube-apiserver");
-    let apiserver_down = history.now();
-    cluster.restart_apiserver().await?;
-    let apiserver_back = history.now();
+    let stopped_at = history.now();
+    let stopped = Stopped::stop(&run.sidecars[o]);
+    // D(1+rho) = 5.25 s with D = 5 s; the bound is far above.
+    let (n, after) = run.oracle(Duration::from_secs(30), |i, _| i != o).await?;
+    let taken = history.now();
     eprintln!(
-        "strict: kube-apiserver back after {:.1} s",
-        (apiserver_back - apiserver_down) as f64 / 1e9
+        "{}: sidecar {n} ({}) took the oracle over in term {}, {:.1} s after the stop",
+        run.name,
+        run.sidecars[n].pod,
+        after.term,
+        secs(taken - stopped_at)
     );
-
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let (ops, stats) = tokio::task::spawn_blocking(move || load.finish()).await?;
-    let served = served_per_sidecar(&stats, SIDECARS);
-    let refused: u64 = stats.iter().map(|s| s.refused).sum();
-    let broken: u64 = stats.iter().map(|s| s.broken).sum();
-    let after_sidecar = ops.iter().filter(|o| o.call > sidecar_back).count();
-    let after_apiserver = ops.iter().filter(|o| o.call > apiserver_back).count();
-    let values: u64 = ops.iter().map(|o| o.hi - o.lo + 1).sum();
-    eprintln!(
-        "strict: {} operations recorded ({values} values), per sidecar {served:?}; {refused} \
-         refused, {broken} broken or refused connections (not recorded); {after_sidecar} \
-         called after the restarted sidecar was ready, {after_apiserver} after the API \
-         server was back",
-        ops.len()
-    );
-    let (own, verdict) = judge(cluster, "strict", &ops)?;
-
-    ensure!(
-        ops.len() >= MIN_OPS,
-        "too few operations to say anything: {} (want {MIN_OPS})",
-        ops.len()
-    );
-    ensure!(
-        served.iter().all(|n| *n >= 20),
-        "every sidecar served: {served:?}"
-    );
-    ensure!(
-        after_sidecar >= 20 && after_apiserver >= 20,
-        "the load went on after the faults: {after_sidecar} operations after the sidecar \
-         restart, {after_apiserver} after the API server restart"
-    );
-    if let Err(e) = own {
-        bail!("the own checker: {e}");
+    // A value from the new oracle, returned to a client...
+    let mut first = None;
+    for attempt in 0..50u32 {
+        let p = probe(&history, PROBE_CLIENTS + attempt, n, ports[n]);
+        match tokio::task::spawn_blocking(move || join(p)).await? {
+            Probed::Value(a) => {
+                first = Some(a);
+                break;
+            }
+            other => {
+                eprintln!("{}: the new oracle answered {other:?}", run.name);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
-    match verdict {
-        Verdict::Linearizable(_) => Ok(()),
-        other => bail!("porcupine: {other:?}"),
+    let Some(first) = first else {
+        bail!("the new oracle (sidecar {n}) served no value in 50 attempts");
+    };
+    // ... then requests to the stopped oracle, which it reads only once resumed: called
+    // after that value returned, so any value from its old window breaks real-time order.
+    let zombie_probes: Vec<_> = (0..ZOMBIE_PROBES)
+        .map(|i| probe(&history, PROBE_CLIENTS + 100 + i, o, ports[o]))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = history.now();
+    stopped.resume();
+    eprintln!(
+        "{}: SIGCONT of sidecar {o} after {:.1} s; the new oracle had served {} to a request \
+         before {ZOMBIE_PROBES} requests were sent to the stopped one",
+        run.name,
+        secs(resumed - stopped_at),
+        first.lo
+    );
+    let probed = tokio::task::spawn_blocking(move || {
+        zombie_probes.into_iter().map(join).collect::<Vec<_>>()
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let done = run
+        .finish(
+            load,
+            &[
+                ("stopped", stopped_at),
+                ("taken over", taken),
+                ("resumed", resumed),
+            ],
+            &[("the resume", resumed)],
+        )
+        .await?;
+    let mut meanwhile = done.answers.clone();
+    meanwhile.push(first);
+    let floor = lowest_served_meanwhile(&meanwhile, o, stopped_at, resumed);
+    report_zombie(run.name, &probed, &done.answers, o, resumed, floor);
+    // The checkers are the judges: a value from the old window, answered to a request sent
+    // after the new oracle's value returned, is a real-time order violation.
+    done.expect_linearizable()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_kill9_of_a_forwarding_sidecar_mid_load_then_restart_is_linearizable() -> Result<()>
+{
+    let _serial = SERIAL.lock().await;
+    let run = Strict::start("forwarder-kill", &[]).await?;
+    let load = Load::start(
+        &run.ports(),
+        CLIENTS,
+        Duration::from_secs(60),
+        READ_TIMEOUT,
+        PAUSE,
+    );
+    let history = load.history.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let (o, before) = run.oracle(Duration::from_secs(10), |_, _| true).await?;
+    let f = (o + 1) % SIDECARS;
+    eprintln!(
+        "{}: kill -9 of sidecar {f} ({}), which forwards to the oracle, sidecar {o} (term {}), \
+         and a restart",
+        run.name, run.sidecars[f].pod, before.term
+    );
+    let killed = history.now();
+    run.kill_and_restart(f).await?;
+    let restarted = history.now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = oracle(&run.ns, run.name).await?;
+    eprintln!(
+        "{}: the oracle Lease after the forwarder's restart: {after:?}",
+        run.name
+    );
+
+    let done = run
+        .finish(
+            load,
+            &[("killed", killed)],
+            &[("the restarted sidecar ready", restarted)],
+        )
+        .await?;
+    done.expect_linearizable()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_an_api_server_down_past_the_lease_mid_load_is_linearizable() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let run = Strict::start("apiserver", &[]).await?;
+    let load = Load::start(
+        &run.ports(),
+        CLIENTS,
+        Duration::from_secs(60),
+        READ_TIMEOUT,
+        PAUSE,
+    );
+    let history = load.history.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let before = oracle(&run.ns, run.name).await?;
+    eprintln!(
+        "{}: kill -9 of kube-apiserver for {API_SERVER_DOWN:?}; the oracle Lease: {before:?}",
+        run.name
+    );
+    // Down for longer than the oracle may serve after its last renewal (D(1-2rho) = 4.5 s)
+    // and than the others wait before a take-over (D(1+rho) = 5.25 s): the oracle stops
+    // serving, and when the API server is back its renewal and the others' take-over race.
+    let down = history.now();
+    run.cluster.kill_apiserver();
+    tokio::time::sleep(API_SERVER_DOWN).await;
+    run.cluster.start_apiserver().await?;
+    let back = history.now();
+    eprintln!(
+        "{}: kube-apiserver back after {:.1} s",
+        run.name,
+        secs(back - down)
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = oracle(&run.ns, run.name).await?;
+    eprintln!("{}: the oracle Lease 10 s later: {after:?}", run.name);
+
+    let done = run
+        .finish(
+            load,
+            &[("API server killed", down)],
+            &[("the API server back", back)],
+        )
+        .await?;
+    done.expect_linearizable()
+}
+
+/// What [`short_stop`] saw.
+struct ShortStop {
+    done: Finished,
+    /// A sidecar other than the stopped one held the oracle Lease during the stop.
+    taken_over: bool,
+    /// Probes sent to the stopped oracle answered from its old window.
+    stale: usize,
+}
+
+/// SIGSTOP of the oracle for less than it may serve after its last renewal (`D(1-2rho)` =
+/// 4.5 s; here at most about 2.3 s), so that it resumes believing it still holds the
+/// Lease. While it is stopped: if another sidecar takes the Lease over (looked for during
+/// 1.2 s: correct sidecars wait `D(1+rho)` = 5.25 s, so none does), a request to that
+/// one, else to the next sidecar (a forwarder, which waits for the stopped oracle); once it
+/// returned (or 0.8 s passed), [`ZOMBIE_PROBES`] requests to the stopped oracle; 0.3 s
+/// later, SIGCONT. Correct sidecars: nobody else served during the stop, and the resumed
+/// oracle rightly serves on. With `--unsafe-take-over-without-waiting`, a sidecar takes
+/// the Lease over whenever it sees it held by another (every poll, `D/12`), so oracles
+/// overlap all the time, during the stop too, and the one taken from serves on until its
+/// next renewal fails.
+async fn short_stop(run: &Strict) -> Result<ShortStop> {
+    let ports = run.ports();
+    let load = Load::start(
+        &ports,
+        CLIENTS,
+        Duration::from_secs(60),
+        READ_TIMEOUT,
+        PAUSE,
+    );
+    let history = load.history.clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let (o, before) = run.oracle(Duration::from_secs(10), |_, _| true).await?;
+    eprintln!(
+        "{}: a short SIGSTOP of the oracle, sidecar {o} ({}), term {}",
+        run.name, run.sidecars[o].pod, before.term
+    );
+    let stopped_at = history.now();
+    let stopped = Stopped::stop(&run.sidecars[o]);
+    let took = run
+        .oracle(Duration::from_millis(1200), |i, _| i != o)
+        .await
+        .ok();
+    let taken_over = took.is_some();
+    let x = took.as_ref().map_or((o + 1) % SIDECARS, |(i, _)| *i);
+    eprintln!(
+        "{}: {:.2} s after the stop: {}; a request to sidecar {x}",
+        run.name,
+        secs(history.now() - stopped_at),
+        match &took {
+            Some((i, l)) => format!("sidecar {i} took the oracle Lease over, term {}", l.term),
+            None => "nobody took the oracle Lease over".to_string(),
+        }
+    );
+    let first = probe(&history, PROBE_CLIENTS, x, ports[x]);
+    let bound = Instant::now() + Duration::from_millis(800);
+    while !first.is_finished() && Instant::now() < bound {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first_done = first.is_finished();
+    let zombie_probes: Vec<_> = (0..ZOMBIE_PROBES)
+        .map(|i| probe(&history, PROBE_CLIENTS + 100 + i, o, ports[o]))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = history.now();
+    stopped.resume();
+    let (first, probed) = tokio::task::spawn_blocking(move || {
+        (
+            join(first),
+            zombie_probes.into_iter().map(join).collect::<Vec<_>>(),
+        )
+    })
+    .await?;
+    eprintln!(
+        "{}: SIGCONT of sidecar {o} after {:.2} s; the request to sidecar {x} had {} before \
+         the requests to the stopped one were sent: {first:?}",
+        run.name,
+        secs(resumed - stopped_at),
+        if first_done {
+            "returned"
+        } else {
+            "not returned"
+        },
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let done = run
+        .finish(
+            load,
+            &[("stopped", stopped_at), ("resumed", resumed)],
+            &[("the resume", resumed)],
+        )
+        .await?;
+    let mut meanwhile = done.answers.clone();
+    if let Probed::Value(a) = first {
+        meanwhile.push(a);
+    }
+    let floor = lowest_served_meanwhile(&meanwhile, o, stopped_at, resumed);
+    let stale = report_zombie(run.name, &probed, &done.answers, o, resumed, floor);
+    Ok(ShortStop {
+        done,
+        taken_over,
+        stale,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_short_sigstop_of_the_oracle_within_its_lease_is_linearizable() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let run = Strict::start("short-stop", &[]).await?;
+    let seen = short_stop(&run).await?;
+    ensure!(
+        !seen.taken_over,
+        "another sidecar took the oracle Lease over within 1.2 s of the stop: correct sidecars \
+         wait D(1+rho) (5.25 s with D = 5 s)"
+    );
+    seen.done.expect_linearizable()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_the_checkers_catch_a_take_over_without_the_wait() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let run = Strict::start("no-wait", &[UNSAFE_TAKE_OVER]).await?;
+    let seen = short_stop(&run).await?;
+    let lease = oracle(&run.ns, run.name).await?;
+    eprintln!(
+        "{}: another sidecar took the Lease over during the stop: {}; requests to the stopped \
+         oracle answered from its old window: {}; the oracle Lease at the end: {lease:?} (the \
+         term counts take-overs)",
+        run.name, seen.taken_over, seen.stale
+    );
+    ensure!(
+        matches!(
+            seen.done.own,
+            Err(Violation::RealTimeOrder { .. } | Violation::Overlap { .. })
+        ),
+        "the own checker did not catch the take-over without the wait: {:?}",
+        seen.done.own
+    );
+    match seen.done.verdict {
+        Verdict::NotLinearizable(_) => Ok(()),
+        other => bail!("porcupine did not catch the take-over without the wait: {other:?}"),
     }
 }
 
@@ -355,10 +691,17 @@ async fn the_checkers_catch_values_served_from_prefetched_blocks() -> Result<()>
         SEQUENCE,
         json!({"blockSize": 100}),
         SIDECARS,
+        &[],
     )
     .await?;
     let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
-    let load = Load::start(&ports, CLIENTS, Duration::from_secs(20));
+    let load = Load::start(
+        &ports,
+        CLIENTS,
+        Duration::from_secs(20),
+        READ_TIMEOUT,
+        Duration::ZERO,
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (ops, stats) = tokio::task::spawn_blocking(move || load.finish()).await?;
     let served = served_per_sidecar(&stats, SIDECARS);

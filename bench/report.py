@@ -469,34 +469,137 @@ STRICT_BEGIN = "<!-- section strict: written by `bench/run --only strict` -->"
 STRICT_END = "<!-- end of section strict -->"
 
 
-def strict_section(res):
-    """Strict sequences beside PostgreSQL nextval(), between markers (`--only strict`)."""
+def us(v):
+    """Microseconds as the tables show them (from 1 ms on, in ms)."""
+    if v is None:
+        return "–"
+    return f"{v / 1000:,.1f} ms" if v >= 1000 else f"{v:,.0f} µs"
+
+
+def strict_rows(res):
+    """(name, sidecars, clients, values/s, p50 µs, p99 µs, refused, writes/s, 409/s)."""
     nextval = {}
     for r in res["nextval"]:
-        nextval.setdefault(r["connections"], []).append(r["requests_per_s"])
-    rows = ["| peer | sidecars | clients or connections | values/s | lease writes/s | of which 409 |",
-            "|---|---:|---:|---:|---:|---:|"]
+        nextval.setdefault(r["connections"], []).append(r)
+    rows = []
     for c in sorted(nextval):
-        rows.append(f"| PostgreSQL `nextval()` | - | {c} | {num(med(nextval[c]))} | - | - |")
+        rs = nextval[c]
+        rows.append(("PostgreSQL `nextval()`", None, c, med([r["requests_per_s"] for r in rs]),
+                     med([r["p50_us"] for r in rs]), med([r["p99_us"] for r in rs]),
+                     sum(r.get("refused", 0) for r in rs), None, None))
     for f in res["strict"]:
-        name = "strict sequence" if f["sequence"] == "strict" else "segment sequence, blockSize 1000"
-        rows.append(f"| {name} | {f['sidecars']} | {f['clients']} | {num(f['values_per_sec'])} | "
-                    f"{num(f['lease_writes_per_sec'])} | {num(f['conflicts_per_sec'])} |")
-    table = "\n".join(rows)
+        name = ("strict sequence" if f["sequence"] == "strict"
+                else "segment sequence, blockSize 1000")
+        rows.append((name, f["sidecars"], f["clients"], f["values_per_sec"], f.get("p50_us"),
+                     f.get("p99_us"), f.get("refused"), f["lease_writes_per_sec"],
+                     f["conflicts_per_sec"]))
+    return rows
+
+
+def strict_table(res):
+    lines = ["| peer | sidecars | clients (connections) | values/s | p50 | p99 | refused | "
+             "lease writes/s | of which 409 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    dash = lambda v, f: "-" if v is None else f(v)
+    for name, sidecars, c, vps, p50, p99, refused, writes, conflicts in strict_rows(res):
+        lines.append(f"| {name} | {dash(sidecars, str)} | {c} | {num(vps)} | {us(p50)} | "
+                     f"{us(p99)} | {dash(refused, num)} | {dash(writes, num)} | "
+                     f"{dash(conflicts, num)} |")
+    return "\n".join(lines)
+
+
+def strict_verdicts(res):
+    """The issue's acceptance, read off this run's rows (not hard-coded)."""
+    rows = strict_rows(res)
+    nextval = {c: vps for name, s, c, vps, *_ in rows if s is None}
+    strict = {(s, c): vps for name, s, c, vps, *_ in rows if name == "strict sequence"}
+    out = []
+    if (4, 16) in strict and 16 in nextval:
+        a, b = strict[(4, 16)], nextval[16]
+        out.append(f"- **Strict, 4 sidecars × 4 connections (16 clients), against `nextval()` at "
+                   f"16 connections**: {num(a)} against {num(b)} values/s, {ratio(a, b)} "
+                   f"(the goal is at least 1×: {'met' if a >= b else 'not met'} in this run).")
+    pairs = [(c, strict[(4, c)], strict[(1, c)]) for c in (1, 4, 16)
+             if (4, c) in strict and (1, c) in strict]
+    if pairs:
+        worse = [c for c, four, one in pairs if four < one]
+        out.append("- **4 sidecars against 1**, strict, at " +
+                   " / ".join(str(c) for c, *_ in pairs) + " clients: " +
+                   " / ".join(ratio(four, one) for _, four, one in pairs) +
+                   (" (4 sidecars served fewer values than 1 at " +
+                    ", ".join(f"{c} clients" for c in worse) + ")" if worse
+                    else " (never fewer than 1 sidecar in this run)") + ".")
+    return "\n".join(out)
+
+
+def strict_handover(res):
+    out = []
+    for h in res.get("strict_handover", []):
+        new = h.get("new_oracle_after_s")
+        out.append(
+            f"**The hand-over gap**: {h['clients']} clients on {h['sidecars']} sidecars "
+            f"(oracle Lease `leaseDurationSeconds` {h.get('lease_duration_s', '?')}); "
+            f"{h['killed_after_s']:.1f} s in, the oracle's process got `kill -9`. The longest "
+            f"time without a value across all clients was **{h['longest_gap_s']:.2f} s** "
+            f"(from {h['gap_from_s']:+.2f} s to {h['gap_to_s']:+.2f} s after the kill; "
+            f"before the kill the longest was {h['longest_gap_before_kill_s'] * 1000:,.1f} ms). "
+            f"The oracle Lease named another pod "
+            f"{'after ' + format(new, '.2f') + ' s' if new is not None else 'not within the window'}; "
+            f"meanwhile {h['refused']:,} requests were refused (each refused client waits 5 ms "
+            f"before asking again) and {h['broken']:,} connections broke or could not be made "
+            f"(the killed sidecar's 4 clients then move to the next sidecar). "
+            f"{h['values']:,} values in {h['window_s']:.0f} s, every client's values increasing.")
+    return "\n\n".join(out) or "(the hand-over was not measured in this run)"
+
+
+def strict_section(res):
+    """Strict sequences beside PostgreSQL nextval(), between markers (`--only strict`)."""
+    window = res.get("strict_window_s", 10)
+    command = res.get("strict_command", "cargo test -p kubeflake-e2e --test bench_cluster -- "
+                      "--ignored --nocapture bench_strict")
     return f"""{STRICT_BEGIN}
 ## 8. Strict sequences beside PostgreSQL `nextval()`
 
 Generated by `{res['command']}` on {res['started']} ({res['seconds'] // 60} min). One run:
-first PostgreSQL `nextval()` (linearizable too; a private server on a unix socket, the same
-load generator, {res['reps']} repetitions of {res['secs']} s, medians), then
-`cargo test -p kubeflake-e2e --test bench_cluster -- --ignored --nocapture bench_strict` (debug
-build, the e2e control plane: one etcd, one kube-apiserver on this machine; closed-loop
-clients on keep-alive connections, client i to sidecar i mod sidecars, 10 s per row). Load
-average {' / '.join(res['load_before'])} at the start, {' / '.join(res['load_after'])} at the end.
-What the figures mean: [strict.md](strict.md#figures-measured).
+first PostgreSQL `nextval()` (linearizable too; a private server on a unix socket,
+`kubeflake-loadgen`, {res['reps']} repetitions of {res['secs']} s, medians), then
+`{command}` (release build, the e2e control plane: one etcd, one kube-apiserver on this
+machine, the sidecars as processes; closed-loop clients, one thread each on a keep-alive
+connection, client i to sidecar i mod sidecars, the oracle's sidecar last, so that 1 client
+of 4 sidecars asks a sidecar that forwards; {window:g} s per row). p50/p99: the latency of
+every answered request. Load average {' / '.join(res['load_before'])} at the start,
+{' / '.join(res['load_after'])} at the end. What the figures mean:
+[strict.md](strict.md#figures-measured).
 
-{table}
+{strict_table(res)}
+
+{strict_verdicts(res)}
+
+{strict_handover(res)}
 {STRICT_END}"""
+
+
+FIGURES_BEGIN = "<!-- figures: written by `bench/run --only strict` (bench/report.py) -->"
+FIGURES_END = "<!-- end of figures -->"
+
+
+def strict_figures(res):
+    """The figures part of docs/strict.md: the same run as section 8 of benchmarks.md."""
+    return f"""{FIGURES_BEGIN}
+`{res['command']}`, {res['started']}, one run on this machine ({res['machine']['nproc']} cores;
+load average {' / '.join(res['load_before'])} at the start, {' / '.join(res['load_after'])} at
+the end): PostgreSQL `nextval()` first, then `{res.get('strict_command', 'bench_strict')}`
+(release build; one etcd and one kube-apiserver on this machine, the sidecars as processes,
+closed-loop clients on keep-alive connections, client `i` to sidecar `i mod sidecars` with
+the oracle's sidecar last, `GET /id`). Lease writes are the API server's own count of
+PATCH/PUT on Leases. The method in full: [benchmarks.md, section 8](benchmarks.md).
+
+{strict_table(res)}
+
+{strict_verdicts(res)}
+
+{strict_handover(res)}
+{FIGURES_END}"""
 
 
 def main():
@@ -511,6 +614,15 @@ def main():
         text = (pattern.sub(lambda _: section, text, count=1) if pattern.search(text)
                 else text.rstrip("\n") + "\n\n" + section + "\n")
         doc.write_text(text)
+        # docs/strict.md carries the same figures between its own markers (only there: the
+        # rest of that file is written by people).
+        strict_doc = out / "strict.md"
+        if strict_doc.exists():
+            text = strict_doc.read_text()
+            pattern = re.compile(re.escape(FIGURES_BEGIN) + ".*?" + re.escape(FIGURES_END), re.S)
+            if pattern.search(text):
+                figures = strict_figures(res)
+                strict_doc.write_text(pattern.sub(lambda _: figures, text, count=1))
         return
     if res.get("only") == "socket":
         doc = out / "benchmarks.md"

@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
+use kubeflake_crds::strict_oracle;
 use kubeflake_e2e::Cluster;
 use operator_support::*;
 use serde_json::json;
@@ -266,37 +268,147 @@ async fn bench_operator_memory_and_cpu_with_a_thousand_pods() -> Result<()> {
     Ok(())
 }
 
-/// Closed-loop clients: `clients` threads, client `i` on its own keep-alive connection to
-/// `ports[i % ports.len()]`, each asking `target` as fast as it is answered for `window`.
-/// Returns the successful answers; the first failure ends the benchmark with its answer.
-fn closed_loop(ports: &[u16], clients: usize, target: &str, window: Duration) -> Result<u64> {
-    let deadline = Instant::now() + window;
-    let threads: Vec<_> = (0..clients)
+/// How a closed loop treats its clients.
+#[derive(Debug, Clone)]
+struct Clients {
+    /// Client `i` starts on `ports[i % ports.len()]`.
+    ports: Vec<u16>,
+    count: usize,
+    /// With `survive`, a client whose connection breaks (its sidecar was killed) moves to
+    /// the next port and goes on; without, the first broken connection ends the run.
+    survive: bool,
+    /// Every client's values must increase (a strict sequence, even across sidecars).
+    increasing: bool,
+}
+
+/// What closed-loop clients saw in one window.
+#[derive(Debug, Default)]
+struct Load {
+    /// 200 answers, one value each.
+    values: u64,
+    /// Answers other than 200 (a strict sequence refuses with 503 while no oracle serves);
+    /// the client waits [`REFUSED_PAUSE`] before asking again.
+    refused: u64,
+    /// Connections that broke or could not be made.
+    broken: u64,
+    /// The latency of every 200 answer, sorted.
+    latencies: Vec<Duration>,
+    /// When every 200 answer arrived, after the start of the window, sorted.
+    successes: Vec<Duration>,
+}
+
+/// What a refused client (or one whose connection broke) waits before asking again.
+const REFUSED_PAUSE: Duration = Duration::from_millis(5);
+
+impl Load {
+    /// The q-quantile (nearest rank) of the latencies, in microseconds.
+    fn latency_us(&self, q: f64) -> f64 {
+        let us: Vec<f64> = self
+            .latencies
+            .iter()
+            .map(|d| d.as_secs_f64() * 1e6)
+            .collect();
+        quantile(&us, q)
+    }
+}
+
+/// The longest time without a 200 answer in `successes` (sorted), among the intervals that
+/// end after `after`: between two successive answers, or from the last answer to `end`.
+/// Returns where it began and ended.
+fn longest_gap(successes: &[Duration], after: Duration, end: Duration) -> (Duration, Duration) {
+    let mut best = (Duration::ZERO, Duration::ZERO);
+    // The last request may have been answered after `end`: then there is no tail.
+    let tail = successes.last().map(|&last| (last, end.max(last)));
+    for (from, to) in successes.windows(2).map(|w| (w[0], w[1])).chain(tail) {
+        if to > after && to - from > best.1 - best.0 {
+            best = (from, to);
+        }
+    }
+    best
+}
+
+/// Closed-loop clients: one thread per client, each on its own keep-alive connection,
+/// asking `target` as fast as it is answered from `start` for `window`.
+fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration) -> Result<Load> {
+    let deadline = start + window;
+    let threads: Vec<_> = (0..clients.count)
         .map(|i| {
-            let (port, target) = (ports[i % ports.len()], target.to_string());
-            std::thread::spawn(move || -> Result<u64> {
-                let stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-                stream.set_nodelay(true)?;
-                stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-                let mut conn = std::io::BufReader::new(stream);
-                let mut ok = 0u64;
+            let (clients, target) = (clients.clone(), target.to_string());
+            std::thread::spawn(move || -> Result<Load> {
+                let mut load = Load::default();
+                let mut at = i % clients.ports.len();
+                let mut conn = None;
+                let mut last: Option<u64> = None;
                 while Instant::now() < deadline {
-                    match sidecar_support::request(&mut conn, &target) {
-                        Some((200, _)) => ok += 1,
-                        other => bail!("{target} on port {port}: {other:?}"),
+                    let port = clients.ports[at];
+                    let Some(c) = conn.as_mut() else {
+                        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                            Ok(stream) => {
+                                stream.set_nodelay(true)?;
+                                stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+                                conn = Some(std::io::BufReader::new(stream));
+                            }
+                            Err(_) if clients.survive => {
+                                load.broken += 1;
+                                at = (at + 1) % clients.ports.len();
+                                std::thread::sleep(REFUSED_PAUSE);
+                            }
+                            Err(e) => bail!("connecting to port {port}: {e}"),
+                        }
+                        continue;
+                    };
+                    let asked = Instant::now();
+                    match sidecar_support::request(c, &target) {
+                        Some((200, body)) => {
+                            let arrived = Instant::now();
+                            let value: u64 = body.trim().parse().with_context(|| {
+                                format!("{target} on port {port} answered {body:?}")
+                            })?;
+                            if clients.increasing
+                                && let Some(previous) = last
+                                && value <= previous
+                            {
+                                bail!(
+                                    "client {i}: {value} from port {port} after {previous}: \
+                                     a strict sequence went backwards"
+                                );
+                            }
+                            last = Some(value);
+                            load.values += 1;
+                            load.latencies.push(arrived - asked);
+                            load.successes.push(arrived - start);
+                        }
+                        Some(_) => {
+                            load.refused += 1;
+                            std::thread::sleep(REFUSED_PAUSE);
+                        }
+                        None if clients.survive => {
+                            load.broken += 1;
+                            conn = None;
+                            at = (at + 1) % clients.ports.len();
+                            std::thread::sleep(REFUSED_PAUSE);
+                        }
+                        None => bail!("{target} on port {port}: the connection broke"),
                     }
                 }
-                Ok(ok)
+                Ok(load)
             })
         })
         .collect();
-    let mut total = 0;
+    let mut all = Load::default();
     for t in threads {
-        total += t
+        let load = t
             .join()
             .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+        all.values += load.values;
+        all.refused += load.refused;
+        all.broken += load.broken;
+        all.latencies.extend(load.latencies);
+        all.successes.extend(load.successes);
     }
-    Ok(total)
+    all.latencies.sort_unstable();
+    all.successes.sort_unstable();
+    Ok(all)
 }
 
 /// Lease writes (PATCH and PUT) the API server answered so far, and how many were 409.
@@ -323,61 +435,249 @@ async fn lease_writes(client: &kube::Client) -> Result<(f64, f64)> {
     Ok((writes, conflicts))
 }
 
-/// Issue 17 item 4: strict values/s with 1, 4 and 16 clients over 1 and 4 sidecars, the
-/// API writes they cost, and a plain segment sequence beside them (same clients).
+/// The oracle Lease of a strict sequence while it names a pod (`None`: no such Lease, or
+/// it names nobody).
+async fn oracle_holder(client: &kube::Client, ns: &str, sequence: &str) -> Result<Option<Lease>> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .get_opt(&strict_oracle::oracle_name(sequence))
+        .await?
+        .filter(|l| holder(l).is_some()))
+}
+
+fn holder(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .as_deref()
+        .filter(|h| !h.is_empty())
+}
+
+/// Seconds from an environment variable (fractions allowed).
+fn env_secs(name: &str, default: f64) -> Duration {
+    let secs = std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(default);
+    Duration::from_secs_f64(secs)
+}
+
+/// Issues 17 and 24: strict values/s and p50/p99 latency with 1, 4 and 16 clients over 1
+/// and 4 sidecars, the API writes they cost, a plain segment sequence beside them (same
+/// clients); then the hand-over gap: with 16 clients on 4 sidecars, the oracle's process
+/// is killed (`kill -9`) and the longest time without a value is measured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a benchmark for bench/run: about 2 minutes; run it by name"]
+#[ignore = "a benchmark for bench/run: about 3 minutes; run it by name"]
 async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> {
-    let window = Duration::from_secs(env_number("KUBEFLAKE_BENCH_STRICT_SECS", 10));
+    let window = env_secs("KUBEFLAKE_BENCH_STRICT_SECS", 10.0);
+    // The hand-over: load for `steady` before the kill and `recover` after it.
+    let steady = Duration::from_secs(2);
+    let recover = env_secs("KUBEFLAKE_BENCH_STRICT_HANDOVER_SECS", 15.0);
     let cluster = Cluster::shared();
     install_crd(cluster).await?;
     let ns = cluster.namespace("bench-strict").await?;
     let _operator = Operator::start(cluster, &ns.name, "a")?;
     let mut table = String::from(
-        "| sequence | sidecars | clients | values/s | lease writes/s | of which 409 | values per write |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        "| sequence | sidecars | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let runs: [(&str, serde_json::Value, &[usize]); 2] = [
         ("strict", json!({"strict": true}), &[1, 4, 16]),
         ("segment", json!({"blockSize": 1000}), &[16]),
     ];
     for (kind, segment, client_counts) in runs {
+        let strict = kind == "strict";
         for sidecar_count in [1usize, 4] {
             let name = format!("{kind}-{sidecar_count}");
             create_sequence(&ns, &name, json!({"mode": "Segment", "segment": segment})).await?;
             let pods = create_pods(&ns, &name, &name, sidecar_count).await?;
-            let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, &name).await?;
+            let mut sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, &name).await?;
+            // Ready is not serving: a strict sidecar may refuse until it knows its oracle.
+            eventually(
+                Duration::from_secs(60),
+                &format!("every sidecar of {name} answering GET /id"),
+                || async {
+                    Ok(sidecars
+                        .iter()
+                        .all(|s| {
+                            sidecar_support::get(s.port, "/id")
+                                .is_ok_and(|(status, _)| status == 200)
+                        })
+                        .then_some(()))
+                },
+            )
+            .await?;
+            // The oracle's sidecar last: one client then asks a sidecar that forwards, as
+            // most clients of a sequence with many pods do.
+            let oracle = match strict {
+                true => oracle_holder(&ns.client, &ns.name, &name).await?,
+                false => None,
+            };
+            let oracle_uid = oracle.as_ref().and_then(holder).map(str::to_string);
+            sidecars.sort_by_key(|s| Some(&s.uid) == oracle_uid.as_ref());
             let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
-            for &clients in client_counts {
+            for &count in client_counts {
+                let clients = Clients {
+                    ports: ports.clone(),
+                    count,
+                    survive: false,
+                    increasing: strict,
+                };
                 // Warm-up: connections, the first claims.
-                closed_loop(&ports, clients, "/id", Duration::from_secs(1))?;
+                let warm = clients.clone();
+                tokio::task::spawn_blocking(move || {
+                    closed_loop(&warm, "/id", Instant::now(), Duration::from_secs(1))
+                })
+                .await??;
                 let before = lease_writes(&ns.client).await?;
                 let started = Instant::now();
-                let values = {
-                    let ports = ports.clone();
-                    tokio::task::spawn_blocking(move || closed_loop(&ports, clients, "/id", window))
-                        .await??
+                let load = {
+                    let clients = clients.clone();
+                    tokio::task::spawn_blocking(move || {
+                        closed_loop(&clients, "/id", started, window)
+                    })
+                    .await??
                 };
                 let secs = started.elapsed().as_secs_f64();
                 let after = lease_writes(&ns.client).await?;
                 let (writes, conflicts) = (after.0 - before.0, after.1 - before.1);
-                let figure = json!({
-                    "figure": "strict", "sequence": kind, "sidecars": sidecar_count,
-                    "clients": clients, "values_per_sec": values as f64 / secs,
-                    "lease_writes_per_sec": writes / secs, "conflicts_per_sec": conflicts / secs,
+                let on_oracle = oracle_uid.as_ref().map(|_| {
+                    (0..count)
+                        .filter(|i| i % ports.len() == ports.len() - 1)
+                        .count()
                 });
-                report(figure);
+                let (values_per_sec, p50, p99) = (
+                    load.values as f64 / secs,
+                    load.latency_us(0.5),
+                    load.latency_us(0.99),
+                );
+                report(json!({
+                    "figure": "strict", "sequence": kind, "sidecars": sidecar_count,
+                    "clients": count, "clients_on_oracle": on_oracle,
+                    "values_per_sec": values_per_sec, "p50_us": p50, "p99_us": p99,
+                    "refused": load.refused, "secs": secs,
+                    "lease_writes_per_sec": writes / secs, "conflicts_per_sec": conflicts / secs,
+                }));
                 table.push_str(&format!(
-                    "| {kind} | {sidecar_count} | {clients} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
-                    values as f64 / secs,
+                    "| {kind} | {sidecar_count} | {count} | {} | {values_per_sec:.0} | {p50:.0} | {p99:.0} | {} | {:.0} | {:.0} |\n",
+                    on_oracle.map_or("-".to_string(), |n| n.to_string()),
+                    load.refused,
                     writes / secs,
                     conflicts / secs,
-                    values as f64 / (writes - conflicts).max(1.0),
                 ));
-                assert!(values > 0, "{kind}: no value in the window");
+                assert!(load.values > 0, "{kind}: no value in the window");
+            }
+            if strict && sidecar_count > 1 {
+                let line = handover(&ns, &name, &sidecars, steady, recover).await?;
+                table.push_str(&format!("\n{line}\n"));
             }
             drop(sidecars);
         }
     }
     println!("{table}");
     Ok(())
+}
+
+/// The hand-over gap: 4 connections per sidecar for `steady`, then the oracle's process is
+/// killed (`kill -9`) and the load goes on for `recover`; a client whose sidecar died moves
+/// to the next one. Reports the longest time without a value from the kill on, and what
+/// the clients were refused meanwhile. Fails if values never flowed again.
+async fn handover(
+    ns: &kubeflake_e2e::TestNamespace,
+    sequence: &str,
+    sidecars: &[Sidecar],
+    steady: Duration,
+    recover: Duration,
+) -> Result<String> {
+    let lease = oracle_holder(&ns.client, &ns.name, sequence)
+        .await?
+        .with_context(|| {
+            format!(
+                "no oracle Lease {} naming a pod: the hand-over needs the strict oracle (issue 24)",
+                strict_oracle::oracle_name(sequence)
+            )
+        })?;
+    let old = holder(&lease).unwrap_or_default().to_string();
+    let lease_secs = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+    let oracle = sidecars
+        .iter()
+        .position(|s| s.uid == old)
+        .with_context(|| format!("the oracle Lease names pod {old}, no sidecar of {sequence}"))?;
+    let clients = Clients {
+        ports: sidecars.iter().map(|s| s.port).collect(),
+        count: 4 * sidecars.len(),
+        survive: true,
+        increasing: true,
+    };
+    let window = steady + recover;
+    let start = Instant::now();
+    let load = {
+        let clients = clients.clone();
+        tokio::task::spawn_blocking(move || closed_loop(&clients, "/id", start, window))
+    };
+    tokio::time::sleep_until((start + steady).into()).await;
+    let killed = start.elapsed();
+    sidecars[oracle].process.kill();
+    // Until the Lease names another pod (polled every 20 ms).
+    let mut new_oracle_after = None;
+    while start.elapsed() < window {
+        if let Some(l) = oracle_holder(&ns.client, &ns.name, sequence).await?
+            && holder(&l).is_some_and(|h| h != old)
+        {
+            new_oracle_after = Some(start.elapsed() - killed);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let load = load.await??;
+    let (from, to) = longest_gap(&load.successes, killed, window);
+    let (before_from, before_to) = longest_gap(
+        &load
+            .successes
+            .iter()
+            .copied()
+            .filter(|&t| t <= killed)
+            .collect::<Vec<_>>(),
+        Duration::ZERO,
+        killed,
+    );
+    let flowed_again = load
+        .successes
+        .last()
+        .is_some_and(|&t| t > killed && to < window);
+    let rel = |t: Duration| t.as_secs_f64() - killed.as_secs_f64();
+    report(json!({
+        "figure": "strict_handover", "sidecars": sidecars.len(), "clients": clients.count,
+        "lease_duration_s": lease_secs, "killed_after_s": killed.as_secs_f64(),
+        "window_s": window.as_secs_f64(), "values": load.values,
+        "longest_gap_s": (to - from).as_secs_f64(),
+        "gap_from_s": rel(from), "gap_to_s": rel(to),
+        "longest_gap_before_kill_s": (before_to - before_from).as_secs_f64(),
+        "new_oracle_after_s": new_oracle_after.map(|d| d.as_secs_f64()),
+        "refused": load.refused, "broken": load.broken,
+        "values_flowed_again": flowed_again,
+    }));
+    if !flowed_again {
+        bail!(
+            "no value for {:.1} s after the oracle of {sequence} was killed (the window ended)",
+            (window - killed).as_secs_f64()
+        );
+    }
+    Ok(format!(
+        "hand-over ({} sidecars, {} clients, oracle killed {:.1} s in): longest gap {:.3} s \
+         (from {:+.3} s to {:+.3} s after the kill), new oracle named after {}, {} refused, \
+         {} broken connections; longest gap before the kill {:.3} s",
+        sidecars.len(),
+        clients.count,
+        killed.as_secs_f64(),
+        (to - from).as_secs_f64(),
+        rel(from),
+        rel(to),
+        new_oracle_after.map_or("-".to_string(), |d| format!("{:.3} s", d.as_secs_f64())),
+        load.refused,
+        load.broken,
+        (before_to - before_from).as_secs_f64(),
+    ))
 }

@@ -508,6 +508,11 @@ def strict_table(res):
     return "\n".join(lines)
 
 
+def and_list(items):
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def strict_verdicts(res):
     """The issue's acceptance, read off this run's rows (not hard-coded)."""
     rows = strict_rows(res)
@@ -526,8 +531,8 @@ def strict_verdicts(res):
         out.append("- **4 sidecars against 1**, strict, at " +
                    " / ".join(str(c) for c, *_ in pairs) + " clients: " +
                    " / ".join(ratio(four, one) for _, four, one in pairs) +
-                   (" (4 sidecars served fewer values than 1 at " +
-                    ", ".join(f"{c} clients" for c in worse) + ")" if worse
+                   (" (4 sidecars served fewer values than 1 at " + and_list(worse) +
+                    " clients)" if worse
                     else " (never fewer than 1 sidecar in this run)") + ".")
     return "\n".join(out)
 

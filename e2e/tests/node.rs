@@ -1105,13 +1105,17 @@ async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_netwo
     };
     let pods = ready_pods(&ns, "app").await?;
     assert_eq!(pods.len(), 3);
-    let oracle = eventually(Duration::from_secs(60), "a pod holds the oracle lease", || {
-        let leases = leases.clone();
-        async move {
-            let l = oracle_of(leases).await?;
-            Ok(l.holder.is_some().then_some(l))
-        }
-    })
+    let oracle = eventually(
+        Duration::from_secs(60),
+        "a pod holds the oracle lease",
+        || {
+            let leases = leases.clone();
+            async move {
+                let l = oracle_of(leases).await?;
+                Ok(l.holder.is_some().then_some(l))
+            }
+        },
+    )
     .await?;
     let holder = oracle.holder.clone().context("holder")?;
     let oracle_pod = pods
@@ -1143,21 +1147,29 @@ async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_netwo
         last = values[2];
         asked.insert(pod.name_any());
     }
-    assert_eq!(asked.len(), 3, "every pod answered, two of them by forwarding");
+    assert_eq!(
+        asked.len(),
+        3,
+        "every pod answered, two of them by forwarding"
+    );
 
     // The oracle's pod deleted: another takes over (released: no wait), order kept.
     let pod_api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     pod_api
         .delete(&oracle_pod.name_any(), &Default::default())
         .await?;
-    eventually(Duration::from_secs(60), "another pod holds the oracle lease", || {
-        let leases = leases.clone();
-        let old = holder.clone();
-        async move {
-            let l = oracle_of(leases).await?;
-            Ok(l.holder.is_some_and(|h| h != old).then_some(()))
-        }
-    })
+    eventually(
+        Duration::from_secs(60),
+        "another pod holds the oracle lease",
+        || {
+            let leases = leases.clone();
+            let old = holder.clone();
+            async move {
+                let l = oracle_of(leases).await?;
+                Ok(l.holder.is_some_and(|h| h != old).then_some(()))
+            }
+        },
+    )
     .await?;
     let survivors: Vec<Pod> = pods
         .iter()
@@ -1169,7 +1181,10 @@ async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_netwo
         let pod = &survivors[round % survivors.len()];
         // During the hand-over a pod may answer 503; an answer with values must be larger.
         if let Ok(values) = ids_from_pod(&ns, &pod.name_any(), 3).await {
-            assert!(values[0] > last, "after the hand-over: {values:?} after {last}");
+            assert!(
+                values[0] > last,
+                "after the hand-over: {values:?} after {last}"
+            );
             last = values[2];
             served_after += 1;
         }

@@ -58,9 +58,9 @@ use crate::slot_lease::{
     FENCE_ANNOTATION, FORMAT_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION,
     RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
 };
-use crate::strict_oracle::{ADDRESS_ANNOTATION, ORACLE_LABEL};
 #[cfg(doc)]
 use crate::strict_oracle::OracleLease;
+use crate::strict_oracle::{ADDRESS_ANNOTATION, ORACLE_LABEL};
 
 /// Where the chart puts the operator's user name (`system:serviceaccount:<ns>:<name>`).
 pub const OPERATOR_PLACEHOLDER: &str = "__KUBEFLAKE_OPERATOR__";

@@ -58,7 +58,10 @@ mod tests {
         }
         std::hint::black_box(x);
         let used = watch.elapsed().expect("Linux tells a thread's CPU time");
-        assert!(used > Duration::ZERO, "CPU time did not grow over a busy loop");
+        assert!(
+            used > Duration::ZERO,
+            "CPU time did not grow over a busy loop"
+        );
     }
 
     #[test]

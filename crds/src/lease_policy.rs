@@ -35,6 +35,10 @@
 //! when it is stale), with two placeholders the chart fills in: the operator's user name
 //! and the exempt groups. Tests build the same policy with real names through [`policy`].
 //!
+//! One piece (over 400 lines): the policy is one CEL program whose variables every
+//! validation shares (who asks, which Lease, what changed); split, the rules for one kind of
+//! Lease could no longer be read beside the variables they use.
+//!
 //! [`assign`]: crate::slot_lease::assign
 //! [`release`]: crate::slot_lease::release
 //! [`renew`]: crate::slot_lease::renew

@@ -23,10 +23,13 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::slot_lease::{FORMAT_ANNOTATION, FormatProblem, LEASE_FORMAT, lease_format_up_to};
-use crate::strict_oracle::COUNTER_FORMAT_ORACLE;
 
+/// The counter's format when a strict sequence's oracle serves it ([`crate::strict_oracle`]):
+/// the meaning of `next` is unchanged (the first value never reserved); sidecars of releases
+/// without the oracle refuse it.
+pub const COUNTER_FORMAT_ORACLE: u64 = 2;
 /// The highest counter format this release reads: 1 (claimed in blocks or one value per
-/// write), 2 (a strict sequence served by its oracle: [`crate::strict_oracle`]).
+/// write), 2 ([`COUNTER_FORMAT_ORACLE`]).
 pub const COUNTER_FORMAT: u64 = COUNTER_FORMAT_ORACLE;
 
 /// Label on the counter Lease: the sequence's name.

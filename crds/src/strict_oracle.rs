@@ -36,6 +36,9 @@
 //! request in flight carrying every request queued meanwhile ([`ForwardRequest`] on
 //! [`FORWARD_PATH`], answered with one range, [`ForwardReply`]). The wire format lives here
 //! because sidecars of two releases may talk to each other during an upgrade.
+//!
+//! One piece (over 400 lines, half of them tests): the Lease's fields, its timing and its
+//! transitions are one protocol, read together like [`crate::slot_lease`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,9 +56,7 @@ use crate::slot_lease::FORMAT_ANNOTATION;
 pub const ORACLE_LABEL: &str = "kubeflake.io/strict-oracle";
 /// Annotation on the oracle Lease: `ip:port` of the oracle's forwarding listener.
 pub const ADDRESS_ANNOTATION: &str = "kubeflake.io/oracle-address";
-/// The segment counter's format when an oracle serves it (the meaning of `next` is
-/// unchanged: the first value never reserved).
-pub const COUNTER_FORMAT_ORACLE: u64 = 2;
+pub use crate::segment_counter::COUNTER_FORMAT_ORACLE;
 /// The oracle Lease's format (absent = 1).
 pub const ORACLE_LEASE_FORMAT: u64 = 1;
 /// `D` of a new oracle Lease, in seconds.

@@ -53,7 +53,7 @@ pub enum Role {
     /// No oracle known: starting, or a hand-over under way.
     Unknown { why: String },
     /// Another sidecar serves, at `address`.
-    Follower { address: String, term: i32 },
+    Follower { address: String },
     /// This sidecar holds the oracle Lease and serves.
     Oracle { term: Term, lease: OracleLease },
 }

@@ -11,6 +11,7 @@
 //! - [`manifest`]: reading an `IdSequence` manifest file.
 //! - [`segment_counter`]: the Lease that holds a Segment-mode sequence's counter.
 //! - [`strict_oracle`]: the strict oracle Lease, its timing and the forwarding wire format.
+//! - [`text_form`]: an ID as text: decimal, or fixed-width base32/base62 that sort like IDs.
 //! - [`sequence`]: the `IdSequence` custom resource, from which `crds/idsequence.yaml` is
 //!   generated (`cargo run -p kubeflake-crds --bin crdgen`).
 
@@ -23,10 +24,12 @@ pub mod segment_counter;
 pub mod sequence;
 pub mod slot_lease;
 pub mod strict_oracle;
+pub mod text_form;
 pub mod timebase;
 
 pub use layout::{DatacenterId, Id, IdParts, Layout, LayoutError, Slot, Tick};
 pub use sequence::{IdSequence, IdSequenceSpec, IdSequenceStatus};
+pub use text_form::{TextForm, TextFormError};
 pub use timebase::{TimeUnit, Timebase};
 
 /// The API group of every kubeflake resource.

@@ -6,12 +6,25 @@
 //!  [0][ timestamp (ticks since epoch) ][ datacenter ][ worker slot ][ sequence ]
 //! ```
 //!
-//! [`Layout`] can only be built through [`Layout::new`], which checks every field range
-//! and that the four fields add up to the layout's total (63, or 53 for IDs that
-//! JavaScript numbers hold exactly). Everything downstream can therefore shift and mask
-//! without re-checking.
+//! [`Layout`] can only be built through [`Layout::new`] or [`Layout::with_form`], which
+//! check every field range and that the fields add up to the layout's total (63, or 53 for
+//! IDs that JavaScript numbers hold exactly). Everything downstream can therefore shift and
+//! mask without re-checking.
+//!
+//! The packed fields above are the *time-ordered value*. A layout may store it in a
+//! hotspot-free form instead ([`spread`]): shard bits on top, bit-reversed, and/or a
+//! rotating sequence start. Each form is a bijection, so uniqueness never depends on it.
+//! [`IdParts::sequence`] is always the ID's place among its worker's IDs of that tick (the
+//! issue order), whatever the stored sequence field holds.
+//!
+//! One piece (over 400 lines with its tests' helpers): encoding, decoding and the ranges of
+//! a tick must change together whenever the ID format does.
 
 use std::fmt;
+
+pub mod spread;
+
+pub use spread::{SequenceStart, Spread};
 
 /// Allowed range of `timestampBits`.
 pub const TIMESTAMP_BITS: (u8, u8) = (30, 55);
@@ -88,7 +101,8 @@ pub enum LayoutError {
     )]
     BadTotal(i64),
     #[error(
-        "layout bits add up to {sum} (timestampBits + datacenterBits + workerBits + sequenceBits), \
+        "layout bits add up to {sum} (timestampBits + datacenterBits + workerBits + sequenceBits \
+         + shardBits), \
          but they must add up to totalBits = {total}; change one of them"
     )]
     BadSum { sum: u32, total: u8 },
@@ -100,6 +114,27 @@ pub enum LayoutError {
     },
     #[error("{id} does not fit this layout: IDs have at most {total_bits} bits")]
     IdOutOfRange { id: u64, total_bits: u8 },
+    #[error(
+        "layout.shardBits is {0}, but it must be between 1 and 10 (or leave it out for no shard bits)"
+    )]
+    ShardBitsOutOfRange(i64),
+    #[error("layout.shardBits and layout.bitReversed are two ways to spread IDs: choose one")]
+    TwoSpreads,
+    #[error(
+        "layout.sequenceStart is Rotating, but layout.sequenceBits is 0: there is no sequence \
+         field to rotate; use sequenceStart Zero or give the sequence bits"
+    )]
+    NothingToRotate,
+    #[error(
+        "{id} is not an ID of this sequence: its top {shard_bits} bits (the shard) do not match \
+         the rest of the ID; check it was copied whole"
+    )]
+    ShardMismatch { id: u64, shard_bits: u8 },
+    #[error(
+        "this layout stores IDs {0}: the IDs of one time are not one range of numbers; query the \
+         time-ordered key instead (`kubectl kubeflake sql` prints a function for it)"
+    )]
+    NotTimeOrdered(&'static str),
 }
 
 /// A validated split of the ID bits. See the module docs for the bit order.
@@ -109,6 +144,8 @@ pub struct Layout {
     datacenter_bits: u8,
     worker_bits: u8,
     sequence_bits: u8,
+    spread: Spread,
+    sequence_start: SequenceStart,
 }
 
 fn check_range(field: &'static str, value: i64, (min, max): (u8, u8)) -> Result<u8, LayoutError> {
@@ -135,12 +172,15 @@ impl Default for Layout {
             datacenter_bits: 0,
             worker_bits: 10,
             sequence_bits: 12,
+            spread: Spread::TimeOrdered,
+            sequence_start: SequenceStart::Zero,
         }
     }
 }
 
 impl Layout {
-    /// Validates a layout. `total_bits` is 63 (full range) or 53 (JavaScript-safe).
+    /// Validates a time-ordered layout (the classic Snowflake). `total_bits` is 63 (full
+    /// range) or 53 (JavaScript-safe).
     pub fn new(
         timestamp_bits: i64,
         datacenter_bits: i64,
@@ -148,12 +188,39 @@ impl Layout {
         sequence_bits: i64,
         total_bits: i64,
     ) -> Result<Layout, LayoutError> {
+        Layout::with_form(
+            [timestamp_bits, datacenter_bits, worker_bits, sequence_bits],
+            total_bits,
+            Spread::TimeOrdered,
+            SequenceStart::Zero,
+        )
+    }
+
+    /// Validates a layout with a key form: `bits` are timestamp, datacenter, worker and
+    /// sequence bits; with [`Spread::ShardBits`] they add up to `total_bits` minus the shard
+    /// bits.
+    pub fn with_form(
+        [timestamp_bits, datacenter_bits, worker_bits, sequence_bits]: [i64; 4],
+        total_bits: i64,
+        spread: Spread,
+        sequence_start: SequenceStart,
+    ) -> Result<Layout, LayoutError> {
         let layout = Layout {
             timestamp_bits: check_range("timestampBits", timestamp_bits, TIMESTAMP_BITS)?,
             datacenter_bits: check_range("datacenterBits", datacenter_bits, DATACENTER_BITS)?,
             worker_bits: check_range("workerBits", worker_bits, WORKER_BITS)?,
             sequence_bits: check_range("sequenceBits", sequence_bits, SEQUENCE_BITS)?,
+            spread,
+            sequence_start,
         };
+        if let Spread::ShardBits { bits } = spread
+            && !(spread::SHARD_BITS.0..=spread::SHARD_BITS.1).contains(&bits)
+        {
+            return Err(LayoutError::ShardBitsOutOfRange(bits.into()));
+        }
+        if sequence_start == SequenceStart::Rotating && layout.sequence_bits == 0 {
+            return Err(LayoutError::NothingToRotate);
+        }
         let total = match total_bits {
             63 => FULL_TOTAL_BITS,
             53 => JS_SAFE_TOTAL_BITS,
@@ -178,10 +245,44 @@ impl Layout {
     pub fn sequence_bits(&self) -> u8 {
         self.sequence_bits
     }
-    /// 63 or 53.
+    /// How the time-ordered value is stored.
+    pub fn spread(&self) -> Spread {
+        self.spread
+    }
+    /// Where each tick's sequence numbers start.
+    pub fn sequence_start(&self) -> SequenceStart {
+        self.sequence_start
+    }
+    /// Whether the stored ID is the time-ordered value itself (IDs grow with time).
+    pub fn is_time_ordered(&self) -> bool {
+        self.spread == Spread::TimeOrdered && self.sequence_start == SequenceStart::Zero
+    }
+    /// The key form, for messages and fence identities; `None` for the classic form.
+    pub fn form_label(&self) -> Option<String> {
+        if self.is_time_ordered() {
+            return None;
+        }
+        let spread = match self.spread {
+            Spread::TimeOrdered => String::new(),
+            Spread::ShardBits { bits } => format!("shardBits {bits} "),
+            Spread::BitReversed => "bitReversed ".to_string(),
+        };
+        Some(format!(
+            "{spread}sequenceStart {}",
+            self.sequence_start.name()
+        ))
+    }
+    /// 63 or 53: the fields plus any shard bits.
     pub fn total_bits(&self) -> u32 {
-        u32::from(self.timestamp_bits)
-            + u32::from(self.datacenter_bits)
+        self.value_bits() + u32::from(self.spread.shard_bits())
+    }
+    /// Bits of the time-ordered value: timestamp, datacenter, worker and sequence.
+    pub fn value_bits(&self) -> u32 {
+        u32::from(self.timestamp_bits) + self.low_bits()
+    }
+    /// Bits below the timestamp: datacenter, worker and sequence.
+    fn low_bits(&self) -> u32 {
+        u32::from(self.datacenter_bits)
             + u32::from(self.worker_bits)
             + u32::from(self.sequence_bits)
     }
@@ -223,7 +324,8 @@ impl Layout {
         Ok(DatacenterId(dc as u32))
     }
 
-    /// Builds an ID from its fields, checking each fits.
+    /// Builds an ID from its fields, checking each fits. `parts.sequence` is the issue
+    /// order within the tick (see [`IdParts`]).
     pub fn encode(&self, parts: IdParts) -> Result<Id, LayoutError> {
         if parts.tick > self.max_tick() {
             return Err(LayoutError::FieldTooLarge {
@@ -247,24 +349,63 @@ impl Layout {
         Ok(self.id_at(position, node))
     }
 
-    /// Splits an ID into its fields; fails for IDs with bits above the layout's total.
-    pub fn decode(&self, id: Id) -> Result<IdParts, LayoutError> {
+    /// The time-ordered value an ID stores: the ID itself for time-ordered layouts; without
+    /// its shard bits (checked) or with its bits reversed back otherwise. Its tick, node and
+    /// stored sequence field are the packed fields, so it orders by time.
+    pub fn time_ordered_value(&self, id: Id) -> Result<u64, LayoutError> {
         let raw = id.get();
         let total = self.total_bits();
-        if total < 64 && raw >> total != 0 {
+        if raw >> total != 0 {
             return Err(LayoutError::IdOutOfRange {
                 id: raw,
                 total_bits: total as u8,
             });
         }
+        Ok(match self.spread {
+            Spread::TimeOrdered => raw,
+            Spread::ShardBits { bits } => {
+                let value = raw & mask(self.value_bits() as u8);
+                if raw >> self.value_bits() != spread::shard_of(value, bits) {
+                    return Err(LayoutError::ShardMismatch {
+                        id: raw,
+                        shard_bits: bits,
+                    });
+                }
+                value
+            }
+            Spread::BitReversed => spread::reverse_bits(raw, total),
+        })
+    }
+
+    /// The shard of an ID of a layout with shard bits; `None` for other layouts.
+    pub fn shard(&self, id: Id) -> Option<u32> {
+        match self.spread {
+            Spread::ShardBits { .. } => Some((id.get() >> self.value_bits()) as u32),
+            Spread::TimeOrdered | Spread::BitReversed => None,
+        }
+    }
+
+    /// Splits an ID into its fields; fails for IDs with bits above the layout's total, and
+    /// for IDs whose shard bits do not match the rest.
+    pub fn decode(&self, id: Id) -> Result<IdParts, LayoutError> {
+        let value = self.time_ordered_value(id)?;
         let seq_shift = self.sequence_bits;
         let worker_shift = seq_shift + self.worker_bits;
         let dc_shift = worker_shift + self.datacenter_bits;
+        let tick = value >> dc_shift;
+        let stored_sequence = value & mask(self.sequence_bits);
+        let sequence = match self.sequence_start {
+            SequenceStart::Zero => stored_sequence,
+            SequenceStart::Rotating => {
+                stored_sequence.wrapping_sub(spread::rotation_of_tick(tick, self.sequence_bits))
+                    & mask(self.sequence_bits)
+            }
+        };
         Ok(IdParts {
-            tick: Tick(raw >> dc_shift),
-            datacenter: DatacenterId(((raw >> worker_shift) & mask(self.datacenter_bits)) as u32),
-            slot: Slot(((raw >> seq_shift) & mask(self.worker_bits)) as u32),
-            sequence: (raw & mask(self.sequence_bits)) as u32,
+            tick: Tick(tick),
+            datacenter: DatacenterId(((value >> worker_shift) & mask(self.datacenter_bits)) as u32),
+            slot: Slot(((value >> seq_shift) & mask(self.worker_bits)) as u32),
+            sequence: sequence as u32,
         })
     }
 
@@ -275,19 +416,35 @@ impl Layout {
     }
 
     /// The ID for a generator *position* (`tick << sequenceBits | sequence`, the monotonic
-    /// counter the generator advances) and a worker's [`NodeBits`]. The caller guarantees
-    /// the position's tick fits (`<= max_tick`); the generator checks that before use.
+    /// counter the generator advances; the sequence is the issue order within the tick) and
+    /// a worker's [`NodeBits`]. The caller guarantees the position's tick fits
+    /// (`<= max_tick`); the generator checks that before use. Distinct positions give
+    /// distinct IDs for one worker: each step below is one-to-one.
     #[inline]
     pub fn id_at(&self, position: u64, node: NodeBits) -> Id {
         let tick = position >> self.sequence_bits;
-        let seq = position & mask(self.sequence_bits);
-        let tick_shift = self.sequence_bits + self.worker_bits + self.datacenter_bits;
-        Id((tick << tick_shift) | node.0 | seq)
+        let seq = match self.sequence_start {
+            SequenceStart::Zero => position & mask(self.sequence_bits),
+            SequenceStart::Rotating => {
+                position.wrapping_add(spread::rotation_of_tick(tick, self.sequence_bits))
+                    & mask(self.sequence_bits)
+            }
+        };
+        let tick_shift = self.low_bits();
+        let value = (tick << tick_shift) | node.0 | seq;
+        Id(match self.spread {
+            Spread::TimeOrdered => value,
+            Spread::ShardBits { bits } => {
+                (spread::shard_of(value, bits) << self.value_bits()) | value
+            }
+            Spread::BitReversed => spread::reverse_bits(value, self.total_bits()),
+        })
     }
 
-    /// The smallest and the largest ID any worker can produce in `tick`: the bounds for a
-    /// range query over time.
-    pub fn id_range_of_tick(&self, tick: Tick) -> Result<(Id, Id), LayoutError> {
+    /// The smallest and the largest time-ordered value of `tick` (see
+    /// [`time_ordered_value`](Self::time_ordered_value)): the bounds for a range query
+    /// over time on that value, for every layout.
+    pub fn value_range_of_tick(&self, tick: Tick) -> Result<(u64, u64), LayoutError> {
         if tick > self.max_tick() {
             return Err(LayoutError::FieldTooLarge {
                 field: "tick",
@@ -295,9 +452,49 @@ impl Layout {
                 max: self.max_tick().0,
             });
         }
-        let low_bits = self.sequence_bits + self.worker_bits + self.datacenter_bits;
+        let low_bits = self.low_bits() as u8;
         let low = tick.0 << low_bits;
-        Ok((Id(low), Id(low | mask(low_bits))))
+        Ok((low, low | mask(low_bits)))
+    }
+
+    /// The smallest and the largest ID any worker can produce in `tick`: the bounds for a
+    /// range query over time. Only layouts that store the time first have them (a rotating
+    /// sequence start does; shard bits and bit reversal do not:
+    /// [`shard_range_of_tick`](Self::shard_range_of_tick) gives one range per shard).
+    pub fn id_range_of_tick(&self, tick: Tick) -> Result<(Id, Id), LayoutError> {
+        match self.spread {
+            Spread::TimeOrdered => {
+                let (low, high) = self.value_range_of_tick(tick)?;
+                Ok((Id(low), Id(high)))
+            }
+            Spread::ShardBits { .. } => Err(LayoutError::NotTimeOrdered(
+                "with shard bits on top (one range of IDs per shard and time)",
+            )),
+            Spread::BitReversed => Err(LayoutError::NotTimeOrdered("bit-reversed")),
+        }
+    }
+
+    /// The smallest and the largest ID of `shard` in `tick`, for layouts with shard bits.
+    pub fn shard_range_of_tick(&self, tick: Tick, shard: u32) -> Result<(Id, Id), LayoutError> {
+        let Spread::ShardBits { bits } = self.spread else {
+            return self.id_range_of_tick(tick);
+        };
+        if u64::from(shard) > mask(bits) {
+            return Err(LayoutError::FieldTooLarge {
+                field: "shard",
+                value: shard.into(),
+                max: mask(bits),
+            });
+        }
+        let (low, high) = self.value_range_of_tick(tick)?;
+        let top = u64::from(shard) << self.value_bits();
+        Ok((Id(top | low), Id(top | high)))
+    }
+
+    /// The largest time-ordered value (every field at its maximum): no ID of the sequence
+    /// comes after it.
+    pub fn largest_value(&self) -> u64 {
+        mask(self.value_bits() as u8)
     }
 }
 

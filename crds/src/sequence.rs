@@ -13,7 +13,10 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{DatacenterId, Layout, LayoutError};
+
+mod layout_spec;
 use crate::timebase::{DEFAULT_EPOCH, EpochError, TimeUnit, Timebase};
+pub use layout_spec::{LayoutSpec, SequenceStartSpec};
 
 /// An ID space: a Snowflake layout, epoch and time unit shared by every worker that
 /// participates. Pods labelled `kubeflake.io/sequence: <name>` each get a worker slot.
@@ -286,80 +289,6 @@ impl SegmentSpec {
 
 fn default_epoch() -> String {
     DEFAULT_EPOCH.to_string()
-}
-
-/// Bits of each ID field. The four fields must add up to `totalBits`.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[x_kube(validation = Rule::new(
-    "self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits == self.totalBits"
-).message(Message::Expression(
-    "'timestampBits + datacenterBits + workerBits + sequenceBits must add up to totalBits (%d), but they add up to %d; change one of them'.format([self.totalBits, self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits])".into()
-)))]
-#[serde(rename_all = "camelCase")]
-pub struct LayoutSpec {
-    /// Bits of the tick count since the epoch (30-55). With 1ms ticks, 41 bits last
-    /// about 69 years.
-    #[serde(default = "default_timestamp_bits")]
-    #[schemars(range(min = 30, max = 55))]
-    pub timestamp_bits: i32,
-    /// Bits of the datacenter ID (0-10). 0 unless several clusters share one ID space.
-    #[serde(default)]
-    #[schemars(range(min = 0, max = 10))]
-    pub datacenter_bits: i32,
-    /// Bits of the worker slot (1-16): the sequence has 2^workerBits slots, so at most that
-    /// many pods issue IDs at once.
-    #[serde(default = "default_worker_bits")]
-    #[schemars(range(min = 1, max = 16))]
-    pub worker_bits: i32,
-    /// Bits of the per-tick counter (0-22): each worker issues up to 2^sequenceBits IDs per
-    /// tick.
-    #[serde(default = "default_sequence_bits")]
-    #[schemars(range(min = 0, max = 22))]
-    pub sequence_bits: i32,
-    /// What the four fields add up to: 63 (default: IDs use the whole non-negative int64
-    /// range) or 53 (the JavaScript-safe preset: every ID is below 2^53, so JavaScript
-    /// numbers hold it exactly; for example 36/0/7/10 with a 10ms time unit).
-    #[serde(default = "default_total_bits")]
-    #[schemars(extend("enum" = [53, 63]))]
-    pub total_bits: i32,
-}
-
-fn default_timestamp_bits() -> i32 {
-    41
-}
-fn default_worker_bits() -> i32 {
-    10
-}
-fn default_sequence_bits() -> i32 {
-    12
-}
-fn default_total_bits() -> i32 {
-    63
-}
-
-impl Default for LayoutSpec {
-    fn default() -> Self {
-        LayoutSpec {
-            timestamp_bits: default_timestamp_bits(),
-            datacenter_bits: 0,
-            worker_bits: default_worker_bits(),
-            sequence_bits: default_sequence_bits(),
-            total_bits: default_total_bits(),
-        }
-    }
-}
-
-impl LayoutSpec {
-    /// The validated layout.
-    pub fn to_layout(&self) -> Result<Layout, LayoutError> {
-        Layout::new(
-            self.timestamp_bits.into(),
-            self.datacenter_bits.into(),
-            self.worker_bits.into(),
-            self.sequence_bits.into(),
-            self.total_bits.into(),
-        )
-    }
 }
 
 /// How a pod holds its slot.

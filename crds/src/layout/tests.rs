@@ -118,3 +118,204 @@ fn id_range_of_tick_covers_every_worker_and_sequence() {
     assert_eq!(l.decode(lo).unwrap(), parts(7, 0, 0, 0));
     assert_eq!(l.decode(hi).unwrap(), parts(7, 0, 1023, 4095));
 }
+
+// ---- Key forms (docs/layouts.md): each is one-to-one, so uniqueness never depends on it.
+
+/// Every key form over a few base layouts, for the tests below.
+fn formed_layouts() -> Vec<Layout> {
+    let mut out = Vec::new();
+    for (bits, total) in [
+        ([41, 0, 10, 12], 63),
+        ([36, 0, 7, 10], 53),
+        ([41, 3, 5, 14], 63),
+    ] {
+        for start in [SequenceStart::Zero, SequenceStart::Rotating] {
+            for spread in [Spread::TimeOrdered, Spread::BitReversed] {
+                out.push(Layout::with_form(bits, total, spread, start).unwrap());
+            }
+            let mut shard_bits = bits;
+            shard_bits[0] -= 4;
+            out.push(
+                Layout::with_form(shard_bits, total, Spread::ShardBits { bits: 4 }, start).unwrap(),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn rule3_every_key_form_gives_distinct_ids_to_distinct_fields() {
+    // Exhaustive over 64 ticks x 8 slots x 64 sequence numbers x 2 datacenters (where the
+    // layout has them): no two field tuples share an ID, and each ID decodes back to its
+    // fields. A form that lost a bit would map two tuples to one ID here.
+    for l in formed_layouts() {
+        let mut seen = std::collections::HashSet::new();
+        let dcs = if l.datacenter_bits() > 0 { 2 } else { 1 };
+        for tick in (0..64).map(|t| t * 9_973) {
+            for dc in 0..dcs {
+                for slot in 0..8 {
+                    for seq in 0..64 {
+                        let p = parts(tick, dc, slot, seq);
+                        let id = l.encode(p).unwrap();
+                        assert!(id.get() < 1 << l.total_bits(), "{l:?}: {id} too wide");
+                        assert_eq!(l.decode(id).unwrap(), p, "{l:?}");
+                        assert!(seen.insert(id), "{l:?}: {p:?} repeats {id}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_key_form_round_trips_the_extreme_fields() {
+    for l in formed_layouts() {
+        let max_dc = (1u32 << l.datacenter_bits()) - 1;
+        let max_slot = (1u32 << l.worker_bits()) - 1;
+        let max_seq = (1u32 << l.sequence_bits()) - 1;
+        for p in [
+            parts(0, 0, 0, 0),
+            parts(l.max_tick().0, max_dc, max_slot, max_seq),
+            parts(l.max_tick().0, 0, 0, 0),
+        ] {
+            let id = l.encode(p).unwrap();
+            assert_eq!(l.decode(id).unwrap(), p, "{l:?}");
+        }
+    }
+}
+
+#[test]
+fn shard_bits_take_from_the_total_and_must_be_between_1_and_10() {
+    let shard = |bits, ts| {
+        Layout::with_form(
+            [ts, 0, 10, 12],
+            63,
+            Spread::ShardBits { bits },
+            SequenceStart::Zero,
+        )
+    };
+    assert_eq!(shard(5, 36).unwrap().total_bits(), 63);
+    assert_eq!(shard(5, 36).unwrap().timestamp_bits(), 36);
+    let err = shard(5, 41).unwrap_err();
+    assert!(err.to_string().contains("shardBits"), "{err}");
+    assert!(matches!(err, LayoutError::BadSum { sum: 68, total: 63 }));
+    assert_eq!(
+        shard(11, 30).unwrap_err(),
+        LayoutError::ShardBitsOutOfRange(11)
+    );
+    assert_eq!(
+        shard(0, 41).unwrap_err(),
+        LayoutError::ShardBitsOutOfRange(0)
+    );
+}
+
+#[test]
+fn a_rotating_start_needs_sequence_bits() {
+    let err = Layout::with_form(
+        [51, 0, 12, 0],
+        63,
+        Spread::TimeOrdered,
+        SequenceStart::Rotating,
+    )
+    .unwrap_err();
+    assert_eq!(err, LayoutError::NothingToRotate);
+    assert!(err.to_string().contains("sequenceBits"), "{err}");
+}
+
+#[test]
+fn an_id_whose_shard_bits_do_not_match_is_refused_not_decoded() {
+    let l = Layout::with_form(
+        [36, 0, 10, 12],
+        63,
+        Spread::ShardBits { bits: 5 },
+        SequenceStart::Zero,
+    )
+    .unwrap();
+    let id = l.encode(parts(123_456, 0, 7, 9)).unwrap();
+    let shard = l.shard(id).unwrap();
+    let other = (id.get() & ((1 << 58) - 1)) | (u64::from((shard + 1) % 32) << 58);
+    let err = l.decode(Id::new(other).unwrap()).unwrap_err();
+    assert!(
+        matches!(err, LayoutError::ShardMismatch { shard_bits: 5, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("copied whole"), "{err}");
+}
+
+#[test]
+fn consecutive_ids_of_one_pod_spread_over_every_shard() {
+    let l = Layout::with_form(
+        [38, 0, 10, 12],
+        63,
+        Spread::ShardBits { bits: 3 },
+        SequenceStart::Zero,
+    )
+    .unwrap();
+    let node = l.node_bits(DatacenterId(0), Slot(5));
+    let mut counts = [0u32; 8];
+    for position in 1_000_000u64..1_000_800 {
+        counts[l.shard(l.id_at(position, node)).unwrap() as usize] += 1;
+    }
+    assert!(counts.iter().all(|c| (60..=140).contains(c)), "{counts:?}");
+}
+
+#[test]
+fn a_rotating_start_spreads_id_mod_n_at_one_id_per_tick() {
+    // One ID per tick, as at low traffic: with sequence numbers starting at 0 every ID is
+    // a multiple of 4,096, so `id % 16` is always 0; rotating, every residue is hit.
+    for (start, spreads) in [
+        (SequenceStart::Zero, false),
+        (SequenceStart::Rotating, true),
+    ] {
+        let l = Layout::with_form([41, 0, 10, 12], 63, Spread::TimeOrdered, start).unwrap();
+        let node = l.node_bits(DatacenterId(0), Slot(0));
+        let mut residues = std::collections::HashSet::new();
+        for tick in 5_000u64..5_400 {
+            residues.insert(l.id_at(tick << 12, node).get() % 16);
+        }
+        assert_eq!(residues.len() == 16, spreads, "{start:?}: {residues:?}");
+    }
+}
+
+#[test]
+fn only_time_ordered_spreads_have_one_id_range_per_tick() {
+    let rotating = Layout::with_form(
+        [41, 0, 10, 12],
+        63,
+        Spread::TimeOrdered,
+        SequenceStart::Rotating,
+    )
+    .unwrap();
+    let (lo, hi) = rotating.id_range_of_tick(Tick(99)).unwrap();
+    for seq in [0, 1, 4095] {
+        let id = rotating.encode(parts(99, 0, 1023, seq)).unwrap();
+        assert!(lo <= id && id <= hi);
+    }
+    let reversed = Layout::with_form(
+        [41, 0, 10, 12],
+        63,
+        Spread::BitReversed,
+        SequenceStart::Zero,
+    )
+    .unwrap();
+    let err = reversed.id_range_of_tick(Tick(99)).unwrap_err();
+    assert!(err.to_string().contains("time-ordered key"), "{err}");
+    let sharded = Layout::with_form(
+        [37, 0, 10, 12],
+        63,
+        Spread::ShardBits { bits: 4 },
+        SequenceStart::Zero,
+    )
+    .unwrap();
+    assert!(sharded.id_range_of_tick(Tick(99)).is_err());
+    for (slot, seq) in [(0, 0), (3, 17), (1023, 4095)] {
+        let id = sharded.encode(parts(99, 0, slot, seq)).unwrap();
+        let (lo, hi) = sharded
+            .shard_range_of_tick(Tick(99), sharded.shard(id).unwrap())
+            .unwrap();
+        assert!(lo <= id && id <= hi, "{id} in shard range");
+        let (vlo, vhi) = sharded.value_range_of_tick(Tick(99)).unwrap();
+        let v = sharded.time_ordered_value(id).unwrap();
+        assert!(vlo <= v && v <= vhi);
+    }
+}

@@ -2,6 +2,7 @@
 
 use hyper::header::{ALLOW, HeaderValue, RETRY_AFTER};
 use hyper::{Method, StatusCode};
+use kubeflake_crds::TextForm;
 use serde_json::json;
 
 use crate::generator::Refusal;
@@ -107,26 +108,40 @@ impl HttpError {
     }
 }
 
-/// The reply to `/id`: one value as text or `{"id":"<decimal>"}`. Assembled by hand:
-/// `format!` cost about as much as the rest of the handler (callgrind, docs/benchmarks.md).
-pub fn one_value_reply(value: u64, json: bool) -> Reply {
+/// Appends `value` in `form`: decimal through `itoa` (the common case, kept as fast as
+/// before), the compact forms through [`TextForm::encode_to`].
+fn push_value(out: &mut Vec<u8>, buf: &mut itoa::Buffer, value: u64, form: TextForm) {
+    match form {
+        TextForm::Decimal => out.extend_from_slice(buf.format(value).as_bytes()),
+        other => other.encode_to(value, out),
+    }
+}
+
+/// The reply to `/id`: one value in `form` as text, or `{"id":"<text>"}`. Assembled by
+/// hand: `format!` cost about as much as the rest of the handler (callgrind,
+/// docs/benchmarks.md).
+pub fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
     let mut buf = itoa::Buffer::new();
-    let digits = buf.format(value).as_bytes();
-    let mut out = Vec::with_capacity(digits.len() + 10);
+    let mut out = Vec::with_capacity(32);
     if json {
         out.extend_from_slice(b"{\"id\":\"");
-        out.extend_from_slice(digits);
+        push_value(&mut out, &mut buf, value, form);
         out.extend_from_slice(b"\"}");
         body(StatusCode::OK, "application/json", out)
     } else {
-        out.extend_from_slice(digits);
+        push_value(&mut out, &mut buf, value, form);
         out.push(b'\n');
         body(StatusCode::OK, "text/plain", out)
     }
 }
 
-/// The reply to `/ids`: `count` values one per line, or `{"ids":["...",...]}`.
-pub fn many_values_reply(values: impl Iterator<Item = u64>, count: u64, json: bool) -> Reply {
+/// The reply to `/ids`: `count` values in `form`, one per line, or `{"ids":["...",...]}`.
+pub fn many_values_reply(
+    values: impl Iterator<Item = u64>,
+    count: u64,
+    form: TextForm,
+    json: bool,
+) -> Reply {
     let mut out = Vec::with_capacity(count as usize * 22 + 16);
     let mut buf = itoa::Buffer::new();
     if json {
@@ -136,14 +151,14 @@ pub fn many_values_reply(values: impl Iterator<Item = u64>, count: u64, json: bo
                 out.push(b',');
             }
             out.push(b'"');
-            out.extend_from_slice(buf.format(v).as_bytes());
+            push_value(&mut out, &mut buf, v, form);
             out.push(b'"');
         }
         out.extend_from_slice(b"]}");
         body(StatusCode::OK, "application/json", out)
     } else {
         for v in values {
-            out.extend_from_slice(buf.format(v).as_bytes());
+            push_value(&mut out, &mut buf, v, form);
             out.push(b'\n');
         }
         body(StatusCode::OK, "text/plain", out)

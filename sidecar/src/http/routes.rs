@@ -3,8 +3,8 @@
 //! [`super::route::Route`] and answer it in `Api::route` (the `match` there is exhaustive).
 //!
 //! One piece (over 400 lines): every route reads the same serving state and shares the
-//! query parsing (`count`, `after`) and the reply building; splitting them would spread
-//! one route over several files.
+//! query parsing (`count`, `after`, `format`) and the reply building; splitting them would
+//! spread one route over several files.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use hyper::header::ACCEPT;
 use hyper::{Method, Request, StatusCode};
-use kubeflake_crds::Id;
 use kubeflake_crds::timebase::rfc3339;
+use kubeflake_crds::{Id, TextForm};
 use prometheus::{Histogram, IntCounter};
 use serde_json::json;
 
@@ -76,19 +76,21 @@ fn query_params<'a>(
     Ok(params)
 }
 
-/// What `/id` and `/ids` were asked for: how many values, and the raw `after` value.
+/// What `/id` and `/ids` were asked for: how many values, the raw `after` value, and the
+/// text form of the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Wanted {
     count: u64,
     after: Option<u64>,
+    form: TextForm,
 }
 
-/// Parses the query of `/id` (`many` false: only `after`) or `/ids` (`count`, `after`).
+/// Parses the query of `/id` (`many` false: `after`, `format`) or `/ids` (also `count`).
 fn parse_wanted(query: Option<&str>, many: bool, max: u64) -> Result<Wanted, HttpError> {
     let allowed: &[&str] = if many {
-        &["count", "after"]
+        &["count", "after", "format"]
     } else {
-        &["after"]
+        &["after", "format"]
     };
     let params = query_params(query, allowed)?;
     let raw = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -110,20 +112,43 @@ fn parse_wanted(query: Option<&str>, many: bool, max: u64) -> Result<Wanted, Htt
         1
     };
     let after = raw("after").map(parse_after).transpose()?;
-    Ok(Wanted { count, after })
+    let form = parse_format(raw("format"))?;
+    Ok(Wanted { count, after, form })
+}
+
+/// `format`: how IDs are written in the answer (`/id`, `/ids`) or read from the path
+/// (`/decode`); decimal when absent. Every ID and segment value is below 2^63, which every
+/// form holds, so no value is ever refused for its form.
+fn parse_format(raw: Option<&str>) -> Result<TextForm, HttpError> {
+    raw.map_or(Ok(TextForm::Decimal), |raw| {
+        raw.parse()
+            .map_err(|e| HttpError::BadRequest(format!("query parameter format: {e}")))
+    })
 }
 
 /// `after` must be decimal digits of a u64 (no sign, no spaces, not empty).
 fn parse_after(raw: &str) -> Result<u64, HttpError> {
+    decimal_digits(raw).ok_or_else(|| {
+        HttpError::BadRequest(format!(
+            "after must be an ID or value in decimal digits (below 2^63), got {raw:?}"
+        ))
+    })
+}
+
+/// A decimal ID or value (`after`, `/decode`): digits only (no sign, no spaces, not
+/// empty), at most `u64::MAX`; whether it is below 2^63 is for the caller to say, in its
+/// own words.
+fn decimal_digits(raw: &str) -> Option<u64> {
     raw.bytes()
         .all(|b| b.is_ascii_digit())
         .then(|| raw.parse::<u64>().ok())
         .flatten()
-        .ok_or_else(|| {
-            HttpError::BadRequest(format!(
-                "after must be an ID or value in decimal digits (below 2^63), got {raw:?}"
-            ))
-        })
+}
+
+/// A base32 or base62 ID or value in `/decode`: the text form's own message on a 400.
+fn parse_compact(raw: &str, form: TextForm) -> Result<u64, HttpError> {
+    form.parse(raw)
+        .map_err(|e| HttpError::BadRequest(e.to_string()))
 }
 
 /// The smallest segment value an `after` allows (docs/safety.md rule 12): values are below
@@ -175,6 +200,7 @@ enum Planned {
         /// The smallest value allowed (`after + 1`; 0 without `after`).
         min: u64,
         many: bool,
+        form: TextForm,
         json: bool,
     },
 }
@@ -194,10 +220,15 @@ impl Api {
         &self.state
     }
 
-    fn one_id(&self, generator: &Generator, json: bool) -> Result<Reply, HttpError> {
+    fn one_id(
+        &self,
+        generator: &Generator,
+        form: TextForm,
+        json: bool,
+    ) -> Result<Reply, HttpError> {
         let id = generator.next_id()?;
         self.metrics.ids_issued.inc();
-        Ok(one_value_reply(id.get(), json))
+        Ok(one_value_reply(id.get(), form, json))
     }
 
     /// `/id` and `/ids` in Snowflake mode.
@@ -208,19 +239,20 @@ impl Api {
         many: bool,
         json: bool,
     ) -> Result<Reply, HttpError> {
+        let form = wanted.form;
         match (wanted.after, many) {
-            (None, false) => self.one_id(generator, json),
-            (None, true) => self.many_ids(generator, wanted.count, 0, json),
+            (None, false) => self.one_id(generator, form, json),
+            (None, true) => self.many_ids(generator, wanted.count, 0, form, json),
             (Some(after), _) => {
                 let floor = generator
                     .position_after(after)
                     .map_err(|e| HttpError::BadRequest(e.to_string()))?;
                 if many {
-                    self.many_ids(generator, wanted.count, floor, json)
+                    self.many_ids(generator, wanted.count, floor, form, json)
                 } else {
                     let r = generator.reserve_from(1, floor)?;
                     self.metrics.ids_issued.inc();
-                    Ok(one_value_reply(generator.id_at(r.first).get(), json))
+                    Ok(one_value_reply(generator.id_at(r.first).get(), form, json))
                 }
             }
         }
@@ -231,6 +263,7 @@ impl Api {
         generator: &Generator,
         count: u64,
         floor: u64,
+        form: TextForm,
         json: bool,
     ) -> Result<Reply, HttpError> {
         let reservation = generator.reserve_from(count, floor)?;
@@ -239,6 +272,7 @@ impl Api {
         Ok(many_values_reply(
             positions.map(|p| generator.id_at(p).get()),
             count,
+            form,
             json,
         ))
     }
@@ -250,32 +284,38 @@ impl Api {
         count: u64,
         min: u64,
         many: bool,
+        form: TextForm,
         json: bool,
     ) -> Result<Reply, HttpError> {
+        // Segment values are below 2^63 (segment_counter::LIMIT), like IDs: every form
+        // holds them.
         if !many {
             let value = segment.take_one_from(min).await?;
             self.metrics.ids_issued.inc();
-            return Ok(one_value_reply(value, json));
+            return Ok(one_value_reply(value, form, json));
         }
         let runs = segment.take_from(count, min).await?;
         self.metrics.ids_issued.inc_by(count);
         Ok(many_values_reply(
             runs.iter().flat_map(|b| b.start..b.end),
             count,
+            form,
             json,
         ))
     }
 
-    fn segment_decode(raw: &str) -> Result<Reply, HttpError> {
-        let value = raw
-            .parse::<u64>()
-            .ok()
-            .filter(|v| *v < kubeflake_crds::segment_counter::LIMIT)
-            .ok_or_else(|| {
-                HttpError::BadRequest(format!(
-                    "{raw:?} is not a segment value: expected a decimal number from 0 to 2^63-1"
-                ))
-            })?;
+    fn segment_decode(raw: &str, form: TextForm) -> Result<Reply, HttpError> {
+        let value = match form {
+            TextForm::Decimal => decimal_digits(raw)
+                .filter(|v| *v < kubeflake_crds::segment_counter::LIMIT)
+                .ok_or_else(|| {
+                    HttpError::BadRequest(format!(
+                        "{raw:?} is not a segment value: expected a decimal number from 0 to \
+                         2^63-1"
+                    ))
+                })?,
+            compact => parse_compact(raw, compact)?,
+        };
         Ok(json_reply(
             StatusCode::OK,
             json!({
@@ -287,11 +327,14 @@ impl Api {
         ))
     }
 
-    fn decode(generator: &Generator, raw: &str) -> Result<Reply, HttpError> {
+    fn decode(generator: &Generator, raw: &str, form: TextForm) -> Result<Reply, HttpError> {
         let config = generator.config();
-        let parsed = raw.parse::<u64>().map_err(|_| {
-            HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
-        })?;
+        let parsed = match form {
+            TextForm::Decimal => decimal_digits(raw).ok_or_else(|| {
+                HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
+            })?,
+            compact => parse_compact(raw, compact)?,
+        };
         let parts = Id::new(parsed)
             .and_then(|id| config.layout.decode(id))
             .map_err(|e| HttpError::BadRequest(e.to_string()))?;
@@ -391,6 +434,7 @@ impl Api {
                             count: wanted.count,
                             min,
                             many,
+                            form: wanted.form,
                             json,
                         })
                     }
@@ -400,10 +444,11 @@ impl Api {
                     other => Err(not_ready(other)),
                 })
             }
-            Route::Decode(raw) => query_params(query, &[]).and_then(|_| {
+            Route::Decode(raw) => query_params(query, &["format"]).and_then(|params| {
+                let form = parse_format(params.first().map(|(_, v)| *v))?;
                 match state {
-                    Serving::Segment(_) => Api::segment_decode(raw),
-                    Serving::Snowflake(g) => Api::decode(g, raw),
+                    Serving::Segment(_) => Api::segment_decode(raw, form),
+                    Serving::Snowflake(g) => Api::decode(g, raw, form),
                     other => Err(not_ready(other)),
                 }
                 .map(Planned::Reply)
@@ -439,8 +484,12 @@ impl Api {
                     count,
                     min,
                     many,
+                    form,
                     json,
-                }) => self.segment_ids(&segment, count, min, many, json).await,
+                }) => {
+                    self.segment_ids(&segment, count, min, many, form, json)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));

@@ -1,0 +1,296 @@
+//! `format=decimal|base32|base62` over HTTP (issue 25 point 4): `/id` and `/ids` answer in
+//! the form asked for, as text and as JSON strings, in both modes; `/decode` reads the
+//! same forms; a bad `format` or text is a 400 that says what to send. The servers run
+//! in-process, Snowflake on a manual clock.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubeflake_crds::sequence::SegmentParams;
+use kubeflake_crds::{IdSequenceSpec, TextForm};
+use kubeflake_runtime::shutdown::{Shutdown, ShutdownToken};
+use kubeflake_sidecar::clock::ManualClock;
+use kubeflake_sidecar::standalone::{
+    SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig,
+};
+use support::{Answer, get, request};
+
+const NOW_MS: u64 = 1_800_000_000_000;
+
+/// A server on its own thread and runtime; stopped when dropped.
+struct Server {
+    addr: SocketAddr,
+    stop: Option<Shutdown>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _state: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.trigger("test over");
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve<F, Fut>(start: F, state: tempfile::TempDir) -> Server
+where
+    F: FnOnce(ShutdownToken, std::sync::mpsc::Sender<SocketAddr>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let stop = Shutdown::new();
+    let stopped = stop.token();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(start(stopped, addr_tx));
+    });
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server starts");
+    Server {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+        _state: state,
+    }
+}
+
+/// A standalone Snowflake sidecar, worker 5, default layout.
+fn snowflake() -> Server {
+    let state = tempfile::tempdir().unwrap();
+    let config = StandaloneConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        listen_unix: None,
+        state_dir: state.path().to_path_buf(),
+        worker_id: 5,
+        sequence_name: "text-forms".into(),
+        sequence: IdSequenceSpec::default().params().unwrap(),
+        max_batch: 10_000,
+        fence_ahead: Duration::from_secs(30),
+        drain: Duration::from_secs(5),
+    };
+    let clock = Arc::new(ManualClock::at_millis(NOW_MS));
+    serve(
+        move |stopped, addr_tx| async move {
+            let sidecar = Standalone::start(config, clock).await.unwrap();
+            addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
+            sidecar.run(stopped).await.unwrap();
+        },
+        state,
+    )
+}
+
+/// A standalone segment sidecar whose counter starts at `start`.
+fn segment(start: u64) -> Server {
+    let state = tempfile::tempdir().unwrap();
+    let config = SegmentStandaloneConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        listen_unix: None,
+        state_dir: state.path().to_path_buf(),
+        sequence_name: "text-forms".into(),
+        segment: SegmentParams {
+            start,
+            block_size: 100,
+            max_block_size: 100,
+            prefetch_percent: 50,
+            target_claim_interval_secs: 60,
+            strict: false,
+        },
+        max_batch: 10_000,
+        drain: Duration::from_secs(5),
+    };
+    serve(
+        move |stopped, addr_tx| async move {
+            let sidecar = SegmentStandalone::start(config).await.unwrap();
+            addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
+            sidecar.run(stopped).await.unwrap();
+        },
+        state,
+    )
+}
+
+fn json_get(addr: SocketAddr, target: &str) -> Answer {
+    request(addr, "GET", target, &[("Accept", "application/json")]).unwrap()
+}
+
+/// The lines of a 200 text answer.
+fn lines(answer: &Answer) -> Vec<String> {
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.header("content-type"), Some("text/plain"));
+    answer.body.lines().map(str::to_string).collect()
+}
+
+/// Every ID a server hands out, in the three forms: one `/id`, then batches, as text and
+/// as JSON, in the order they were issued.
+fn issued_texts(server: &Server, form: TextForm) -> Vec<String> {
+    let name = form.name();
+    let mut texts = lines(&get(server.addr, &format!("/id?format={name}")));
+    texts.extend(lines(&get(
+        server.addr,
+        &format!("/ids?count=300&format={name}"),
+    )));
+    let one = json_get(server.addr, &format!("/id?format={name}"));
+    assert_eq!(one.status, 200, "{}", one.body);
+    texts.push(
+        one.json()["id"]
+            .as_str()
+            .expect("a JSON string")
+            .to_string(),
+    );
+    let many = json_get(server.addr, &format!("/ids?format={name}&count=3"));
+    assert_eq!(many.status, 200, "{}", many.body);
+    for id in many.json()["ids"].as_array().unwrap() {
+        texts.push(id.as_str().expect("JSON strings").to_string());
+    }
+    texts
+}
+
+/// The answer's texts have the form's width and alphabet, read back to increasing IDs,
+/// and (fixed width) are already in byte order: sorting them changes nothing.
+fn check_form(server: &Server, form: TextForm) -> Vec<u64> {
+    let texts = issued_texts(server, form);
+    let values: Vec<u64> = texts
+        .iter()
+        .map(|t| form.parse(t).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{form}: {texts:?}");
+    if let Some(width) = form.width() {
+        assert!(texts.iter().all(|t| t.len() == width), "{form}: {texts:?}");
+        let mut sorted = texts.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, texts, "{form}: byte order is issue order");
+    }
+    values
+}
+
+#[test]
+fn snowflake_ids_come_in_the_form_asked_for_and_decode_reads_that_form_back() {
+    let s = snowflake();
+    for form in TextForm::ALL {
+        check_form(&s, form);
+    }
+    let id: u64 = get(s.addr, "/id").body.trim().parse().unwrap();
+    let decimal = get(s.addr, &format!("/decode/{id}")).json();
+    for form in [TextForm::Base32, TextForm::Base62] {
+        let text = form.encode(id);
+        let answer = get(s.addr, &format!("/decode/{text}?format={form}"));
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            answer.json(),
+            decimal,
+            "the reply does not depend on the form"
+        );
+        assert_eq!(answer.json()["id"], id.to_string(), "id stays decimal");
+    }
+    let lower = TextForm::Base32.encode(id).to_lowercase();
+    let answer = get(s.addr, &format!("/decode/{lower}?format=base32"));
+    assert_eq!(answer.json(), decimal, "base32 is read in any case");
+    let explicit = get(s.addr, &format!("/decode/{id}?format=decimal"));
+    assert_eq!(explicit.json(), decimal);
+}
+
+#[test]
+fn after_and_format_combine() {
+    let s = snowflake();
+    let x: u64 = get(s.addr, "/id").body.trim().parse().unwrap();
+    let one = get(s.addr, &format!("/id?after={x}&format=base32"));
+    let got = TextForm::Base32.parse(lines(&one)[0].as_str()).unwrap();
+    assert!(got > x);
+    let many = get(s.addr, &format!("/ids?format=base62&count=5&after={got}"));
+    let values: Vec<u64> = lines(&many)
+        .iter()
+        .map(|t| TextForm::Base62.parse(t).unwrap())
+        .collect();
+    assert!(values[0] > got && values.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn segment_values_come_in_the_form_asked_for_and_decode_reads_that_form_back() {
+    let s = segment(1_000);
+    let values = check_form(&s, TextForm::Base32);
+    assert_eq!(values[0], 1_000, "a fresh counter starts at segment.start");
+    check_form(&s, TextForm::Base62);
+    let answer = get(s.addr, "/id?format=base62");
+    assert_eq!(lines(&answer), [TextForm::Base62.encode(1_610)]);
+    let decoded = get(s.addr, "/decode/0000000000zz?format=base32");
+    assert_eq!(decoded.status, 200, "{}", decoded.body);
+    assert_eq!(decoded.json()["id"], (31 * 32 + 31).to_string());
+    assert_eq!(decoded.json()["mode"], "Segment");
+    let decoded = get(s.addr, "/decode/AzL8n0Y58m7?format=base62");
+    assert_eq!(decoded.json()["id"], i64::MAX.to_string());
+}
+
+/// Every refusal is a 400 with the JSON error body, and names what to send instead.
+fn assert_refused(server: &Server, target: &str, message: &str) {
+    let answer = get(server.addr, target);
+    assert_eq!(answer.status, 400, "{target}: {}", answer.body);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let error = answer.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains(message), "{target}: {error}");
+}
+
+#[test]
+fn an_unknown_format_is_a_400_naming_the_parameter_and_the_forms() {
+    let s = snowflake();
+    let forms = "is not a text form of IDs: use decimal, base32 or base62";
+    for target in [
+        "/id?format=hex",
+        "/id?format=",
+        "/id?format",
+        "/ids?count=3&format=BASE32",
+        "/decode/1?format=base64",
+    ] {
+        assert_refused(&s, target, "query parameter format: ");
+        assert_refused(&s, target, forms);
+    }
+    assert_refused(
+        &s,
+        "/id?format=base32&format=base62",
+        "query parameter \"format\" is given twice",
+    );
+    assert_refused(&s, "/decode/1?after=2", "unknown query parameter \"after\"");
+    assert_eq!(get(s.addr, "/id").status, 200, "still serving");
+}
+
+#[test]
+fn a_text_that_is_not_an_id_in_the_form_is_a_400_saying_why() {
+    for s in [snowflake(), segment(1)] {
+        assert_refused(
+            &s,
+            "/decode/8000000000000?format=base32",
+            "its value is 2^63 or more, and the largest ID is 7ZZZZZZZZZZZZ",
+        );
+        assert_refused(
+            &s,
+            "/decode/AzL8n0Y58m8?format=base62",
+            "the largest ID is AzL8n0Y58m7",
+        );
+        assert_refused(
+            &s,
+            "/decode/06Y45HNU00000?format=base32",
+            "'U' (character 8) is not a base32 digit",
+        );
+        assert_refused(
+            &s,
+            "/decode/250096622069874688?format=base62",
+            "it has 18 characters, but base62 IDs have at most 11",
+        );
+        assert_refused(
+            &s,
+            "/decode/?format=base32",
+            "an empty text is not a base32 ID",
+        );
+        // Decimal stays digits only: a sign is not a digit.
+        assert_refused(&s, "/decode/+5", "\"+5\" is not a");
+    }
+}

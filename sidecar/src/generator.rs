@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kubeflake_crds::layout::NodeBits;
+use kubeflake_crds::layout::{LayoutError, NodeBits};
 use kubeflake_crds::{DatacenterId, Id, Layout, Slot, Tick, Timebase};
 
 use crate::clock::Clock;
@@ -75,6 +75,11 @@ pub enum AfterError {
          IDs are below 2^{total_bits}"
     )]
     NotInLayout { after: u64, total_bits: u32 },
+    #[error(
+        "after={after} is not an ID of this sequence: its top {shard_bits} bits (the shard) do \
+         not match the rest of the ID; check it was copied whole"
+    )]
+    ShardMismatch { after: u64, shard_bits: u8 },
     #[error("after={after} is the largest ID this sequence's layout can hold: no ID is above it")]
     Largest { after: u64 },
 }
@@ -209,9 +214,11 @@ impl Generator {
         self.reserve(1).map(|r| self.id_at(r.first))
     }
 
-    /// The lowest position whose ID (with this worker's datacenter and slot) is greater than
+    /// The lowest position whose ID (with this worker's datacenter and slot) comes after
     /// `after`, an ID of this sequence's layout from any worker of any datacenter. IDs order
-    /// by tick, then datacenter and worker, then sequence number, so:
+    /// by tick, then datacenter and worker, then sequence number (the issue order within the
+    /// tick, which is what `decode` returns), whatever key form the layout stores them in
+    /// (docs/layouts.md: for time-ordered layouts this is plain numeric order), so:
     /// - same datacenter and worker as this one: the position just after `after`'s;
     /// - this worker's field is larger: `after`'s tick, sequence 0;
     /// - this worker's field is smaller: the next tick, sequence 0.
@@ -223,12 +230,21 @@ impl Generator {
         let total_bits = layout.total_bits();
         let parts = Id::new(after)
             .and_then(|id| layout.decode(id))
-            .map_err(|_| AfterError::NotInLayout { after, total_bits })?;
-        if after == (1u64 << total_bits) - 1 {
-            return Err(AfterError::Largest { after });
-        }
+            .map_err(|e| match e {
+                LayoutError::ShardMismatch { shard_bits, .. } => {
+                    AfterError::ShardMismatch { after, shard_bits }
+                }
+                _ => AfterError::NotInLayout { after, total_bits },
+            })?;
         let worker_bits = layout.worker_bits();
         let theirs = (u64::from(parts.datacenter.0) << worker_bits) | u64::from(parts.slot.0);
+        let last_node = (1u64 << (worker_bits + layout.datacenter_bits())) - 1;
+        if parts.tick == layout.max_tick()
+            && theirs == last_node
+            && u64::from(parts.sequence) == layout.ids_per_tick() - 1
+        {
+            return Err(AfterError::Largest { after });
+        }
         let ours =
             (u64::from(self.config.datacenter.0) << worker_bits) | u64::from(self.config.slot.0);
         let tick_start = parts.tick.0 << self.seq_bits;

@@ -74,12 +74,18 @@ pub enum StandaloneError {
 
 fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
     let l = &p.layout;
+    // A key form is named only when the layout has one, so fence files written before
+    // key forms existed still match their (time-ordered) layout.
+    let form = l
+        .form_label()
+        .map(|f| format!(" form {f}"))
+        .unwrap_or_default();
     FenceIdentity {
         sequence: name.to_string(),
         slot,
         holder: "standalone".to_string(),
         acquisition: format!(
-            "layout {}/{}/{}/{} epoch {} unit {}ms datacenter {}",
+            "layout {}/{}/{}/{} epoch {} unit {}ms datacenter {}{form}",
             l.timestamp_bits(),
             l.datacenter_bits(),
             l.worker_bits(),

@@ -625,3 +625,74 @@ fn rule12_concurrent_callers_passing_ids_around_always_get_an_id_above_what_they
     }
     assert!(all.len() >= THREADS * PER_THREAD);
 }
+
+/// Every key form of docs/layouts.md on the default field split (shard bits take 4 bits
+/// from the timestamp).
+fn formed_layouts() -> Vec<Layout> {
+    use kubeflake_crds::layout::{SequenceStart, Spread};
+    let mut out = Vec::new();
+    for start in [SequenceStart::Zero, SequenceStart::Rotating] {
+        for (ts, spread) in [
+            (41, Spread::TimeOrdered),
+            (41, Spread::BitReversed),
+            (37, Spread::ShardBits { bits: 4 }),
+        ] {
+            out.push(Layout::with_form([ts, 0, 10, 12], 63, spread, start).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn rule3_every_key_form_issues_distinct_ids_through_bursts_that_borrow_ticks() {
+    for layout in formed_layouts() {
+        let (g, clock) = generator_with(layout, 0);
+        let mut seen = HashSet::new();
+        for round in 0..5 {
+            // 10,000 IDs in one millisecond: the burst borrows ticks from the future.
+            let r = g.reserve(10_000).unwrap();
+            for p in r.first..r.first + r.count {
+                assert!(seen.insert(g.id_at(p)), "{layout:?} round {round}");
+            }
+            clock.advance_millis(3);
+        }
+    }
+}
+
+#[test]
+fn rule12_after_orders_by_time_worker_and_issue_order_in_every_key_form() {
+    // An `after` from another worker of the same tick: a larger slot answers in the same
+    // tick, a smaller one in the next; the same worker answers just after it. The answer
+    // comes after `after` in the sequence's order (tick, datacenter and worker, sequence),
+    // whatever the stored ID's number is.
+    let order = |l: &Layout, id: Id| {
+        let p = l.decode(id).unwrap();
+        (p.tick, p.datacenter, p.slot, p.sequence)
+    };
+    for layout in formed_layouts() {
+        let (g, _) = generator_with(layout, 0);
+        let ours = g.config().slot.0;
+        let tick = START_MS - EPOCH_MS + 50;
+        for (their_slot, seq) in [(ours + 1, 7), (ours.saturating_sub(1), 7), (ours, 4094)] {
+            let after = layout
+                .encode(IdParts {
+                    tick: Tick(tick),
+                    datacenter: DatacenterId(0),
+                    slot: Slot(their_slot),
+                    sequence: seq,
+                })
+                .unwrap();
+            let position = g.position_after(after.get()).unwrap();
+            let answer = g.id_at(position);
+            assert!(
+                order(&layout, answer) > order(&layout, after),
+                "{layout:?}: {answer} after {after}"
+            );
+            let just_before = g.id_at(position - 1);
+            assert!(
+                order(&layout, just_before) <= order(&layout, after) || position - 1 < tick << 12,
+                "{layout:?}: the answer is the lowest such position"
+            );
+        }
+    }
+}

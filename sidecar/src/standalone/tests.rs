@@ -80,3 +80,23 @@ fn the_first_fence_write_does_not_block_the_async_worker() {
     );
     reader.join().unwrap();
 }
+
+#[test]
+fn rule3_a_fence_file_of_one_key_form_is_refused_by_another_but_old_files_still_match() {
+    // Fence files written before key forms existed name only the bits; a time-ordered layout
+    // must still match them, and any key form must not (its IDs are other numbers).
+    let plain = IdSequenceSpec::default().params().unwrap();
+    let plain_identity = fence_identity("t", 0, &plain);
+    assert_eq!(
+        plain_identity.acquisition,
+        format!(
+            "layout 41/0/10/12 epoch {} unit 1ms datacenter 0",
+            plain.timebase.epoch_unix_ms()
+        )
+    );
+    let mut spec = IdSequenceSpec::default();
+    spec.layout.bit_reversed = true;
+    let reversed = fence_identity("t", 0, &spec.params().unwrap());
+    assert_ne!(reversed, plain_identity);
+    assert!(reversed.acquisition.ends_with("form bitReversed sequenceStart Zero"));
+}

@@ -98,5 +98,9 @@ fn rule3_a_fence_file_of_one_key_form_is_refused_by_another_but_old_files_still_
     spec.layout.bit_reversed = true;
     let reversed = fence_identity("t", 0, &spec.params().unwrap());
     assert_ne!(reversed, plain_identity);
-    assert!(reversed.acquisition.ends_with("form bitReversed sequenceStart Zero"));
+    assert!(
+        reversed
+            .acquisition
+            .ends_with("form bitReversed sequenceStart Zero")
+    );
 }

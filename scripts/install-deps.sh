@@ -13,6 +13,11 @@
 #     buildah: builds the images from the Dockerfile (e2e/images/build.sh);
 #     libc6-dev: the static C library for the fully static binaries in those images;
 #     ca-certificates: the CA roots copied into the images.
+#   postgresql, mariadb-server, sqlite3: the databases `kubectl kubeflake sql`'s functions
+#     are tested against (e2e/tests/sql_functions.rs). The test starts each server itself,
+#     in a private temp directory; the packages must not start a system-wide one, so the
+#     install runs with a policy-rc.d that forbids starting services (unless the machine
+#     already has one, as Debian's container images do).
 set -euo pipefail
 need=()
 have_cmd() { command -v "$1" >/dev/null; }
@@ -31,9 +36,20 @@ have_cmd conntrack || need+=(conntrack)
 have_cmd buildah || need+=(buildah)
 have_file /usr/lib/x86_64-linux-gnu/libc.a || need+=(libc6-dev)
 have_file /etc/ssl/certs/ca-certificates.crt || need+=(ca-certificates)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+have_file /usr/sbin/mariadbd || need+=(mariadb-server)
+have_cmd sqlite3 || need+=(sqlite3)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 echo "install-deps: installing ${need[*]}" >&2
 sudo=""
 [[ $(id -u) -eq 0 ]] || sudo="sudo"
 $sudo apt-get update -qq
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  # Exit 101 = "action forbidden" (invoke-rc.d, deb-systemd-invoke): no package starts
+  # its service during this install. Removed again however the install ends.
+  printf '#!/bin/sh\n# install-deps.sh: no service starts during its install\nexit 101\n' |
+    $sudo tee /usr/sbin/policy-rc.d >/dev/null
+  $sudo chmod 755 /usr/sbin/policy-rc.d
+  trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -78,8 +78,9 @@ fuzz() {
 		echo "check-openapi: $url/openapi.yaml differs from docs/openapi.yaml" >&2
 		exit 1
 	fi
-	(cd "$work" && "$venv/bin/schemathesis" run "$OLDPWD/docs/openapi.yaml" --url "$url" \
-		--seed "$seed" --max-examples 100 --no-color)
+	# scripts/schemathesis.toml: why a valid-looking /decode/{id} may be a 400.
+	(cd "$work" && "$venv/bin/schemathesis" --config-file "$OLDPWD/scripts/schemathesis.toml" \
+		run "$OLDPWD/docs/openapi.yaml" --url "$url" --seed "$seed" --max-examples 100 --no-color)
 }
 
 start snowflake

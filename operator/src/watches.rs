@@ -194,7 +194,7 @@ mod tests {
         for pod in pods {
             writer.apply_watcher_event(&watcher::Event::Apply(pod));
         }
-        observe::pods(&store, "shop", "orders")
+        observe::pods(&store, "shop", "orders", false)
     }
 
     #[test]

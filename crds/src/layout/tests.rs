@@ -144,7 +144,7 @@ fn formed_layouts() -> Vec<Layout> {
 }
 
 #[test]
-fn rule3_every_key_form_gives_distinct_ids_to_distinct_fields() {
+fn no_duplicate_every_key_form_gives_distinct_ids_to_distinct_fields() {
     // Exhaustive over 64 ticks x 8 slots x 64 sequence numbers x 2 datacenters (where the
     // layout has them): no two field tuples share an ID, and each ID decodes back to its
     // fields. A form that lost a bit would map two tuples to one ID here.

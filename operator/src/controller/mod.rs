@@ -22,6 +22,7 @@ pub mod context;
 pub mod error;
 pub mod expectations;
 pub mod finalizer;
+pub mod injected;
 pub mod segment;
 pub mod silence;
 pub mod snowflake;

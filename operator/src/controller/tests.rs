@@ -997,4 +997,5 @@ async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pa
     assert_eq!(f.ctx.metrics.assignments.get(), 1);
 }
 
+mod key_form;
 mod strict;

@@ -644,15 +644,23 @@ fn formed_layouts() -> Vec<Layout> {
 }
 
 #[test]
-fn rule3_every_key_form_issues_distinct_ids_through_bursts_that_borrow_ticks() {
+fn rule7_every_key_form_issues_distinct_ids_in_the_sequence_order_through_bursts() {
+    // One worker's IDs increase in the sequence's order (tick, then issue order: what
+    // `decode` returns), the raw numbers only for time-ordered layouts (docs/layouts.md).
     for layout in formed_layouts() {
         let (g, clock) = generator_with(layout, 0);
         let mut seen = HashSet::new();
+        let mut last = None;
         for round in 0..5 {
             // 10,000 IDs in one millisecond: the burst borrows ticks from the future.
             let r = g.reserve(10_000).unwrap();
             for p in r.first..r.first + r.count {
-                assert!(seen.insert(g.id_at(p)), "{layout:?} round {round}");
+                let id = g.id_at(p);
+                assert!(seen.insert(id), "{layout:?} round {round}");
+                let parts = decode(&g, id);
+                let order = (parts.tick, parts.sequence);
+                assert!(last < Some(order), "{layout:?}: {order:?} after {last:?}");
+                last = Some(order);
             }
             clock.advance_millis(3);
         }

@@ -82,7 +82,7 @@ fn the_first_fence_write_does_not_block_the_async_worker() {
 }
 
 #[test]
-fn rule3_a_fence_file_of_one_key_form_is_refused_by_another_but_old_files_still_match() {
+fn rule6_a_fence_file_of_one_key_form_is_refused_by_another_but_old_files_still_match() {
     // Fence files written before key forms existed name only the bits; a time-ordered layout
     // must still match them, and any key form must not (its IDs are other numbers).
     let plain = IdSequenceSpec::default().params().unwrap();

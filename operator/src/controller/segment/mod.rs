@@ -175,7 +175,7 @@ fn new_counter_for(name: &str, ns: &str, params: &SegmentParams) -> Lease {
 /// The UIDs of the pods labelled for the sequence (from the cache's index by sequence)
 /// that may still run (finished pods are left out): the only pods whose sidecars the API
 /// server lets claim from the counter (`crds::lease_policy`). For a strict sequence, pods
-/// injected by a release whose sidecar has no oracle ([`oracle::injected_without_oracle`])
+/// injected by a release whose sidecar has no oracle ([`super::injected::before_0_2`])
 /// are left out too: their sidecars write one value per compare-and-set, above the
 /// oracle's window, which would break the strict order (docs/safety.md rule 13).
 fn claimant_uids(ctx: &Context, ns: &str, name: &str, strict: bool) -> String {
@@ -186,7 +186,7 @@ fn claimant_uids(ctx: &Context, ns: &str, name: &str, strict: bool) -> String {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Succeeded" | "Failed"))
             })
-            .filter(|p| !(strict && oracle::injected_without_oracle(p)))
+            .filter(|p| !(strict && super::injected::before_0_2(p)))
             .filter_map(|p| p.metadata.uid.as_deref()),
     )
 }

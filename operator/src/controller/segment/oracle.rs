@@ -15,7 +15,7 @@
 //!   ([`super::sync_claimants`]); the API server lets only them take it
 //!   (`kubeflake_crds::lease_policy`). Pods injected by 0.1.0, whose strict sidecars write
 //!   one value per compare-and-set and do not read the format, are not listed
-//!   ([`injected_without_oracle`]): the API server refuses their writes (503 to their apps)
+//!   ([`crate::controller::injected::before_0_2`]): the API server refuses their writes (503 to their apps)
 //!   until they are re-created with this release's sidecar.
 
 use std::collections::BTreeMap;
@@ -35,26 +35,6 @@ use super::super::error::{Error, is_conflict};
 use super::sync_claimants;
 
 /// A new counter Lease `counter` (as `new_counter` builds it) marked as served by an oracle.
-/// The release of the webhook that injected `pod` (`kubeflake.io/injected`) had no strict
-/// oracle (before 0.2.0). Pods without the annotation were not injected by a webhook: they
-/// are listed (their sidecar is whatever their owner runs).
-pub fn injected_without_oracle(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    let Some(version) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(kubeflake_crds::contract::INJECTED_ANNOTATION))
-    else {
-        return false;
-    };
-    let mut parts = version.split(['.', '-', '+']).map(|p| p.parse::<u64>());
-    match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 2),
-        // Not a version this release can read: not listed (refused rather than risk order).
-        _ => true,
-    }
-}
-
 pub fn in_oracle_format(mut counter: Lease) -> Lease {
     counter
         .metadata
@@ -143,37 +123,4 @@ pub fn oracle_lease_for(seq: &IdSequence, ns: &str, uids: &str) -> Lease {
         .get_or_insert_with(BTreeMap::new)
         .insert(CLAIMANTS_ANNOTATION.to_string(), uids.to_string());
     lease
-}
-
-#[cfg(test)]
-mod injected_tests {
-    use super::injected_without_oracle;
-    use k8s_openapi::api::core::v1::Pod;
-
-    fn injected(version: Option<&str>) -> Pod {
-        let mut pod = Pod::default();
-        if let Some(v) = version {
-            pod.metadata.annotations = Some(
-                [(
-                    kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
-                    v.to_string(),
-                )]
-                .into(),
-            );
-        }
-        pod
-    }
-
-    #[test]
-    fn rule15_pods_injected_by_0_1_are_not_claimants_of_a_strict_sequence() {
-        assert!(injected_without_oracle(&injected(Some("0.1.0"))));
-        assert!(injected_without_oracle(&injected(Some("garbled"))));
-        for with_oracle in ["0.2.0", "0.3.1", "1.0.0", "0.2.0-rc.1"] {
-            assert!(
-                !injected_without_oracle(&injected(Some(with_oracle))),
-                "{with_oracle}"
-            );
-        }
-        assert!(!injected_without_oracle(&injected(None)));
-    }
 }

@@ -116,7 +116,8 @@ async fn pass(
         }
         Err(e) => return Err(e.into()),
     };
-    let pods = observe::pods(&ctx.pods, ns, &name);
+    let key_form = params.is_some_and(|p| !p.layout.is_time_ordered());
+    let pods = observe::pods(&ctx.pods, ns, &name, key_form);
     let silent = ctx.silence.silent(ns, &name, &leases, lease_duration);
     let plan = plan::plan(&Observed {
         capacity,

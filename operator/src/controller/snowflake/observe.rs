@@ -31,11 +31,20 @@ pub fn lease_version(cache: &Index<Lease>, ns: &str, name: &str) -> Option<Strin
         .and_then(|lease| lease.metadata.resource_version.clone())
 }
 
-/// The sequence's pods, from the cache.
-pub fn pods(cache: &Index<Pod>, ns: &str, name: &str) -> Vec<PodInfo> {
+/// The sequence's pods, from the cache. With `key_form` (the layout stores IDs in a key
+/// form, docs/layouts.md) pods injected before 0.2.0 are left out: their sidecars would
+/// issue time-ordered IDs ([`crate::controller::injected`]), so they get no slot and wait.
+pub fn pods(cache: &Index<Pod>, ns: &str, name: &str, key_form: bool) -> Vec<PodInfo> {
     cache
         .of(ns, name)
         .into_iter()
+        .filter(|p| {
+            let old = key_form && crate::controller::injected::before_0_2(p);
+            if old {
+                tracing::warn!(sequence = name, namespace = ns, pod = %p.name_any(), "pod injected before 0.2.0 gets no slot: this sequence's layout has a key form its sidecar does not know; re-create the pod");
+            }
+            !old
+        })
         .filter_map(|p| {
             Some(PodInfo {
                 name: p.name_any(),

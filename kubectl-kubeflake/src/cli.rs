@@ -6,8 +6,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kubeflake_crds::TimeUnit;
+use kubeflake_crds::{TextForm, TimeUnit};
 
 use crate::error::EXIT_CODES_HELP;
 
@@ -65,9 +66,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DecodeArgs {
-    /// The IDs to decode (decimal).
+    /// The IDs to decode, in the form --format names (decimal by default).
     #[arg(required = true, value_name = "ID", allow_negative_numbers = true)]
     pub ids: Vec<String>,
+    /// The text form the IDs are given in: decimal, base32 (Crockford, any case) or base62.
+    /// The output shows them in decimal.
+    #[arg(long, value_name = "FORM", default_value = "decimal", value_parser = text_form())]
+    pub format: TextForm,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -79,6 +84,10 @@ pub struct ComposeArgs {
     /// The instant, in RFC 3339 (2025-06-01T12:00:00Z, 2025-06-01T14:00:00+02:00) or "now".
     #[arg(long, value_name = "RFC3339")]
     pub time: String,
+    /// The text form to print the smallest and largest ID in: decimal, or base32 or base62
+    /// (fixed width; they sort byte by byte like the IDs, for keys stored as text).
+    #[arg(long, value_name = "FORM", default_value = "decimal", value_parser = text_form())]
+    pub format: TextForm,
     #[command(flatten)]
     pub layout: LayoutArgs,
     #[command(flatten)]
@@ -109,6 +118,11 @@ pub struct SlotsArgs {
     pub all: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// `--format`: one of [`TextForm::names`], listed in `--help`, completions and errors.
+fn text_form() -> impl TypedValueParser<Value = TextForm> {
+    PossibleValuesParser::new(TextForm::names()).try_map(|name| name.parse::<TextForm>())
 }
 
 /// Where the cluster is: kubeconfig, context and namespace (kubectl's defaults otherwise).
@@ -200,6 +214,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("1ms, 10ms, 100ms or 1s"), "{err}");
+    }
+
+    #[test]
+    fn format_takes_the_text_form_names_defaults_to_decimal_and_names_the_flag_otherwise() {
+        let decode = |extra: &[&str]| {
+            let args = [&["kubectl-kubeflake", "decode", "1"], extra].concat();
+            Cli::try_parse_from(args).map(|cli| match cli.command {
+                Command::Decode(args) => args.format,
+                other => panic!("decode parsed as {other:?}"),
+            })
+        };
+        assert_eq!(decode(&[]).unwrap(), TextForm::Decimal);
+        for form in TextForm::ALL {
+            assert_eq!(decode(&["--format", form.name()]).unwrap(), form);
+        }
+        let err = decode(&["--format", "hex"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+        let message = err.to_string();
+        assert!(message.contains("'--format <FORM>'"), "{message}");
+        assert!(
+            message.contains("[possible values: decimal, base32, base62]"),
+            "{message}"
+        );
+        let cli = Cli::try_parse_from([
+            "kubectl-kubeflake",
+            "compose",
+            "--time",
+            "now",
+            "--format",
+            "base62",
+        ])
+        .unwrap();
+        let Command::Compose(args) = cli.command else {
+            panic!("compose parsed as another command");
+        };
+        assert_eq!(args.format, TextForm::Base62);
     }
 
     #[test]

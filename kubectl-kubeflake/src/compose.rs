@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use kubeflake_crds::timebase::rfc3339;
-use kubeflake_crds::{Id, Tick};
+use kubeflake_crds::{Id, TextForm, Tick};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -42,6 +42,20 @@ impl Report for ComposeReport {
             ("MIN ID", self.min.clone()),
             ("MAX ID", self.max.clone()),
         ])
+    }
+}
+
+impl ComposeReport {
+    /// The report with `min` and `max` written in `form` (`--format`), for keys stored as
+    /// base32 or base62 text: those forms sort byte by byte like the IDs, so the bounds
+    /// still select the tick's rows.
+    pub fn in_form(mut self, form: TextForm) -> ComposeReport {
+        for id in [&mut self.min, &mut self.max] {
+            if let Ok(value) = TextForm::Decimal.parse(id) {
+                *id = form.encode(value);
+            }
+        }
+        self
     }
 }
 

@@ -6,15 +6,15 @@
 //! answer: one bad ID fails the command (exit 2) naming each bad argument.
 
 use kubeflake_crds::timebase::rfc3339;
-use kubeflake_crds::{Id, Layout};
+use kubeflake_crds::{Id, Layout, TextForm};
 use serde::Serialize;
 
 use crate::error::CliError;
 use crate::output::{Report, table};
 use crate::source::{LayoutView, Resolved};
 
-/// One decoded ID. The ID is a string, as in the sidecar's JSON (above 2^53 JavaScript
-/// numbers lose precision).
+/// One decoded ID. The ID is a decimal string, as in the sidecar's JSON (above 2^53
+/// JavaScript numbers lose precision), whichever `--format` it was given in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decoded {
     pub id: String,
@@ -73,10 +73,17 @@ impl Report for DecodeReport {
     }
 }
 
-/// Parses the decimal text of an ID (surrounding spaces are ignored). Whether it has bit 63
-/// set does not depend on the layout, so that is checked here too.
-pub fn parse_id(text: &str) -> Result<Id, CliError> {
+/// Parses the text of an ID in `form` (surrounding spaces are ignored). Whether it has bit
+/// 63 set does not depend on the layout, so that is checked here too.
+pub fn parse_id(text: &str, form: TextForm) -> Result<Id, CliError> {
     let trimmed = text.trim();
+    if form != TextForm::Decimal {
+        let value = form.parse(trimmed)?;
+        // Below 2^63: `parse` refuses anything larger.
+        return Id::new(value).map_err(|_| CliError::IdAboveLargest {
+            text: trimmed.to_string(),
+        });
+    }
     if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return Err(CliError::NotAnId {
             text: text.to_string(),
@@ -92,8 +99,8 @@ pub fn parse_id(text: &str) -> Result<Id, CliError> {
 
 /// Parses every argument before the layout is looked up, so bad input is reported (exit 2)
 /// even when the layout would come from an unreachable cluster.
-pub fn parse_ids(texts: &[String]) -> Result<Vec<Id>, Vec<CliError>> {
-    collect_all(texts.iter().map(|t| parse_id(t)))
+pub fn parse_ids(texts: &[String], form: TextForm) -> Result<Vec<Id>, Vec<CliError>> {
+    collect_all(texts.iter().map(|t| parse_id(t, form)))
 }
 
 /// All values, or every error.
@@ -172,7 +179,11 @@ mod tests {
     #[test]
     fn each_id_says_whether_it_is_above_the_one_before() {
         let source = from_flags(&LayoutArgs::default()).unwrap();
-        let ids = parse_ids(&["100".into(), "5000".into(), "4999".into()]).unwrap();
+        let ids = parse_ids(
+            &["100".into(), "5000".into(), "4999".into()],
+            TextForm::Decimal,
+        )
+        .unwrap();
         let report = decode(&ids, &source).unwrap();
         let above: Vec<_> = report.ids.iter().map(|d| d.above_previous).collect();
         assert_eq!(above, vec![None, Some(true), Some(false)]);
@@ -188,23 +199,29 @@ mod tests {
     fn ids_that_are_not_decimal_numbers_are_refused() {
         for text in ["", "abc", "-5", "+5", "1.5", "0x10"] {
             assert!(
-                matches!(parse_id(text), Err(CliError::NotAnId { .. })),
+                matches!(
+                    parse_id(text, TextForm::Decimal),
+                    Err(CliError::NotAnId { .. })
+                ),
                 "{text:?}"
             );
         }
-        assert_eq!(parse_id(" 42 ").unwrap().get(), 42);
+        assert_eq!(parse_id(" 42 ", TextForm::Decimal).unwrap().get(), 42);
     }
 
     #[test]
     fn ids_at_or_above_2_to_the_63_are_called_too_large_not_malformed() {
         let largest = i64::MAX.to_string();
-        assert_eq!(parse_id(&largest).unwrap().get(), i64::MAX as u64);
+        assert_eq!(
+            parse_id(&largest, TextForm::Decimal).unwrap().get(),
+            i64::MAX as u64
+        );
         for text in [
             (1u64 << 63).to_string(),
             u64::MAX.to_string(),
             "99999999999999999999".to_string(),
         ] {
-            let err = parse_id(&text).unwrap_err();
+            let err = parse_id(&text, TextForm::Decimal).unwrap_err();
             assert!(matches!(err, CliError::IdAboveLargest { .. }), "{text}");
             let message = err.to_string();
             assert!(
@@ -217,7 +234,11 @@ mod tests {
 
     #[test]
     fn every_bad_id_is_reported_and_nothing_is_decoded() {
-        let errs = parse_ids(&["1".into(), "x".into(), u64::MAX.to_string()]).unwrap_err();
+        let errs = parse_ids(
+            &["1".into(), "x".into(), u64::MAX.to_string()],
+            TextForm::Decimal,
+        )
+        .unwrap_err();
         assert_eq!(errs.len(), 2);
         assert!(matches!(errs[0], CliError::NotAnId { .. }));
         assert!(matches!(errs[1], CliError::IdAboveLargest { .. }));
@@ -229,11 +250,14 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let ids = parse_ids(&[
-            "1".into(),
-            (1u64 << 53).to_string(),
-            (1u64 << 60).to_string(),
-        ])
+        let ids = parse_ids(
+            &[
+                "1".into(),
+                (1u64 << 53).to_string(),
+                (1u64 << 60).to_string(),
+            ],
+            TextForm::Decimal,
+        )
         .unwrap();
         let errs = decode(&ids, &js).unwrap_err();
         assert_eq!(errs.len(), 2, "{errs:?}");
@@ -241,6 +265,49 @@ mod tests {
         assert!(
             message.contains("its IDs have 53 bits, so the largest is 9007199254740991"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn ids_in_base32_or_base62_decode_to_the_same_fields_as_their_decimal() {
+        let source = from_flags(&LayoutArgs::default()).unwrap();
+        let decimal = parse_ids(&["250096622069874688".into()], TextForm::Decimal).unwrap();
+        let expected = decode(&decimal, &source).unwrap().ids;
+        for text in ["06Y45HNZ00000", "06y45hnz00000", " 6Y45HNZ00000 "] {
+            let ids = parse_ids(&[text.into()], TextForm::Base32).unwrap();
+            assert_eq!(decode(&ids, &source).unwrap().ids, expected, "{text:?}");
+        }
+        let ids = parse_ids(&["0ITRbHQvEoq".into()], TextForm::Base62).unwrap();
+        assert_eq!(decode(&ids, &source).unwrap().ids, expected);
+        assert_eq!(expected[0].id, "250096622069874688", "shown in decimal");
+    }
+
+    #[test]
+    fn bad_base32_or_base62_ids_are_reported_each_in_the_form_s_own_words() {
+        let errs = parse_ids(
+            &["06Y45HNU00000".into(), "8000000000000".into(), "1".into()],
+            TextForm::Base32,
+        )
+        .unwrap_err();
+        let messages: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].contains("'U' (character 8) is not a base32 digit"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].contains("the largest ID is 7ZZZZZZZZZZZZ"),
+            "{messages:?}"
+        );
+        assert!(
+            errs.iter()
+                .all(|e| e.exit_code() == crate::error::EXIT_USAGE)
+        );
+        let err = parse_id("250096622069874688", TextForm::Base62).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it has 18 characters, but base62 IDs have at most 11"),
+            "{err}"
         );
     }
 }

@@ -3,6 +3,7 @@
 //! Exit codes are part of the plugin's interface (documented in `--help` and
 //! `docs/kubectl-plugin.md`), so they live in one place: [`CliError::exit_code`].
 
+use kubeflake_crds::TextFormError;
 use kubeflake_crds::sequence::SpecError;
 
 /// Success.
@@ -35,6 +36,9 @@ pub enum CliError {
         "{text} is above the largest 63-bit ID, 9223372036854775807: no kubeflake ID sets bit 63"
     )]
     IdAboveLargest { text: String },
+    /// An ID given in base32 or base62 (`decode --format`) that is not one.
+    #[error("{0}")]
+    NotATextId(#[from] TextFormError),
     #[error(
         "ID {id} does not fit the layout of {source_name}: its IDs have {total_bits} bits, so the largest is {max_id}"
     )]
@@ -108,6 +112,7 @@ impl CliError {
         match self {
             CliError::NotAnId { .. }
             | CliError::IdAboveLargest { .. }
+            | CliError::NotATextId(_)
             | CliError::IdOutsideLayout { .. }
             | CliError::NotATime { .. }
             | CliError::TimeBeforeEpoch { .. }

@@ -89,7 +89,7 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
     match &cli.command {
         Command::Decode(args) => {
             // Bad IDs are reported (exit 2) before the cluster is asked for the layout.
-            let ids = decode::parse_ids(&args.ids)?;
+            let ids = decode::parse_ids(&args.ids, args.format)?;
             let source = source::resolve(&args.layout, &args.cluster)
                 .await
                 .map_err(one)?;
@@ -101,7 +101,9 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
             let source = source::resolve(&args.layout, &args.cluster)
                 .await
                 .map_err(one)?;
-            let report = compose::compose(at, &source).map_err(one)?;
+            let report = compose::compose(at, &source)
+                .map_err(one)?
+                .in_form(args.format);
             print(cli, &report).map_err(one)?;
         }
         Command::Plan(args) => {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use kubeflake_crds::timebase::rfc3339;
-use kubeflake_crds::{DatacenterId, Id, IdParts, Layout, Slot, Tick, TimeUnit, Timebase};
+use kubeflake_crds::{DatacenterId, Id, IdParts, Layout, Slot, TextForm, Tick, TimeUnit, Timebase};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubectl-kubeflake");
@@ -891,4 +891,157 @@ fn linked_as_kubectl_complete_kubeflake_it_answers_kubectls_completion_protocol(
     assert_eq!(lines[1], ":4");
     // Under its own name nothing changes: a bare word is a usage error.
     assert_eq!(run(&["pl"]).code, 2);
+}
+
+#[test]
+fn decode_reads_base32_and_base62_ids_and_shows_them_in_decimal() {
+    for case in cases() {
+        let max_seq = (1u32 << case.layout.sequence_bits()) - 1;
+        let ids: Vec<u64> = [Tick(0), Tick(777), case.layout.max_tick()]
+            .into_iter()
+            .map(|tick| {
+                let parts = IdParts {
+                    tick,
+                    datacenter: DatacenterId(case.datacenter),
+                    slot: Slot(1),
+                    sequence: max_seq,
+                };
+                case.layout.encode(parts).unwrap().get()
+            })
+            .collect();
+        let decimal: Vec<String> = ids.iter().map(u64::to_string).collect();
+        let decimal_args: Vec<&str> = decimal.iter().map(String::as_str).collect();
+        let expected = json(&with_flags(
+            &[&["decode"], &decimal_args[..], &["-o", "json"]].concat(),
+            &case,
+        ));
+        for form in [TextForm::Base32, TextForm::Base62] {
+            let texts: Vec<String> = ids.iter().map(|id| form.encode(*id)).collect();
+            let text_args: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let head = [
+                &["decode", "--format", form.name()],
+                &text_args[..],
+                &["-o", "json"],
+            ]
+            .concat();
+            assert_eq!(json(&with_flags(&head, &case)), expected, "{form}");
+        }
+    }
+    // Base32 in any case, with Crockford's look-alikes; leading zeros may be left out.
+    let lower = json(&["decode", "--format", "base32", "6y45hnz00000", "-o", "json"]);
+    assert_eq!(lower["ids"][0]["id"], "250096622069874688");
+}
+
+#[test]
+fn decode_refuses_a_text_that_is_not_an_id_in_its_format_with_exit_2_naming_each() {
+    let r = run(&[
+        "decode",
+        "--format",
+        "base32",
+        "06Y45HNU00000",
+        "8000000000000",
+        "1",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert_eq!(
+        r.stderr,
+        "error: \"06Y45HNU00000\" is not a base32 ID: 'U' (character 8) is not a base32 digit; \
+         the digits are Crockford's 0-9 and A-Z without I, L, O and U, in any case (I and L are \
+         read as 1, O as 0)\n\
+         error: \"8000000000000\" is not a base32 ID: its value is 2^63 or more, and the largest \
+         ID is 7ZZZZZZZZZZZZ\n"
+    );
+    // A decimal ID given as base62 is too long for it, not silently another number.
+    let r = run(&["decode", "--format", "base62", "250096622069874688"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("it has 18 characters, but base62 IDs have at most 11"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn an_unknown_format_is_a_usage_error_naming_the_flag_and_the_forms() {
+    for args in [
+        vec!["decode", "1", "--format", "hex"],
+        vec!["compose", "--time", "now", "--format", "Base32"],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("for '--format <FORM>'"),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr
+                .contains("[possible values: decimal, base32, base62]"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn compose_prints_the_bounds_in_the_format_asked_for_and_they_sort_like_the_ids() {
+    let times = [
+        "2025-03-04T05:06:07.089Z",
+        "2025-03-04T05:06:07.090Z",
+        "2031-01-01T00:00:00Z",
+    ];
+    let decimal: Vec<Value> = times
+        .iter()
+        .map(|t| json(&["compose", "--time", t, "-o", "json"]))
+        .collect();
+    let value = |out: &Value, key: &str| out[key].as_str().unwrap().parse::<u64>().unwrap();
+    for form in [TextForm::Base32, TextForm::Base62] {
+        let mut bounds = Vec::new();
+        for (time, expected) in times.iter().zip(&decimal) {
+            let out = json(&[
+                "compose",
+                "--time",
+                time,
+                "--format",
+                form.name(),
+                "-o",
+                "json",
+            ]);
+            for key in ["min", "max"] {
+                assert_eq!(
+                    out[key],
+                    form.encode(value(expected, key)).as_str(),
+                    "{form} {key}"
+                );
+                bounds.push(out[key].as_str().unwrap().to_string());
+            }
+            assert_eq!(out["tick"], expected["tick"], "only the IDs change");
+        }
+        let mut sorted = bounds.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted, bounds,
+            "{form}: min(T1) <= max(T1) < min(T2) ... as text"
+        );
+        let table = run(&["compose", "--time", times[0], "--format", form.name()]);
+        let min = form.encode(value(&decimal[0], "min"));
+        assert!(
+            table.stdout.contains(&format!("MIN ID      {min}")),
+            "{}",
+            table.stdout
+        );
+    }
+}
+
+#[test]
+fn format_values_complete_through_kubectl() {
+    let r = complete_as_kubectl_does(&["decode", "1", "--format", "base"]);
+    let candidates: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    assert_eq!(candidates, ["base32", "base62", ":4"], "{}", r.stdout);
 }

@@ -272,6 +272,35 @@ async fn invalid_sequences_are_rejected_naming_the_field() -> Result<()> {
             expect: &["spec.epoch"],
         },
         Invalid {
+            case: "shardBits 4 without taking them from the timestamp",
+            spec: json!({ "layout": { "shardBits": 4 } }),
+            expect: &[
+                "spec.layout",
+                "+ shardBits must add up to totalBits (63)",
+                "add up to 67",
+            ],
+        },
+        Invalid {
+            case: "shardBits 11 (above 10)",
+            spec: json!({ "layout": { "timestampBits": 30, "shardBits": 11 } }),
+            expect: &["spec.layout.shardBits", "10"],
+        },
+        Invalid {
+            case: "shardBits and bitReversed together",
+            spec: json!({ "layout": { "timestampBits": 37, "shardBits": 4, "bitReversed": true } }),
+            expect: &["spec.layout", "choose one"],
+        },
+        Invalid {
+            case: "sequenceStart Rotating without sequence bits",
+            spec: json!({ "layout": { "timestampBits": 53, "sequenceBits": 0, "sequenceStart": "Rotating" } }),
+            expect: &["spec.layout", "sequenceBits above 0"],
+        },
+        Invalid {
+            case: "sequenceStart Random (not a start)",
+            spec: json!({ "layout": { "sequenceStart": "Random" } }),
+            expect: &["spec.layout.sequenceStart", "Rotating"],
+        },
+        Invalid {
             case: "totalBits 60",
             spec: json!({ "layout": { "timestampBits": 38, "datacenterBits": 0, "workerBits": 10, "sequenceBits": 12, "totalBits": 60 } }),
             expect: &["spec.layout.totalBits"],
@@ -345,6 +374,16 @@ async fn identity_fields_are_immutable() -> Result<()> {
             expect: &["spec.layout", "layout is immutable"],
         },
         Change {
+            case: "a key form turned on later (bit reversal)",
+            patch: json!({ "spec": { "layout": { "bitReversed": true } } }),
+            expect: &["spec.layout", "layout is immutable"],
+        },
+        Change {
+            case: "a key form turned on later (rotating sequence start)",
+            patch: json!({ "spec": { "layout": { "sequenceStart": "Rotating" } } }),
+            expect: &["spec.layout", "layout is immutable"],
+        },
+        Change {
             case: "epoch changed",
             patch: json!({ "spec": { "epoch": "2024-01-01T00:00:00Z" } }),
             expect: &["spec.epoch", "epoch is immutable"],
@@ -406,5 +445,41 @@ async fn identity_fields_are_immutable() -> Result<()> {
         "immutability is not enforced as expected:\n{}",
         failures.join("\n")
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_key_form_is_accepted_and_kept_as_written() -> Result<()> {
+    let cluster = cluster_with_crd().await;
+    let ns = cluster.namespace("crd-key-forms").await?;
+    let api = sequences(&ns);
+    let forms = [
+        ("sharded", json!({ "timestampBits": 37, "shardBits": 4 })),
+        ("reversed", json!({ "bitReversed": true })),
+        ("rotating", json!({ "sequenceStart": "Rotating" })),
+        (
+            "sharded-rotating-js",
+            json!({ "timestampBits": 33, "workerBits": 7, "sequenceBits": 10, "totalBits": 53, "shardBits": 3, "sequenceStart": "Rotating" }),
+        ),
+    ];
+    for (name, layout) in forms {
+        let created = api
+            .create(
+                &PostParams::default(),
+                &object(name, json!({ "layout": layout.clone() })),
+            )
+            .await?;
+        let stored = &created.data["spec"]["layout"];
+        for (field, value) in layout.as_object().expect("an object") {
+            assert_eq!(&stored[field], value, "{name}: {field} kept");
+        }
+        let spec: kubeflake_crds::IdSequenceSpec =
+            serde_json::from_value(created.data["spec"].clone())?;
+        let params = spec.params()?;
+        assert!(
+            !params.layout.is_time_ordered(),
+            "{name}: read back as a key form"
+        );
+    }
     Ok(())
 }

@@ -8,17 +8,19 @@ use serde::{Deserialize, Serialize};
 use crate::layout::{Layout, LayoutError, SequenceStart, Spread};
 
 /// Bits of each ID field, and how IDs are spread over a store's key space (docs/layouts.md).
-/// The fields (and any shard bits) must add up to `totalBits`.
+/// The fields (and any shard bits) must add up to `totalBits`. The key-form fields are left
+/// out when they have their defaults, so objects written before they existed read back
+/// unchanged; the rules test them with `has()` (the schema's default `layout` lacks them).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[x_kube(validation = Rule::new(
-    "self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits + self.shardBits == self.totalBits"
+    "self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits + (has(self.shardBits) ? self.shardBits : 0) == self.totalBits"
 ).message(Message::Expression(
-    "'timestampBits + datacenterBits + workerBits + sequenceBits + shardBits must add up to totalBits (%d), but they add up to %d; change one of them'.format([self.totalBits, self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits + self.shardBits])".into()
+    "'timestampBits + datacenterBits + workerBits + sequenceBits + shardBits must add up to totalBits (%d), but they add up to %d; change one of them'.format([self.totalBits, self.timestampBits + self.datacenterBits + self.workerBits + self.sequenceBits + (has(self.shardBits) ? self.shardBits : 0)])".into()
 )))]
-#[x_kube(validation = Rule::new("!(self.bitReversed && self.shardBits > 0)").message(
+#[x_kube(validation = Rule::new("!(has(self.bitReversed) && self.bitReversed && has(self.shardBits) && self.shardBits > 0)").message(
     "shardBits and bitReversed are two ways to spread IDs over a store's key space: choose one (docs/layouts.md)"
 ))]
-#[x_kube(validation = Rule::new("self.sequenceStart != 'Rotating' || self.sequenceBits > 0").message(
+#[x_kube(validation = Rule::new("!has(self.sequenceStart) || self.sequenceStart != 'Rotating' || self.sequenceBits > 0").message(
     "sequenceStart Rotating needs a sequence field: give sequenceBits above 0, or use sequenceStart Zero"
 ))]
 #[serde(rename_all = "camelCase")]

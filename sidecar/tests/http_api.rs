@@ -24,6 +24,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(IdSequenceSpec::default())
+    }
+
+    fn start_with(spec: IdSequenceSpec) -> Server {
         let clock = Arc::new(ManualClock::at_millis(NOW_MS));
         let state = tempfile::tempdir().unwrap();
         let config = StandaloneConfig {
@@ -32,7 +36,7 @@ impl Server {
             state_dir: state.path().to_path_buf(),
             worker_id: 5,
             sequence_name: "http-test".into(),
-            sequence: IdSequenceSpec::default().params().unwrap(),
+            sequence: spec.params().unwrap(),
             max_batch: 10_000,
             fence_ahead: Duration::from_millis(1000),
             drain: Duration::from_secs(5),
@@ -71,6 +75,63 @@ impl Drop for Server {
             let _ = t.join();
         }
     }
+}
+
+#[test]
+fn decode_of_a_sharded_id_names_its_shard_and_key_and_refuses_a_mistyped_one() {
+    let mut spec = IdSequenceSpec::default();
+    spec.layout.timestamp_bits = 37;
+    spec.layout.shard_bits = 4;
+    spec.layout.sequence_start = kubeflake_crds::sequence::SequenceStartSpec::Rotating;
+    let layout = spec.params().unwrap().layout;
+    let s = Server::start_with(spec);
+    let id: u64 = get(s.addr, "/id").body.trim().parse().expect("decimal ID");
+    let decoded = get(s.addr, &format!("/decode/{id}")).json();
+    assert_eq!(decoded["worker"], 5);
+    assert_eq!(decoded["time"], "2027-01-15T08:00:00.000Z");
+    assert_eq!(decoded["shard"], id >> 59, "the top 4 of 63 bits");
+    assert_eq!(decoded["key"], (id & ((1 << 59) - 1)).to_string());
+    let parts = layout.decode(kubeflake_crds::Id::new(id).unwrap()).unwrap();
+    assert_eq!(decoded["sequence"], parts.sequence);
+    // The same ID with another shard: not an ID of this sequence.
+    let mistyped = id ^ (1 << 59);
+    let refused = get(s.addr, &format!("/decode/{mistyped}"));
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("copied whole"), "{}", refused.body);
+    let refused = get(s.addr, &format!("/id?after={mistyped}"));
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("shard"), "{}", refused.body);
+}
+
+#[test]
+fn rule12_after_answers_later_in_the_sequence_order_for_bit_reversed_ids() {
+    let mut spec = IdSequenceSpec::default();
+    spec.layout.bit_reversed = true;
+    let layout = spec.params().unwrap().layout;
+    let s = Server::start_with(spec);
+    let order = |id: u64| {
+        let p = layout.decode(kubeflake_crds::Id::new(id).unwrap()).unwrap();
+        (p.tick, p.slot, p.sequence)
+    };
+    // An ID a later tick from a larger worker than this sidecar's 5.
+    let ahead = layout
+        .encode(kubeflake_crds::IdParts {
+            tick: kubeflake_crds::Tick(
+                order(get(s.addr, "/id").body.trim().parse().unwrap()).0.0 + 3,
+            ),
+            datacenter: kubeflake_crds::DatacenterId(0),
+            slot: kubeflake_crds::Slot(9),
+            sequence: 7,
+        })
+        .unwrap()
+        .get();
+    s.clock.advance_millis(10);
+    let answer: u64 = get(s.addr, &format!("/id?after={ahead}"))
+        .body
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(order(answer) > order(ahead), "{answer} after {ahead}");
 }
 
 #[test]

@@ -335,20 +335,32 @@ impl Api {
             })?,
             compact => parse_compact(raw, compact)?,
         };
-        let parts = Id::new(parsed)
-            .and_then(|id| config.layout.decode(id))
+        let id = Id::new(parsed).map_err(|e| HttpError::BadRequest(e.to_string()))?;
+        let layout = &config.layout;
+        let parts = layout
+            .decode(id)
             .map_err(|e| HttpError::BadRequest(e.to_string()))?;
-        Ok(json_reply(
-            StatusCode::OK,
-            json!({
-                "id": parsed.to_string(),
-                "time": rfc3339(config.timebase.start_of(parts.tick)),
-                "tick": parts.tick.0,
-                "datacenter": parts.datacenter.0,
-                "worker": parts.slot.0,
-                "sequence": parts.sequence,
-            }),
-        ))
+        let mut fields = json!({
+            "id": parsed.to_string(),
+            "time": rfc3339(config.timebase.start_of(parts.tick)),
+            "tick": parts.tick.0,
+            "datacenter": parts.datacenter.0,
+            "worker": parts.slot.0,
+            "sequence": parts.sequence,
+        });
+        // Key forms (docs/layouts.md): the shard, and the time-ordered key the ID stores.
+        if !layout.is_time_ordered() {
+            fields["key"] = json!(
+                layout
+                    .time_ordered_value(id)
+                    .map_err(|e| HttpError::BadRequest(e.to_string()))?
+                    .to_string()
+            );
+        }
+        if let Some(shard) = layout.shard(id) {
+            fields["shard"] = json!(shard);
+        }
+        Ok(json_reply(StatusCode::OK, fields))
     }
 
     /// 200 when a value can be issued now; else 503 with the reason. Both name the phase,

@@ -6,6 +6,7 @@
 //! exact bound for a table shared by several datacenters too.
 
 use chrono::{DateTime, Utc};
+use kubeflake_crds::layout::Spread;
 use kubeflake_crds::timebase::rfc3339;
 use kubeflake_crds::{Id, TextForm, Tick};
 use serde::Serialize;
@@ -26,31 +27,73 @@ pub struct ComposeReport {
     pub tick_start: String,
     /// First instant of the next tick (exclusive end).
     pub tick_end: String,
+    /// The tick's smallest and largest ID, where a tick's IDs are one range (the
+    /// time-ordered layouts, a rotating sequence start included; docs/layouts.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    /// Layouts with shard bits: the tick's range of IDs in each shard.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardRange>,
+    /// Layouts with a key form: the range of the time-ordered key (`/decode`'s `key`, the
+    /// SQL functions' `_key(id)`), the one range every key form has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_key: Option<String>,
+}
+
+/// One shard's IDs of a tick.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardRange {
+    pub shard: u32,
     pub min: String,
     pub max: String,
 }
 
 impl Report for ComposeReport {
     fn table(&self) -> String {
-        fields(&[
+        let mut rows = vec![
             ("TIME", self.time.clone()),
             ("TICK", self.tick.to_string()),
             (
                 "TICK SPAN",
                 format!("{} .. {} (end exclusive)", self.tick_start, self.tick_end),
             ),
-            ("MIN ID", self.min.clone()),
-            ("MAX ID", self.max.clone()),
-        ])
+            (
+                "MIN ID",
+                self.min.clone().unwrap_or_else(|| NO_RANGE.to_string()),
+            ),
+            (
+                "MAX ID",
+                self.max.clone().unwrap_or_else(|| NO_RANGE.to_string()),
+            ),
+        ];
+        for r in &self.shards {
+            rows.push(("SHARD", format!("{}: {} .. {}", r.shard, r.min, r.max)));
+        }
+        if let (Some(lo), Some(hi)) = (&self.min_key, &self.max_key) {
+            rows.push(("KEY RANGE", format!("{lo} .. {hi}")));
+        }
+        fields(&rows)
     }
 }
+
+/// What the table shows where a key form has no single ID range for a tick.
+const NO_RANGE: &str = "- (no single range in this key form: see SHARD or KEY RANGE)";
 
 impl ComposeReport {
     /// The report with `min` and `max` written in `form` (`--format`), for keys stored as
     /// base32 or base62 text: those forms sort byte by byte like the IDs, so the bounds
     /// still select the tick's rows.
     pub fn in_form(mut self, form: TextForm) -> ComposeReport {
-        for id in [&mut self.min, &mut self.max] {
+        let ids = [&mut self.min, &mut self.max].into_iter().flatten().chain(
+            self.shards
+                .iter_mut()
+                .flat_map(|r| [&mut r.min, &mut r.max]),
+        );
+        for id in ids {
             if let Ok(value) = TextForm::Decimal.parse(id) {
                 *id = form.encode(value);
             }
@@ -100,15 +143,41 @@ pub fn compose(unix_ms: i64, source: &Resolved) -> Result<ComposeReport, CliErro
     if tick > layout.max_tick() {
         return Err(beyond());
     }
-    let (min, max): (Id, Id) = layout.id_range_of_tick(tick).map_err(|_| beyond())?;
+    let range: Option<(Id, Id)> = match layout.spread() {
+        Spread::TimeOrdered => Some(layout.id_range_of_tick(tick).map_err(|_| beyond())?),
+        Spread::ShardBits { .. } | Spread::BitReversed => None,
+    };
+    let shards = match layout.spread() {
+        Spread::ShardBits { bits } => (0..1u32 << bits)
+            .map(|shard| {
+                let (min, max) = layout
+                    .shard_range_of_tick(tick, shard)
+                    .map_err(|_| beyond())?;
+                Ok(ShardRange {
+                    shard,
+                    min: min.to_string(),
+                    max: max.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, CliError>>()?,
+        Spread::TimeOrdered | Spread::BitReversed => Vec::new(),
+    };
+    let keys = if layout.is_time_ordered() {
+        None
+    } else {
+        Some(layout.value_range_of_tick(tick).map_err(|_| beyond())?)
+    };
     Ok(ComposeReport {
         layout: source.view(),
         time: shown,
         tick: tick.0,
         tick_start: rfc3339(timebase.start_of(tick)),
         tick_end: rfc3339(timebase.start_of(Tick(tick.0 + 1))),
-        min: min.to_string(),
-        max: max.to_string(),
+        min: range.map(|(min, _)| min.to_string()),
+        max: range.map(|(_, max)| max.to_string()),
+        shards,
+        min_key: keys.map(|(lo, _)| lo.to_string()),
+        max_key: keys.map(|(_, hi)| hi.to_string()),
     })
 }
 
@@ -131,14 +200,14 @@ mod tests {
         assert_eq!(r.tick, 1500);
         let layout = source.params.layout;
         let min = layout
-            .decode(Id::new(r.min.parse().unwrap()).unwrap())
+            .decode(Id::new(r.min.as_deref().unwrap().parse().unwrap()).unwrap())
             .unwrap();
         let max = layout
-            .decode(Id::new(r.max.parse().unwrap()).unwrap())
+            .decode(Id::new(r.max.as_deref().unwrap().parse().unwrap()).unwrap())
             .unwrap();
         assert_eq!((min.tick.0, min.slot.0, min.sequence), (1500, 0, 0));
         assert_eq!((max.tick.0, max.slot.0, max.sequence), (1500, 1023, 4095));
-        let prev: u64 = r.min.parse::<u64>().unwrap() - 1;
+        let prev: u64 = r.min.as_deref().unwrap().parse::<u64>().unwrap() - 1;
         assert_eq!(layout.decode(Id::new(prev).unwrap()).unwrap().tick.0, 1499);
     }
 
@@ -166,5 +235,66 @@ mod tests {
             parse_time("yesterday"),
             Err(CliError::NotATime { .. })
         ));
+    }
+
+    fn with_layout(edit: impl FnOnce(&mut kubeflake_crds::sequence::LayoutSpec)) -> Resolved {
+        let mut spec = kubeflake_crds::IdSequenceSpec::default();
+        edit(&mut spec.layout);
+        Resolved {
+            name: "test".into(),
+            params: spec.params().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_sharded_layout_has_one_range_per_shard_and_a_key_range_but_no_single_id_range() {
+        let source = with_layout(|l| {
+            l.timestamp_bits = 38;
+            l.shard_bits = 3;
+        });
+        let layout = source.params.layout;
+        let r = compose(parse_time("2025-01-01T00:00:01.500Z").unwrap(), &source).unwrap();
+        assert_eq!((r.min.as_deref(), r.max.as_deref()), (None, None));
+        assert_eq!(r.shards.len(), 8);
+        for (slot, seq) in [(0, 0), (17, 3), (1023, 4095)] {
+            let id = layout
+                .encode(kubeflake_crds::IdParts {
+                    tick: Tick(1500),
+                    datacenter: kubeflake_crds::DatacenterId(0),
+                    slot: kubeflake_crds::Slot(slot),
+                    sequence: seq,
+                })
+                .unwrap();
+            let range = &r.shards[layout.shard(id).unwrap() as usize];
+            let (lo, hi): (u64, u64) = (range.min.parse().unwrap(), range.max.parse().unwrap());
+            assert!(
+                lo <= id.get() && id.get() <= hi,
+                "{id} in its shard's range"
+            );
+            let key = layout.time_ordered_value(id).unwrap();
+            let (klo, khi): (u64, u64) = (
+                r.min_key.as_deref().unwrap().parse().unwrap(),
+                r.max_key.as_deref().unwrap().parse().unwrap(),
+            );
+            assert!(klo <= key && key <= khi);
+        }
+        assert!(r.table().contains("KEY RANGE"), "{}", r.table());
+    }
+
+    #[test]
+    fn a_bit_reversed_layout_has_only_a_key_range_and_a_rotating_one_keeps_its_id_range() {
+        let reversed = with_layout(|l| l.bit_reversed = true);
+        let r = compose(parse_time("2025-01-01T00:00:01.500Z").unwrap(), &reversed).unwrap();
+        assert!(r.min.is_none() && r.shards.is_empty() && r.min_key.is_some());
+        assert!(r.table().contains("no single range"), "{}", r.table());
+        let rotating = with_layout(|l| {
+            l.sequence_start = kubeflake_crds::sequence::SequenceStartSpec::Rotating
+        });
+        let r = compose(parse_time("2025-01-01T00:00:01.500Z").unwrap(), &rotating).unwrap();
+        assert_eq!(
+            r.min, r.min_key,
+            "the rotating start keeps the tick's ID range"
+        );
+        assert!(r.min.is_some());
     }
 }

@@ -6,7 +6,7 @@
 //! answer: one bad ID fails the command (exit 2) naming each bad argument.
 
 use kubeflake_crds::timebase::rfc3339;
-use kubeflake_crds::{Id, Layout, TextForm};
+use kubeflake_crds::{Id, Layout, LayoutError, TextForm};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -24,10 +24,25 @@ pub struct Decoded {
     pub datacenter: u32,
     pub worker: u32,
     pub sequence: u32,
-    /// Whether this ID is greater than the one before it on the command line (an answer
-    /// to `after=<previous>` always is); absent for the first.
+    /// Layouts with a key form (docs/layouts.md): the time-ordered key the ID stores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Layouts with shard bits: the shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// Whether this ID comes after the one before it on the command line in the sequence's
+    /// order (tick, datacenter and worker, sequence: for time-ordered layouts, simply a
+    /// greater number), as an answer to `after=<previous>` always does; absent for the
+    /// first.
     #[serde(rename = "abovePrevious", skip_serializing_if = "Option::is_none")]
     pub above_previous: Option<bool>,
+}
+
+impl Decoded {
+    /// The ID's place in the sequence's order.
+    fn order(&self) -> (u64, u32, u32, u32) {
+        (self.tick, self.datacenter, self.worker, self.sequence)
+    }
 }
 
 /// What `decode` prints.
@@ -117,15 +132,26 @@ fn collect_all<T>(
 
 fn decode_one(id: Id, source: &Resolved) -> Result<Decoded, CliError> {
     let layout: &Layout = &source.params.layout;
-    let parts = layout.decode(id).map_err(|_| CliError::IdOutsideLayout {
-        id: id.get(),
-        source_name: source.name.clone(),
-        total_bits: layout.total_bits(),
-        max_id: layout
-            .id_range_of_tick(layout.max_tick())
-            .map_or_else(|e| e.to_string(), |(_, max)| max.to_string()),
+    let parts = layout.decode(id).map_err(|e| match e {
+        LayoutError::IdOutOfRange { .. } => CliError::IdOutsideLayout {
+            id: id.get(),
+            source_name: source.name.clone(),
+            total_bits: layout.total_bits(),
+            max_id: ((1u64 << layout.total_bits()) - 1).to_string(),
+        },
+        other => CliError::IdNotOfSequence {
+            id: id.get(),
+            source_name: source.name.clone(),
+            reason: other.to_string(),
+        },
     })?;
+    let key = (!layout.is_time_ordered())
+        .then(|| layout.time_ordered_value(id).ok())
+        .flatten()
+        .map(|k| k.to_string());
     Ok(Decoded {
+        key,
+        shard: layout.shard(id),
         id: id.to_string(),
         time: rfc3339(source.params.timebase.start_of(parts.tick)),
         tick: parts.tick.0,
@@ -139,7 +165,8 @@ fn decode_one(id: Id, source: &Resolved) -> Result<Decoded, CliError> {
 /// Decodes every ID, or fails with the errors of all that do not fit the layout.
 pub fn decode(ids: &[Id], source: &Resolved) -> Result<DecodeReport, Vec<CliError>> {
     let mut decoded = collect_all(ids.iter().map(|id| decode_one(*id, source)))?;
-    for (d, pair) in decoded.iter_mut().skip(1).zip(ids.windows(2)) {
+    let orders: Vec<_> = decoded.iter().map(Decoded::order).collect();
+    for (d, pair) in decoded.iter_mut().skip(1).zip(orders.windows(2)) {
         d.above_previous = Some(pair[1] > pair[0]);
     }
     Ok(DecodeReport {
@@ -308,6 +335,41 @@ mod tests {
             err.to_string()
                 .contains("it has 18 characters, but base62 IDs have at most 11"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn above_previous_follows_the_sequence_order_and_a_mistyped_shard_is_refused() {
+        let mut spec = kubeflake_crds::IdSequenceSpec::default();
+        spec.layout.timestamp_bits = 37;
+        spec.layout.shard_bits = 4;
+        let source = Resolved {
+            name: "test".into(),
+            params: spec.params().unwrap(),
+        };
+        let layout = source.params.layout;
+        let at = |tick, sequence| {
+            layout
+                .encode(IdParts {
+                    tick: Tick(tick),
+                    datacenter: DatacenterId(0),
+                    slot: Slot(3),
+                    sequence,
+                })
+                .unwrap()
+        };
+        let ids = [at(100, 0), at(100, 1), at(101, 0), at(100, 5)];
+        let report = decode(&ids, &source).unwrap();
+        let above: Vec<_> = report.ids.iter().map(|d| d.above_previous).collect();
+        assert_eq!(above, [None, Some(true), Some(true), Some(false)]);
+        assert_eq!(report.ids[0].shard, layout.shard(ids[0]));
+        assert!(report.ids[0].key.is_some());
+        let mistyped = Id::new(ids[0].get() ^ (1 << 59)).unwrap();
+        let errors = decode(&[mistyped], &source).unwrap_err();
+        assert!(
+            matches!(&errors[0], CliError::IdNotOfSequence { reason, .. } if reason.contains("shard")),
+            "{:?}",
+            errors
         );
     }
 }

@@ -48,6 +48,12 @@ pub enum CliError {
         total_bits: u32,
         max_id: String,
     },
+    #[error("ID {id} is not an ID of {source_name}: {reason}")]
+    IdNotOfSequence {
+        id: u64,
+        source_name: String,
+        reason: String,
+    },
     #[error("--time {text:?} is not an RFC 3339 time such as 2025-06-01T12:00:00Z (or \"now\")")]
     NotATime { text: String },
     #[error("{time} is before the epoch {epoch} of {source_name}: no ID carries it")]
@@ -114,6 +120,7 @@ impl CliError {
             | CliError::IdAboveLargest { .. }
             | CliError::NotATextId(_)
             | CliError::IdOutsideLayout { .. }
+            | CliError::IdNotOfSequence { .. }
             | CliError::NotATime { .. }
             | CliError::TimeBeforeEpoch { .. }
             | CliError::TimeBeyondLayout { .. }

@@ -91,12 +91,9 @@ pub fn plan(source: &Resolved, replicas: Option<u64>, now_unix_ms: i64) -> PlanR
     let per_worker = p.timebase.ids_per_second_per_worker(&p.layout);
     let exhausts_ms = p.timebase.exhausts_at_ms(&p.layout);
     let years_left = (exhausts_ms as f64 - now_unix_ms as f64) / MS_PER_YEAR;
-    // The largest ID is the top of the range of the last tick (that call cannot fail for
-    // max_tick; its error text would show if it ever did).
-    let max_id = p
-        .layout
-        .id_range_of_tick(p.layout.max_tick())
-        .map_or_else(|e| e.to_string(), |(_, max)| max.to_string());
+    // Every ID is below 2^totalBits; time-ordered layouts reach that bound in their last
+    // tick, key forms (docs/layouts.md) stay below it.
+    let max_id = ((1u64 << p.layout.total_bits()) - 1).to_string();
     let mut warnings = Vec::new();
     if let Some(n) = replicas {
         if n > workers {

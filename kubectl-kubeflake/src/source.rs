@@ -10,6 +10,7 @@ use std::io::Read;
 use std::path::Path;
 
 use kubeflake_crds::LayoutError;
+use kubeflake_crds::layout::{SequenceStart, Spread};
 use kubeflake_crds::sequence::{IdSequenceSpec, Mode, SequenceParams, SpecError};
 use kubeflake_crds::timebase::{EpochError, rfc3339};
 use serde::Serialize;
@@ -39,6 +40,21 @@ pub struct LayoutView {
     pub time_unit: &'static str,
     pub epoch: String,
     pub datacenter_id: u32,
+    /// The key form (docs/layouts.md); absent for the default, time-ordered form.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub shard_bits: u8,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub bit_reversed: bool,
+    #[serde(skip_serializing_if = "is_zero_start")]
+    pub sequence_start: &'static str,
+}
+
+fn is_zero(v: &u8) -> bool {
+    *v == 0
+}
+
+fn is_zero_start(v: &&'static str) -> bool {
+    *v == SequenceStart::Zero.name()
 }
 
 impl Resolved {
@@ -54,6 +70,9 @@ impl Resolved {
             time_unit: p.timebase.unit().as_str(),
             epoch: rfc3339(p.timebase.epoch_unix_ms()),
             datacenter_id: p.datacenter.0,
+            shard_bits: p.layout.spread().shard_bits(),
+            bit_reversed: p.layout.spread() == Spread::BitReversed,
+            sequence_start: p.layout.sequence_start().name(),
         }
     }
 }

@@ -133,13 +133,52 @@ fn holder_index(sidecars: &[Option<Sidecar>], except: &[usize]) -> usize {
         .expect("a serving sidecar")
 }
 
+/// The suites of this binary run one after another: each restarts the API server.
+static ONE_SUITE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_suite_issues_no_duplicate_and_no_out_of_order_id() -> Result<()> {
+    let _one = ONE_SUITE_AT_A_TIME.lock().await;
+    suite(
+        "faults",
+        json!({"timestampBits": 49, "workerBits": 2, "sequenceBits": 12}),
+    )
+    .await
+}
+
+/// Issue 25: the key forms (docs/layouts.md) change only how the fields are stored, so the
+/// same schedule must find no duplicate; order is checked in the sequence's order (tick,
+/// then issue order, from `decode`), since the raw numbers no longer grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_suite_with_shard_bits_and_a_rotating_start_issues_no_duplicate()
+-> Result<()> {
+    let _one = ONE_SUITE_AT_A_TIME.lock().await;
+    suite(
+        "faults-sharded",
+        json!({"timestampBits": 45, "workerBits": 2, "sequenceBits": 12, "shardBits": 4,
+               "sequenceStart": "Rotating"}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_suite_with_bit_reversed_ids_issues_no_duplicate() -> Result<()> {
+    let _one = ONE_SUITE_AT_A_TIME.lock().await;
+    suite(
+        "faults-reversed",
+        json!({"timestampBits": 49, "workerBits": 2, "sequenceBits": 12, "bitReversed": true}),
+    )
+    .await
+}
+
+/// One pass of the schedule (or several in full mode) on a sequence with `layout`, in
+/// namespace `namespace`.
+async fn suite(namespace: &str, layout: serde_json::Value) -> Result<()> {
     let full = std::env::var("KUBEFLAKE_FAULTS").is_ok_and(|v| v == "full");
     let target_ids: usize = if full { 5_000_000 } else { 0 };
     let cluster = Cluster::shared();
     install_crd(cluster).await?;
-    let ns = cluster.namespace("faults").await?;
+    let ns = cluster.namespace(namespace).await?;
     accounts(&ns).await?;
     // No exempt group: a cluster admin's write to a slot Lease is refused too.
     enforce_policy(cluster, &ns.name, OPERATOR_ACCOUNT, &[], OUTSIDER_ACCOUNT).await?;
@@ -157,7 +196,7 @@ async fn fault_injection_suite_issues_no_duplicate_and_no_out_of_order_id() -> R
     )?;
     let operator = Operator::start_as(cluster, &ns.name, "a", &operator_kubeconfig)?;
     // Scarce slots (4 for 6 sidecars), short leases so that reclaims happen within the run.
-    let spec = json!({"layout": {"timestampBits": 49, "workerBits": 2, "sequenceBits": 12},
+    let spec = json!({"layout": layout,
                       "lease": {"durationSeconds": 15}, "clock": {"maxDriftMillis": 2000}});
     let seq = create_sequence(&ns, SEQUENCE, spec).await?;
     let layout = seq.spec.params()?.layout;

@@ -350,7 +350,8 @@ pub struct Report {
 }
 
 /// Checks every ID collected: unique across all sidecars; strictly increasing per worker
-/// within each connection; worker field one of the slots the pod held.
+/// (in the sequence's order: tick, then issue order) within each connection; worker field
+/// one of the slots the pod held.
 pub fn check(
     layout: &Layout,
     collected: &[(String, String, Collected)],
@@ -361,22 +362,24 @@ pub fn check(
     for (pod, uid, data) in collected {
         let mut count = 0;
         for segment in &data.segments {
-            let mut last_per_worker: HashMap<u32, u64> = HashMap::new();
+            // The sequence's order: tick, then issue order (the raw numbers for
+            // time-ordered layouts; not for key forms, docs/layouts.md).
+            let mut last_per_worker: HashMap<u32, (u64, u32)> = HashMap::new();
             for &id in segment {
                 count += 1;
                 if !seen.insert(id) {
                     report.duplicates += 1;
                 }
-                let worker = layout
+                let parts = layout
                     .decode(Id::new(id).expect("63-bit ID"))
-                    .expect("fits the layout")
-                    .slot
-                    .0;
+                    .expect("fits the layout");
+                let worker = parts.slot.0;
                 if !slots_held.get(uid).is_some_and(|s| s.contains(&worker)) {
                     report.wrong_worker += 1;
                 }
-                if let Some(prev) = last_per_worker.insert(worker, id)
-                    && id <= prev
+                let order = (parts.tick.0, parts.sequence);
+                if let Some(prev) = last_per_worker.insert(worker, order)
+                    && order <= prev
                 {
                     report.order_violations += 1;
                 }

@@ -57,6 +57,10 @@ pub enum Command {
     /// pods waiting for a slot.
     #[command(after_help = EXIT_CODES_HELP)]
     Slots(SlotsArgs),
+    /// SQL functions that decode IDs and bound them by time (docs/sql.md): PostgreSQL and
+    /// MySQL/MariaDB functions, or for SQLite a view and range queries over one table.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Sql(SqlArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
         #[arg(value_enum)]
@@ -123,6 +127,40 @@ pub struct SlotsArgs {
 /// `--format`: one of [`TextForm::names`], listed in `--help`, completions and errors.
 fn text_form() -> impl TypedValueParser<Value = TextForm> {
     PossibleValuesParser::new(TextForm::names()).try_map(|name| name.parse::<TextForm>())
+}
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// The database: postgresql, mysql (also for MariaDB) or sqlite.
+    #[arg(long, value_enum)]
+    pub dialect: Dialect,
+    /// Start of every function name (lowercase letters, digits, _): `kf` gives kf_time(id),
+    /// kf_min_id(t), ... Use one per sequence when a database holds IDs of several.
+    #[arg(long, value_name = "NAME", default_value = "kf", value_parser = crate::sql_name::prefix)]
+    pub prefix: String,
+    /// SQLite only (required there): the table whose IDs the view decodes and the range
+    /// queries select from.
+    #[arg(long, value_name = "NAME", required_if_eq("dialect", "sqlite"), value_parser = crate::sql_name::identifier)]
+    pub table: Option<String>,
+    /// SQLite only (required there): the ID column of --table.
+    #[arg(long, value_name = "NAME", required_if_eq("dialect", "sqlite"), value_parser = crate::sql_name::identifier)]
+    pub column: Option<String>,
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// The SQL dialects `sql` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dialect {
+    /// PostgreSQL 14 or later: IMMUTABLE SQL functions.
+    Postgresql,
+    /// MySQL 8 or MariaDB 10.5 or later: DETERMINISTIC stored functions.
+    #[value(alias = "mariadb")]
+    Mysql,
+    /// SQLite 3.31 or later (no stored functions): a view and range queries.
+    Sqlite,
 }
 
 /// Where the cluster is: kubeconfig, context and namespace (kubectl's defaults otherwise).

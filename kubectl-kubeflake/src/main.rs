@@ -4,7 +4,8 @@
 //! - [`cli`]: commands and flags; [`error`]: failures and their exit codes;
 //! - [`source`]: the layout from flags, a manifest or the cluster; [`cluster`]: the client;
 //! - [`decode`], [`compose`], [`plan`], [`slots`]: one module per command, each building a
-//!   serializable report that [`output`] renders as a table, json or yaml.
+//!   serializable report that [`output`] renders as a table, json or yaml;
+//! - [`sql`]: SQL text for a sequence's layout ([`sql_name`] checks the names it writes).
 
 mod cli;
 mod cluster;
@@ -16,6 +17,8 @@ mod output;
 mod plan;
 mod slots;
 mod source;
+mod sql;
+mod sql_name;
 
 use std::io::Write;
 
@@ -42,6 +45,13 @@ fn main() {
     }
     // Usage errors exit 2 here (clap's convention, which the documented codes follow).
     let cli = Cli::parse();
+    if let Command::Sql(args) = &cli.command
+        && let Err(e) = sql::check_flags(args, cli.output)
+    {
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit();
+    }
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -123,6 +133,13 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
             let report = slots::fetch(args, now_unix_ms()).await.map_err(one)?;
             print(cli, &report).map_err(one)?;
             warn(&report.warnings);
+        }
+        Command::Sql(args) => {
+            let source = source::resolve(&args.layout, &args.cluster)
+                .await
+                .map_err(one)?;
+            let text = sql::generate(args, &source, &sql::command_line());
+            write_stdout(text.as_bytes()).map_err(one)?;
         }
         Command::Completion { shell } => {
             write_stdout(completion_script(*shell).as_bytes()).map_err(one)?;

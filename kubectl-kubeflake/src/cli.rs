@@ -213,10 +213,28 @@ pub struct LayoutArgs {
     /// The datacenter field of the sequence [default: 0]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub datacenter_id: Option<i64>,
+    /// Key form: shard bits on top of each ID (1-10, taken from the total; docs/layouts.md)
+    #[arg(long, value_name = "BITS", allow_negative_numbers = true)]
+    pub shard_bits: Option<i32>,
+    /// Key form: IDs stored with their bits reversed (docs/layouts.md)
+    #[arg(long)]
+    pub bit_reversed: bool,
+    /// Key form: where each tick's sequence numbers start (docs/layouts.md) [default: zero]
+    #[arg(long, value_name = "START", value_enum)]
+    pub sequence_start: Option<SequenceStartArg>,
+}
+
+/// `--sequence-start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SequenceStartArg {
+    /// Every tick starts at 0 (the classic Snowflake).
+    Zero,
+    /// Every tick starts at an offset derived from the tick.
+    Rotating,
 }
 
 /// The flags that describe a layout directly (they conflict with --sequence and -f).
-const LAYOUT_FLAGS: [&str; 8] = [
+const LAYOUT_FLAGS: [&str; 11] = [
     "timestamp_bits",
     "datacenter_bits",
     "worker_bits",
@@ -225,6 +243,9 @@ const LAYOUT_FLAGS: [&str; 8] = [
     "time_unit",
     "epoch",
     "datacenter_id",
+    "shard_bits",
+    "bit_reversed",
+    "sequence_start",
 ];
 
 #[cfg(test)]

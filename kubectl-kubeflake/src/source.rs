@@ -11,11 +11,13 @@ use std::path::Path;
 
 use kubeflake_crds::LayoutError;
 use kubeflake_crds::layout::{SequenceStart, Spread};
-use kubeflake_crds::sequence::{IdSequenceSpec, Mode, SequenceParams, SpecError};
+use kubeflake_crds::sequence::{
+    IdSequenceSpec, Mode, SequenceParams, SequenceStartSpec, SpecError,
+};
 use kubeflake_crds::timebase::{EpochError, rfc3339};
 use serde::Serialize;
 
-use crate::cli::LayoutArgs;
+use crate::cli::{LayoutArgs, SequenceStartArg};
 use crate::cluster;
 use crate::error::CliError;
 
@@ -111,6 +113,7 @@ pub fn from_flags(args: &LayoutArgs) -> Result<Resolved, CliError> {
         spec.epoch = epoch.clone();
     }
     spec.datacenter_id = args.datacenter_id.unwrap_or(spec.datacenter_id);
+    key_form_from_flags(args, &mut spec);
     let params = spec
         .params()
         .map_err(|reason| CliError::BadLayoutFlags(in_flag_words(&spec, &reason)))?;
@@ -118,6 +121,19 @@ pub fn from_flags(args: &LayoutArgs) -> Result<Resolved, CliError> {
         name: "flags".to_string(),
         params,
     })
+}
+
+/// The key-form flags (docs/layouts.md) in `spec`.
+fn key_form_from_flags(args: &LayoutArgs, spec: &mut IdSequenceSpec) {
+    let layout = &mut spec.layout;
+    layout.shard_bits = args.shard_bits.unwrap_or(layout.shard_bits);
+    layout.bit_reversed |= args.bit_reversed;
+    if let Some(start) = args.sequence_start {
+        layout.sequence_start = match start {
+            SequenceStartArg::Zero => SequenceStartSpec::Zero,
+            SequenceStartArg::Rotating => SequenceStartSpec::Rotating,
+        };
+    }
 }
 
 /// The command-line flag that sets a layout field of the spec.
@@ -152,10 +168,19 @@ fn in_flag_words(spec: &IdSequenceSpec, reason: &SpecError) -> String {
         ),
         SpecError::Layout(LayoutError::BadSum { sum, total }) => format!(
             "--timestamp-bits {} + --datacenter-bits {} + --worker-bits {} + --sequence-bits {} \
-             add up to {sum}, but they must add up to --total-bits {total}; change one of them \
-             (flags not given take the defaults 41, 0, 10, 12 and 63)",
-            l.timestamp_bits, l.datacenter_bits, l.worker_bits, l.sequence_bits
+             + --shard-bits {} add up to {sum}, but they must add up to --total-bits {total}; \
+             change one of them (flags not given take the defaults 41, 0, 10, 12, 0 and 63)",
+            l.timestamp_bits, l.datacenter_bits, l.worker_bits, l.sequence_bits, l.shard_bits
         ),
+        SpecError::Layout(LayoutError::ShardBitsOutOfRange(bits)) => {
+            format!("--shard-bits is {bits}, but it must be between 1 and 10 (or left out)")
+        }
+        SpecError::Layout(LayoutError::TwoSpreads) => {
+            "--shard-bits and --bit-reversed are two ways to spread IDs: choose one".to_string()
+        }
+        SpecError::Layout(LayoutError::NothingToRotate) => {
+            "--sequence-start rotating needs --sequence-bits above 0".to_string()
+        }
         SpecError::Layout(LayoutError::FieldTooLarge { field, value, max }) => format!(
             "{} is {value}, but --datacenter-bits {} allows at most {max}; raise \
              --datacenter-bits or choose a smaller {}",

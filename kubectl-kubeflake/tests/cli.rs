@@ -1045,3 +1045,80 @@ fn format_values_complete_through_kubectl() {
         .collect();
     assert_eq!(candidates, ["base32", "base62", ":4"], "{}", r.stdout);
 }
+
+#[test]
+fn key_form_flags_give_compose_one_range_per_shard_and_errors_name_the_flags() {
+    let report = json(&[
+        "compose",
+        "--time",
+        "2025-01-01T00:00:01.500Z",
+        "--timestamp-bits",
+        "37",
+        "--shard-bits",
+        "4",
+        "--sequence-start",
+        "rotating",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        report["shards"].as_array().map(Vec::len),
+        Some(16),
+        "{report}"
+    );
+    assert_eq!(report["layout"]["shardBits"], 4);
+    assert_eq!(report["layout"]["sequenceStart"], "Rotating");
+    assert!(report.get("min").is_none(), "no single ID range: {report}");
+    let reversed = json(&[
+        "compose",
+        "--time",
+        "2025-01-01T00:00:01Z",
+        "--bit-reversed",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        reversed["minKey"].is_string() && reversed.get("min").is_none(),
+        "{reversed}"
+    );
+
+    for (args, names) in [
+        (
+            &["--shard-bits", "4"][..],
+            &["--shard-bits 4", "add up to 67"][..],
+        ),
+        (
+            &["--shard-bits", "11", "--timestamp-bits", "30"],
+            &["--shard-bits is 11"],
+        ),
+        (
+            &[
+                "--shard-bits",
+                "4",
+                "--timestamp-bits",
+                "37",
+                "--bit-reversed",
+            ],
+            &["--shard-bits and --bit-reversed"],
+        ),
+        (
+            &[
+                "--sequence-start",
+                "rotating",
+                "--sequence-bits",
+                "0",
+                "--timestamp-bits",
+                "53",
+            ],
+            &["--sequence-start rotating needs --sequence-bits"],
+        ),
+    ] {
+        let mut all = vec!["compose", "--time", "2025-01-01T00:00:01Z"];
+        all.extend_from_slice(args);
+        let r = run(&all);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        for name in names {
+            assert!(r.stderr.contains(name), "{args:?}: {}", r.stderr);
+        }
+    }
+}

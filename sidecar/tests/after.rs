@@ -4,60 +4,18 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::IdSequenceSpec;
 use kubeflake_crds::sequence::SegmentParams;
-use kubeflake_runtime::shutdown::{Shutdown, ShutdownToken};
 use kubeflake_sidecar::clock::ManualClock;
-use kubeflake_sidecar::standalone::{
-    SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig,
-};
-use support::{Answer, get};
+use kubeflake_sidecar::standalone::{SegmentStandaloneConfig, StandaloneConfig};
+use support::{Answer, InProcess, get, segment_in_process, snowflake_in_process};
 
 const NOW_MS: u64 = 1_800_000_000_000;
 
-/// A server on its own thread and runtime; stopped when dropped.
-struct Server {
-    addr: SocketAddr,
-    stop: Option<Shutdown>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.trigger("test over");
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve<F, Fut>(start: F) -> Server
-where
-    F: FnOnce(ShutdownToken, std::sync::mpsc::Sender<SocketAddr>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let stop = Shutdown::new();
-    let stopped = stop.token();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(start(stopped, addr_tx));
-    });
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("server starts");
-    Server {
-        addr,
-        stop: Some(stop),
-        thread: Some(thread),
-    }
-}
+type Server = InProcess;
 
 /// A standalone Snowflake sidecar (default layout, drift limit 2 s) with worker `worker`.
 fn snowflake(worker: u64, clock: Arc<ManualClock>, state: &std::path::Path) -> Server {
@@ -73,11 +31,7 @@ fn snowflake(worker: u64, clock: Arc<ManualClock>, state: &std::path::Path) -> S
         fence_ahead: Duration::from_secs(30),
         drain: Duration::from_secs(5),
     };
-    serve(move |stopped, addr_tx| async move {
-        let sidecar = Standalone::start(config, clock).await.unwrap();
-        addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-        sidecar.run(stopped).await.unwrap();
-    })
+    snowflake_in_process((), config, clock)
 }
 
 /// A standalone segment sidecar whose counter file is in `state`.
@@ -98,11 +52,7 @@ fn segment(state: &std::path::Path, block: u64) -> Server {
         max_batch: 10_000,
         drain: Duration::from_secs(5),
     };
-    serve(move |stopped, addr_tx| async move {
-        let sidecar = SegmentStandalone::start(config).await.unwrap();
-        addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-        sidecar.run(stopped).await.unwrap();
-    })
+    segment_in_process((), config)
 }
 
 fn values(answer: &Answer) -> Vec<u64> {

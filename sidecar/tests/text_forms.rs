@@ -11,56 +11,13 @@ use std::time::Duration;
 
 use kubeflake_crds::sequence::SegmentParams;
 use kubeflake_crds::{IdSequenceSpec, TextForm};
-use kubeflake_runtime::shutdown::{Shutdown, ShutdownToken};
 use kubeflake_sidecar::clock::ManualClock;
-use kubeflake_sidecar::standalone::{
-    SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig,
-};
-use support::{Answer, get, request};
+use kubeflake_sidecar::standalone::{SegmentStandaloneConfig, StandaloneConfig};
+use support::{Answer, InProcess, get, request, segment_in_process, snowflake_in_process};
 
 const NOW_MS: u64 = 1_800_000_000_000;
 
-/// A server on its own thread and runtime; stopped when dropped.
-struct Server {
-    addr: SocketAddr,
-    stop: Option<Shutdown>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _state: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.trigger("test over");
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve<F, Fut>(start: F, state: tempfile::TempDir) -> Server
-where
-    F: FnOnce(ShutdownToken, std::sync::mpsc::Sender<SocketAddr>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let stop = Shutdown::new();
-    let stopped = stop.token();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(start(stopped, addr_tx));
-    });
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("server starts");
-    Server {
-        addr,
-        stop: Some(stop),
-        thread: Some(thread),
-        _state: state,
-    }
-}
+type Server = InProcess<tempfile::TempDir>;
 
 /// A standalone Snowflake sidecar, worker 5, default layout.
 fn snowflake() -> Server {
@@ -77,14 +34,7 @@ fn snowflake() -> Server {
         drain: Duration::from_secs(5),
     };
     let clock = Arc::new(ManualClock::at_millis(NOW_MS));
-    serve(
-        move |stopped, addr_tx| async move {
-            let sidecar = Standalone::start(config, clock).await.unwrap();
-            addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-            sidecar.run(stopped).await.unwrap();
-        },
-        state,
-    )
+    snowflake_in_process(state, config, clock)
 }
 
 /// A standalone segment sidecar whose counter starts at `start`.
@@ -106,14 +56,7 @@ fn segment(start: u64) -> Server {
         max_batch: 10_000,
         drain: Duration::from_secs(5),
     };
-    serve(
-        move |stopped, addr_tx| async move {
-            let sidecar = SegmentStandalone::start(config).await.unwrap();
-            addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-            sidecar.run(stopped).await.unwrap();
-        },
-        state,
-    )
+    segment_in_process(state, config)
 }
 
 fn json_get(addr: SocketAddr, target: &str) -> Answer {

@@ -199,3 +199,82 @@ pub fn write_file(dir: &Path, name: &str, body: &str) -> String {
     std::fs::write(&path, body).expect("write test file");
     path.to_string_lossy().into_owned()
 }
+
+/// A sidecar served in-process on its own thread and runtime; stopped when dropped. Keeps
+/// whatever must live as long as it (`keep`: a state directory, say).
+pub struct InProcess<K = ()> {
+    pub addr: SocketAddr,
+    stop: Option<kubeflake_runtime::shutdown::Shutdown>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _keep: K,
+}
+
+impl<K> Drop for InProcess<K> {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.trigger("test over");
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `start` (which sends its bound address, then serves until the token fires) on a new
+/// thread and runtime, and waits for the address.
+pub fn serve_in_process<K, F, Fut>(keep: K, start: F) -> InProcess<K>
+where
+    F: FnOnce(
+            kubeflake_runtime::shutdown::ShutdownToken,
+            std::sync::mpsc::Sender<SocketAddr>,
+        ) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let stop = kubeflake_runtime::shutdown::Shutdown::new();
+    let stopped = stop.token();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(start(stopped, addr_tx));
+    });
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server starts");
+    InProcess {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+        _keep: keep,
+    }
+}
+
+/// A standalone Snowflake sidecar in process, on `clock`.
+pub fn snowflake_in_process<K>(
+    keep: K,
+    config: kubeflake_sidecar::standalone::StandaloneConfig,
+    clock: std::sync::Arc<kubeflake_sidecar::clock::ManualClock>,
+) -> InProcess<K> {
+    serve_in_process(keep, move |stopped, addr_tx| async move {
+        let sidecar = kubeflake_sidecar::standalone::Standalone::start(config, clock)
+            .await
+            .unwrap();
+        addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
+        sidecar.run(stopped).await.unwrap();
+    })
+}
+
+/// A standalone segment sidecar in process.
+pub fn segment_in_process<K>(
+    keep: K,
+    config: kubeflake_sidecar::standalone::SegmentStandaloneConfig,
+) -> InProcess<K> {
+    serve_in_process(keep, move |stopped, addr_tx| async move {
+        let sidecar = kubeflake_sidecar::standalone::SegmentStandalone::start(config)
+            .await
+            .unwrap();
+        addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
+        sidecar.run(stopped).await.unwrap();
+    })
+}

@@ -11,9 +11,10 @@
 //! bounds must decode to the ID's time and hold the ID. Then the edges of the layout's time
 //! (before the epoch, its last tick, after it, a shard that does not exist), range queries
 //! over windows of time (each must select exactly the IDs of its ticks), and the recipes of
-//! docs/sql.md: PostgreSQL partitions bounded by the functions and expression indexes on
-//! them, MariaDB partitions bounded by them through a prepared statement, and SQLite's
-//! printed view, queries and index (its query plans must search, not scan).
+//! docs/sql.md: PostgreSQL partitions bounded by the functions (a query of one tick pruned
+//! to its partition) and the index each range query can use, MariaDB partitions bounded by
+//! them through a prepared statement (pruned, read by primary key), and SQLite's printed
+//! view, queries and index (its query plans must search, not scan).
 //!
 //! A database binary that is missing fails the test (scripts/install-deps.sh installs it).
 
@@ -498,8 +499,11 @@ fn check_partitions(db: Server, s: &Sample) -> Result<usize> {
         format!("{seen} rows in the partitions, {} IDs", expected.len())
     });
     match db {
-        Server::Postgres(_) => check_postgres_index(db, s, &mut m)?,
-        Server::MariaDb(_) => check_mariadb_index(db, s, &mut m)?,
+        Server::Postgres(_) => {
+            check_postgres_index(db, s, &mut m)?;
+            check_postgres_pruning(db, s, b1, &mut m)?;
+        }
+        Server::MariaDb(_) => check_mariadb_index(db, s, b1, &mut m)?,
     }
     let compared = m.compared();
     m.into_result("the partition recipe").map(|()| compared)
@@ -550,26 +554,52 @@ fn check_postgres_index(db: Server, s: &Sample, m: &mut Mismatches) -> Result<()
     Ok(())
 }
 
-/// MariaDB evaluates the DETERMINISTIC bounds of constant times once and reads a range of
+/// A range query of one tick reads only the partition the recipe put that tick in.
+fn check_postgres_pruning(db: Server, s: &Sample, b1: i64, m: &mut Mismatches) -> Result<()> {
+    let p = s.case.name;
+    let t = db.timestamp(b1 * 1000);
+    let condition = if s.sharded() || s.reversed() {
+        format!("{p}_key(id) BETWEEN {p}_min_key({t}) AND {p}_max_key({t})")
+    } else {
+        format!("id BETWEEN {p}_min_id({t}) AND {p}_max_id({t})")
+    };
+    let plan = db.run(&format!(
+        "EXPLAIN (COSTS OFF) SELECT id FROM parts_{p} WHERE {condition};\n"
+    ))?;
+    m.check(
+        plan.contains(&format!("parts_{p}_during"))
+            && !plan.contains(&format!("parts_{p}_before"))
+            && !plan.contains(&format!("parts_{p}_after")),
+        || format!("the range query of one tick is not pruned to parts_{p}_during:\n{plan}"),
+    );
+    Ok(())
+}
+
+/// MariaDB evaluates the DETERMINISTIC bounds of constant times once: a range query of
+/// one tick reads one partition (the one the recipe put that tick in) through a range of
 /// the primary key (time-ordered layouts; it cannot index a stored function's result).
-fn check_mariadb_index(db: Server, s: &Sample, m: &mut Mismatches) -> Result<()> {
+fn check_mariadb_index(db: Server, s: &Sample, b1: i64, m: &mut Mismatches) -> Result<()> {
     if s.sharded() || s.reversed() {
         return Ok(());
     }
     let p = s.case.name;
-    let (t1, t2) = (
-        db.timestamp(s.ids[0].unix_ms * 1000),
-        db.timestamp(s.ids[9].unix_ms * 1000),
-    );
+    let t = db.timestamp(b1 * 1000);
     let plan = db.run(&format!(
-        "ANALYZE TABLE ids_{p};\nEXPLAIN SELECT id FROM ids_{p} WHERE id BETWEEN {p}_min_id({t1}) \
-         AND {p}_max_id({t2});\n"
+        "ANALYZE TABLE parts_{p};\nEXPLAIN PARTITIONS SELECT id FROM parts_{p} WHERE id BETWEEN \
+         {p}_min_id({t}) AND {p}_max_id({t});\n"
     ))?;
     let row = plan.lines().last().unwrap_or_default();
     let c = cells(row);
+    // id, select_type, table, partitions, type, possible_keys, key, ...
     m.check(
-        c.get(3) == Some(&Some("range")) && c.get(5) == Some(&Some("PRIMARY")),
-        || format!("the range query does not read a range of the primary key:\n{plan}"),
+        c.get(3) == Some(&Some("p_during"))
+            && c.get(4) == Some(&Some("range"))
+            && c.get(6) == Some(&Some("PRIMARY")),
+        || {
+            format!(
+                "the range query of one tick does not read p_during by its primary key:\n{plan}"
+            )
+        },
     );
     Ok(())
 }

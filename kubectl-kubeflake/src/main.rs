@@ -48,7 +48,14 @@ fn main() {
     if let Command::Sql(args) = &cli.command
         && let Err(e) = sql::check_flags(args, cli.output)
     {
-        Cli::command()
+        // The sql command's own usage line under the message, as clap's errors have.
+        let mut command = Cli::command();
+        command.build();
+        if let Some(sql) = command.find_subcommand_mut("sql") {
+            sql.error(clap::error::ErrorKind::ArgumentConflict, &e)
+                .exit();
+        }
+        command
             .error(clap::error::ErrorKind::ArgumentConflict, e)
             .exit();
     }

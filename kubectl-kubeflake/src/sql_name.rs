@@ -18,21 +18,31 @@ pub enum BadName {
     Empty { example: &'static str },
     #[error("it is {len} characters long; use at most {max}")]
     TooLong { len: usize, max: usize },
-    #[error("it must start with a letter or _, not {0:?}")]
-    BadStart(char),
+    #[error("it must start with {1}, not {0:?}")]
+    BadStart(char, &'static str),
     #[error(
         "{0:?} is not allowed: use {1} (no quoting, so the name reads the same in every dialect)"
     )]
     BadChar(char, &'static str),
 }
 
-fn check(
-    text: &str,
-    max: usize,
+/// What a name may consist of, for [`check`].
+struct Rule {
     allowed: fn(char) -> bool,
+    /// The allowed characters, for messages.
     what: &'static str,
+    /// The allowed first characters, for messages.
+    start: &'static str,
     example: &'static str,
-) -> Result<String, BadName> {
+}
+
+fn check(text: &str, max: usize, rule: Rule) -> Result<String, BadName> {
+    let Rule {
+        allowed,
+        what,
+        start,
+        example,
+    } = rule;
     let Some(first) = text.chars().next() else {
         return Err(BadName::Empty { example });
     };
@@ -41,7 +51,7 @@ fn check(
         return Err(BadName::TooLong { len, max });
     }
     if !allowed(first) || first.is_ascii_digit() {
-        return Err(BadName::BadStart(first));
+        return Err(BadName::BadStart(first, start));
     }
     match text.chars().find(|c| !allowed(*c)) {
         Some(c) => Err(BadName::BadChar(c, what)),
@@ -52,24 +62,24 @@ fn check(
 /// A function name prefix: lowercase ASCII letters, digits and `_` (PostgreSQL folds
 /// unquoted names to lowercase, so mixed case would read differently there).
 pub fn prefix(text: &str) -> Result<String, BadName> {
-    check(
-        text,
-        MAX_PREFIX,
-        |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_',
-        "lowercase letters, digits and _",
-        "kf or orders",
-    )
+    let rule = Rule {
+        allowed: |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_',
+        what: "lowercase letters, digits and _",
+        start: "a lowercase letter or _",
+        example: "kf or orders",
+    };
+    check(text, MAX_PREFIX, rule)
 }
 
 /// A table or column name: ASCII letters, digits and `_`.
 pub fn identifier(text: &str) -> Result<String, BadName> {
-    check(
-        text,
-        MAX_NAME,
-        |c| c.is_ascii_alphanumeric() || c == '_',
-        "letters, digits and _",
-        "orders or id",
-    )
+    let rule = Rule {
+        allowed: |c| c.is_ascii_alphanumeric() || c == '_',
+        what: "letters, digits and _",
+        start: "a letter or _",
+        example: "orders or id",
+    };
+    check(text, MAX_NAME, rule)
 }
 
 #[cfg(test)]
@@ -80,8 +90,10 @@ mod tests {
     fn prefixes_are_lowercase_words_that_start_with_a_letter() {
         assert_eq!(prefix("kf").as_deref(), Ok("kf"));
         assert_eq!(prefix("_orders_2").as_deref(), Ok("_orders_2"));
-        assert_eq!(prefix("Kf"), Err(BadName::BadStart('K')));
-        assert_eq!(prefix("1kf"), Err(BadName::BadStart('1')));
+        let err = prefix("Kf").unwrap_err().to_string();
+        assert_eq!(err, "it must start with a lowercase letter or _, not 'K'");
+        assert!(matches!(prefix("1kf"), Err(BadName::BadStart('1', _))));
+        assert!(matches!(identifier("1t"), Err(BadName::BadStart('1', _))));
         assert!(matches!(prefix("k-f"), Err(BadName::BadChar('-', _))));
         assert!(matches!(prefix(""), Err(BadName::Empty { .. })));
         assert_eq!(

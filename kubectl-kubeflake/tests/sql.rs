@@ -104,7 +104,7 @@ fn sql_usage_errors_exit_2_and_name_the_flag() {
     let cases: [(&[&str], &[&str]); 6] = [
         (
             &["sql", "--dialect", "postgresql", "--prefix", "Orders"],
-            &["--prefix <NAME>", "must start with a letter or _"],
+            &["--prefix <NAME>", "must start with a lowercase letter or _"],
         ),
         (
             &["sql", "--dialect", "db2"],

@@ -205,7 +205,10 @@ fn a_bad_prefix_or_dialect_is_a_usage_error_naming_the_flag() {
     assert_eq!(err.exit_code(), 2);
     let text = err.to_string();
     assert!(text.contains("--prefix <NAME>"), "{text}");
-    assert!(text.contains("must start with a letter or _"), "{text}");
+    assert!(
+        text.contains("must start with a lowercase letter or _"),
+        "{text}"
+    );
     let text = Cli::try_parse_from(["kubectl-kubeflake", "sql", "--dialect", "oracle"])
         .unwrap_err()
         .to_string();

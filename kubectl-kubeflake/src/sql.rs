@@ -59,7 +59,11 @@ pub fn check_flags(args: &SqlArgs, output: Format) -> Result<(), SqlFlagError> {
 
 /// The command line as typed (`kubectl kubeflake sql ...`), for the header.
 pub fn command_line() -> String {
-    let args: Vec<String> = std::env::args().skip(1).map(|a| shell_word(&a)).collect();
+    // args_os: a file name need not be UTF-8 (std::env::args would panic on it).
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| shell_word(&a.to_string_lossy()))
+        .collect();
     format!("kubectl kubeflake {}", args.join(" "))
 }
 

@@ -260,7 +260,7 @@ mod tests {
         assert!(
             text.contains(
                 "--timestamp-bits 41 + --datacenter-bits 0 + --worker-bits 8 + --sequence-bits 12 \
-                 add up to 61, but they must add up to --total-bits 63"
+                 + --shard-bits 0 add up to 61, but they must add up to --total-bits 63"
             ),
             "{text}"
         );

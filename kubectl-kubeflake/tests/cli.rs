@@ -274,9 +274,9 @@ fn layout_flags_that_do_not_fit_exit_2_naming_the_flags() {
     assert_eq!(
         r.stderr,
         "error: invalid layout flags: --timestamp-bits 41 + --datacenter-bits 0 + \
-         --worker-bits 8 + --sequence-bits 12 add up to 61, but they must add up to \
-         --total-bits 63; change one of them (flags not given take the defaults 41, 0, 10, 12 \
-         and 63)\n"
+         --worker-bits 8 + --sequence-bits 12 + --shard-bits 0 add up to 61, but they must add \
+         up to --total-bits 63; change one of them (flags not given take the defaults 41, 0, 10, \
+         12, 0 and 63)\n"
     );
     let r = run(&["plan", "--timestamp-bits", "29", "--sequence-bits", "24"]);
     assert_eq!(r.code, 2);

@@ -124,7 +124,7 @@ fn one_pass(
     let (observed_leases, observed_pods) = match read {
         Read::Index => (
             observe::leases(leases, NAMESPACE, "seq-0").expect("well-formed"),
-            observe::pods(pods, NAMESPACE, "seq-0"),
+            observe::pods(pods, NAMESPACE, "seq-0", false),
         ),
         Read::Scan => (
             scanned(leases)

@@ -1,5 +1,7 @@
 //! In-process generator throughput: the lock-free generator against a `Mutex` around the
-//! same computation, on 1, 2 and 4 threads. Bounded: a fixed number of IDs per run.
+//! same computation, on 1, 2 and 4 threads, and the generator with key forms
+//! (docs/layouts.md: shard bits with a rotating start, bit reversal) beside the default
+//! layout in the same runs. Bounded: a fixed number of IDs per run.
 //!
 //! Run: `cargo bench -p kubeflake-sidecar --bench generator`
 //! Prints a Markdown table (median and spread of the runs, ns per ID and IDs per second).
@@ -37,7 +39,11 @@ impl MutexGenerator {
 }
 
 fn config() -> WorkerConfig {
-    let p = IdSequenceSpec::default().params().unwrap();
+    config_of(IdSequenceSpec::default())
+}
+
+fn config_of(spec: IdSequenceSpec) -> WorkerConfig {
+    let p = spec.params().unwrap();
     WorkerConfig {
         layout: p.layout,
         timebase: p.timebase,
@@ -73,21 +79,38 @@ fn main() {
     println!("|---|---:|---:|---:|---:|");
     for threads in [1usize, 2, 4] {
         let total = IDS_PER_THREAD * threads as u64;
-        let mut variants: Vec<(&str, Vec<f64>)> =
-            vec![("lock-free CAS (kubeflake)", vec![]), ("Mutex", vec![])];
+        let mut variants: Vec<(&str, Vec<f64>)> = vec![
+            ("lock-free CAS (kubeflake)", vec![]),
+            ("Mutex", vec![]),
+            ("lock-free CAS, shardBits 4 + Rotating", vec![]),
+            ("lock-free CAS, bitReversed", vec![]),
+        ];
+        let mut sharded = IdSequenceSpec::default();
+        sharded.layout.timestamp_bits = 37;
+        sharded.layout.shard_bits = 4;
+        sharded.layout.sequence_start = kubeflake_crds::sequence::SequenceStartSpec::Rotating;
+        let mut reversed = IdSequenceSpec::default();
+        reversed.layout.bit_reversed = true;
+        let generators = [
+            (0, config()),
+            (2, config_of(sharded)),
+            (3, config_of(reversed)),
+        ];
         for _ in 0..RUNS {
-            let g = Arc::new(Generator::start_above(
-                config(),
-                Tick(0),
-                Arc::new(SystemClock::new()),
-            ));
-            g.raise_fence(Tick(u64::MAX >> 24));
-            let secs = time_threads(threads, move || {
-                for _ in 0..IDS_PER_THREAD {
-                    black_box(g.next_id().unwrap());
-                }
-            });
-            variants[0].1.push(secs);
+            for (variant, config) in generators {
+                let g = Arc::new(Generator::start_above(
+                    config,
+                    Tick(0),
+                    Arc::new(SystemClock::new()),
+                ));
+                g.raise_fence(Tick(u64::MAX >> 28));
+                let secs = time_threads(threads, move || {
+                    for _ in 0..IDS_PER_THREAD {
+                        black_box(g.next_id().unwrap());
+                    }
+                });
+                variants[variant].1.push(secs);
+            }
             let m = Arc::new(MutexGenerator {
                 clock: SystemClock::new(),
                 epoch_ms: config().timebase.epoch_unix_ms(),

@@ -2,24 +2,27 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::IdSequenceSpec;
-use kubeflake_runtime::shutdown::Shutdown;
 use kubeflake_sidecar::clock::ManualClock;
-use kubeflake_sidecar::standalone::{Standalone, StandaloneConfig};
-use support::{get, request, wait_for};
+use kubeflake_sidecar::standalone::StandaloneConfig;
+use support::{InProcess, get, request, snowflake_in_process, wait_for};
 
 const NOW_MS: u64 = 1_800_000_000_000;
 
+/// An in-process standalone sidecar (worker 5) on a manual clock, with its state directory.
 struct Server {
-    addr: SocketAddr,
     clock: Arc<ManualClock>,
-    state: tempfile::TempDir,
-    stop: Option<Shutdown>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    served: InProcess<tempfile::TempDir>,
+}
+
+impl std::ops::Deref for Server {
+    type Target = InProcess<tempfile::TempDir>;
+    fn deref(&self) -> &Self::Target {
+        &self.served
+    }
 }
 
 impl Server {
@@ -41,39 +44,14 @@ impl Server {
             fence_ahead: Duration::from_millis(1000),
             drain: Duration::from_secs(5),
         };
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let stop = Shutdown::new();
-        let stopped = stop.token();
-        let c = clock.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let sidecar = Standalone::start(config, c).await.unwrap();
-                addr_tx.send(sidecar.local_addr().unwrap()).unwrap();
-                sidecar.run(stopped).await.unwrap();
-            });
-        });
-        let addr = addr_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("server starts");
         Server {
-            addr,
+            served: snowflake_in_process(state, config, clock.clone()),
             clock,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
         }
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.trigger("test over");
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    fn state(&self) -> &std::path::Path {
+        self.served.kept().path()
     }
 }
 
@@ -304,7 +282,7 @@ fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
     let s = Server::start();
     assert_eq!(get(s.addr, "/id").status, 200);
     // Make every fence write fail: the temporary file's path is taken by a directory.
-    let blocker = s.state.path().join("http-test-worker-5.fence.tmp");
+    let blocker = s.state().join("http-test-worker-5.fence.tmp");
     std::fs::create_dir(&blocker).unwrap();
     s.clock.advance_millis(500); // renewal is due, and fails
     wait_for(Duration::from_secs(5), "a failed fence write", || {

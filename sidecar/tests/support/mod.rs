@@ -206,7 +206,14 @@ pub struct InProcess<K = ()> {
     pub addr: SocketAddr,
     stop: Option<kubeflake_runtime::shutdown::Shutdown>,
     thread: Option<std::thread::JoinHandle<()>>,
-    _keep: K,
+    keep: K,
+}
+
+impl<K> InProcess<K> {
+    /// What the server keeps alive (its state directory, say).
+    pub fn kept(&self) -> &K {
+        &self.keep
+    }
 }
 
 impl<K> Drop for InProcess<K> {
@@ -246,7 +253,7 @@ where
         addr,
         stop: Some(stop),
         thread: Some(thread),
-        _keep: keep,
+        keep,
     }
 }
 

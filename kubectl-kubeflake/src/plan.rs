@@ -48,12 +48,18 @@ impl Report for PlanReport {
             (
                 "LAYOUT",
                 format!(
-                    "{}/{}/{}/{} (timestamp/datacenter/worker/sequence bits, total {})",
+                    "{}/{}/{}/{} (timestamp/datacenter/worker/sequence bits{}, total {}){}",
                     l.timestamp_bits,
                     l.datacenter_bits,
                     l.worker_bits,
                     l.sequence_bits,
-                    l.total_bits
+                    if l.shard_bits > 0 {
+                        format!(" + {} shard bits", l.shard_bits)
+                    } else {
+                        String::new()
+                    },
+                    l.total_bits,
+                    key_form_words(l),
                 ),
             ),
             ("TIME UNIT", l.time_unit.to_string()),
@@ -81,6 +87,23 @@ impl Report for PlanReport {
             pairs.push(("REPLICAS", grouped(r.into())));
         }
         fields(&pairs)
+    }
+}
+
+/// The key form (docs/layouts.md) as the table shows it after the bits; empty for the
+/// default form.
+fn key_form_words(l: &LayoutView) -> String {
+    let mut words = Vec::new();
+    if l.bit_reversed {
+        words.push("bit-reversed");
+    }
+    if l.sequence_start != "Zero" {
+        words.push("rotating sequence start");
+    }
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", words.join(", "))
     }
 }
 

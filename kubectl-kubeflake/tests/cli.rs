@@ -1082,6 +1082,28 @@ fn key_form_flags_give_compose_one_range_per_shard_and_errors_name_the_flags() {
         "{reversed}"
     );
 
+    let plan = run(&[
+        "plan",
+        "--timestamp-bits",
+        "33",
+        "--shard-bits",
+        "8",
+        "--sequence-start",
+        "rotating",
+    ]);
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert!(
+        plan.stdout
+            .contains("+ 8 shard bits, total 63); rotating sequence start"),
+        "the plan names the key form: {}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains("2025-04-10"),
+        "33 bits of 1 ms last 99 days: {}",
+        plan.stdout
+    );
+
     for (args, names) in [
         (
             &["--shard-bits", "4"][..],

@@ -524,16 +524,38 @@ async fn create_at_once(ns: &TestNamespace, manifests: Vec<serde_json::Value>) -
             let api = api.clone();
             async move {
                 let pod: Pod = serde_json::from_value(manifest)?;
-                api.create(&PostParams::default(), &pod)
-                    .await
-                    .with_context(|| format!("creating {}", pod.name_any()))?;
-                anyhow::Ok(())
+                create_retrying_the_webhook(&api, &pod).await
             }
         })
         .buffer_unordered(count.max(1))
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+/// Creates `pod`, retrying (as a ReplicaSet controller would) while the API server cannot
+/// reach the injection webhook: up to 5 tries, 3 s apart. Each retry is printed; any other
+/// error, or the fifth, fails the test.
+async fn create_retrying_the_webhook(api: &Api<Pod>, pod: &Pod) -> Result<()> {
+    for attempt in 1..=5 {
+        match api.create(&PostParams::default(), pod).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e))
+                if attempt < 5 && e.message.contains("failed calling webhook") =>
+            {
+                eprintln!(
+                    "startup: creating {} (try {attempt}): the webhook was unreachable, retrying: {}",
+                    pod.name_any(),
+                    e.message
+                );
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating {}", pod.name_any()));
+            }
+        }
+    }
+    unreachable!("the fifth try returns")
 }
 
 /// Lists the test's pods every 2 s until `done` says so (an error from `done` ends the

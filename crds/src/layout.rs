@@ -490,12 +490,6 @@ impl Layout {
         let top = u64::from(shard) << self.value_bits();
         Ok((Id(top | low), Id(top | high)))
     }
-
-    /// The largest time-ordered value (every field at its maximum): no ID of the sequence
-    /// comes after it.
-    pub fn largest_value(&self) -> u64 {
-        mask(self.value_bits() as u8)
-    }
 }
 
 /// A worker's datacenter and slot fields, shifted into place; see [`Layout::node_bits`].

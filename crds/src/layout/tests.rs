@@ -121,6 +121,11 @@ fn id_range_of_tick_covers_every_worker_and_sequence() {
 
 // ---- Key forms (docs/layouts.md): each is one-to-one, so uniqueness never depends on it.
 
+/// A 63-bit layout with `timestamp_bits` and 10 worker and 12 sequence bits, in a key form.
+fn on_default_fields(timestamp_bits: i64, spread: Spread, start: SequenceStart) -> Layout {
+    Layout::with_form([timestamp_bits, 0, 10, 12], 63, spread, start).unwrap()
+}
+
 /// Every key form over a few base layouts, for the tests below.
 fn formed_layouts() -> Vec<Layout> {
     let mut out = Vec::new();
@@ -224,13 +229,7 @@ fn a_rotating_start_needs_sequence_bits() {
 
 #[test]
 fn an_id_whose_shard_bits_do_not_match_is_refused_not_decoded() {
-    let l = Layout::with_form(
-        [36, 0, 10, 12],
-        63,
-        Spread::ShardBits { bits: 5 },
-        SequenceStart::Zero,
-    )
-    .unwrap();
+    let l = on_default_fields(36, Spread::ShardBits { bits: 5 }, SequenceStart::Zero);
     let id = l.encode(parts(123_456, 0, 7, 9)).unwrap();
     let shard = l.shard(id).unwrap();
     let other = (id.get() & ((1 << 58) - 1)) | (u64::from((shard + 1) % 32) << 58);
@@ -244,13 +243,7 @@ fn an_id_whose_shard_bits_do_not_match_is_refused_not_decoded() {
 
 #[test]
 fn consecutive_ids_of_one_pod_spread_over_every_shard() {
-    let l = Layout::with_form(
-        [38, 0, 10, 12],
-        63,
-        Spread::ShardBits { bits: 3 },
-        SequenceStart::Zero,
-    )
-    .unwrap();
+    let l = on_default_fields(38, Spread::ShardBits { bits: 3 }, SequenceStart::Zero);
     let node = l.node_bits(DatacenterId(0), Slot(5));
     let mut counts = [0u32; 8];
     for position in 1_000_000u64..1_000_800 {
@@ -267,7 +260,7 @@ fn a_rotating_start_spreads_id_mod_n_at_one_id_per_tick() {
         (SequenceStart::Zero, false),
         (SequenceStart::Rotating, true),
     ] {
-        let l = Layout::with_form([41, 0, 10, 12], 63, Spread::TimeOrdered, start).unwrap();
+        let l = on_default_fields(41, Spread::TimeOrdered, start);
         let node = l.node_bits(DatacenterId(0), Slot(0));
         let mut residues = std::collections::HashSet::new();
         for tick in 5_000u64..5_400 {
@@ -279,34 +272,16 @@ fn a_rotating_start_spreads_id_mod_n_at_one_id_per_tick() {
 
 #[test]
 fn only_time_ordered_spreads_have_one_id_range_per_tick() {
-    let rotating = Layout::with_form(
-        [41, 0, 10, 12],
-        63,
-        Spread::TimeOrdered,
-        SequenceStart::Rotating,
-    )
-    .unwrap();
+    let rotating = on_default_fields(41, Spread::TimeOrdered, SequenceStart::Rotating);
     let (lo, hi) = rotating.id_range_of_tick(Tick(99)).unwrap();
     for seq in [0, 1, 4095] {
         let id = rotating.encode(parts(99, 0, 1023, seq)).unwrap();
         assert!(lo <= id && id <= hi);
     }
-    let reversed = Layout::with_form(
-        [41, 0, 10, 12],
-        63,
-        Spread::BitReversed,
-        SequenceStart::Zero,
-    )
-    .unwrap();
+    let reversed = on_default_fields(41, Spread::BitReversed, SequenceStart::Zero);
     let err = reversed.id_range_of_tick(Tick(99)).unwrap_err();
     assert!(err.to_string().contains("time-ordered key"), "{err}");
-    let sharded = Layout::with_form(
-        [37, 0, 10, 12],
-        63,
-        Spread::ShardBits { bits: 4 },
-        SequenceStart::Zero,
-    )
-    .unwrap();
+    let sharded = on_default_fields(37, Spread::ShardBits { bits: 4 }, SequenceStart::Zero);
     assert!(sharded.id_range_of_tick(Tick(99)).is_err());
     for (slot, seq) in [(0, 0), (3, 17), (1023, 4095)] {
         let id = sharded.encode(parts(99, 0, slot, seq)).unwrap();

@@ -24,7 +24,7 @@ fn reversed() -> IdSequence {
 }
 
 #[tokio::test]
-async fn a_pod_injected_by_0_1_gets_no_slot_of_a_sequence_with_a_key_form() {
+async fn rule15_a_pod_injected_by_0_1_gets_no_slot_of_a_sequence_with_a_key_form() {
     let seq = reversed();
     let api = FakeApi::new()
         .expect(Method::POST, LEASES, 201, json!(slot_lease(Some("new"), 0)))
@@ -51,7 +51,7 @@ async fn a_pod_injected_by_0_1_gets_no_slot_of_a_sequence_with_a_key_form() {
 }
 
 #[tokio::test]
-async fn a_pod_injected_by_0_1_still_gets_a_slot_of_a_time_ordered_sequence() {
+async fn rule15_a_pod_injected_by_0_1_still_gets_a_slot_of_a_time_ordered_sequence() {
     let seq = sequence(IdSequenceSpec::default(), true, false);
     let api = FakeApi::new()
         .expect(Method::POST, LEASES, 201, json!(slot_lease(Some("old"), 0)))

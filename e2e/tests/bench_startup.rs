@@ -1,13 +1,16 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) three ways, created N at once,
+//! the same pod (the node's pause image as the app) four ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
 //!   `restartPolicy: Always`, no probes): what any native sidecar costs;
+//! - **idle sidecar + hook**: the same idle sidecar with a postStart exec hook that returns
+//!   at once (`/pause -v`): what any design that holds the app with a hook pays (the
+//!   `runc exec`, the kubelet's wait for it) before the sidecar's own work;
 //! - **kubeflake**: the `kubeflake.io/sequence` label, so the webhook injects the sidecar,
 //!   the operator assigns a slot Lease and the sidecar takes it;
 //!
-//! alternating (plain, idle sidecar, kubeflake, plain, ...) for a number of rounds, every
+//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, plain, ...) for a number of rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
@@ -27,7 +30,8 @@
 //!
 //! Printed as markdown for docs/benchmarks.md: per N, each stage from "created" (the
 //! create call's return) and from the stage it follows (p50 / p99 / max), "kubeflake over
-//! idle sidecar" for created -> Ready, each round, host CPU per variant (`/proc/stat`,
+//! idle sidecar", "kubeflake over idle sidecar + hook" and "idle sidecar + hook over idle
+//! sidecar" for created -> Ready, each round, host CPU per variant (`/proc/stat`,
 //! `/proc/<pid>/stat`), and the increase of the kubelet's own histograms (through the API
 //! server's node proxy) and the operator's (pod proxy) over each variant's rounds. Only
 //! that every pod became Ready (within 5 minutes a round) is asserted. Ignored by default:
@@ -79,6 +83,9 @@ const SEQUENCE: &str = "startup";
 /// Label on every benchmark pod: its variant.
 const VARIANT_LABEL: &str = "kubeflake-bench/variant";
 const IDLE_SIDECAR: &str = "idle-sidecar";
+/// The idle sidecar's postStart hook in the "idle sidecar + hook" variant: the node's
+/// pause binary prints its version and exits 0 at once (e2e/images/pause.c).
+const RETURNING_HOOK: [&str; 2] = ["/pause", "-v"];
 /// A round's pods must all be Ready within this.
 const READY_LIMIT: Duration = Duration::from_secs(300);
 /// A round's pods must all be gone within this after the delete.
@@ -93,16 +100,23 @@ const SETTLE: Duration = Duration::from_secs(3);
 enum Variant {
     Plain,
     Idle,
+    IdleHook,
     Kubeflake,
 }
 
 impl Variant {
-    const ALL: [Variant; 3] = [Variant::Plain, Variant::Idle, Variant::Kubeflake];
+    const ALL: [Variant; 4] = [
+        Variant::Plain,
+        Variant::Idle,
+        Variant::IdleHook,
+        Variant::Kubeflake,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Variant::Plain => "plain",
             Variant::Idle => "idle",
+            Variant::IdleHook => "idle-hook",
             Variant::Kubeflake => "kubeflake",
         }
     }
@@ -111,6 +125,7 @@ impl Variant {
         match self {
             Variant::Plain => "plain",
             Variant::Idle => "idle sidecar",
+            Variant::IdleHook => "idle sidecar + hook",
             Variant::Kubeflake => "kubeflake",
         }
     }
@@ -129,11 +144,15 @@ impl Variant {
             "terminationGracePeriodSeconds": 10,
             "containers": [{"name": "app", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
         });
-        if self == Variant::Idle {
+        if matches!(self, Variant::Idle | Variant::IdleHook) {
             spec["initContainers"] = serde_json::json!([{
                 "name": IDLE_SIDECAR, "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
                 "restartPolicy": "Always",
             }]);
+        }
+        if self == Variant::IdleHook {
+            spec["initContainers"][0]["lifecycle"] =
+                serde_json::json!({"postStart": {"exec": {"command": RETURNING_HOOK}}});
         }
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": labels},
@@ -474,9 +493,9 @@ type At = fn(&Timeline) -> Option<f64>;
 /// The variants a stage is seen in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Applies {
-    /// Plain, idle sidecar and kubeflake.
+    /// Every variant.
     Every,
-    /// Idle sidecar and kubeflake.
+    /// Every variant with a sidecar (all but plain).
     WithSidecar,
     /// Kubeflake alone (the slot Lease).
     KubeflakeOnly,
@@ -1266,7 +1285,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
                 Variant::ALL.map(Variant::title).join(" | ")
             ),
         );
-        line(out, "|---|---:|---:|---:|");
+        line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
     };
     // A stage's cells, one per variant: `value` of each pod, p50 / p99 / max.
     let stage_cells = |stage: &Stage, value: fn(&Stage, &Timeline) -> Option<f64>| {
@@ -1322,6 +1341,16 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         (
             "kubeflake over idle sidecar",
             Variant::Kubeflake,
+            Variant::Idle,
+        ),
+        (
+            "kubeflake over idle sidecar + hook",
+            Variant::Kubeflake,
+            Variant::IdleHook,
+        ),
+        (
+            "idle sidecar + hook over idle sidecar",
+            Variant::IdleHook,
             Variant::Idle,
         ),
         ("idle sidecar over plain", Variant::Idle, Variant::Plain),
@@ -1471,7 +1500,7 @@ fn env_number(name: &str, default: usize) -> Result<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it by hand (see the top of this file)"]
-async fn pod_startup_stages_plain_idle_sidecar_and_kubeflake() -> Result<()> {
+async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake() -> Result<()> {
     let sizes = env_list("KUBEFLAKE_BENCH_PODS", &[20, 100])?;
     let rounds = env_number("KUBEFLAKE_BENCH_ROUNDS", 3)?.max(1);
     let warmup = env_number("KUBEFLAKE_BENCH_WARMUP", 1)?;

@@ -92,6 +92,14 @@ pub const PROBE_PORT_NAME: &str = "kubeflake-probe";
 pub const HEALTHZ_PATH: &str = "/healthz";
 /// Readiness path: 503 while the sidecar waits for a slot or is stopping.
 pub const READYZ_PATH: &str = "/readyz";
+/// Query parameter of [`READYZ_PATH`]: `/readyz?wait=<ms>` answers as soon as the sidecar
+/// is ready, or 503 once `<ms>` have passed (one long-polled request instead of one every
+/// few milliseconds). The postStart hook ([`WAIT_READY_SUBCOMMAND`]) asks this way; a
+/// sidecar that predates it ignores the query and answers at once, and the hook then asks
+/// again after its own interval.
+pub const READYZ_WAIT_PARAM: &str = "wait";
+/// The longest `wait` a sidecar honours, ms; longer asks are cut to this.
+pub const READYZ_MAX_WAIT_MS: u64 = 10_000;
 
 /// The emptyDir that keeps the pod-local fence across sidecar restarts (docs/safety.md
 /// rule 6). Only the sidecar mounts it: an app must not be able to touch the fence.

@@ -8,14 +8,16 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::header::ACCEPT;
 use hyper::{Method, Request, StatusCode};
+use kubeflake_crds::contract::{READYZ_MAX_WAIT_MS, READYZ_WAIT_PARAM};
 use kubeflake_crds::timebase::rfc3339;
 use kubeflake_crds::{Id, TextForm};
 use prometheus::{Histogram, IntCounter};
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
@@ -35,6 +37,34 @@ pub struct Api {
     pub max_batch: u64,
     /// The metric series of the busiest answer, resolved once.
     id_ok: RouteSeries,
+    /// Permits for `/readyz?wait=` requests held open at once ([`READYZ_WAITERS`]).
+    readyz_waiters: Semaphore,
+}
+
+/// How often a held `/readyz?wait=` looks at the serving state again: readiness also
+/// depends on the clock and the fence, not only on a published change, so it is looked at,
+/// not notified. A load of the state every 5 ms costs nothing next to a connection.
+const READYZ_RECHECK: Duration = Duration::from_millis(5);
+/// At most this many `/readyz?wait=` requests are held open at once (the postStart hook
+/// holds one); further ones are answered at once, as without `wait`, so the probe port,
+/// reachable on the pod IP, cannot be made to keep many timers running.
+const READYZ_WAITERS: usize = 4;
+
+/// The `wait` of `/readyz?wait=<ms>`, cut to [`READYZ_MAX_WAIT_MS`]; None without it.
+/// Other query parameters are ignored, as `/readyz` always did.
+fn readyz_wait(query: Option<&str>) -> Result<Option<Duration>, HttpError> {
+    let Some(raw) = query.unwrap_or("").split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == READYZ_WAIT_PARAM).then_some(value)
+    }) else {
+        return Ok(None);
+    };
+    let ms: u64 = raw.parse().map_err(|_| {
+        HttpError::BadRequest(format!(
+            "{READYZ_WAIT_PARAM} must be a whole number of milliseconds, got {raw:?}"
+        ))
+    })?;
+    Ok(Some(Duration::from_millis(ms.min(READYZ_MAX_WAIT_MS))))
 }
 
 /// The metric series of one route and status, looked up once instead of per request:
@@ -203,6 +233,10 @@ enum Planned {
         form: TextForm,
         json: bool,
     },
+    /// `/readyz?wait=`: not ready now; answer once ready, or (503) at `until`.
+    ReadyzWait {
+        until: Instant,
+    },
 }
 
 impl Api {
@@ -212,6 +246,7 @@ impl Api {
             id_ok: RouteSeries::new(&metrics, "id", "200"),
             metrics,
             max_batch,
+            readyz_waiters: Semaphore::new(READYZ_WAITERS),
         }
     }
 
@@ -406,6 +441,26 @@ impl Api {
         )
     }
 
+    /// `/readyz?wait=`: the `/readyz` answer as soon as it is 200 (or the sidecar stops),
+    /// else the 503 at `until`. Beyond [`READYZ_WAITERS`] held at once, the answer now.
+    async fn readyz_when_ready(&self, until: Instant) -> Reply {
+        let permit = self.readyz_waiters.try_acquire();
+        let hold = permit.is_ok();
+        loop {
+            let (reply, done) = {
+                let state = self.state.load();
+                let reply = Api::readyz(&state);
+                let done = reply.status() == StatusCode::OK || matches!(**state, Serving::Stopping);
+                (reply, done)
+            };
+            let now = Instant::now();
+            if done || !hold || now >= until {
+                return reply;
+            }
+            tokio::time::sleep(READYZ_RECHECK.min(until - now)).await;
+        }
+    }
+
     fn metrics_text(&self, state: &Serving) -> Reply {
         let text = match state {
             Serving::Segment(segment) => self
@@ -469,7 +524,20 @@ impl Api {
                 StatusCode::OK,
                 json!({ "status": "alive" }),
             ))),
-            Route::Readyz => Ok(Planned::Reply(Api::readyz(state))),
+            Route::Readyz => readyz_wait(query).map(|wait| {
+                let reply = Api::readyz(state);
+                match wait {
+                    Some(wait)
+                        if reply.status() != StatusCode::OK
+                            && !matches!(state, Serving::Stopping) =>
+                    {
+                        Planned::ReadyzWait {
+                            until: Instant::now() + wait,
+                        }
+                    }
+                    _ => Planned::Reply(reply),
+                }
+            }),
             Route::OpenApi => Ok(Planned::Reply(body(
                 StatusCode::OK,
                 "application/yaml",
@@ -502,6 +570,7 @@ impl Api {
                     self.segment_ids(&segment, count, min, many, form, json)
                         .await
                 }
+                Ok(Planned::ReadyzWait { until }) => Ok(self.readyz_when_ready(until).await),
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
@@ -526,54 +595,4 @@ impl Api {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::{ServingCell, WaitReason};
-    use http_body_util::BodyExt;
-
-    async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
-        let req = Request::get(path).body(()).unwrap();
-        let reply = api.handle(&req).await;
-        let status = reply.status().as_u16();
-        let bytes = reply.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or_default())
-    }
-
-    #[tokio::test]
-    async fn readyz_names_the_phase_and_what_it_waits_for() {
-        let metrics = Arc::new(Metrics::new());
-        let cell = ServingCell::new(
-            Serving::Waiting(WaitReason::SlotAssignment {
-                sequence: "orders".into(),
-            }),
-            &metrics,
-        );
-        let api = Api::new(cell.reader(), metrics.clone(), 10);
-        let (status, body) = get(&api, "/readyz").await;
-        assert_eq!(status, 503);
-        assert_eq!(body["phase"], "waiting");
-        assert_eq!(body["reason"], "no_slot");
-        assert_eq!(body["waiting_for"], "slot_assignment");
-        assert!(
-            body["error"]
-                .as_str()
-                .unwrap()
-                .contains("assign a slot of orders"),
-            "{body}"
-        );
-        let (status, body) = get(&api, "/id").await;
-        assert_eq!((status, &body["reason"]), (503, &json!("no_slot")));
-
-        cell.publish(Serving::Stopping);
-        let (status, body) = get(&api, "/readyz").await;
-        assert_eq!(status, 503);
-        assert_eq!(body["phase"], "stopping");
-        assert_eq!(body["reason"], "stopping");
-        let text = metrics.render(None);
-        assert!(
-            text.contains("kubeflake_sidecar_phase{phase=\"stopping\"} 1"),
-            "{text}"
-        );
-        assert!(text.contains("kubeflake_sidecar_phase{phase=\"waiting\"} 0"));
-    }
-}
+mod tests;

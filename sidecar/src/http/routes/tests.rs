@@ -1,0 +1,167 @@
+use super::*;
+use crate::state::{ServingCell, WaitReason};
+use http_body_util::BodyExt;
+
+async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
+    let req = Request::get(path).body(()).unwrap();
+    let reply = api.handle(&req).await;
+    let status = reply.status().as_u16();
+    let bytes = reply.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+#[tokio::test]
+async fn readyz_names_the_phase_and_what_it_waits_for() {
+    let metrics = Arc::new(Metrics::new());
+    let cell = ServingCell::new(
+        Serving::Waiting(WaitReason::SlotAssignment {
+            sequence: "orders".into(),
+        }),
+        &metrics,
+    );
+    let api = Api::new(cell.reader(), metrics.clone(), 10);
+    let (status, body) = get(&api, "/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(body["phase"], "waiting");
+    assert_eq!(body["reason"], "no_slot");
+    assert_eq!(body["waiting_for"], "slot_assignment");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("assign a slot of orders"),
+        "{body}"
+    );
+    let (status, body) = get(&api, "/id").await;
+    assert_eq!((status, &body["reason"]), (503, &json!("no_slot")));
+
+    cell.publish(Serving::Stopping);
+    let (status, body) = get(&api, "/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(body["phase"], "stopping");
+    assert_eq!(body["reason"], "stopping");
+    let text = metrics.render(None);
+    assert!(
+        text.contains("kubeflake_sidecar_phase{phase=\"stopping\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("kubeflake_sidecar_phase{phase=\"waiting\"} 0"));
+}
+
+/// A generator that can issue now (its fence far ahead), on a fixed clock.
+fn ready_generator() -> Arc<Generator> {
+    use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot, Tick};
+    let p = IdSequenceSpec::default().params().unwrap();
+    let clock = Arc::new(crate::clock::ManualClock::at_millis(
+        p.timebase.epoch_unix_ms() + 1_000_000,
+    ));
+    let config = crate::generator::WorkerConfig {
+        layout: p.layout,
+        timebase: p.timebase,
+        datacenter: DatacenterId(0),
+        slot: Slot(1),
+        max_drift_ms: 2000,
+    };
+    let g = Generator::start_above(config, Tick(0), clock);
+    g.raise_fence(Tick(u64::MAX >> 2));
+    Arc::new(g)
+}
+
+fn waiting_api() -> (Arc<Api>, ServingCell) {
+    let metrics = Arc::new(Metrics::new());
+    let cell = ServingCell::new(
+        Serving::Waiting(WaitReason::SlotAssignment {
+            sequence: "orders".into(),
+        }),
+        &metrics,
+    );
+    (Arc::new(Api::new(cell.reader(), metrics, 10)), cell)
+}
+
+#[tokio::test]
+async fn readyz_with_wait_is_held_until_the_sidecar_turns_ready() {
+    let (api, cell) = waiting_api();
+    let asked = Instant::now();
+    let held = tokio::spawn({
+        let api = api.clone();
+        async move { get(&api, "/readyz?wait=5000").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!held.is_finished(), "held while waiting for a slot");
+    cell.publish(Serving::Snowflake(ready_generator()));
+    let (status, body) = held.await.unwrap();
+    assert_eq!((status, &body["status"]), (200, &json!("ready")), "{body}");
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_millis(100) && took < Duration::from_secs(2),
+        "answered once ready, not at the deadline: {took:?}"
+    );
+    // Ready: answered at once, wait or not.
+    assert_eq!(get(&api, "/readyz?wait=5000").await.0, 200);
+}
+
+#[tokio::test]
+async fn readyz_with_wait_answers_503_with_the_reason_when_the_wait_is_over() {
+    let (api, _cell) = waiting_api();
+    let asked = Instant::now();
+    let (status, body) = get(&api, "/readyz?wait=150").await;
+    assert!(asked.elapsed() >= Duration::from_millis(150));
+    assert_eq!(
+        (status, &body["waiting_for"]),
+        (503, &json!("slot_assignment"))
+    );
+    // Without wait, at once, as always (the kubelet's readiness probe).
+    let asked = Instant::now();
+    assert_eq!(get(&api, "/readyz").await.0, 503);
+    assert!(asked.elapsed() < Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn readyz_with_wait_is_not_held_by_a_stopping_sidecar() {
+    let (api, cell) = waiting_api();
+    cell.publish(Serving::Stopping);
+    let asked = Instant::now();
+    let (status, body) = get(&api, "/readyz?wait=5000").await;
+    assert_eq!((status, &body["reason"]), (503, &json!("stopping")));
+    assert!(asked.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn readyz_holds_only_a_few_waits_at_once_and_answers_the_rest_now() {
+    let (api, _cell) = waiting_api();
+    let held: Vec<_> = (0..READYZ_WAITERS)
+        .map(|_| {
+            let api = api.clone();
+            tokio::spawn(async move { get(&api, "/readyz?wait=2000").await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asked = Instant::now();
+    assert_eq!(get(&api, "/readyz?wait=2000").await.0, 503);
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "one more than the waiters is answered at once"
+    );
+    for h in held {
+        assert_eq!(h.await.unwrap().0, 503);
+    }
+}
+
+#[test]
+fn readyz_wait_is_milliseconds_cut_to_the_contracts_maximum() {
+    assert_eq!(readyz_wait(None).unwrap(), None);
+    assert_eq!(
+        readyz_wait(Some("other=1")).unwrap(),
+        None,
+        "others ignored"
+    );
+    assert_eq!(
+        readyz_wait(Some("wait=250")).unwrap(),
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(
+        readyz_wait(Some("wait=99999999")).unwrap(),
+        Some(Duration::from_millis(READYZ_MAX_WAIT_MS))
+    );
+    assert!(readyz_wait(Some("wait=soon")).is_err());
+}

@@ -98,7 +98,8 @@ pub const READYZ_PATH: &str = "/readyz";
 /// sidecar that predates it ignores the query and answers at once, and the hook then asks
 /// again after its own interval.
 pub const READYZ_WAIT_PARAM: &str = "wait";
-/// The longest `wait` a sidecar honours, ms; longer asks are cut to this.
+/// The longest `wait` a sidecar accepts, ms; a longer one is a 400 (which the hook, like
+/// any answer that comes at once, meets by asking again after its interval).
 pub const READYZ_MAX_WAIT_MS: u64 = 10_000;
 
 /// The emptyDir that keeps the pod-local fence across sidecar restarts (docs/safety.md

@@ -50,7 +50,7 @@ const READYZ_RECHECK: Duration = Duration::from_millis(5);
 /// reachable on the pod IP, cannot be made to keep many timers running.
 const READYZ_WAITERS: usize = 4;
 
-/// The `wait` of `/readyz?wait=<ms>`, cut to [`READYZ_MAX_WAIT_MS`]; None without it.
+/// The `wait` of `/readyz?wait=<ms>`, 0 to [`READYZ_MAX_WAIT_MS`]; None without it.
 /// Other query parameters are ignored, as `/readyz` always did.
 fn readyz_wait(query: Option<&str>) -> Result<Option<Duration>, HttpError> {
     let Some(raw) = query.unwrap_or("").split('&').find_map(|pair| {
@@ -59,12 +59,13 @@ fn readyz_wait(query: Option<&str>) -> Result<Option<Duration>, HttpError> {
     }) else {
         return Ok(None);
     };
-    let ms: u64 = raw.parse().map_err(|_| {
-        HttpError::BadRequest(format!(
-            "{READYZ_WAIT_PARAM} must be a whole number of milliseconds, got {raw:?}"
-        ))
-    })?;
-    Ok(Some(Duration::from_millis(ms.min(READYZ_MAX_WAIT_MS))))
+    match raw.parse::<u64>() {
+        Ok(ms) if ms <= READYZ_MAX_WAIT_MS => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(HttpError::BadRequest(format!(
+            "{READYZ_WAIT_PARAM} must be a whole number of milliseconds from 0 to \
+             {READYZ_MAX_WAIT_MS}, got {raw:?}"
+        ))),
+    }
 }
 
 /// The metric series of one route and status, looked up once instead of per request:

@@ -148,7 +148,7 @@ async fn readyz_holds_only_a_few_waits_at_once_and_answers_the_rest_now() {
 }
 
 #[test]
-fn readyz_wait_is_milliseconds_cut_to_the_contracts_maximum() {
+fn readyz_wait_is_milliseconds_up_to_the_contracts_maximum_else_a_bad_request() {
     assert_eq!(readyz_wait(None).unwrap(), None);
     assert_eq!(
         readyz_wait(Some("other=1")).unwrap(),
@@ -160,8 +160,11 @@ fn readyz_wait_is_milliseconds_cut_to_the_contracts_maximum() {
         Some(Duration::from_millis(250))
     );
     assert_eq!(
-        readyz_wait(Some("wait=99999999")).unwrap(),
+        readyz_wait(Some(&format!("wait={READYZ_MAX_WAIT_MS}"))).unwrap(),
         Some(Duration::from_millis(READYZ_MAX_WAIT_MS))
     );
+    // As docs/openapi.yaml says (its maximum), so Schemathesis finds a refusal.
+    assert!(readyz_wait(Some(&format!("wait={}", READYZ_MAX_WAIT_MS + 1))).is_err());
     assert!(readyz_wait(Some("wait=soon")).is_err());
+    assert!(readyz_wait(Some("wait=-1")).is_err());
 }

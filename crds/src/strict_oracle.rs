@@ -32,10 +32,11 @@
 //! one-write-per-value values would land above the window but be served before values
 //! inside it (an order violation, never a duplicate).
 //!
-//! **Forwarding**: every other sidecar sends its strict requests to the oracle, one HTTP
-//! request in flight carrying every request queued meanwhile ([`ForwardRequest`] on
-//! [`FORWARD_PATH`], answered with one range, [`ForwardReply`]). The wire format lives here
-//! because sidecars of two releases may talk to each other during an upgrade.
+//! **Forwarding**: every other sidecar sends its strict requests to the oracle over one TCP
+//! connection, one request in flight carrying every request queued meanwhile
+//! ([`ForwardRequest`], answered with one range, [`ForwardReply`]). The wire format,
+//! [`wire`], lives here because sidecars of two releases may talk to each other during an
+//! upgrade.
 //!
 //! One piece (over 400 lines, half of them tests): the Lease's fields, its timing and its
 //! transitions are one protocol, read together like [`crate::slot_lease`].
@@ -47,8 +48,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use serde::{Deserialize, Serialize};
 
+pub mod wire;
+
+pub use self::wire::{ForwardReply, ForwardRequest, MAX_FORWARD_COUNT};
 use crate::segment_counter::CLAIMANTS_ANNOTATION;
 use crate::slot_lease::FORMAT_ANNOTATION;
 
@@ -64,10 +67,6 @@ pub const DEFAULT_LEASE_SECONDS: i32 = 5;
 /// `ρ`: the most a pod's monotonic clock may run fast or slow against real time (1/20:
 /// far beyond any real clock's drift).
 pub const RATE_BOUND: (u32, u32) = (1, 20);
-/// The path a sidecar forwards strict requests to, on the oracle's forwarding listener.
-pub const FORWARD_PATH: &str = "/v1/strict/take";
-/// The most values one forwarded request may ask for.
-pub const MAX_FORWARD_COUNT: u64 = 1 << 20;
 
 /// The oracle Lease's name for a sequence.
 pub fn oracle_name(sequence: &str) -> String {
@@ -285,25 +284,6 @@ pub fn new_oracle_lease(sequence: &str, namespace: &str) -> Lease {
     }
 }
 
-/// A forwarded group of strict requests: `count` consecutive values, each at least `min`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ForwardRequest {
-    /// The sequence the sender serves (the oracle refuses another's).
-    pub sequence: String,
-    pub count: u64,
-    /// The smallest value allowed (`after + 1` of the largest `after` in the group).
-    #[serde(default)]
-    pub min: u64,
-}
-
-/// The oracle's answer: `[start, end)`, taken while it certainly held the Lease, in `term`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ForwardReply {
-    pub start: u64,
-    pub end: u64,
-    pub term: i32,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,11 +396,5 @@ mod tests {
             OracleLease::parse(lease),
             Err(OracleLeaseError::UnsupportedFormat { .. })
         ));
-    }
-
-    #[test]
-    fn a_forward_request_without_min_reads_as_min_zero() {
-        let r: ForwardRequest = serde_json::from_str(r#"{"sequence":"s","count":3}"#).unwrap();
-        assert_eq!(r.min, 0);
     }
 }

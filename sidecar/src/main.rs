@@ -145,6 +145,13 @@ struct ClusterArgs {
     /// The port of the strict oracle's forwarding listener on --pod-ip.
     #[arg(long, default_value_t = contract::DEFAULT_ORACLE_PORT, env = contract::ORACLE_PORT_ENV)]
     oracle_port: u16,
+    /// Threads of the async runtime. One by default: a sidecar's work is many tiny
+    /// requests, and on a busy node waking a second thread costs more than the work it
+    /// takes over (docs/benchmarks.md section 8); under the chart's default CPU limit
+    /// (200m) a second thread could not run in parallel anyway. More help only a strict
+    /// oracle serving many sidecars from a pod with more than one CPU.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    runtime_threads: u16,
     /// TEST ONLY, breaks strict order (docs/safety.md rule 13): take the strict oracle
     /// lease over as soon as another pod holds it, without waiting for its term to lapse.
     /// The linearizability test's broken variant; never set it anywhere else.
@@ -355,7 +362,9 @@ fn config_json(config: &ClusterConfig, log_format: LogFormat) -> serde_json::Val
 }
 
 fn print_cluster_config(args: ClusterArgs, log_format: LogFormat) {
-    let config = config_json(&cluster_config(args), log_format);
+    let threads = args.runtime_threads;
+    let mut config = config_json(&cluster_config(args), log_format);
+    config["runtime_threads"] = threads.into();
     match serde_json::to_string_pretty(&config) {
         Ok(text) => println!("{text}"),
         Err(e) => fail(1, format!("cannot print the settings as JSON: {e}")),
@@ -463,7 +472,11 @@ fn main() {
         None => Run::Standalone(cli.standalone),
     };
     kubeflake_runtime::log::init(cli.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Run::Cluster(args) = &command {
+        builder.worker_threads(usize::from(args.runtime_threads));
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .expect("can start the tokio runtime");

@@ -17,12 +17,20 @@ use serde_json::Value;
 
 /// Settings of an earlier release's pods that this release changes on purpose:
 /// `(release, key of --print-config, why)`. The key is then not compared for that release.
-const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[(
-    "0.1.0",
-    "oracle_listen",
-    "new in 0.3 (issue 24), not a change: pods injected before carry no POD_IP, so this setting \
-     resolves to null and such a sidecar forwards strict requests and never serves as the oracle",
-)];
+const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[
+    (
+        "0.1.0",
+        "oracle_listen",
+        "new in 0.3 (issue 24), not a change: pods injected before carry no POD_IP, so this setting \
+         resolves to null and such a sidecar forwards strict requests and never serves as the oracle",
+    ),
+    (
+        "0.1.0",
+        "runtime_threads",
+        "new in 0.3 (issue 24): one runtime thread unless --runtime-threads says more; 0.1.0 \
+         started one per CPU it was allowed (one under the chart's default 200m limit)",
+    ),
+];
 
 /// One `injected-<release>.json`.
 struct Injected {

@@ -1,36 +1,42 @@
 //! Forwarding: how a sidecar that is not the oracle gets strict values from it, and how the
-//! oracle takes those requests. One HTTP/1 connection per forwarding sidecar, one request
-//! in flight on it, carrying every request queued meanwhile ([`ForwardRequest`]); the
-//! answer is one range ([`ForwardReply`]) the sender hands out in queue order.
+//! oracle takes those requests. One TCP connection per forwarding sidecar, in the wire
+//! format of [`kubeflake_crds::strict_oracle::wire`]; one request in flight on it, carrying
+//! every request queued meanwhile ([`ForwardRequest`]); the answer is one range
+//! ([`ForwardReply`]) the sender hands out in queue order.
 //!
-//! The listener is on the pod IP (other pods must reach it) and serves only
-//! [`FORWARD_PATH`]. Anyone who can reach it can burn values (gaps, never a duplicate or
-//! a value out of order); restricting who reaches it is a NetworkPolicy's job
-//! (docs/strict.md).
+//! The listener is on the pod IP (other pods must reach it) and speaks only that format.
+//! Anyone who can reach it can burn values (gaps, never a duplicate or a value out of
+//! order); restricting who reaches it is a NetworkPolicy's job (docs/strict.md).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use kubeflake_crds::strict_oracle::{
-    FORWARD_PATH, ForwardReply, ForwardRequest, MAX_FORWARD_COUNT,
+use kubeflake_crds::strict_oracle::wire::{
+    self, HELLO_HEAD_LEN, Hello, MAX_FORWARD_COUNT, REFUSAL_HEAD_LEN, REQUEST_LEN, Reply,
+    ReplyKind, VALUES_LEN,
 };
-use kubeflake_runtime::reply::{self, Reply};
-use serde_json::json;
-use tokio::net::TcpStream;
+use kubeflake_crds::strict_oracle::{ForwardReply, ForwardRequest};
+use kubeflake_runtime::serve::AcceptBackoff;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
 
 use super::Oracle;
 use crate::segment::SegmentRefusal;
 
 /// How long one forwarded request may take (connect included).
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
-/// The largest body either side reads.
-const BODY_LIMIT: usize = 4096;
+/// A forwarder makes a new connection rather than use one idle this long (the oracle
+/// closes connections idle for [`SERVER_IDLE`], so the forwarder never writes into one
+/// the oracle is closing).
+const CLIENT_IDLE: Duration = Duration::from_secs(60);
+/// The oracle closes a connection with no request for this long (a forwarder that
+/// vanished without closing, e.g. its node gone).
+const SERVER_IDLE: Duration = Duration::from_secs(120);
+/// How long a new connection may take to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Forwarding connections the oracle keeps open at once (one per sidecar of the sequence).
+const MAX_CONNECTIONS: usize = 4096;
 
 /// Why a forwarded request got no values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,174 +57,307 @@ pub enum ForwardError {
     },
 }
 
-/// The forwarding sidecar's connection to the oracle (re-made when the address changes
-/// or the connection breaks).
-#[derive(Default)]
+/// What one exchange on a connection ended with, before it is judged.
+enum Exchange {
+    Answered(Reply),
+    /// The connection failed; `before_reply` when nothing of the answer was read.
+    Failed {
+        message: String,
+        before_reply: bool,
+    },
+}
+
+struct Connection {
+    address: String,
+    stream: TcpStream,
+    last_used: Instant,
+}
+
+/// The forwarding sidecar's connection to the oracle (re-made when the address changes,
+/// the connection breaks, or it sat idle).
 pub struct Forwarder {
-    conn: Option<(String, SendRequest<Full<Bytes>>)>,
+    sequence: String,
+    conn: Option<Connection>,
 }
 
 impl Forwarder {
+    pub fn new(sequence: &str) -> Forwarder {
+        Forwarder {
+            sequence: sequence.to_string(),
+            conn: None,
+        }
+    }
+
     /// Sends `request` to the oracle at `address` and waits for its range.
     pub async fn forward(
         &mut self,
         address: &str,
-        request: &ForwardRequest,
+        request: ForwardRequest,
     ) -> Result<ForwardReply, ForwardError> {
         let unreachable = |message: String| ForwardError::Unreachable {
             address: address.to_string(),
             message,
         };
-        let result = tokio::time::timeout(FORWARD_TIMEOUT, self.exchange(address, request)).await;
-        let (status, body) = match result {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(message)) => {
-                self.conn = None;
-                return Err(unreachable(message));
-            }
-            Err(_) => {
-                self.conn = None;
-                return Err(unreachable(format!("no answer within {FORWARD_TIMEOUT:?}")));
+        let deadline = tokio::time::Instant::now() + FORWARD_TIMEOUT;
+        let mut reused = self.reusable(address);
+        let reply = loop {
+            let exchange = tokio::time::timeout_at(deadline, self.exchange(address, request));
+            match exchange.await {
+                Ok(Exchange::Answered(reply)) => break reply,
+                Ok(Exchange::Failed {
+                    message,
+                    before_reply,
+                }) => {
+                    self.conn = None;
+                    // A kept connection the oracle closed meanwhile (it restarted, or
+                    // dropped it idle): once more on a new one. Values it may have taken
+                    // for the lost request are a gap; the new ones are taken later, still
+                    // inside every waiting request's call.
+                    if reused && before_reply {
+                        reused = false;
+                        continue;
+                    }
+                    return Err(unreachable(message));
+                }
+                Err(_) => {
+                    self.conn = None;
+                    return Err(unreachable(format!("no answer within {FORWARD_TIMEOUT:?}")));
+                }
             }
         };
-        if status != StatusCode::OK {
-            let message = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            return Err(ForwardError::Refused {
-                address: address.to_string(),
-                status: status.as_u16(),
-                message,
-            });
+        match reply {
+            Reply::Refused { status, message } => {
+                // The oracle may close after a refusal (a bad hello): start afresh.
+                self.conn = None;
+                Err(ForwardError::Refused {
+                    address: address.to_string(),
+                    status,
+                    message,
+                })
+            }
+            Reply::Values(reply) => {
+                let count = reply.end.saturating_sub(reply.start);
+                if count != request.count || reply.start < request.min {
+                    self.conn = None;
+                    return Err(ForwardError::BadReply {
+                        address: address.to_string(),
+                        count,
+                        asked: request.count,
+                    });
+                }
+                Ok(reply)
+            }
         }
-        let reply: ForwardReply = serde_json::from_slice(&body)
-            .map_err(|e| unreachable(format!("an answer that is not a range: {e}")))?;
-        let count = reply.end.saturating_sub(reply.start);
-        if count != request.count || reply.start < request.min {
-            return Err(ForwardError::BadReply {
-                address: address.to_string(),
-                count,
-                asked: request.count,
-            });
-        }
-        Ok(reply)
     }
 
-    async fn exchange(
-        &mut self,
-        address: &str,
-        request: &ForwardRequest,
-    ) -> Result<(StatusCode, Bytes), String> {
-        if self
+    /// Whether the kept connection goes to `address` and may be used again.
+    fn reusable(&mut self, address: &str) -> bool {
+        let keep = self
             .conn
             .as_ref()
-            .is_none_or(|(a, s)| a != address || s.is_closed())
-        {
-            let stream = TcpStream::connect(address)
-                .await
-                .map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::spawn(async move {
-                // The connection ends when the oracle closes it or the sender is dropped.
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "forwarding connection closed");
-                }
-            });
-            self.conn = Some((address.to_string(), send));
+            .is_some_and(|c| c.address == address && c.last_used.elapsed() < CLIENT_IDLE);
+        if !keep {
+            self.conn = None;
         }
-        let Some((_, send)) = self.conn.as_mut() else {
-            return Err("no connection".into());
+        keep
+    }
+
+    async fn exchange(&mut self, address: &str, request: ForwardRequest) -> Exchange {
+        let failed = |message: String| Exchange::Failed {
+            message,
+            before_reply: true,
         };
-        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(FORWARD_PATH)
-            .header(hyper::header::HOST, address)
-            .header(hyper::header::CONTENT_TYPE, reply::JSON)
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
-        send.ready().await.map_err(|e| e.to_string())?;
-        let answer = send.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = answer.status();
-        let body = read_body(answer.into_body()).await?;
-        Ok((status, body))
+        let mut frame = Vec::with_capacity(64);
+        if self.conn.is_none() {
+            let hello = match (Hello {
+                sequence: self.sequence.clone(),
+            })
+            .encode()
+            {
+                Ok(h) => h,
+                Err(e) => return failed(e.to_string()),
+            };
+            let stream = match TcpStream::connect(address).await {
+                Ok(s) => s,
+                Err(e) => return failed(e.to_string()),
+            };
+            if let Err(e) = stream.set_nodelay(true) {
+                return failed(e.to_string());
+            }
+            frame.extend_from_slice(&hello);
+            self.conn = Some(Connection {
+                address: address.to_string(),
+                stream,
+                last_used: Instant::now(),
+            });
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return failed("no connection".into());
+        };
+        // The hello and the first request go out in one write.
+        frame.extend_from_slice(&request.encode());
+        if let Err(e) = conn.stream.write_all(&frame).await {
+            return failed(e.to_string());
+        }
+        conn.last_used = Instant::now();
+        let tag = match conn.stream.read_u8().await {
+            Ok(t) => t,
+            Err(e) => return failed(e.to_string()),
+        };
+        let mid_reply = |message: String| Exchange::Failed {
+            message,
+            before_reply: false,
+        };
+        match read_reply(&mut conn.stream, tag).await {
+            Ok(reply) => Exchange::Answered(reply),
+            Err(message) => mid_reply(message),
+        }
     }
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, String> {
-    Limited::new(body, BODY_LIMIT)
-        .collect()
+/// The rest of a reply after its tag.
+async fn read_reply(stream: &mut TcpStream, tag: u8) -> Result<Reply, String> {
+    match Reply::kind(tag).map_err(|e| e.to_string())? {
+        ReplyKind::Values => {
+            let mut body = [0u8; VALUES_LEN];
+            stream
+                .read_exact(&mut body)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Reply::Values(ForwardReply::decode(&body)))
+        }
+        ReplyKind::Refused => {
+            let mut head = [0u8; REFUSAL_HEAD_LEN];
+            stream
+                .read_exact(&mut head)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (status, len) = Reply::refusal_head(&head).map_err(|e| e.to_string())?;
+            let mut text = vec![0u8; len];
+            stream
+                .read_exact(&mut text)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Reply::Refused {
+                status,
+                message: String::from_utf8_lossy(&text).into_owned(),
+            })
+        }
+    }
+}
+
+/// The oracle's listener: accepts forwarding connections until `stop` says so.
+pub async fn listen(oracle: Arc<Oracle>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = backoff.accept(&listener, "strict oracle") => accepted,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                ?peer,
+                limit = MAX_CONNECTIONS,
+                "strict oracle: too many forwarding connections; closing the new one"
+            );
+            continue;
+        };
+        let oracle = oracle.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(&oracle, stream, stop).await {
+                tracing::debug!(?peer, error = %e, "strict oracle: forwarding connection ended");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Why the oracle ended a forwarding connection (logged at debug: forwarders reconnect).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionEnd {
+    #[error("reading or writing: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("no hello within {HELLO_TIMEOUT:?}")]
+    NoHello,
+    #[error("a bad hello: {0}")]
+    BadHello(String),
+    #[error("idle for {SERVER_IDLE:?}")]
+    Idle,
+}
+
+/// One forwarding sidecar's connection: its hello, then request after request.
+async fn connection(
+    oracle: &Arc<Oracle>,
+    mut stream: TcpStream,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ConnectionEnd> {
+    stream.set_nodelay(true)?;
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut stream))
         .await
-        .map(|b| b.to_bytes())
-        .map_err(|e| e.to_string())
+        .map_err(|_| ConnectionEnd::NoHello)?;
+    let refused = match hello {
+        Ok(Ok(hello)) if hello.sequence == oracle.config.sequence => None,
+        Ok(Ok(hello)) => Some(format!(
+            "this sidecar serves strict sequence {}, not {}",
+            oracle.config.sequence, hello.sequence
+        )),
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(message) = refused {
+        let reply = Reply::Refused {
+            status: 400,
+            message: message.clone(),
+        };
+        stream.write_all(&reply.encode()).await?;
+        return Err(ConnectionEnd::BadHello(message));
+    }
+    let mut frame = [0u8; REQUEST_LEN];
+    loop {
+        tokio::select! {
+            read = tokio::time::timeout(SERVER_IDLE, stream.read_exact(&mut frame)) => {
+                read.map_err(|_| ConnectionEnd::Idle)??;
+            }
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        let reply = answer(oracle, ForwardRequest::decode(&frame)).await;
+        stream.write_all(&reply.encode()).await?;
+    }
 }
 
-/// The oracle listener's one route: `POST` [`FORWARD_PATH`].
-pub async fn answer(oracle: Arc<Oracle>, req: Request<Incoming>) -> Reply {
-    if req.uri().path() != FORWARD_PATH {
-        return reply::error(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "this port serves only POST {FORWARD_PATH} (strict values forwarded by the sequence's sidecars)"
-            ),
-            json!({}),
-        );
-    }
-    if req.method() != Method::POST {
-        return reply::error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &format!("{FORWARD_PATH} takes POST"),
-            json!({}),
-        );
-    }
-    let body = match read_body(req.into_body()).await {
-        Ok(b) => b,
-        Err(e) => {
-            return reply::error(
-                StatusCode::BAD_REQUEST,
-                &format!("reading the body: {e}"),
-                json!({}),
-            );
-        }
+async fn read_hello(stream: &mut TcpStream) -> std::io::Result<Result<Hello, wire::WireError>> {
+    let mut head = [0u8; HELLO_HEAD_LEN];
+    stream.read_exact(&mut head).await?;
+    let len = match Hello::name_len(&head) {
+        Ok(len) => len,
+        Err(e) => return Ok(Err(e)),
     };
-    let request: ForwardRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return reply::error(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "the body is not a forward request ({{\"sequence\", \"count\", \"min\"}}): {e}"
-                ),
-                json!({}),
-            );
-        }
-    };
+    let mut name = vec![0u8; len];
+    stream.read_exact(&mut name).await?;
+    Ok(Hello::from_name(&name))
+}
+
+/// The oracle's answer to one forwarded group.
+pub async fn answer(oracle: &Arc<Oracle>, request: ForwardRequest) -> Reply {
     if request.count == 0 || request.count > MAX_FORWARD_COUNT {
-        return reply::error(
-            StatusCode::BAD_REQUEST,
-            &format!(
+        return Reply::Refused {
+            status: 400,
+            message: format!(
                 "count must be 1 to {MAX_FORWARD_COUNT}, not {}",
                 request.count
             ),
-            json!({}),
-        );
+        };
     }
-    match oracle.serve_forwarded(&request).await {
-        Ok(reply) => reply::json(
-            StatusCode::OK,
-            &serde_json::to_value(reply).unwrap_or_default(),
-        ),
-        Err(refusal) => reply::error(
-            match refusal {
-                SegmentRefusal::AfterAboveCounter { .. } => StatusCode::CONFLICT,
-                _ => StatusCode::SERVICE_UNAVAILABLE,
+    match oracle.serve_forwarded(request).await {
+        Ok(reply) => Reply::Values(reply),
+        Err(refusal) => Reply::Refused {
+            status: match refusal {
+                SegmentRefusal::AfterAboveCounter { .. } => 409,
+                _ => 503,
             },
-            &refusal.to_string(),
-            json!({ "reason": refusal.reason() }),
-        ),
+            message: refusal.to_string(),
+        },
     }
 }

@@ -11,7 +11,7 @@
 //!   serves the group from the term (this sidecar is the oracle) or forwards it as one
 //!   request (another is); a request joins only a group formed after it arrived, so the
 //!   value it gets is taken at a moment inside its call;
-//! - the **listener** ([`forward::answer`]) serves other sidecars' forwarded groups from
+//! - the **listener** ([`forward::listen`]) serves other sidecars' forwarded groups from
 //!   the term.
 //!
 //! The role is a state enum ([`Role`]): only `Oracle` holds a [`Term`], so only the
@@ -32,7 +32,6 @@ use chrono::Utc;
 use kubeflake_crds::strict_oracle::{
     COUNTER_FORMAT_ORACLE, ForwardReply, ForwardRequest, OracleLease,
 };
-use kubeflake_runtime::serve::ServeOptions;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
@@ -56,6 +55,16 @@ pub enum Role {
     Follower { address: String },
     /// This sidecar holds the oracle Lease and serves.
     Oracle { term: Term, lease: OracleLease },
+}
+
+/// What [`Oracle::take_now`] found.
+enum Take {
+    /// Values taken, in this term.
+    Served(Block, i32),
+    /// The window is short: reserve at least `want` from `min` first.
+    NeedsMore { want: u64, min: u64 },
+    /// This sidecar does not serve (another does, or none now).
+    NotOracle,
 }
 
 /// How this sidecar takes part.
@@ -145,19 +154,10 @@ impl Oracle {
         });
         oracle.metrics.block_size.set(WINDOW as i64);
         if let Some(listener) = listener {
-            let serving = oracle.clone();
-            let mut stop = oracle.stop_tx.subscribe();
-            tokio::spawn(kubeflake_runtime::serve::serve(
+            tokio::spawn(forward::listen(
+                oracle.clone(),
                 listener,
-                ServeOptions {
-                    name: "strict oracle",
-                    header_read_timeout: Duration::from_secs(30),
-                    drain: Duration::from_secs(1),
-                },
-                move |req| forward::answer(serving.clone(), req),
-                async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                },
+                oracle.stop_tx.subscribe(),
             ));
         }
         tokio::spawn(oracle.clone().elect());
@@ -206,9 +206,14 @@ impl Oracle {
     }
 
     /// `want` consecutive values, each at least `min`, taken after this call began.
-    pub async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+    pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.counter.as_ref(), &self.backoff, min).await?;
+        }
+        // The oracle serves its own requests at once while its window has the values:
+        // taken under the lock, inside this call, like a group's (no queue, no task switch).
+        if let Take::Served(block, _) = self.take_now(want, min)? {
+            return Ok(vec![block]);
         }
         let (waiting, answer) = Waiting::new(want, min);
         {
@@ -223,24 +228,18 @@ impl Oracle {
     }
 
     /// One value of at least `min`.
-    pub async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
+    pub async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
         let runs = self.take_from(1, min).await?;
         runs.first()
             .map(|b| b.start)
             .ok_or_else(|| SegmentRefusal::NoBlock("strict: an empty answer".into()))
     }
 
-    /// A group forwarded by another sidecar.
+    /// A group forwarded by another sidecar of the sequence.
     pub async fn serve_forwarded(
         self: &Arc<Self>,
-        request: &ForwardRequest,
+        request: ForwardRequest,
     ) -> Result<ForwardReply, SegmentRefusal> {
-        if request.sequence != self.config.sequence {
-            return Err(SegmentRefusal::NoBlock(format!(
-                "this sidecar serves sequence {}, not {}",
-                self.config.sequence, request.sequence
-            )));
-        }
         let (block, term) = self.serve_here(request.count, request.min).await?;
         Ok(ForwardReply {
             start: block.start,
@@ -256,33 +255,45 @@ impl Oracle {
         min: u64,
     ) -> Result<(Block, i32), SegmentRefusal> {
         for _ in 0..3 {
-            let needs = {
-                let mut s = self.lock();
-                let Role::Oracle { term, .. } = &mut s.role else {
+            match self.take_now(count, min)? {
+                Take::Served(block, term) => return Ok((block, term)),
+                Take::NeedsMore { want, min } => self.extend(want, min).await?,
+                Take::NotOracle => {
                     return Err(SegmentRefusal::NoBlock(
                         "strict: this sidecar is not the sequence's oracle (a hand-over is under way)"
                             .into(),
                     ));
-                };
-                match term.take(count, min, Instant::now()) {
-                    Ok(block) => {
-                        let number = term.number;
-                        let low = term.remaining() < WINDOW / 2;
-                        drop(s);
-                        if low {
-                            self.extend_in_background();
-                        }
-                        return Ok((block, number));
-                    }
-                    Err(TermRefusal::NeedsMore { want, min }) => (want, min),
-                    Err(lapsed) => return Err(refusal(&lapsed)),
                 }
-            };
-            self.extend(needs.0, needs.1).await?;
+            }
         }
         Err(SegmentRefusal::NoBlock(
             "strict: the window was used up by others three times while this request waited".into(),
         ))
+    }
+
+    /// Takes `count` values of at least `min` from this sidecar's term now, if it is the
+    /// oracle and its window has them; starts the next window write when it runs low.
+    fn take_now(self: &Arc<Self>, count: u64, min: u64) -> Result<Take, SegmentRefusal> {
+        let mut s = self.lock();
+        if s.stopped {
+            return Err(SegmentRefusal::Stopping);
+        }
+        let Role::Oracle { term, .. } = &mut s.role else {
+            return Ok(Take::NotOracle);
+        };
+        match term.take(count, min, Instant::now()) {
+            Ok(block) => {
+                let number = term.number;
+                let low = term.remaining() < WINDOW / 2;
+                drop(s);
+                if low {
+                    self.extend_in_background();
+                }
+                Ok(Take::Served(block, number))
+            }
+            Err(TermRefusal::NeedsMore { want, min }) => Ok(Take::NeedsMore { want, min }),
+            Err(lapsed) => Err(refusal(&lapsed)),
+        }
     }
 
     /// Starts a window write unless one is under way: the window runs low.

@@ -271,7 +271,7 @@ impl Oracle {
 
     /// The dispatcher: each group of local requests is served from the term or forwarded.
     pub(super) async fn dispatch(self: Arc<Self>) {
-        let mut forwarder = Forwarder::default();
+        let mut forwarder = Forwarder::new(&self.config.sequence);
         loop {
             let group = {
                 let mut s = self.lock();
@@ -295,14 +295,10 @@ impl Oracle {
             let answer = match route {
                 Ok(None) => self.serve_here(total, min).await.map(|(block, _)| block),
                 Ok(Some(address)) => {
-                    let request = ForwardRequest {
-                        sequence: self.config.sequence.clone(),
-                        count: total,
-                        min,
-                    };
+                    let request = ForwardRequest { count: total, min };
                     self.metrics.strict_forwards.inc();
                     forwarder
-                        .forward(&address, &request)
+                        .forward(&address, request)
                         .await
                         .map(|r| Block {
                             start: r.start,

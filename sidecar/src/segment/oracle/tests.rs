@@ -8,6 +8,8 @@ use super::store::fake::FakeOracleStore;
 use super::*;
 use crate::metrics::Metrics;
 use crate::segment::claim::fake::FakeStore;
+use kubeflake_crds::strict_oracle::MAX_FORWARD_COUNT;
+use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply, ReplyKind};
 
 struct Group {
     counter: Arc<FakeStore>,
@@ -54,7 +56,7 @@ async fn until(what: &str, mut pred: impl FnMut() -> bool) {
     panic!("not reached within 6 s: {what}");
 }
 
-async fn take(o: &Oracle) -> u64 {
+async fn take(o: &Arc<Oracle>) -> u64 {
     for _ in 0..200 {
         if let Ok(v) = o.take_one_from(0).await {
             return v;
@@ -177,25 +179,109 @@ async fn rule15_an_oracle_never_serves_from_a_counter_not_marked_for_it() {
     assert!(!a.is_oracle());
 }
 
+/// Speaks the wire format to `a`'s listener by hand: a hello for `sequence`, then one
+/// request per `(count, min)`; the replies, in order.
+async fn by_hand(a: &Oracle, sequence: &str, requests: &[(u64, u64)]) -> Vec<Reply> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = a.address.clone().expect("a listens");
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let hello = Hello {
+        sequence: sequence.into(),
+    };
+    stream.write_all(&hello.encode().unwrap()).await.unwrap();
+    let mut replies = Vec::new();
+    for &(count, min) in requests {
+        let request = ForwardRequest { count, min };
+        if stream.write_all(&request.encode()).await.is_err() {
+            break;
+        }
+        let Ok(tag) = stream.read_u8().await else {
+            break;
+        };
+        let reply = match Reply::kind(tag).unwrap() {
+            ReplyKind::Values => {
+                let mut body = [0u8; wire::VALUES_LEN];
+                stream.read_exact(&mut body).await.unwrap();
+                Reply::Values(ForwardReply::decode(&body))
+            }
+            ReplyKind::Refused => {
+                let mut head = [0u8; wire::REFUSAL_HEAD_LEN];
+                stream.read_exact(&mut head).await.unwrap();
+                let (status, len) = Reply::refusal_head(&head).unwrap();
+                let mut text = vec![0u8; len];
+                stream.read_exact(&mut text).await.unwrap();
+                Reply::Refused {
+                    status,
+                    message: String::from_utf8(text).unwrap(),
+                }
+            }
+        };
+        replies.push(reply);
+    }
+    replies
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forwarded_requests_for_another_sequence_or_with_bad_counts_are_refused() {
+async fn the_oracle_port_refuses_another_sequence_and_bad_counts_and_keeps_serving_after_one() {
     let g = Group::new();
     let a = g.sidecar("uid-a", false).await;
     until("a is the oracle", || a.is_oracle()).await;
-    let other = ForwardRequest {
-        sequence: "other".into(),
-        count: 1,
-        min: 0,
+    // Another sequence's sidecar: one refusal naming both, then the connection is closed.
+    let other = by_hand(&a, "other", &[(1, 0), (1, 0)]).await;
+    assert_eq!(other.len(), 1, "closed after the refusal: {other:?}");
+    let Reply::Refused { status, message } = &other[0] else {
+        panic!("{other:?}")
     };
-    let err = a.serve_forwarded(&other).await.unwrap_err();
-    assert!(err.to_string().contains("not other"), "{err}");
-    let ok = a
-        .serve_forwarded(&ForwardRequest {
-            sequence: "s".into(),
-            count: 5,
-            min: 0,
-        })
-        .await
-        .unwrap();
+    assert_eq!(*status, 400);
+    assert!(message.contains("not other"), "{message}");
+    // A bad count is refused, and the same connection serves the next request.
+    let replies = by_hand(&a, "s", &[(0, 0), (MAX_FORWARD_COUNT + 1, 0), (5, 0)]).await;
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    for bad in &replies[..2] {
+        assert!(
+            matches!(bad, Reply::Refused { status: 400, message } if message.contains("count must be 1")),
+            "{bad:?}"
+        );
+    }
+    let Reply::Values(ok) = replies[2] else {
+        panic!("{replies:?}")
+    };
     assert_eq!(ok.end - ok.start, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An oracle by hand: each connection answers one request, then is closed (as when the
+    // oracle restarts, or drops a connection idle).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let oracle = tokio::spawn(async move {
+        for start in [10u64, 20] {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; wire::HELLO_HEAD_LEN];
+            s.read_exact(&mut head).await.unwrap();
+            let mut name = vec![0u8; Hello::name_len(&head).unwrap()];
+            s.read_exact(&mut name).await.unwrap();
+            let mut frame = [0u8; wire::REQUEST_LEN];
+            s.read_exact(&mut frame).await.unwrap();
+            let count = ForwardRequest::decode(&frame).count;
+            let values = ForwardReply {
+                start,
+                end: start + count,
+                term: 1,
+            };
+            s.write_all(&Reply::Values(values).encode()).await.unwrap();
+        }
+    });
+    let mut forwarder = Forwarder::new("s");
+    let request = ForwardRequest { count: 3, min: 0 };
+    assert_eq!(
+        forwarder.forward(&address, request).await.unwrap().start,
+        10
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = forwarder.forward(&address, request).await;
+    assert_eq!(again.unwrap().start, 20, "asked again on a new connection");
+    oracle.await.unwrap();
 }

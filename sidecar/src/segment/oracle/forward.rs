@@ -17,7 +17,7 @@ use kubeflake_crds::strict_oracle::wire::{
 };
 use kubeflake_crds::strict_oracle::{ForwardReply, ForwardRequest};
 use kubeflake_runtime::serve::AcceptBackoff;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
@@ -167,9 +167,10 @@ impl Forwarder {
             message,
             before_reply: true,
         };
-        let mut frame = Vec::with_capacity(64);
+        // A new connection starts with the hello, sent in one write with the first request.
+        let mut opening = None;
         if self.conn.is_none() {
-            let hello = match (Hello {
+            let mut hello = match (Hello {
                 sequence: self.sequence.clone(),
             })
             .encode()
@@ -184,7 +185,8 @@ impl Forwarder {
             if let Err(e) = stream.set_nodelay(true) {
                 return failed(e.to_string());
             }
-            frame.extend_from_slice(&hello);
+            hello.extend_from_slice(&request.encode());
+            opening = Some(hello);
             self.conn = Some(Connection {
                 address: address.to_string(),
                 stream,
@@ -194,9 +196,9 @@ impl Forwarder {
         let Some(conn) = self.conn.as_mut() else {
             return failed("no connection".into());
         };
-        // The hello and the first request go out in one write.
-        frame.extend_from_slice(&request.encode());
-        if let Err(e) = conn.stream.write_all(&frame).await {
+        let request = request.encode();
+        let frame: &[u8] = opening.as_deref().unwrap_or(&request);
+        if let Err(e) = conn.stream.write_all(frame).await {
             return failed(e.to_string());
         }
         conn.last_used = Instant::now();
@@ -216,7 +218,10 @@ impl Forwarder {
 }
 
 /// The rest of a reply after its tag.
-async fn read_reply(stream: &mut TcpStream, tag: u8) -> Result<Reply, String> {
+pub(super) async fn read_reply<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    tag: u8,
+) -> Result<Reply, String> {
     match Reply::kind(tag).map_err(|e| e.to_string())? {
         ReplyKind::Values => {
             let mut body = [0u8; VALUES_LEN];
@@ -327,7 +332,9 @@ async fn connection(
     }
 }
 
-async fn read_hello(stream: &mut TcpStream) -> std::io::Result<Result<Hello, wire::WireError>> {
+pub(super) async fn read_hello<R: AsyncRead + Unpin>(
+    stream: &mut R,
+) -> std::io::Result<Result<Hello, wire::WireError>> {
     let mut head = [0u8; HELLO_HEAD_LEN];
     stream.read_exact(&mut head).await?;
     let len = match Hello::name_len(&head) {

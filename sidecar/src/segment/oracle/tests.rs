@@ -9,7 +9,7 @@ use super::*;
 use crate::metrics::Metrics;
 use crate::segment::claim::fake::FakeStore;
 use kubeflake_crds::strict_oracle::MAX_FORWARD_COUNT;
-use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply, ReplyKind};
+use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply};
 
 struct Group {
     counter: Arc<FakeStore>,
@@ -198,24 +198,7 @@ async fn by_hand(a: &Oracle, sequence: &str, requests: &[(u64, u64)]) -> Vec<Rep
         let Ok(tag) = stream.read_u8().await else {
             break;
         };
-        let reply = match Reply::kind(tag).unwrap() {
-            ReplyKind::Values => {
-                let mut body = [0u8; wire::VALUES_LEN];
-                stream.read_exact(&mut body).await.unwrap();
-                Reply::Values(ForwardReply::decode(&body))
-            }
-            ReplyKind::Refused => {
-                let mut head = [0u8; wire::REFUSAL_HEAD_LEN];
-                stream.read_exact(&mut head).await.unwrap();
-                let (status, len) = Reply::refusal_head(&head).unwrap();
-                let mut text = vec![0u8; len];
-                stream.read_exact(&mut text).await.unwrap();
-                Reply::Refused {
-                    status,
-                    message: String::from_utf8(text).unwrap(),
-                }
-            }
-        };
+        let reply = forward::read_reply(&mut stream, tag).await.unwrap();
         replies.push(reply);
     }
     replies
@@ -259,10 +242,7 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
     let oracle = tokio::spawn(async move {
         for start in [10u64, 20] {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut head = [0u8; wire::HELLO_HEAD_LEN];
-            s.read_exact(&mut head).await.unwrap();
-            let mut name = vec![0u8; Hello::name_len(&head).unwrap()];
-            s.read_exact(&mut name).await.unwrap();
+            forward::read_hello(&mut s).await.unwrap().unwrap();
             let mut frame = [0u8; wire::REQUEST_LEN];
             s.read_exact(&mut frame).await.unwrap();
             let count = ForwardRequest::decode(&frame).count;

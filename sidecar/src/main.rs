@@ -499,6 +499,27 @@ mod tests {
     use std::collections::BTreeSet;
 
     #[test]
+    fn runtime_threads_outside_1_to_256_is_refused_naming_the_flag() {
+        let base = [
+            "kubeflake-sidecar",
+            contract::CLUSTER_SUBCOMMAND,
+            "--sequence=s",
+            "--pod-name=p",
+            "--pod-namespace=n",
+            "--pod-uid=u",
+        ];
+        for bad in ["0", "257", "many"] {
+            let arg = format!("--runtime-threads={bad}");
+            let err = Cli::try_parse_from(base.iter().copied().chain([arg.as_str()]))
+                .expect_err(&arg)
+                .to_string();
+            assert!(err.contains("--runtime-threads"), "{arg}: {err}");
+        }
+        let ok = Cli::try_parse_from(base.iter().copied().chain(["--runtime-threads=2"]));
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
     fn the_contract_lists_exactly_the_variables_cluster_mode_reads() {
         let cli = Cli::command();
         let cluster = cli

@@ -44,7 +44,7 @@ const TAG_REFUSED: u8 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error(
-        "the connection did not start with {MAGIC:?}: not a kubeflake sidecar forwarding strict requests"
+        "the connection did not start with \"KFSO\": not a kubeflake sidecar forwarding strict requests (this port takes only those)"
     )]
     BadMagic,
     #[error(

@@ -265,3 +265,40 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
     assert_eq!(again.unwrap().start, 20, "asked again on a new connection");
     oracle.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn something_else_on_the_oracle_port_is_refused_naming_what_the_port_takes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let first = take(&a).await;
+    let address = a.address.clone().expect("a listens");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    // An HTTP client (or a scanner) on the strict port.
+    stream
+        .write_all(b"GET /id HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let tag = stream.read_u8().await.unwrap();
+    let reply = forward::read_reply(&mut stream, tag).await.unwrap();
+    let Reply::Refused { status, message } = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(*status, 400);
+    assert!(message.contains("\"KFSO\""), "{message}");
+    // Closed after the refusal: an end of stream, or a reset (the rest of the HTTP
+    // request was never read).
+    let mut rest = Vec::new();
+    let end = stream.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "nothing after the refusal: {rest:?}");
+    assert!(
+        end.is_ok()
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{end:?}"
+    );
+    // The oracle serves on, the next value after the last: the stranger took nothing.
+    assert_eq!(take(&a).await, first + 1);
+}

@@ -18,10 +18,16 @@ use crate::fence::{FenceFileError, LocalFence};
 
 /// A fence that can be renewed (a blocking write).
 pub trait Renew: Send + 'static {
+    /// Whether a renewal would write anything: checked on the async worker, so that a tick
+    /// with nothing to write costs no hop to the blocking pool.
+    fn due(&self) -> bool;
     fn renew(&mut self) -> Result<(), FenceFileError>;
 }
 
 impl Renew for LocalFence {
+    fn due(&self) -> bool {
+        LocalFence::due(self).is_some()
+    }
     fn renew(&mut self) -> Result<(), FenceFileError> {
         LocalFence::renew(self)
     }
@@ -74,6 +80,9 @@ impl<F: Renew> Renewer<F> {
                     // Asked to stop (or the `Renewer` was dropped): hand the fence back.
                     _ = &mut stopped => return Ok(fence),
                     _ = interval.tick() => {
+                        if !fence.due() {
+                            continue;
+                        }
                         // Not cancelled by a stop: a write in flight always finishes first.
                         let (back, written) = off_worker(fence, F::renew).await?;
                         fence = back;
@@ -128,6 +137,9 @@ mod tests {
     }
 
     impl Renew for Fake {
+        fn due(&self) -> bool {
+            true
+        }
         fn renew(&mut self) -> Result<(), FenceFileError> {
             self.entered.fetch_add(1, Ordering::SeqCst);
             if let Some(gate) = &self.gate {

@@ -34,7 +34,13 @@ pub fn spawn_clock_watch(
     tokio::spawn(watch_clock(state, metrics, clock, detector, notify))
 }
 
-/// Samples the clocks every 100 ms.
+/// How often the clocks are sampled. A step is measured whatever the interval (wall time
+/// against monotonic time between two samples); the interval only sets how soon it is
+/// reported. The generator does not depend on it: it never goes back (docs/safety.md).
+/// Once a second keeps an idle sidecar's wake-ups few (100 pods on a node).
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Samples the clocks every [`SAMPLE_EVERY`].
 async fn watch_clock(
     state: ServingReader,
     metrics: Arc<Metrics>,
@@ -43,7 +49,7 @@ async fn watch_clock(
     notify: Option<Arc<dyn Notify>>,
 ) {
     let mut was_ready = true;
-    let mut interval = tokio::time::interval(Duration::from_millis(100));
+    let mut interval = tokio::time::interval(SAMPLE_EVERY);
     let say = |warning: bool, reason: &'static str, note: String| {
         if let Some(n) = &notify {
             n.notify(warning, reason, note);

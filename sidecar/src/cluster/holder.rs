@@ -20,9 +20,6 @@ use crate::renewer::{Renewer, RenewerError, off_worker};
 use crate::slot::{HeldSlot, Released, SlotError};
 use crate::state::{Serving, WaitReason};
 
-/// How often the local fence file is renewed.
-const LOCAL_FENCE_EVERY: Duration = Duration::from_millis(250);
-
 /// A slot being served. The generator may use ticks up to the lower of the lease fence
 /// and the local fence file's (the [`FenceGate`] caps one by the other).
 pub(crate) struct Held {
@@ -179,7 +176,8 @@ impl Ctx {
             slot,
             params: *params,
             gate,
-            renewer: Renewer::spawn(local, LOCAL_FENCE_EVERY),
+            // A quarter of the margin, as standalone: a write falls due at half of it.
+            renewer: Renewer::spawn(local, self.config.local_fence_ahead / 4),
         })
     }
 

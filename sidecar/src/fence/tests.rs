@@ -136,3 +136,68 @@ fn rule2_the_local_fence_never_lets_the_generator_past_the_lease_fence() {
         "now the local fence is the lower one"
     );
 }
+
+/// The fence in the file, as a restarted container would find it.
+fn fence_on_disk(dir: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(dir.join("s.fence")).unwrap();
+    serde_json::from_slice::<FenceRecord>(&bytes)
+        .unwrap()
+        .fence_tick
+}
+
+#[test]
+fn rule6_the_local_fence_is_written_at_half_its_margin_and_never_lets_the_generator_reach_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
+    let epoch = 1_735_689_600_000;
+    let (g, clock) = generator_at(epoch + 10_000);
+    let (drift, ahead) = (2000, 1000);
+    let mut local = LocalFence::new(
+        file,
+        record(0).identity,
+        g.clone(),
+        ahead,
+        Tick(0),
+        None,
+        None,
+    );
+    assert_eq!(
+        local.due(),
+        Some(10_000 + drift + ahead),
+        "the first renewal writes"
+    );
+    local.renew().unwrap();
+    let mut writes = 1;
+    let mut last_on_disk = fence_on_disk(dir.path());
+    // 40 renewals a quarter of the margin apart, each after an ID: a steady sidecar.
+    for step in 1..=40u64 {
+        clock.advance_millis(ahead / 4);
+        let now = 10_000 + step * (ahead / 4);
+        g.next_id()
+            .expect("renewals keep the generator clear of the fence");
+        local.renew().unwrap();
+        let on_disk = fence_on_disk(dir.path());
+        if on_disk != last_on_disk {
+            writes += 1;
+            last_on_disk = on_disk;
+        }
+        assert_eq!(
+            g.fence(),
+            Tick(on_disk),
+            "the generator uses what the file holds"
+        );
+        assert!(
+            on_disk >= now + drift + ahead / 2,
+            "at least half the margin is left after a renewal (step {step})"
+        );
+        assert!(
+            on_disk <= now + drift + ahead,
+            "a restart never waits more than the margin (step {step})"
+        );
+    }
+    // Half the margin is used up after two or three renewals a quarter apart.
+    assert!(
+        writes <= 1 + 40 / 2,
+        "at most every other renewal writes (fsyncs), not every one: {writes} writes"
+    );
+}

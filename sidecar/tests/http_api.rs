@@ -284,7 +284,8 @@ fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
     // Make every fence write fail: the temporary file's path is taken by a directory.
     let blocker = s.state().join("http-test-worker-5.fence.tmp");
     std::fs::create_dir(&blocker).unwrap();
-    s.clock.advance_millis(500); // renewal is due, and fails
+    // More than half of the fence's margin (1 s) used: a write falls due, and fails.
+    s.clock.advance_millis(600);
     wait_for(Duration::from_secs(5), "a failed fence write", || {
         (!get(s.addr, "/metrics")
             .body

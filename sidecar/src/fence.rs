@@ -220,6 +220,12 @@ impl FenceGate {
 }
 
 impl LocalFence {
+    /// How often a fence kept `ahead` of its generator is renewed (both modes): a quarter of
+    /// the margin, so a write falls due every second or third renewal ([`Self::due`]).
+    pub fn renewal_period(ahead: std::time::Duration) -> std::time::Duration {
+        ahead / 4
+    }
+
     /// `found` is the fence the generator started above (the file's, or the lease's).
     /// `cap` is the other fence already written (the lease's in a pod; nothing above it is
     /// allowed until [`set_cap`](Self::set_cap) raises it), or `None` when there is none.
@@ -282,9 +288,9 @@ impl LocalFence {
     /// beyond the highest tick the generator could reach (the clock plus the drift limit,
     /// or the last tick issued), and the cap leaves room above what is written. Otherwise
     /// `None`: the generator still has at least `ahead / 2` of room, which outlasts the next
-    /// renewal (renewals come every `ahead / 4`, so a write comes every second or third
-    /// one and the room never falls below `ahead / 4`; an ID at the clock has the drift
-    /// limit on top). Writing at half-way instead of at every renewal cuts the fsyncs of a
+    /// renewal (renewals come every `ahead / 4`, [`Self::renewal_period`], so a write comes
+    /// every second or third one and the room never falls below `ahead / 4`; an ID at the
+    /// clock has the drift limit on top). Writing at half-way instead of at every renewal cuts the fsyncs of a
     /// busy sidecar and of an idle one alike by two to three, and keeps the largest fence,
     /// so a restart still waits at most `ahead` (rule 6).
     pub fn due(&self) -> Option<u64> {

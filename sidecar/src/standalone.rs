@@ -327,7 +327,7 @@ impl Standalone {
             config,
             clock,
         } = self;
-        let mut renewer = Renewer::spawn(fence, config.fence_ahead / 4);
+        let mut renewer = Renewer::spawn(fence, LocalFence::renewal_period(config.fence_ahead));
         let watcher = spawn_clock_watch(api.state().clone(), api.metrics.clone(), clock, None);
         let died = tokio::select! {
             () = serve_api(listeners, api.clone(), shutdown, config.drain) => None,

@@ -176,8 +176,10 @@ impl Ctx {
             slot,
             params: *params,
             gate,
-            // A quarter of the margin, as standalone: a write falls due at half of it.
-            renewer: Renewer::spawn(local, self.config.local_fence_ahead / 4),
+            renewer: Renewer::spawn(
+                local,
+                LocalFence::renewal_period(self.config.local_fence_ahead),
+            ),
         })
     }
 

@@ -543,18 +543,25 @@ def strict_handover(res):
     out = []
     for h in res.get("strict_handover", []):
         new = h.get("new_oracle_after_s")
+        in_place = h.get("after_kill") == "RestartInPlace"
+        what = ("then started again at once with its pod's identity and state dir, as the "
+                "kubelet restarts a killed container" if in_place
+                else "and was not restarted (its pod gone for good)")
+        who = "its own pod again" if in_place else "another pod"
         out.append(
-            f"**The hand-over gap**: {h['clients']} clients on {h['sidecars']} sidecars "
+            f"**The hand-over gap, {'restart in place' if in_place else 'oracle lost'}**: "
+            f"{h['clients']} clients on {h['sidecars']} sidecars "
             f"(oracle Lease `leaseDurationSeconds` {h.get('lease_duration_s', '?')}); "
-            f"{h['killed_after_s']:.1f} s in, the oracle's process got `kill -9`. The longest "
-            f"time without a value across all clients was **{h['longest_gap_s']:.2f} s** "
+            f"{h['killed_after_s']:.1f} s in, the oracle's process got `kill -9`, {what}. "
+            f"The longest time without a value across all clients was "
+            f"**{h['longest_gap_s']:.2f} s** "
             f"(from {h['gap_from_s']:+.2f} s to {h['gap_to_s']:+.2f} s after the kill; "
             f"before the kill the longest was {h['longest_gap_before_kill_s'] * 1000:,.1f} ms). "
-            f"The oracle Lease named another pod "
+            f"The oracle Lease began a new term ({who}) "
             f"{'after ' + format(new, '.2f') + ' s' if new is not None else 'not within the window'}; "
             f"meanwhile {h['refused']:,} requests were refused (each refused client waits 5 ms "
             f"before asking again) and {h['broken']:,} connections broke or could not be made "
-            f"(the killed sidecar's 4 clients then move to the next sidecar). "
+            f"(the killed sidecar's clients then move to the next sidecar). "
             f"{h['values']:,} values in {h['window_s']:.0f} s, every client's values increasing.")
     return "\n\n".join(out) or "(the hand-over was not measured in this run)"
 

@@ -570,8 +570,10 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                 assert!(load.values > 0, "{kind}: no value in the window");
             }
             if strict && sidecar_count > 1 {
-                let line = handover(&ns, &name, &sidecars, steady, recover).await?;
-                table.push_str(&format!("\n{line}\n"));
+                for after_kill in [AfterKill::RestartInPlace, AfterKill::Nothing] {
+                    let line = handover(&ns, &name, &sidecars, steady, recover, after_kill).await?;
+                    table.push_str(&format!("\n{line}\n"));
+                }
             }
             drop(sidecars);
         }
@@ -580,16 +582,28 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
     Ok(())
 }
 
+/// What follows the oracle's `kill -9` in [`handover`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterKill {
+    /// The process is started again at once with its pod's identity and state dir, as the
+    /// kubelet restarts a killed container: it takes its own Lease back (rule 13).
+    RestartInPlace,
+    /// Nothing: the pod is gone for good, another sidecar takes over once the Lease lapsed.
+    Nothing,
+}
+
 /// The hand-over gap: 4 connections per sidecar for `steady`, then the oracle's process is
-/// killed (`kill -9`) and the load goes on for `recover`; a client whose sidecar died moves
-/// to the next one. Reports the longest time without a value from the kill on, and what
-/// the clients were refused meanwhile. Fails if values never flowed again.
+/// killed (`kill -9`), restarted or not (`after_kill`), and the load goes on for `recover`;
+/// a client whose sidecar died moves to the next one. Reports the longest time without a
+/// value from the kill on, and what the clients were refused meanwhile. Fails if values
+/// never flowed again.
 async fn handover(
     ns: &kubeflake_e2e::TestNamespace,
     sequence: &str,
     sidecars: &[Sidecar],
     steady: Duration,
     recover: Duration,
+    after_kill: AfterKill,
 ) -> Result<String> {
     let lease = oracle_holder(&ns.client, &ns.name, sequence)
         .await?
@@ -600,6 +614,7 @@ async fn handover(
             )
         })?;
     let old = holder(&lease).unwrap_or_default().to_string();
+    let old_term = lease.spec.as_ref().and_then(|s| s.lease_transitions);
     let lease_secs = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
     let oracle = sidecars
         .iter()
@@ -620,11 +635,15 @@ async fn handover(
     tokio::time::sleep_until((start + steady).into()).await;
     let killed = start.elapsed();
     sidecars[oracle].process.kill();
-    // Until the Lease names another pod (polled every 20 ms).
+    if after_kill == AfterKill::RestartInPlace {
+        sidecars[oracle].process.restart()?;
+    }
+    // Until the Lease is in a new term (polled every 20 ms).
     let mut new_oracle_after = None;
     while start.elapsed() < window {
         if let Some(l) = oracle_holder(&ns.client, &ns.name, sequence).await?
-            && holder(&l).is_some_and(|h| h != old)
+            && l.spec.as_ref().and_then(|s| s.lease_transitions) != old_term
+            && holder(&l).is_some()
         {
             new_oracle_after = Some(start.elapsed() - killed);
             break;
@@ -649,7 +668,8 @@ async fn handover(
         .is_some_and(|&t| t > killed && to < window);
     let rel = |t: Duration| t.as_secs_f64() - killed.as_secs_f64();
     report(json!({
-        "figure": "strict_handover", "sidecars": sidecars.len(), "clients": clients.count,
+        "figure": "strict_handover", "after_kill": format!("{after_kill:?}"),
+        "sidecars": sidecars.len(), "clients": clients.count,
         "lease_duration_s": lease_secs, "killed_after_s": killed.as_secs_f64(),
         "window_s": window.as_secs_f64(), "values": load.values,
         "longest_gap_s": (to - from).as_secs_f64(),
@@ -666,12 +686,16 @@ async fn handover(
         );
     }
     Ok(format!(
-        "hand-over ({} sidecars, {} clients, oracle killed {:.1} s in): longest gap {:.3} s \
-         (from {:+.3} s to {:+.3} s after the kill), new oracle named after {}, {} refused, \
+        "hand-over ({} sidecars, {} clients, oracle killed {:.1} s in, {}): longest gap {:.3} s \
+         (from {:+.3} s to {:+.3} s after the kill), a new term began after {}, {} refused, \
          {} broken connections; longest gap before the kill {:.3} s",
         sidecars.len(),
         clients.count,
         killed.as_secs_f64(),
+        match after_kill {
+            AfterKill::RestartInPlace => "restarted at once in its pod",
+            AfterKill::Nothing => "not restarted",
+        },
         (to - from).as_secs_f64(),
         rel(from),
         rel(to),

@@ -339,6 +339,15 @@ async fn rule13_kill9_of_the_oracle_mid_load_then_restart_is_linearizable() -> R
         after.term,
         secs(taken - killed)
     );
+    // Restarted with its pod's state dir, whose lock the killed process no longer holds and
+    // where it recorded its term, the oracle took its own Lease back at once; another
+    // sidecar could take it only once it lapsed, D(1+rho) = 5.25 s after the kill.
+    ensure!(
+        n == o,
+        "the oracle's sidecar, restarted in its pod, did not take its own Lease back at once \
+         (docs/safety.md rule 13, a restart in the same pod): sidecar {n} took it after {:.1} s",
+        secs(taken - killed)
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     let done = run

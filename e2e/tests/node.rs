@@ -1087,10 +1087,11 @@ fn route_tables_are_read_in_host_byte_order() {
 /// Rule 13 on the real node: a strict sequence's pods elect one oracle through the Lease
 /// `<seq>-strict-oracle`; the others forward to it over the pod network (the oracle's pod
 /// IP and port, published in the Lease); a client asking the pods in turn always gets a
-/// larger value; when the oracle's pod is deleted (SIGTERM: it stops serving and releases
-/// the Lease), another pod takes over and values still only grow.
+/// larger value; when the oracle's sidecar is killed in its pod, the kubelet restarts it and
+/// it takes its own Lease back at once; when the oracle's pod is deleted (SIGTERM: it stops
+/// serving and releases the Lease), another pod takes over and values still only grow.
 #[tokio::test]
-async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_network_and_survives_its_deletion()
+async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_network_and_survives_its_sidecars_restart_and_its_deletion()
 -> Result<()> {
     use kubeflake_crds::strict_oracle::{OracleLease, oracle_name};
     let spec = serde_json::json!({"mode": "Segment", "segment": {"strict": true}});
@@ -1152,6 +1153,58 @@ async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_netwo
         3,
         "every pod answered, two of them by forwarding"
     );
+
+    // The oracle's sidecar killed in its pod, as an OOM kill would: the kubelet restarts
+    // it, and the new process, which gets the pod's oracle lock (its predecessor is dead)
+    // and finds the current term recorded there as its own, takes the Lease back at once
+    // (docs/safety.md rule 13, a restart in the same pod). The Lease is made a minute long
+    // first: a take-over that waits for it to lapse (63 s) cannot be what the wait sees.
+    let name = oracle_name("tickets");
+    let duration = |secs: i32| {
+        kube::api::Patch::Merge(serde_json::json!({"spec": {"leaseDurationSeconds": secs}}))
+    };
+    leases
+        .patch(&name, &Default::default(), &duration(60))
+        .await?;
+    let before = oracle_of(leases.clone()).await?;
+    ctr(&[
+        "tasks",
+        "kill",
+        "--signal",
+        "SIGKILL",
+        &sidecar_container_id(oracle_pod)?,
+    ])?;
+    eventually(
+        Duration::from_secs(45),
+        "the restarted sidecar of the oracle's pod to take the oracle Lease back in a new term",
+        || {
+            let leases = leases.clone();
+            let (holder, term) = (holder.clone(), before.term);
+            async move {
+                let l = oracle_of(leases).await?;
+                Ok(
+                    (l.holder.as_deref() == Some(holder.as_str()) && l.term == term + 1)
+                        .then_some(()),
+                )
+            }
+        },
+    )
+    .await?;
+    leases
+        .patch(&name, &Default::default(), &duration(5))
+        .await?;
+    for round in 0..40 {
+        let pod = &pods[round % pods.len()];
+        // The restarted sidecar may answer 503 until it is ready again.
+        if let Ok(values) = ids_from_pod(&ns, &pod.name_any(), 3).await {
+            assert!(
+                values[0] > last,
+                "after the restart in place: {values:?} from {} after {last}",
+                pod.name_any()
+            );
+            last = values[2];
+        }
+    }
 
     // The oracle's pod deleted: another takes over (released: no wait), order kept.
     let pod_api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);

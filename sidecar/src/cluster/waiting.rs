@@ -279,6 +279,7 @@ impl Ctx {
                         listen: self.config.oracle_listen,
                         wait_limit: DEFAULT_WAIT_LIMIT,
                         take_over_without_waiting: self.config.unsafe_take_over_without_waiting,
+                        state_dir: Some(self.config.state_dir.clone()),
                     },
                     self.metrics.segment.clone(),
                 )

@@ -18,13 +18,18 @@
 //! holder of the Lease has values to serve, and a term lost is dropped with its window
 //! (a gap, never served).
 //!
+//! A sidecar restarted in its pod takes its own Lease back at once when it can tell that
+//! the process before it has ended ([`pod_lock`]); otherwise it waits like any other.
+//!
 //! One piece (over 400 lines): the three tasks act on one role and are read together.
 
 pub mod forward;
+pub mod pod_lock;
 pub mod store;
 pub mod term;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -36,6 +41,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
 use self::forward::Forwarder;
+use self::pod_lock::PodLock;
 use self::store::{OracleStore, OracleStoreError};
 use self::term::{Term, TermRefusal};
 use super::buffer::{Runs, SegmentRefusal, check_raise};
@@ -80,6 +86,9 @@ pub struct OracleConfig {
     /// Test only (the broken variant of the linearizability test): take a held Lease over
     /// without waiting `D·(1+ρ)`. Breaks rule 13's order, never uniqueness.
     pub take_over_without_waiting: bool,
+    /// The pod's state dir (an `emptyDir`), where the [`PodLock`] lives; `None`: a restart
+    /// waits for its own Lease to lapse.
+    pub state_dir: Option<PathBuf>,
 }
 
 struct Shared {
@@ -105,6 +114,8 @@ pub struct Oracle {
     config: OracleConfig,
     /// `ip:port` published in the Lease (the listener's address).
     address: Option<String>,
+    /// Held from the start until the process ends, while this sidecar may serve.
+    pod_lock: Option<PodLock>,
     backoff: Backoff,
     metrics: SegmentMetrics,
 }
@@ -131,6 +142,17 @@ impl Oracle {
             .as_ref()
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string());
+        // Taken before anything could be served, kept until the process ends.
+        let pod_lock = match (&address, &config.state_dir) {
+            (Some(_), Some(dir)) => match PodLock::acquire(dir, &config.sequence) {
+                Ok(lock) => Some(lock),
+                Err(e) => {
+                    tracing::warn!(error = %e, "strict: no pod lock; after a restart this sidecar waits for its own oracle lease to lapse");
+                    None
+                }
+            },
+            _ => None,
+        };
         let (stop_tx, _) = watch::channel(false);
         let oracle = Arc::new(Oracle {
             shared: Mutex::new(Shared {
@@ -149,6 +171,7 @@ impl Oracle {
             leases,
             config,
             address,
+            pod_lock,
             backoff: Backoff::default(),
             metrics,
         });

@@ -118,6 +118,7 @@ pub mod fake {
             let mut lease = new_oracle_lease("s", "ns");
             lease.spec.as_mut().unwrap().lease_duration_seconds = Some(lease_secs);
             lease.metadata.resource_version = Some("1".into());
+            lease.metadata.uid = Some("lease-uid-1".into());
             FakeOracleStore {
                 lease: Mutex::new((1, lease)),
                 down: AtomicBool::new(false),
@@ -127,6 +128,22 @@ pub mod fake {
         pub fn holder(&self) -> Option<String> {
             let guard = self.lease.lock().unwrap();
             OracleLease::parse(guard.1.clone()).unwrap().holder
+        }
+
+        /// Changes `leaseDurationSeconds` as a new version (as an admin's edit would).
+        pub fn set_lease_secs(&self, secs: i32) {
+            let mut guard = self.lease.lock().unwrap();
+            guard.0 += 1;
+            let version = guard.0.to_string();
+            let lease = &mut guard.1;
+            lease.spec.as_mut().unwrap().lease_duration_seconds = Some(secs);
+            lease.metadata.resource_version = Some(version);
+        }
+
+        /// The Lease's term (`leaseTransitions`).
+        pub fn term(&self) -> i32 {
+            let guard = self.lease.lock().unwrap();
+            OracleLease::parse(guard.1.clone()).unwrap().term
         }
 
         fn check_up(&self) -> Result<(), OracleStoreError> {

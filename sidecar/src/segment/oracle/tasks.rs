@@ -1,5 +1,6 @@
 //! The oracle's two background tasks (the elector and the dispatcher) and its stop.
 
+use super::pod_lock::TermRecord;
 use super::*;
 
 impl Oracle {
@@ -70,6 +71,23 @@ impl Oracle {
             return timing.poll_every();
         };
         let ours = holder == self.config.uid;
+        // This pod's earlier process took the current term and has ended (its lock is now
+        // ours): nothing serves from the term, there is nothing to wait for (pod_lock.rs).
+        let ended_here = ours
+            && self
+                .pod_lock
+                .as_ref()
+                .is_some_and(|l| l.earlier_process_held(&lease, &self.config.uid));
+        if ended_here {
+            tracing::info!(
+                term = lease.term,
+                "strict: the oracle lease names this pod, taken by the earlier process of this \
+                 sidecar, which has ended (its pod lock is free): taking it back at once"
+            );
+            *seen = None;
+            self.try_take(lease).await;
+            return timing.poll_every();
+        }
         if lapsed || (self.config.take_over_without_waiting && !ours) {
             tracing::info!(
                 holder,
@@ -162,6 +180,10 @@ impl Oracle {
             }
         };
         let term = taken.term;
+        if let Err(e) = self.record_term(&taken) {
+            // Serving is as safe without it; only a restart of this sidecar waits longer.
+            tracing::warn!(error = %e, "strict: cannot record the term in the pod lock file; a restart of this sidecar will wait for the lease to lapse");
+        }
         {
             let mut s = self.lock();
             s.top = s.top.max(block.end);
@@ -182,6 +204,18 @@ impl Oracle {
             }
         }
         self.release(taken).await;
+    }
+
+    /// Writes the term just taken in the pod lock file, before serving from it: a restart
+    /// of this sidecar in this pod then knows whose term it is (pod_lock.rs).
+    fn record_term(&self, taken: &OracleLease) -> std::io::Result<()> {
+        let (Some(lock), Some(record)) = (&self.pod_lock, TermRecord::of(taken)) else {
+            return Ok(());
+        };
+        // A few bytes into the page cache, once per term: no fsync, since the record must
+        // outlive this process, not the node, and a record lost to a crash of the node
+        // names an older term, which makes a restart wait (never the reverse).
+        lock.record(&record)
     }
 
     /// Renews the Lease this sidecar holds; steps down when it was taken over.

@@ -2,6 +2,7 @@
 //! loopback TCP. Lease duration 1 s: take-over after 1.05 s, serving for 0.9 s after a
 //! renewal is sent.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use super::store::fake::FakeOracleStore;
@@ -29,6 +30,15 @@ impl Group {
     }
 
     async fn sidecar(&self, uid: &str, broken: bool) -> Arc<Oracle> {
+        self.start(uid, broken, None).await
+    }
+
+    /// A sidecar of the pod whose state dir is `pod` (an earlier process may have used it).
+    async fn sidecar_in(&self, uid: &str, pod: &Path) -> Arc<Oracle> {
+        self.start(uid, false, Some(pod.to_path_buf())).await
+    }
+
+    async fn start(&self, uid: &str, broken: bool, state_dir: Option<PathBuf>) -> Arc<Oracle> {
         Oracle::start(
             self.counter.clone(),
             self.leases.clone(),
@@ -38,6 +48,7 @@ impl Group {
                 listen: Some("127.0.0.1:0".parse().unwrap()),
                 wait_limit: Duration::from_secs(3),
                 take_over_without_waiting: broken,
+                state_dir,
             },
             Metrics::new().segment.clone(),
         )
@@ -149,6 +160,113 @@ async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
         silent.elapsed()
     );
     assert!(take(&b).await > last_a);
+}
+
+/// The process of `o` ends as a `kill -9` would end it: its tasks stop without releasing
+/// anything, and once nothing holds it any more its pod lock is dropped with its file.
+async fn kill(o: Arc<Oracle>) {
+    o.stop_tx.send(true).unwrap();
+    o.lock().stopped = true;
+    o.wake.notify_one();
+    until("the killed sidecar's tasks ended", || {
+        Arc::strong_count(&o) == 1
+    })
+    .await;
+    drop(o);
+}
+
+/// Stops the tasks of `o` without releasing anything; its process (and pod lock) lives on,
+/// as a stopped (SIGSTOP) process's does.
+fn silence(o: &Oracle) {
+    o.stop_tx.send(true).unwrap();
+    o.lock().stopped = true;
+    o.wake.notify_one();
+}
+
+/// Whether `o`'s elector decided to wait for its own pod's Lease to lapse.
+fn waits_for_its_own_lease(o: &Oracle) -> bool {
+    matches!(&o.lock().role, Role::Unknown { why } if why.contains("earlier start of this sidecar"))
+}
+
+/// `a` becomes the oracle in the state dir `pod`, serves, and the Lease's duration is then
+/// raised to an hour: from there on, a take-over that waits for the Lease to lapse cannot
+/// happen within a test. Returns the last value `a` served.
+async fn oracle_then_an_hour_lease(g: &Group, a: &Arc<Oracle>) -> u64 {
+    until("a is the oracle", || a.is_oracle()).await;
+    let last = take(a).await;
+    g.leases.set_lease_secs(3600);
+    until("a renewed the hour-long Lease", || {
+        matches!(&a.lock().role, Role::Oracle { lease, .. } if lease.timing.lease.as_secs() == 3600)
+    })
+    .await;
+    take(a).await.max(last)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_sidecar_restarted_in_its_pod_takes_its_own_lease_back_at_once_when_its_earlier_process_has_ended()
+ {
+    let g = Group::new();
+    let pod = tempfile::tempdir().unwrap();
+    let a = g.sidecar_in("uid-a", pod.path()).await;
+    let last = oracle_then_an_hour_lease(&g, &a).await;
+    let term = g.leases.term();
+    kill(a).await;
+    let restarted = g.sidecar_in("uid-a", pod.path()).await;
+    until("the restarted sidecar took its own Lease back", || {
+        restarted.is_oracle()
+    })
+    .await;
+    assert_eq!(g.leases.term(), term + 1, "a new term of the same pod");
+    assert_eq!(g.leases.holder().as_deref(), Some("uid-a"));
+    let first = take(&restarted).await;
+    assert!(
+        first > last && first >= WINDOW,
+        "{first} after {last}: the new term starts above the earlier process's whole window"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_sidecar_restarted_in_its_pod_waits_for_its_lease_while_the_earlier_process_lives()
+{
+    let g = Group::new();
+    let pod = tempfile::tempdir().unwrap();
+    let a = g.sidecar_in("uid-a", pod.path()).await;
+    oracle_then_an_hour_lease(&g, &a).await;
+    // Stopped, not dead: it holds its pod lock, and resumed it could serve from its term.
+    silence(&a);
+    let restarted = g.sidecar_in("uid-a", pod.path()).await;
+    until("the restarted sidecar decided", || {
+        waits_for_its_own_lease(&restarted)
+    })
+    .await;
+    assert!(!restarted.is_oracle());
+    assert!(restarted.take_one_from(0).await.is_err(), "nothing served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_sidecar_restarted_in_its_pod_waits_for_its_lease_when_the_term_is_not_recorded_as_its_pods()
+ {
+    let g = Group::new();
+    let pod = tempfile::tempdir().unwrap();
+    let a = g.sidecar_in("uid-a", pod.path()).await;
+    oracle_then_an_hour_lease(&g, &a).await;
+    kill(a).await;
+    // The term was taken by a process that left no record of it (a sidecar of a release
+    // without the pod lock, after an in-place image change): its end cannot be known.
+    let lock_file = pod.path().join("s.oracle-lock");
+    assert!(
+        std::fs::read_to_string(&lock_file)
+            .unwrap()
+            .starts_with("1 "),
+        "the killed oracle recorded term 1"
+    );
+    std::fs::write(&lock_file, "").unwrap();
+    let restarted = g.sidecar_in("uid-a", pod.path()).await;
+    until("the restarted sidecar decided", || {
+        waits_for_its_own_lease(&restarted)
+    })
+    .await;
+    assert!(!restarted.is_oracle());
 }
 
 /// A Lease nobody ever held (a new sequence, or one deleted and re-created by hand while

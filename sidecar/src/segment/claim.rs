@@ -22,10 +22,12 @@
 //! One piece (over 400 lines): the claim loop, its guards and its errors are one protocol
 //! and are read together; the tests are in `claim/tests.rs`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use kubeflake_crds::segment_counter::{Counter, LIMIT};
+
+use crate::metrics::SegmentMetrics;
 
 /// Consecutive values `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +205,44 @@ pub async fn claim(
     backoff: &Backoff,
 ) -> Result<Claimed, ClaimError> {
     claim_above(store, size, floor, 0, backoff).await
+}
+
+/// [`claim_above`], timed and counted in the segment metrics: every source (the block
+/// buffer, a strict sidecar, the oracle) claims through this, so the series mean the same
+/// whoever claims. `claimed_top` is left to the caller, which knows its own top.
+pub async fn claim_counted(
+    store: &dyn CounterStore,
+    size: u64,
+    floor: u64,
+    min_start: u64,
+    backoff: &Backoff,
+    metrics: &SegmentMetrics,
+) -> (Result<Claimed, ClaimError>, Duration) {
+    let started = Instant::now();
+    let result = claim_above(store, size, floor, min_start, backoff).await;
+    let took = started.elapsed();
+    metrics.claim_seconds.observe(took.as_secs_f64());
+    match &result {
+        Ok(claimed) => {
+            metrics.blocks_claimed.inc();
+            metrics.claim_conflicts.inc_by(u64::from(claimed.conflicts));
+        }
+        // Not a failure to retry: the end of the value range (the sources say it).
+        Err(ClaimError::Exhausted) => {}
+        Err(e) => {
+            metrics.claim_errors.inc();
+            match e {
+                ClaimError::TooManyConflicts { conflicts } => {
+                    metrics.claim_conflicts.inc_by(u64::from(*conflicts));
+                }
+                ClaimError::CounterBehind { .. } | ClaimError::CounterWentBack { .. } => {
+                    metrics.counter_behind.inc();
+                }
+                _ => {}
+            }
+        }
+    }
+    (result, took)
 }
 
 /// [`claim`] a block that starts at `min_start` or above (docs/safety.md rule 12): when the

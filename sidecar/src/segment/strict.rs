@@ -11,12 +11,12 @@
 //! the next one.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use super::buffer::{Runs, SegmentRefusal, check_raise};
-use super::claim::{Backoff, ClaimError, CounterStore, StoreError, claim_above};
+use super::claim::{Backoff, ClaimError, CounterStore, StoreError, claim_counted};
 use super::group::{self, Waiting};
 use crate::metrics::SegmentMetrics;
 
@@ -134,17 +134,17 @@ impl Strict {
     /// Claims the values of `group` in one write and answers each request.
     async fn write_group(&self, group: Vec<Waiting>, floor: u64) {
         let (total, min) = group::totals(&group);
-        let started = Instant::now();
-        let result = claim_above(self.store.as_ref(), total, floor, min, &self.backoff).await;
-        self.metrics
-            .claim_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let (result, _) = claim_counted(
+            self.store.as_ref(),
+            total,
+            floor,
+            min,
+            &self.backoff,
+            &self.metrics,
+        )
+        .await;
         match result {
             Ok(claimed) => {
-                self.metrics.blocks_claimed.inc();
-                self.metrics
-                    .claim_conflicts
-                    .inc_by(u64::from(claimed.conflicts));
                 let top = {
                     let mut q = self.lock();
                     q.top = q.top.max(claimed.block.end);
@@ -161,11 +161,7 @@ impl Strict {
                     _ => SegmentRefusal::NoBlock(format!("strict: the counter write failed: {e}")),
                 };
                 match &e {
-                    ClaimError::TooManyConflicts { conflicts } => {
-                        self.metrics.claim_conflicts.inc_by(u64::from(*conflicts));
-                    }
                     ClaimError::CounterBehind { .. } | ClaimError::CounterWentBack { .. } => {
-                        self.metrics.counter_behind.inc();
                         tracing::error!(error = %e, "the segment counter went backwards: refusing to write it");
                     }
                     ClaimError::Store(StoreError::UnsupportedFormat(_)) => {
@@ -173,7 +169,6 @@ impl Strict {
                     }
                     _ => {}
                 }
-                self.metrics.claim_errors.inc();
                 tracing::warn!(error = %e, requests = group.len(), "strict: a counter write failed; its requests get 503");
                 group::refuse(group, &refusal);
             }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::Segment;
 use super::sizing::{metrics_block_size, prefetch_threshold};
-use crate::segment::claim::{Backoff, ClaimError, StoreError, claim_above};
+use crate::segment::claim::{Backoff, ClaimError, StoreError, claim_counted};
 
 impl Segment {
     /// Claims blocks until one is in the buffer (or the sidecar stops, or the sequence is
@@ -23,20 +23,20 @@ impl Segment {
                     let s = self.lock();
                     (s.size, s.top, s.above)
                 };
-                let started = Instant::now();
-                let result =
-                    claim_above(self.store.as_ref(), size, floor, above, &self.backoff).await;
-                let took = started.elapsed();
-                self.metrics.claim_seconds.observe(took.as_secs_f64());
+                let (result, took) = claim_counted(
+                    self.store.as_ref(),
+                    size,
+                    floor,
+                    above,
+                    &self.backoff,
+                    &self.metrics,
+                )
+                .await;
                 let retry = {
                     let mut s = self.lock();
                     match result {
                         Ok(claimed) => {
                             s.last_claim = took;
-                            self.metrics.blocks_claimed.inc();
-                            self.metrics
-                                .claim_conflicts
-                                .inc_by(u64::from(claimed.conflicts));
                             metrics_block_size(&self.metrics, claimed.block.len());
                             s.top = s.top.max(claimed.block.end);
                             self.metrics
@@ -90,8 +90,6 @@ impl Segment {
                                 _ => 0,
                             };
                             self.metrics.values_dropped.inc_by(dropped);
-                            self.metrics.counter_behind.inc();
-                            self.metrics.claim_errors.inc();
                             tracing::error!(
                                 error = %e,
                                 dropped,
@@ -112,7 +110,6 @@ impl Segment {
                             // duplicate), and claim nothing until it is readable again.
                             let dropped = s.drop_buffered();
                             self.metrics.values_dropped.inc_by(dropped);
-                            self.metrics.claim_errors.inc();
                             tracing::error!(
                                 error = %e,
                                 dropped,
@@ -127,11 +124,6 @@ impl Segment {
                             }
                         }
                         Err(e) => {
-                            self.metrics.claim_conflicts.inc_by(match e {
-                                ClaimError::TooManyConflicts { conflicts } => u64::from(conflicts),
-                                _ => 0,
-                            });
-                            self.metrics.claim_errors.inc();
                             s.last_error = Some(format!("claiming a block failed: {e}"));
                             if s.stopped {
                                 s.fetching = false;

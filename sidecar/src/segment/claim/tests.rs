@@ -351,3 +351,28 @@ async fn rule12_concurrent_claimers_above_get_disjoint_blocks_each_at_or_above_i
     assert!(all.windows(2).all(|w| w[0].end <= w[1].start), "no overlap");
     assert_eq!(all.last().unwrap().end, store.next());
 }
+
+#[tokio::test]
+async fn every_claim_is_timed_and_counted_one_way_whoever_claims() {
+    let metrics = crate::metrics::Metrics::new().segment.clone();
+    let store = FakeStore::starting_at(100);
+    let backoff = Backoff::default();
+    let (ok, _) = claim_counted(&store, 10, 0, 0, &backoff, &metrics).await;
+    assert_eq!(
+        ok.unwrap().block,
+        Block {
+            start: 100,
+            end: 110
+        }
+    );
+    // A floor above the counter: refused, counted as an error and as "behind".
+    let (behind, _) = claim_counted(&store, 10, 500, 0, &backoff, &metrics).await;
+    assert!(matches!(behind, Err(ClaimError::CounterBehind { .. })));
+    // The end of the value range is no failure to retry.
+    let (end, _) = claim_counted(&store, 10, 0, LIMIT, &backoff, &metrics).await;
+    assert!(matches!(end, Err(ClaimError::Exhausted)));
+    assert_eq!(metrics.blocks_claimed.get(), 1);
+    assert_eq!(metrics.claim_errors.get(), 1);
+    assert_eq!(metrics.counter_behind.get(), 1);
+    assert_eq!(metrics.claim_seconds.get_sample_count(), 3);
+}

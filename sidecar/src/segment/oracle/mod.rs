@@ -45,7 +45,7 @@ use self::pod_lock::PodLock;
 use self::store::{OracleStore, OracleStoreError};
 use self::term::{Term, TermRefusal};
 use super::buffer::{Runs, SegmentRefusal, check_raise};
-use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_above};
+use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
 use super::group::{self, Waiting};
 use crate::metrics::SegmentMetrics;
 
@@ -359,30 +359,23 @@ impl Oracle {
 
     /// One window write: `[next, next + size)` of the counter (from `min` if higher).
     async fn reserve(&self, size: u64, floor: u64, min: u64) -> Result<Block, SegmentRefusal> {
-        let started = Instant::now();
-        let result = claim_above(self.counter.as_ref(), size, floor, min, &self.backoff).await;
-        self.metrics
-            .claim_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let (result, _) = claim_counted(
+            self.counter.as_ref(),
+            size,
+            floor,
+            min,
+            &self.backoff,
+            &self.metrics,
+        )
+        .await;
         match result {
             Ok(claimed) => {
-                self.metrics.blocks_claimed.inc();
-                self.metrics
-                    .claim_conflicts
-                    .inc_by(u64::from(claimed.conflicts));
                 self.metrics
                     .claimed_top
                     .set(i64::try_from(claimed.block.end).unwrap_or(i64::MAX));
                 Ok(claimed.block)
             }
             Err(e) => {
-                self.metrics.claim_errors.inc();
-                if matches!(
-                    e,
-                    ClaimError::CounterBehind { .. } | ClaimError::CounterWentBack { .. }
-                ) {
-                    self.metrics.counter_behind.inc();
-                }
                 tracing::warn!(error = %e, "strict oracle: reserving a window failed");
                 Err(match e {
                     ClaimError::Exhausted => SegmentRefusal::Exhausted,

@@ -165,9 +165,7 @@ async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
 /// The process of `o` ends as a `kill -9` would end it: its tasks stop without releasing
 /// anything, and once nothing holds it any more its pod lock is dropped with its file.
 async fn kill(o: Arc<Oracle>) {
-    o.stop_tx.send(true).unwrap();
-    o.lock().stopped = true;
-    o.wake.notify_one();
+    silence(&o);
     until("the killed sidecar's tasks ended", || {
         Arc::strong_count(&o) == 1
     })

@@ -22,9 +22,46 @@ pub struct Waiting {
 
 impl Waiting {
     /// A request for `want` values of at least `min`, and where its answer arrives.
-    pub fn new(want: u64, min: u64) -> (Waiting, oneshot::Receiver<Result<Block, SegmentRefusal>>) {
+    pub fn new(want: u64, min: u64) -> (Waiting, Answer) {
         let (reply, answer) = oneshot::channel();
         (Waiting { want, min, reply }, answer)
+    }
+}
+
+/// The answer a queued request waits for.
+pub type Answer = oneshot::Receiver<Result<Block, SegmentRefusal>>;
+
+/// The requests queued for the next group, until the source stops.
+#[derive(Default)]
+pub struct Queue {
+    waiting: Vec<Waiting>,
+    stopped: bool,
+}
+
+impl Queue {
+    /// Queues a request for `want` values of at least `min`; refused once stopped.
+    pub fn push(&mut self, want: u64, min: u64) -> Result<Answer, SegmentRefusal> {
+        if self.stopped {
+            return Err(SegmentRefusal::Stopping);
+        }
+        let (waiting, answer) = Waiting::new(want, min);
+        self.waiting.push(waiting);
+        Ok(answer)
+    }
+
+    /// The next group: every request queued so far (maybe none); `None` once stopped.
+    pub fn next_group(&mut self) -> Option<Vec<Waiting>> {
+        (!self.stopped).then(|| std::mem::take(&mut self.waiting))
+    }
+
+    /// Stops for good: the requests still queued, to be refused.
+    pub fn stop(&mut self) -> Vec<Waiting> {
+        self.stopped = true;
+        std::mem::take(&mut self.waiting)
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
     }
 }
 
@@ -36,10 +73,7 @@ pub fn totals(group: &[Waiting]) -> (u64, u64) {
 }
 
 /// Waits at most `limit` for a queued request's answer.
-pub async fn answer(
-    answer: oneshot::Receiver<Result<Block, SegmentRefusal>>,
-    limit: Duration,
-) -> Result<Runs, SegmentRefusal> {
+pub async fn answer(answer: Answer, limit: Duration) -> Result<Runs, SegmentRefusal> {
     match tokio::time::timeout(limit, answer).await {
         Ok(Ok(block)) => block.map(|b| vec![b]),
         // The task ended without answering: only when stopped.
@@ -78,5 +112,31 @@ pub fn refuse(group: Vec<Waiting>, refusal: &SegmentRefusal) {
     for w in group {
         // The request may have given up already: nothing to tell it then.
         let _ = w.reply.send(Err(refusal.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_is_what_was_queued_before_it_and_a_stopped_queue_refuses_and_hands_back() {
+        let mut q = Queue::default();
+        let _a = q.push(2, 0).unwrap();
+        let _b = q.push(3, 10).unwrap();
+        let group = q.next_group().expect("running");
+        assert_eq!(totals(&group), (5, 10));
+        assert!(
+            q.next_group().unwrap().is_empty(),
+            "each request joins one group"
+        );
+        let _c = q.push(1, 0).unwrap();
+        assert_eq!(
+            q.stop().len(),
+            1,
+            "the queued request is handed back to be refused"
+        );
+        assert!(q.is_stopped() && q.next_group().is_none());
+        assert!(matches!(q.push(1, 0), Err(SegmentRefusal::Stopping)));
     }
 }

@@ -23,8 +23,7 @@ use crate::metrics::SegmentMetrics;
 /// What the writer task and the requests share.
 #[derive(Default)]
 struct Queue {
-    waiting: Vec<Waiting>,
-    stopped: bool,
+    requests: group::Queue,
     /// The end of the highest range this sidecar wrote: the counter is never below it
     /// while this sidecar runs (the floor of [`claim_above`]).
     top: u64,
@@ -69,7 +68,7 @@ impl Strict {
     /// `Ok` unless stopped: a strict sidecar holds nothing to be ready with; each request
     /// succeeds or fails on its own write.
     pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
-        if self.lock().stopped {
+        if self.lock().requests.is_stopped() {
             Err(SegmentRefusal::Stopping)
         } else {
             Ok(())
@@ -82,14 +81,7 @@ impl Strict {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.store.as_ref(), &self.backoff, min).await?;
         }
-        let (waiting, answer) = Waiting::new(want, min);
-        {
-            let mut q = self.lock();
-            if q.stopped {
-                return Err(SegmentRefusal::Stopping);
-            }
-            q.waiting.push(waiting);
-        }
+        let answer = self.lock().requests.push(want, min)?;
         self.wake.notify_one();
         group::answer(answer, self.wait_limit).await
     }
@@ -104,11 +96,7 @@ impl Strict {
 
     /// Refuses every request from now on; requests waiting are answered `Stopping`.
     pub fn stop(&self) {
-        let waiting = {
-            let mut q = self.lock();
-            q.stopped = true;
-            std::mem::take(&mut q.waiting)
-        };
+        let waiting = self.lock().requests.stop();
         group::refuse(waiting, &SegmentRefusal::Stopping);
         self.wake.notify_one();
     }
@@ -118,10 +106,10 @@ impl Strict {
         loop {
             let (group, floor) = {
                 let mut q = self.lock();
-                if q.stopped {
+                let Some(group) = q.requests.next_group() else {
                     return;
-                }
-                (std::mem::take(&mut q.waiting), q.top)
+                };
+                (group, q.top)
             };
             if group.is_empty() {
                 self.wake.notified().await;

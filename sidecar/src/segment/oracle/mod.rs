@@ -46,7 +46,7 @@ use self::store::{OracleStore, OracleStoreError};
 use self::term::{Term, TermRefusal};
 use super::buffer::{Runs, SegmentRefusal, check_raise};
 use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
-use super::group::{self, Waiting};
+use super::group;
 use crate::metrics::SegmentMetrics;
 
 /// Values reserved by one window write (the next write starts when half is used).
@@ -93,8 +93,7 @@ pub struct OracleConfig {
 
 struct Shared {
     role: Role,
-    waiting: Vec<Waiting>,
-    stopped: bool,
+    requests: group::Queue,
     /// The end of the highest window this process reserved: the counter is never below it.
     top: u64,
     /// An oracle was known (this sidecar or another) at least once.
@@ -159,8 +158,7 @@ impl Oracle {
                 role: Role::Unknown {
                     why: "reading the oracle lease".into(),
                 },
-                waiting: Vec::new(),
-                stopped: false,
+                requests: group::Queue::default(),
                 top: 0,
                 started: false,
             }),
@@ -197,7 +195,7 @@ impl Oracle {
     /// out of its Services for seconds; its strict requests get 503 meanwhile.
     pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
         let s = self.lock();
-        if s.stopped {
+        if s.requests.is_stopped() {
             return Err(SegmentRefusal::Stopping);
         }
         if s.started {
@@ -215,7 +213,7 @@ impl Oracle {
     /// Whether requests are answered now (this sidecar serves, or knows the oracle).
     pub fn serving_now(&self) -> bool {
         let s = self.lock();
-        !s.stopped
+        !s.requests.is_stopped()
             && match &s.role {
                 Role::Oracle { term, .. } => term.serving_at(Instant::now()).is_ok(),
                 Role::Follower { .. } => true,
@@ -238,14 +236,7 @@ impl Oracle {
         if let Take::Served(block, _) = self.take_now(want, min)? {
             return Ok(vec![block]);
         }
-        let (waiting, answer) = Waiting::new(want, min);
-        {
-            let mut s = self.lock();
-            if s.stopped {
-                return Err(SegmentRefusal::Stopping);
-            }
-            s.waiting.push(waiting);
-        }
+        let answer = self.lock().requests.push(want, min)?;
         self.wake.notify_one();
         group::answer(answer, self.config.wait_limit).await
     }
@@ -298,7 +289,7 @@ impl Oracle {
     /// oracle and its window has them; starts the next window write when it runs low.
     fn take_now(self: &Arc<Self>, count: u64, min: u64) -> Result<Take, SegmentRefusal> {
         let mut s = self.lock();
-        if s.stopped {
+        if s.requests.is_stopped() {
             return Err(SegmentRefusal::Stopping);
         }
         let Role::Oracle { term, .. } = &mut s.role else {

@@ -11,7 +11,7 @@ impl Oracle {
         // The version last seen, and when it was first seen (monotonic).
         let mut seen: Option<(Option<String>, Instant)> = None;
         loop {
-            if self.lock().stopped {
+            if self.lock().requests.is_stopped() {
                 return;
             }
             let pause = self.elect_once(&mut seen).await;
@@ -116,7 +116,7 @@ impl Oracle {
 
     fn set_role(&self, role: Role) {
         let mut s = self.lock();
-        if !s.stopped {
+        if !s.requests.is_stopped() {
             s.role = role;
             s.started |= !matches!(s.role, Role::Unknown { .. });
             self.metrics
@@ -133,7 +133,7 @@ impl Oracle {
             });
             return;
         };
-        if self.lock().stopped {
+        if self.lock().requests.is_stopped() {
             return;
         }
         let sent = Instant::now();
@@ -187,7 +187,7 @@ impl Oracle {
         {
             let mut s = self.lock();
             s.top = s.top.max(block.end);
-            if !s.stopped {
+            if !s.requests.is_stopped() {
                 s.role = Role::Oracle {
                     term: Term::new(term, sent, taken.timing.serve_for(), block),
                     lease: taken,
@@ -308,11 +308,10 @@ impl Oracle {
         let mut forwarder = Forwarder::new(&self.config.sequence);
         loop {
             let group = {
-                let mut s = self.lock();
-                if s.stopped {
+                let Some(group) = self.lock().requests.next_group() else {
                     return;
-                }
-                std::mem::take(&mut s.waiting)
+                };
+                group
             };
             if group.is_empty() {
                 self.wake.notified().await;
@@ -357,7 +356,7 @@ impl Oracle {
     pub async fn stop(&self) {
         let (waiting, held) = {
             let mut s = self.lock();
-            s.stopped = true;
+            let waiting = s.requests.stop();
             let role = std::mem::replace(
                 &mut s.role,
                 Role::Unknown {
@@ -369,7 +368,7 @@ impl Oracle {
                 _ => None,
             };
             self.metrics.strict_oracle.set(0);
-            (std::mem::take(&mut s.waiting), held)
+            (waiting, held)
         };
         group::refuse(waiting, &SegmentRefusal::Stopping);
         let _ = self.stop_tx.send(true);

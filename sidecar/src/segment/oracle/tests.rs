@@ -150,7 +150,7 @@ async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
     let last_a = take(&a).await;
     // a goes silent: its tasks stop without releasing (a kill -9 as the others see it).
     a.stop_tx.send(true).unwrap();
-    a.lock().stopped = true;
+    a.lock().requests.stop();
     let silent = Instant::now();
     let b = g.sidecar("uid-b", false).await;
     until("b took over", || b.is_oracle()).await;
@@ -177,7 +177,7 @@ async fn kill(o: Arc<Oracle>) {
 /// as a stopped (SIGSTOP) process's does.
 fn silence(o: &Oracle) {
     o.stop_tx.send(true).unwrap();
-    o.lock().stopped = true;
+    o.lock().requests.stop();
     o.wake.notify_one();
 }
 

@@ -290,9 +290,9 @@ impl LocalFence {
     /// `None`: the generator still has at least `ahead / 2` of room, which outlasts the next
     /// renewal (renewals come every `ahead / 4`, [`Self::renewal_period`], so a write comes
     /// every second or third one and the room never falls below `ahead / 4`; an ID at the
-    /// clock has the drift limit on top). Writing at half-way instead of at every renewal cuts the fsyncs of a
-    /// busy sidecar and of an idle one alike by two to three, and keeps the largest fence,
-    /// so a restart still waits at most `ahead` (rule 6).
+    /// clock has the drift limit on top). Writing at half-way instead of at every renewal
+    /// cuts the fsyncs of a busy sidecar and of an idle one alike by two to three, and keeps
+    /// the largest fence, so a restart still waits at most `ahead` (rule 6).
     pub fn due(&self) -> Option<u64> {
         let gate = &self.gate;
         let g = &gate.generator;

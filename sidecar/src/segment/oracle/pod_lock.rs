@@ -77,7 +77,6 @@ impl TermRecord {
 #[derive(Debug)]
 pub struct PodLock {
     file: File,
-    path: PathBuf,
     /// What the earlier holder recorded (read once, when the lock was taken).
     earlier: Option<TermRecord>,
 }
@@ -108,11 +107,7 @@ impl PodLock {
             Ok(_) => TermRecord::decode(&text),
             Err(_) => None,
         };
-        Ok(PodLock {
-            file,
-            path,
-            earlier,
-        })
+        Ok(PodLock { file, earlier })
     }
 
     /// Whether `lease`'s current term was taken by the process that held this lock before
@@ -129,10 +124,6 @@ impl PodLock {
         file.set_len(0)?;
         file.seek(SeekFrom::Start(0))?;
         file.write_all(term.encode().as_bytes())
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
@@ -215,7 +206,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            std::fs::read_to_string(lock.path()).unwrap(),
+            std::fs::read_to_string(dir.path().join("s.oracle-lock")).unwrap(),
             "5 u\n",
             "rewritten whole, nothing of the longer record left"
         );

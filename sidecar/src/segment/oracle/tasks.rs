@@ -78,22 +78,18 @@ impl Oracle {
                 .pod_lock
                 .as_ref()
                 .is_some_and(|l| l.earlier_process_held(&lease, &self.config.uid));
-        if ended_here {
-            tracing::info!(
-                term = lease.term,
-                "strict: the oracle lease names this pod, taken by the earlier process of this \
-                 sidecar, which has ended (its pod lock is free): taking it back at once"
-            );
-            *seen = None;
-            self.try_take(lease).await;
-            return timing.poll_every();
-        }
-        if lapsed || (self.config.take_over_without_waiting && !ours) {
-            tracing::info!(
-                holder,
-                ?waited,
-                "strict: the oracle lease was not renewed: taking it over"
-            );
+        let take_now = if ended_here {
+            Some(
+                "the oracle lease names this pod, taken by the earlier process of this sidecar, \
+                 which has ended (its pod lock is free): taking it back at once",
+            )
+        } else if lapsed || (self.config.take_over_without_waiting && !ours) {
+            Some("the oracle lease was not renewed: taking it over")
+        } else {
+            None
+        };
+        if let Some(why) = take_now {
+            tracing::info!(holder, term = lease.term, ?waited, "strict: {why}");
             *seen = None;
             self.try_take(lease).await;
             return timing.poll_every();

@@ -23,20 +23,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
+use kubeflake_crds::contract::INJECTED_ANNOTATION;
 use kubeflake_crds::slot_lease::{self, FENCE_ANNOTATION, SEQUENCE_LABEL};
 
 use crate::index::IndexWriter;
 
 /// The pod as a pass reads it ([`crate::controller::snowflake::observe::pods`]): name,
-/// namespace, UID, the sequence label, creation and deletion time, phase, and the
+/// namespace, UID, the sequence label, the release that injected its sidecar
+/// ([`INJECTED_ANNOTATION`]: what an older sidecar is kept from,
+/// [`crate::controller::injected`]), creation and deletion time, phase, and the
 /// resourceVersion the cache needs; and its service account, for the sidecar RoleBindings
 /// ([`crate::rbac`]). Everything else is dropped before it is cached.
 pub fn slim_pod(pod: &mut Pod) {
     let meta = std::mem::take(&mut pod.metadata);
-    let labels = meta.labels.and_then(|labels| {
-        let sequence = labels.get(SEQUENCE_LABEL)?.clone();
-        Some(BTreeMap::from([(SEQUENCE_LABEL.to_string(), sequence)]))
-    });
+    let keep = |map: Option<BTreeMap<String, String>>, key: &str| {
+        let value = map?.remove(key)?;
+        Some(BTreeMap::from([(key.to_string(), value)]))
+    };
     pod.metadata = ObjectMeta {
         name: meta.name,
         namespace: meta.namespace,
@@ -44,7 +47,8 @@ pub fn slim_pod(pod: &mut Pod) {
         resource_version: meta.resource_version,
         creation_timestamp: meta.creation_timestamp,
         deletion_timestamp: meta.deletion_timestamp,
-        labels,
+        labels: keep(meta.labels, SEQUENCE_LABEL),
+        annotations: keep(meta.annotations, INJECTED_ANNOTATION),
         ..ObjectMeta::default()
     };
     // The service account is all the sidecar RBAC keeper reads of the spec.
@@ -71,7 +75,8 @@ fn hash_of(value: impl Hash) -> u64 {
     h.finish()
 }
 
-/// What a pass reads of a pod: which sequence it is in, and whether it is leaving.
+/// What a pass reads of a pod: which sequence it is in, which release injected it, and
+/// whether it is leaving.
 pub fn pod_trigger(pod: &Pod) -> u64 {
     hash_of((
         &pod.metadata.uid,
@@ -79,6 +84,10 @@ pub fn pod_trigger(pod: &Pod) -> u64 {
             .labels
             .as_ref()
             .and_then(|l| l.get(SEQUENCE_LABEL)),
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(INJECTED_ANNOTATION)),
         slot_lease::pod_is_leaving(pod),
     ))
 }
@@ -160,7 +169,8 @@ mod tests {
                 "generateName": "web-", "labels": {
                     SEQUENCE_LABEL: "orders", "app": "web", "pod-template-hash": "5d8f7c",
                 },
-                "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-23T07:00:00Z"},
+                "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-23T07:00:00Z",
+                    INJECTED_ANNOTATION: "0.1.0"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                     "name": "web-5d8f7c", "uid": "rs", "controller": true}],
                 "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
@@ -189,12 +199,15 @@ mod tests {
         .unwrap()
     }
 
-    fn observed(pods: Vec<Pod>) -> Vec<crate::controller::snowflake::plan::PodInfo> {
+    fn observed(
+        pods: Vec<Pod>,
+        key_form: bool,
+    ) -> Vec<crate::controller::snowflake::plan::PodInfo> {
         let (store, mut writer) = index::index::<Pod>();
         for pod in pods {
             writer.apply_watcher_event(&watcher::Event::Apply(pod));
         }
-        observe::pods(&store, "shop", "orders", false)
+        observe::pods(&store, "shop", "orders", key_form)
     }
 
     #[test]
@@ -203,7 +216,12 @@ mod tests {
             let full = full_pod(phase);
             let mut slim = full.clone();
             slim_pod(&mut slim);
-            assert_eq!(observed(vec![slim.clone()]), observed(vec![full.clone()]));
+            for key_form in [false, true] {
+                assert_eq!(
+                    observed(vec![slim.clone()], key_form),
+                    observed(vec![full.clone()], key_form)
+                );
+            }
             assert_eq!(
                 slot_lease::pod_is_leaving(&slim),
                 slot_lease::pod_is_leaving(&full)
@@ -221,6 +239,37 @@ mod tests {
             ));
         slim_pod(&mut deleted);
         assert!(slot_lease::pod_is_leaving(&deleted), "deletion is kept");
+    }
+
+    /// The cache must still tell which release injected a pod: the operator keeps a strict
+    /// sequence's counter from 0.1.0 sidecars (rule 13: they would write one value above
+    /// the oracle's window) and a key form's slots from them (rule 3). Found by
+    /// e2e/tests/upgrade.rs, when the slim pod had lost the annotation and 0.1.0 pods
+    /// were listed as claimants beside the oracle.
+    #[test]
+    fn rule13_and_rule3_a_slim_pod_still_says_which_release_injected_its_sidecar() {
+        let full = full_pod("Running");
+        let mut slim = full.clone();
+        slim_pod(&mut slim);
+        assert!(crate::controller::injected::before_0_2(&full));
+        assert!(
+            crate::controller::injected::before_0_2(&slim),
+            "slimmed: {:?}",
+            slim.metadata.annotations
+        );
+        assert_eq!(
+            slim.metadata.annotations.map(|a| a.len()),
+            Some(1),
+            "only the injected annotation is kept"
+        );
+        let mut current = full.clone();
+        current
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(INJECTED_ANNOTATION.into(), "0.2.0".into());
+        assert_ne!(pod_trigger(&current), pod_trigger(&full), "a pass reads it");
     }
 
     fn lease(version: &str, holder: Option<&str>, fence: &str, renewed: &str) -> Lease {

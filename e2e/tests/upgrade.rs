@@ -3,16 +3,22 @@
 //! apps taking IDs all the time, then `helm upgrade` to this tree and `helm rollback`.
 //!
 //! One scenario, in phases, because each phase starts from the state the last one left:
-//! 1. `previous`: release N-1 runs; a Snowflake app (3 pods) and a Segment app (2 pods)
-//!    are injected with N-1's sidecar; the injected container is the one
-//!    sidecar/tests/fixtures/injected-<N-1>.json describes.
+//! 1. `previous`: release N-1 runs; a Snowflake app (3 pods), a Segment app (2 pods) and
+//!    an app of a strict sequence (2 pods) are injected with N-1's sidecar; the injected
+//!    container is the one sidecar/tests/fixtures/injected-<N-1>.json describes.
 //! 2. `upgrade`: CRDs applied, `helm upgrade` to this tree. The operator rolls.
 //! 3. `old-sidecars`: N-1 sidecars under the N operator (skew: an upgrade half done); one
-//!    pod added, injected by the new webhook beside them.
-//! 4. `restart`: `kubectl rollout restart` moves both apps to N sidecars.
-//! 5. `rollback`: `helm rollback` to N-1's operator.
+//!    pod added to the Snowflake app and one to the strict app, injected by the new webhook
+//!    beside them. The strict app's N-1 sidecars write the counter one value at a time and
+//!    know no oracle: the operator has taken them off the counter's claimants, so they
+//!    answer 503, and the new pod's sidecar serves as the oracle (docs/strict.md,
+//!    "Upgrading from 0.1.0").
+//! 4. `restart`: `kubectl rollout restart` moves the apps to N sidecars.
+//! 5. `rollback`: the strict app scaled to zero first, as docs/strict.md asks ("Rolling
+//!    back"), then `helm rollback` to N-1's operator.
 //! 6. `new-sidecars`: N sidecars under the N-1 operator (skew the other way); one pod added.
-//! 7. `restart-back`: the apps move back to N-1 sidecars.
+//! 7. `restart-back`: the apps move back to N-1 sidecars; the strict app comes back on
+//!    N-1 sidecars, above every value the oracle served.
 //!
 //! Throughout: clients take IDs from every ready pod ([`upgrade_support::Traffic`]) and a
 //! labelled pod goes through admission every second ([`upgrade_support::AdmissionProbe`]).
@@ -21,7 +27,9 @@
 //! status saying so, its slots renewed under the operator of the moment, and
 //! `kubectl kubeflake slots` (this tree's) showing it. At the end: no duplicate ID, no
 //! failed request other than documented retryable answers and pods on their way out (both
-//! retried), every admission injected; the figures are printed.
+//! retried), every admission injected; one client of the strict app, asking its pods in
+//! turn, never given a value below one it was given before (rule 13), and no N-1 pod of
+//! the strict app serving once the oracle has; the figures are printed.
 
 mod chart_support;
 mod node_support;
@@ -46,7 +54,7 @@ use node_support::{
 };
 use operator_support::{LeaseHistory, create_sequence, eventually, workspace_binary};
 use serde_json::{Value, json};
-use upgrade_support::{AdmissionProbe, Figures, Phases, Traffic, figures};
+use upgrade_support::{AdmissionProbe, Answer, Figures, Phases, Traffic, figures, out_of_order};
 
 const RELEASE: &str = "kf";
 const RELEASE_NAMESPACE: &str = "kubeflake-system";
@@ -54,6 +62,9 @@ const SNOWFLAKE: &str = "orders";
 const SEGMENT: &str = "invoices";
 const WEB: &str = "web";
 const COUNTER: &str = "counter";
+/// A strict sequence (docs/strict.md) and its app.
+const STRICT: &str = "tickets";
+const TICKETING: &str = "ticketing";
 /// This tree's version: what the new webhook writes in the injected annotation.
 const CURRENT: &str = env!("CARGO_PKG_VERSION");
 
@@ -312,6 +323,29 @@ async fn add_pod(
             .count()
     };
     let had = by_version(&before);
+    scale(cluster, ns, app, replicas).await?;
+    let added = eventually(
+        LIMIT,
+        &format!("pod {replicas} of {app}, injected by {version}"),
+        || async {
+            let pods = ready_pods(ns, app).await?;
+            Ok((pods.len() == replicas && by_version(&pods) == had + 1).then_some(pods))
+        },
+    )
+    .await;
+    with_state(cluster, ns, added).await
+}
+
+/// `result`, or its error with the namespace's pods and events (what a timed-out wait
+/// needs to be understood).
+async fn with_state<T>(cluster: &Cluster, ns: &TestNamespace, result: Result<T>) -> Result<T> {
+    match result {
+        Ok(value) => Ok(value),
+        Err(e) => Err(e.context(node_support::namespace_state(cluster, &ns.name).await)),
+    }
+}
+
+async fn scale(cluster: &Cluster, ns: &TestNamespace, app: &str, replicas: usize) -> Result<()> {
     cluster
         .kubectl(&[
             "scale",
@@ -323,15 +357,81 @@ async fn add_pod(
         ])
         .await?
         .ok()?;
-    eventually(
+    Ok(())
+}
+
+/// Scales `app` to zero and waits until none of its pods is left, running or terminating.
+async fn scale_to_zero(cluster: &Cluster, ns: &TestNamespace, app: &str) -> Result<()> {
+    scale(cluster, ns, app, 0).await?;
+    let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    eventually(LIMIT, &format!("every pod of {app} gone"), || async {
+        let left = pods
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await
+}
+
+/// A ready pod of `app` injected by `version`: the one a scale-up added.
+async fn ready_pod_of_version(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    app: &str,
+    version: &str,
+) -> Result<Pod> {
+    let found = eventually(
         LIMIT,
-        &format!("pod {replicas} of {app}, injected by {version}"),
+        &format!("a ready pod of {app} injected by {version}"),
         || async {
-            let pods = ready_pods(ns, app).await?;
-            Ok((pods.len() == replicas && by_version(&pods) == had + 1).then_some(pods))
+            Ok(ready_pods(ns, app).await?.into_iter().find(|p| {
+                p.annotations().get(INJECTED_ANNOTATION).map(String::as_str) == Some(version)
+            }))
         },
     )
-    .await
+    .await;
+    with_state(cluster, ns, found).await
+}
+
+/// Waits until `traffic`'s clients were given values by one of `pods`; on failure, the
+/// last answers, the strict sequence's Leases and the pods' sidecar logs say why.
+async fn served_by(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    traffic: &Traffic,
+    pods: &[Pod],
+) -> Result<()> {
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let served = eventually(LIMIT, &format!("values from one of {names:?}"), || async {
+        Ok(names
+            .iter()
+            .any(|name| !traffic.ledger.of(name).is_empty())
+            .then_some(()))
+    })
+    .await;
+    let Err(e) = served else { return Ok(()) };
+    let mut why = format!("last answers:\n{}", traffic.last_answers(12));
+    let leases = [
+        kubeflake_crds::segment_counter::counter_name(STRICT),
+        kubeflake_crds::strict_oracle::oracle_name(STRICT),
+    ];
+    let mut get = vec!["get", "lease", "-n", &ns.name, "-o", "yaml"];
+    get.extend(leases.iter().map(String::as_str));
+    let mut asks = vec![get];
+    let all = ready_pods(ns, TICKETING).await.unwrap_or_default();
+    let all: Vec<String> = all.iter().map(|p| p.name_any()).collect();
+    for name in &all {
+        for (container, tail) in [(SIDECAR_NAME, "--tail=20"), ("app", "--tail=10")] {
+            asks.push(vec!["logs", "-n", &ns.name, name, "-c", container, tail]);
+        }
+    }
+    for args in asks {
+        match cluster.kubectl(&args).await {
+            Ok(out) => why.push_str(&format!("{}{}", out.stdout, out.stderr)),
+            Err(err) => why.push_str(&format!("kubectl {}: {err:#}\n", args.join(" "))),
+        }
+    }
+    Err(e.context(why))
 }
 
 async fn restart(cluster: &Cluster, ns: &TestNamespace, app: &str) -> Result<()> {
@@ -380,6 +480,40 @@ async fn restart_both(
     only_version(cluster, ns, COUNTER, 2, version, sidecar_image).await?;
     slots_settled(cluster, ns, &pods, since).await?;
     Ok(pods)
+}
+
+/// Stops `traffic`, prints its figures, adds its duplicates and failed requests to
+/// `problems`; its records in time order, and its figures per phase.
+async fn stopped(
+    name: &str,
+    traffic: Traffic,
+    phases: &Phases,
+    problems: &mut Vec<String>,
+) -> (Vec<upgrade_support::Record>, Vec<(String, Figures)>) {
+    let ledger = traffic.ledger.clone();
+    let started = traffic.started;
+    let records = traffic.stop().await;
+    let (per_phase, total) = figures(&records, phases, started);
+    print_figures(name, &per_phase, &total);
+    eprintln!(
+        "upgrade: {name}: {} IDs from {} pods, {} duplicates",
+        ledger.len(),
+        ledger.pods(),
+        ledger.duplicates().len()
+    );
+    problems.extend(
+        ledger
+            .duplicates()
+            .into_iter()
+            .map(|d| format!("{name}: duplicate {d}")),
+    );
+    problems.extend(
+        total
+            .failed
+            .iter()
+            .map(|f| format!("{name}: failed request {f}")),
+    );
+    (records, per_phase)
 }
 
 fn print_figures(name: &str, phases: &[(String, Figures)], total: &Figures) {
@@ -445,22 +579,37 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
         json!({"mode": "Segment", "segment": {"blockSize": 100}}),
     )
     .await?;
+    create_sequence(
+        &ns,
+        STRICT,
+        json!({"mode": "Segment", "segment": {"strict": true}}),
+    )
+    .await?;
     apply(cluster, &ns.name, &app_deployment(WEB, SNOWFLAKE, 3)).await?;
     apply(cluster, &ns.name, &app_deployment(COUNTER, SEGMENT, 2)).await?;
+    apply(cluster, &ns.name, &app_deployment(TICKETING, STRICT, 2)).await?;
     let since = k8s_openapi::jiff::Timestamp::now();
     let pods = app_pods(cluster, &ns, WEB, 3, &previous.version, &old_sidecar).await?;
     app_pods(cluster, &ns, COUNTER, 2, &previous.version, &old_sidecar).await?;
+    let old_tickets = app_pods(cluster, &ns, TICKETING, 2, &previous.version, &old_sidecar)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect::<BTreeSet<String>>();
     let mut problems = Vec::new();
     if let Err(e) = matches_fixture(&previous, &pods[0]) {
         problems.push(format!("the injected container: {e:#}"));
     }
     slots_settled(cluster, &ns, &pods, since).await?;
     seen_pods.extend(pods.iter().filter_map(|p| p.uid()));
-    let web = Traffic::start(&ns, WEB, 3);
-    let counter = Traffic::start(&ns, COUNTER, 2);
+    let web = Traffic::start(cluster, &ns, WEB, 3)?;
+    let counter = Traffic::start(cluster, &ns, COUNTER, 2)?;
+    // One client for the strict app: it asks again only once answered, so each value it
+    // gets must be above the last, whichever pod (and version) answers.
+    let tickets = Traffic::start(cluster, &ns, TICKETING, 1)?;
     let admission = AdmissionProbe::start(cluster, &ns.name, SNOWFLAKE);
-    eventually(LIMIT, "IDs flowing from both apps", || async {
-        Ok((web.ids() > 0 && counter.ids() > 0).then_some(()))
+    eventually(LIMIT, "IDs flowing from the three apps", || async {
+        Ok((web.ids() > 0 && counter.ids() > 0 && tickets.ids() > 0).then_some(()))
     })
     .await?;
 
@@ -488,14 +637,22 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     let mixed = add_pod(cluster, &ns, WEB, 4, CURRENT).await?;
     slots_settled(cluster, &ns, &mixed, since).await?;
     seen_pods.extend(mixed.iter().filter_map(|p| p.uid()));
+    // The strict app: a pod of this release beside the old ones serves, as the oracle.
+    scale(cluster, &ns, TICKETING, 3).await?;
+    let first_oracle = ready_pod_of_version(cluster, &ns, TICKETING, CURRENT).await?;
+    served_by(cluster, &ns, &tickets, std::slice::from_ref(&first_oracle)).await?;
 
     // 4. The apps move to this release's sidecars.
     phases.begin("restart");
     let new = restart_both(cluster, &ns, 4, CURRENT, new_sidecar).await?;
     seen_pods.extend(new.iter().filter_map(|p| p.uid()));
+    restart(cluster, &ns, TICKETING).await?;
+    let new_tickets = only_version(cluster, &ns, TICKETING, 3, CURRENT, new_sidecar).await?;
+    served_by(cluster, &ns, &tickets, &new_tickets).await?;
 
-    // 5. Rollback to the previous operator.
+    // 5. Rollback to the previous operator, the strict app scaled to zero first.
     phases.begin("rollback");
+    scale_to_zero(cluster, &ns, TICKETING).await?;
     let out = chart_support::helm(
         cluster,
         &[
@@ -533,6 +690,10 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     phases.begin("restart-back");
     let back = restart_both(cluster, &ns, 5, &previous.version, &old_sidecar).await?;
     seen_pods.extend(back.iter().filter_map(|p| p.uid()));
+    scale(cluster, &ns, TICKETING, 2).await?;
+    let back_tickets =
+        app_pods(cluster, &ns, TICKETING, 2, &previous.version, &old_sidecar).await?;
+    served_by(cluster, &ns, &tickets, &back_tickets).await?;
     phases.begin("end");
 
     let admissions = admission.stop().await;
@@ -549,35 +710,49 @@ async fn an_upgrade_from_the_previous_release_and_its_rollback_lose_no_request_a
     );
     problems.extend(violations.into_iter().map(|v| format!("slot Leases: {v}")));
     for (name, traffic) in [(WEB, web), (COUNTER, counter)] {
-        let ledger = traffic.ledger.clone();
-        let started = traffic.started;
-        let records = traffic.stop().await;
-        let (per_phase, total) = figures(&records, &phases, started);
-        print_figures(name, &per_phase, &total);
-        eprintln!(
-            "upgrade: {name}: {} IDs from {} pods, {} duplicates",
-            ledger.len(),
-            ledger.pods(),
-            ledger.duplicates().len()
-        );
-        problems.extend(
-            ledger
-                .duplicates()
-                .into_iter()
-                .map(|d| format!("{name}: duplicate {d}")),
-        );
-        problems.extend(
-            total
-                .failed
-                .iter()
-                .map(|f| format!("{name}: failed request {f}")),
-        );
+        let (_, per_phase) = stopped(name, traffic, &phases, &mut problems).await;
         for (phase, f) in &per_phase {
             if phase != "end" && f.ids == 0 {
                 problems.push(format!("{name}: no ID at all in phase {phase}"));
             }
         }
     }
+    let (records, per_phase) = stopped(TICKETING, tickets, &phases, &mut problems).await;
+    problems.extend(
+        out_of_order(&records)
+            .into_iter()
+            .map(|p| format!("{TICKETING}: out of order: {p}")),
+    );
+    for (phase, f) in &per_phase {
+        // Its pods are gone during the rollback and the new sidecars under the old operator.
+        let served_in = !matches!(phase.as_str(), "rollback" | "new-sidecars" | "end");
+        if served_in && f.ids == 0 {
+            problems.push(format!("{TICKETING}: no value at all in phase {phase}"));
+        }
+    }
+    // Once the oracle served, a sidecar of the previous release that still wrote the
+    // counter one value at a time could serve a value the oracle's window is about to
+    // serve again: the API server's Lease policy must refuse it (docs/strict.md).
+    let oracle_served = records
+        .iter()
+        .find(|r| r.pod == first_oracle.name_any() && matches!(r.answer, Answer::Ids(_)))
+        .map(|r| r.at);
+    let mut old_refused = 0;
+    for r in records
+        .iter()
+        .filter(|r| old_tickets.contains(&r.pod) && oracle_served.is_some_and(|at| r.at > at))
+    {
+        match &r.answer {
+            Answer::Ids(ids) => problems.push(format!(
+                "{TICKETING}: {} of the previous release served {ids:?} after the oracle served",
+                r.pod
+            )),
+            _ => old_refused += 1,
+        }
+    }
+    eprintln!(
+        "upgrade: {TICKETING}: {old_refused} requests refused by the previous release's pods after the oracle served"
+    );
     let mut injected_by: BTreeMap<String, usize> = BTreeMap::new();
     for (at, result) in &admissions {
         match result {

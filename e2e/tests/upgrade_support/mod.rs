@@ -28,12 +28,14 @@ use crate::node_support::{Ledger, ids_in, ready_pods};
 const MAX_RUN: Duration = Duration::from_secs(30 * 60);
 /// IDs per request.
 const BATCH: u32 = 20;
+/// The longest one request may take (the example app gives up on its sidecar long before).
+const REQUEST_LIMIT: Duration = Duration::from_secs(20);
 
 /// What one request got.
 #[derive(Debug, Clone)]
 pub enum Answer {
-    /// IDs, all recorded in the ledger.
-    Ids(usize),
+    /// IDs, in the order the answer gave them, all recorded in the ledger too.
+    Ids(Vec<u64>),
     /// An answer the API documents as retryable (503 not ready to issue, 409 `after` not
     /// yet honoured), retried by the client on the next pod.
     Retryable(String),
@@ -96,8 +98,23 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    /// Starts `clients` clients on the ready pods of Deployment `app`.
-    pub fn start(ns: &TestNamespace, app: &str, clients: usize) -> Traffic {
+    /// Starts `clients` clients on the ready pods of Deployment `app`. They ask through a
+    /// client of their own that never retries by itself: kube's default client repeats a
+    /// 503 after its Retry-After, which would hide the refusals the figures count (and hold
+    /// a request for as long as a pod keeps refusing).
+    pub fn start(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        app: &str,
+        clients: usize,
+    ) -> Result<Traffic> {
+        let mut config = cluster.config().clone();
+        config.default_retry = false;
+        let asking = TestNamespace {
+            name: ns.name.clone(),
+            client: kube::Client::try_from(config)?,
+        };
+        let ns = &asking;
         let (stop, stopped) = watch::channel(false);
         let ledger = Ledger::default();
         let records = Arc::new(Mutex::new(Vec::new()));
@@ -116,14 +133,14 @@ impl Traffic {
                 tokio::spawn(run_client(client, ns, app, ledger, records, stopped))
             })
             .collect();
-        Traffic {
+        Ok(Traffic {
             app: app.to_owned(),
             started: Instant::now(),
             ledger,
             records,
             stop,
             tasks,
-        }
+        })
     }
 
     /// Stops the clients and returns every record, in time order.
@@ -143,6 +160,17 @@ impl Traffic {
         records
     }
 
+    /// The last `n` answers, as lines (for a failure message).
+    pub fn last_answers(&self, n: usize) -> String {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let skip = records.len().saturating_sub(n);
+        records
+            .iter()
+            .skip(skip)
+            .map(|r| format!("{}: {:?}\n", r.pod, r.answer))
+            .collect()
+    }
+
     /// IDs received so far.
     pub fn ids(&self) -> usize {
         self.ledger.len()
@@ -159,6 +187,7 @@ async fn run_client(
 ) {
     let started = Instant::now();
     let mut turn = client;
+    let mut failed_in_a_row = 0;
     while !*stopped.borrow() && started.elapsed() < MAX_RUN {
         let pods = match ready_pods(&ns, &app).await {
             Ok(pods) if !pods.is_empty() => pods,
@@ -173,7 +202,7 @@ async fn run_client(
         let answer = match take_ids(&ns, &pod, BATCH).await {
             Ok(ids) => {
                 ledger.add(&pod, &ids);
-                Answer::Ids(ids.len())
+                Answer::Ids(ids)
             }
             Err(failure) => classify(&ns, &pod, failure).await,
         };
@@ -187,8 +216,12 @@ async fn run_client(
                 pod,
                 answer,
             });
-        // A failed request is retried at once on the next pod; a served one paces.
-        if !retry {
+        // A failed request is retried at once on the next pod, until every pod has failed
+        // in a row (a strict sequence's old sidecars all refuse during an upgrade): then the
+        // client waits as after a served one, instead of spinning.
+        failed_in_a_row = if retry { failed_in_a_row + 1 } else { 0 };
+        if !retry || failed_in_a_row >= pods.len() {
+            failed_in_a_row = 0;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -213,18 +246,29 @@ async fn take_ids(ns: &TestNamespace, pod: &str, count: u32) -> Result<Vec<u64>,
     let request = http::Request::get(&path)
         .body(kube::client::Body::empty())
         .map_err(|e| failure(None, e.to_string()))?;
-    let response = ns
-        .client
-        .send(request)
+    let exchange = async {
+        let response = ns
+            .client
+            .send(request)
+            .await
+            .map_err(|e| failure(None, format!("GET {path}: {e}")))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| failure(Some(status), format!("reading the answer: {e}")))?
+            .to_bytes();
+        Ok((status, body))
+    };
+    let (status, body) = tokio::time::timeout(REQUEST_LIMIT, exchange)
         .await
-        .map_err(|e| failure(None, format!("GET {path}: {e}")))?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| failure(Some(status), format!("reading the answer: {e}")))?
-        .to_bytes();
+        .map_err(|_| {
+            failure(
+                None,
+                format!("GET {path}: no answer within {REQUEST_LIMIT:?}"),
+            )
+        })??;
     let text = String::from_utf8_lossy(&body).into_owned();
     if !(200..300).contains(&status) {
         return Err(failure(Some(status), text.trim().to_owned()));
@@ -254,7 +298,19 @@ async fn classify(ns: &TestNamespace, pod: &str, failure: Failure) -> Answer {
     // carry Retry-After and a JSON error.
     match failure.status {
         Some(503 | 409) if text.contains("\"error\"") => Answer::Retryable(text),
-        _ => Answer::Failed(text),
+        _ => {
+            // What the pod's sidecar said last, for whoever reads the failure.
+            let params = kube::api::LogParams {
+                container: Some(SIDECAR_NAME.to_owned()),
+                tail_lines: Some(15),
+                ..Default::default()
+            };
+            let said = match pods.logs(pod, &params).await {
+                Ok(log) => log,
+                Err(e) => format!("(its sidecar's log: {e})"),
+            };
+            Answer::Failed(format!("{text}\n  its sidecar said last:\n{said}"))
+        }
     }
 }
 
@@ -284,7 +340,7 @@ pub fn figures(
         for figures in [by_phase.entry(phase).or_default(), &mut total] {
             figures.requests += 1;
             match &record.answer {
-                Answer::Ids(n) => figures.ids += n,
+                Answer::Ids(ids) => figures.ids += ids.len(),
                 Answer::Retryable(_) => figures.retryable += 1,
                 Answer::PodLeaving(_) => figures.pod_leaving += 1,
                 Answer::Failed(why) => figures.failed.push(format!("{}: {why}", record.pod)),
@@ -310,6 +366,38 @@ pub fn figures(
         })
         .collect();
     (ordered, total)
+}
+
+/// Where one client's answers broke real-time order (docs/safety.md rule 13): a client
+/// asks again only after its last answer came, so every value it is given must be above
+/// every value it was given before, whichever pod answered.
+pub fn out_of_order(records: &[Record]) -> Vec<String> {
+    let mut last: BTreeMap<usize, (u64, &str)> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for record in records {
+        let Answer::Ids(ids) = &record.answer else {
+            continue;
+        };
+        if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+            problems.push(format!(
+                "{} gave {} then {} in one answer",
+                record.pod, w[0], w[1]
+            ));
+        }
+        let (Some(&first), Some(&top)) = (ids.first(), ids.last()) else {
+            continue;
+        };
+        if let Some((before, from)) = last.get(&record.client)
+            && first <= *before
+        {
+            problems.push(format!(
+                "client {}: {} gave {first} after {from} had given {before}",
+                record.client, record.pod
+            ));
+        }
+        last.insert(record.client, (top, &record.pod));
+    }
+    problems
 }
 
 /// A labelled pod sent through admission every second with `--dry-run=server`.
@@ -385,4 +473,49 @@ fn injected_version(pod_json: &str) -> Result<String, String> {
         .get(INJECTED_ANNOTATION)
         .cloned()
         .ok_or_else(|| format!("no {INJECTED_ANNOTATION} annotation"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(client: usize, pod: &str, ids: &[u64]) -> Record {
+        Record {
+            at: Instant::now(),
+            client,
+            pod: pod.to_owned(),
+            answer: Answer::Ids(ids.to_vec()),
+        }
+    }
+
+    #[test]
+    fn rule13_the_order_check_finds_a_value_below_one_the_same_client_was_given_before() {
+        let refused = Record {
+            answer: Answer::Retryable("HTTP 503".to_owned()),
+            ..served(0, "b", &[])
+        };
+        let in_order = [
+            served(0, "a", &[1, 2]),
+            refused,
+            served(1, "a", &[3]),
+            served(0, "b", &[4, 5]),
+            served(1, "b", &[6]),
+        ];
+        assert!(out_of_order(&in_order).is_empty());
+        // Another client's larger values do not matter: overlapping requests may get
+        // theirs in either order. The same client's do.
+        let broken = [
+            served(0, "a", &[5]),
+            served(1, "b", &[9]),
+            served(0, "b", &[7, 6]),
+            served(0, "a", &[3]),
+        ];
+        let problems = out_of_order(&broken);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("gave 7 then 6"), "{problems:?}");
+        assert!(
+            problems[1].contains("a gave 3 after b had given 6"),
+            "{problems:?}"
+        );
+    }
 }

@@ -114,6 +114,14 @@ async fn operator_rolled_out(cluster: &Cluster, image: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether the webhook of release `version` injected `pod` (its `kubeflake.io/injected`).
+fn injected_by(pod: &Pod, version: &str) -> bool {
+    pod.annotations()
+        .get(INJECTED_ANNOTATION)
+        .map(String::as_str)
+        == Some(version)
+}
+
 /// The injected sidecar container of a pod (a native sidecar: an init container).
 fn sidecar_of(pod: &Pod) -> Option<&Container> {
     let spec = pod.spec.as_ref()?;
@@ -315,13 +323,7 @@ async fn add_pod(
     version: &str,
 ) -> Result<Vec<Pod>> {
     let before = ready_pods(ns, app).await?;
-    let by_version = |pods: &[Pod]| {
-        pods.iter()
-            .filter(|p| {
-                p.annotations().get(INJECTED_ANNOTATION).map(String::as_str) == Some(version)
-            })
-            .count()
-    };
+    let by_version = |pods: &[Pod]| pods.iter().filter(|p| injected_by(p, version)).count();
     let had = by_version(&before);
     scale(cluster, ns, app, replicas).await?;
     let added = eventually(
@@ -384,9 +386,10 @@ async fn ready_pod_of_version(
         LIMIT,
         &format!("a ready pod of {app} injected by {version}"),
         || async {
-            Ok(ready_pods(ns, app).await?.into_iter().find(|p| {
-                p.annotations().get(INJECTED_ANNOTATION).map(String::as_str) == Some(version)
-            }))
+            Ok(ready_pods(ns, app)
+                .await?
+                .into_iter()
+                .find(|p| injected_by(p, version)))
         },
     )
     .await;

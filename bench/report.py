@@ -479,7 +479,7 @@ def us(v):
 
 
 def strict_rows(res):
-    """(name, sidecars, clients, values/s, p50 µs, p99 µs, refused, writes/s, 409/s)."""
+    """(name, sidecars, clients, values/s, p50 µs, p99 µs, refused, writes/s, 409/s, reads/s)."""
     nextval = {}
     for r in res["nextval"]:
         nextval.setdefault(r["connections"], []).append(r)
@@ -488,25 +488,25 @@ def strict_rows(res):
         rs = nextval[c]
         rows.append(("PostgreSQL `nextval()`", None, c, med([r["requests_per_s"] for r in rs]),
                      med([r["p50_us"] for r in rs]), med([r["p99_us"] for r in rs]),
-                     sum(r.get("refused", 0) for r in rs), None, None))
+                     sum(r.get("refused", 0) for r in rs), None, None, None))
     for f in res["strict"]:
         name = ("strict sequence" if f["sequence"] == "strict"
                 else "segment sequence, blockSize 1000")
         rows.append((name, f["sidecars"], f["clients"], f["values_per_sec"], f.get("p50_us"),
                      f.get("p99_us"), f.get("refused"), f["lease_writes_per_sec"],
-                     f["conflicts_per_sec"]))
+                     f["conflicts_per_sec"], f.get("lease_reads_per_sec")))
     return rows
 
 
 def strict_table(res):
     lines = ["| peer | sidecars | clients (connections) | values/s | p50 | p99 | refused | "
-             "lease writes/s | of which 409 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "lease writes/s | of which 409 | lease reads/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     dash = lambda v, f: "-" if v is None else f(v)
-    for name, sidecars, c, vps, p50, p99, refused, writes, conflicts in strict_rows(res):
+    for name, sidecars, c, vps, p50, p99, refused, writes, conflicts, reads in strict_rows(res):
         lines.append(f"| {name} | {dash(sidecars, str)} | {c} | {num(vps)} | {us(p50)} | "
                      f"{us(p99)} | {dash(refused, num)} | {dash(writes, num)} | "
-                     f"{dash(conflicts, num)} |")
+                     f"{dash(conflicts, num)} | {dash(reads, lambda v: f'{v:.1f}')} |")
     return "\n".join(lines)
 
 
@@ -605,8 +605,8 @@ load average {' / '.join(res['load_before'])} at the start, {' / '.join(res['loa
 the end): PostgreSQL `nextval()` first, then `{res.get('strict_command', 'bench_strict')}`
 (release build; one etcd and one kube-apiserver on this machine, the sidecars as processes,
 closed-loop clients on keep-alive connections, client `i` to sidecar `i mod sidecars` with
-the oracle's sidecar last, `GET /id`). Lease writes are the API server's own count of
-PATCH/PUT on Leases. The method in full: [benchmarks.md, section 8](benchmarks.md).
+the oracle's sidecar last, `GET /id`). Lease writes and reads are the API server's own count
+of PATCH/PUT and of GET on Leases (a watch's events are not requests). The method in full: [benchmarks.md, section 8](benchmarks.md).
 
 {strict_table(res)}
 

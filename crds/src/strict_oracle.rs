@@ -105,8 +105,9 @@ impl OracleTiming {
         self.serve_for() / 5
     }
 
-    /// How often a sidecar that is not the oracle reads the Lease (the oracle's address,
-    /// and whether it is still renewed).
+    /// How often a sidecar that is not the oracle looks at the Lease when nothing changed:
+    /// it reads it (the oracle's address, and whether it is still renewed) while its watch
+    /// of it is down; otherwise it only checks whether the version it follows has lapsed.
     pub fn poll_every(&self) -> Duration {
         self.lease / 12
     }

@@ -411,28 +411,53 @@ fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration
     Ok(all)
 }
 
-/// Lease writes (PATCH and PUT) the API server answered so far, and how many were 409.
-async fn lease_writes(client: &kube::Client) -> Result<(f64, f64)> {
+/// Lease requests the API server answered so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct LeaseRequests {
+    /// PATCH and PUT.
+    writes: f64,
+    /// Writes answered 409 Conflict.
+    conflicts: f64,
+    /// GET (single Leases: a watch's list is a LIST, its events no request).
+    reads: f64,
+}
+
+impl std::ops::Sub for LeaseRequests {
+    type Output = LeaseRequests;
+    fn sub(self, before: LeaseRequests) -> LeaseRequests {
+        LeaseRequests {
+            writes: self.writes - before.writes,
+            conflicts: self.conflicts - before.conflicts,
+            reads: self.reads - before.reads,
+        }
+    }
+}
+
+/// Lease requests the API server answered so far, from its `apiserver_request_total`.
+async fn lease_requests(client: &kube::Client) -> Result<LeaseRequests> {
     let text = client
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
-    let (mut writes, mut conflicts) = (0.0, 0.0);
+    let mut total = LeaseRequests::default();
     for line in text
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("resource=\"leases\""))
-        .filter(|l| l.contains("verb=\"PATCH\"") || l.contains("verb=\"PUT\""))
     {
         let value: f64 = line
             .rsplit(' ')
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        writes += value;
-        if line.contains("code=\"409\"") {
-            conflicts += value;
+        if line.contains("verb=\"PATCH\"") || line.contains("verb=\"PUT\"") {
+            total.writes += value;
+            if line.contains("code=\"409\"") {
+                total.conflicts += value;
+            }
+        } else if line.contains("verb=\"GET\"") {
+            total.reads += value;
         }
     }
-    Ok((writes, conflicts))
+    Ok(total)
 }
 
 /// The oracle Lease of a strict sequence while it names a pod (`None`: no such Lease, or
@@ -480,8 +505,8 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
     let ns = cluster.namespace("bench-strict").await?;
     let _operator = Operator::start(cluster, &ns.name, "a")?;
     let mut table = String::from(
-        "| sequence | sidecars | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| sequence | sidecars | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 | lease reads/s |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let runs: [(&str, serde_json::Value, &[usize]); 2] = [
         ("strict", json!({"strict": true}), &[1, 4, 16]),
@@ -531,7 +556,7 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                     closed_loop(&warm, "/id", Instant::now(), Duration::from_secs(1))
                 })
                 .await??;
-                let before = lease_writes(&ns.client).await?;
+                let before = lease_requests(&ns.client).await?;
                 let started = Instant::now();
                 let load = {
                     let clients = clients.clone();
@@ -541,8 +566,7 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                     .await??
                 };
                 let secs = started.elapsed().as_secs_f64();
-                let after = lease_writes(&ns.client).await?;
-                let (writes, conflicts) = (after.0 - before.0, after.1 - before.1);
+                let requests = lease_requests(&ns.client).await? - before;
                 let on_oracle = oracle_uid.as_ref().map(|_| {
                     (0..count)
                         .filter(|i| i % ports.len() == ports.len() - 1)
@@ -558,14 +582,17 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                     "clients": count, "clients_on_oracle": on_oracle,
                     "values_per_sec": values_per_sec, "p50_us": p50, "p99_us": p99,
                     "refused": load.refused, "secs": secs,
-                    "lease_writes_per_sec": writes / secs, "conflicts_per_sec": conflicts / secs,
+                    "lease_writes_per_sec": requests.writes / secs,
+                    "conflicts_per_sec": requests.conflicts / secs,
+                    "lease_reads_per_sec": requests.reads / secs,
                 }));
                 table.push_str(&format!(
-                    "| {kind} | {sidecar_count} | {count} | {} | {values_per_sec:.0} | {p50:.0} | {p99:.0} | {} | {:.0} | {:.0} |\n",
+                    "| {kind} | {sidecar_count} | {count} | {} | {values_per_sec:.0} | {p50:.0} | {p99:.0} | {} | {:.0} | {:.0} | {:.1} |\n",
                     on_oracle.map_or("-".to_string(), |n| n.to_string()),
                     load.refused,
-                    writes / secs,
-                    conflicts / secs,
+                    requests.writes / secs,
+                    requests.conflicts / secs,
+                    requests.reads / secs,
                 ));
                 assert!(load.values > 0, "{kind}: no value in the window");
             }

@@ -4,9 +4,10 @@
 //! for the protocol and its timing).
 //!
 //! Three tasks share one [`Shared`] (a plain mutex, never held across an await):
-//! - the **elector** ([`Oracle::elect`]) reads the oracle Lease, renews it while this
-//!   sidecar holds it, and takes it over when it is free or was left unchanged for
-//!   `D·(1+ρ)`; a take-over reserves the first window before the term serves;
+//! - the **elector** ([`Oracle::elect`]) renews the oracle Lease while this sidecar holds
+//!   it; otherwise it follows the Lease through a watch ([`follow`]) and takes it over when
+//!   it is free or was left unchanged for `D·(1+ρ)`; a take-over reserves the first window
+//!   before the term serves;
 //! - the **dispatcher** ([`Oracle::dispatch`]) takes every local request queued so far and
 //!   serves the group from the term (this sidecar is the oracle) or forwards it as one
 //!   request (another is); a request joins only a group formed after it arrived, so the
@@ -23,6 +24,7 @@
 //!
 //! One piece (over 400 lines): the three tasks act on one role and are read together.
 
+mod follow;
 pub mod forward;
 pub mod pod_lock;
 pub mod store;
@@ -40,6 +42,7 @@ use kubeflake_crds::strict_oracle::{
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+use self::follow::Follow;
 use self::forward::Forwarder;
 use self::pod_lock::PodLock;
 use self::store::{OracleStore, OracleStoreError};

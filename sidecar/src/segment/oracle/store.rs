@@ -1,12 +1,23 @@
-//! Where the oracle Lease is read and written: the API server in a cluster, a map in
-//! tests. Every write is a replace carrying the `resourceVersion` read: a compare-and-swap
+//! Where the oracle Lease is read, watched and written: the API server in a cluster, a map
+//! in tests. Every write is a replace carrying the `resourceVersion` read: a compare-and-swap
 //! (409 Conflict when the Lease moved on).
+//!
+//! A sidecar that does not hold the Lease follows it through a watch ([`OracleStore::changes`])
+//! rather than by reading it again and again: one watch per sidecar instead of a read every
+//! `D/12` (100 pods: about 240 reads a second). A watched copy may be older than the Lease
+//! in etcd, which is as safe as a quorum read: a take-over is a compare-and-swap on the
+//! version seen, so a copy that is out of date can only make it fail (docs/safety.md
+//! rule 13).
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_api};
 use kube::{Api, Client};
 use kubeflake_crds::strict_oracle::{OracleLease, OracleLeaseError, oracle_name};
 use kubeflake_runtime::kube_error::{self, KubeErrorKind};
@@ -37,6 +48,10 @@ pub trait OracleStore: Send + Sync + 'static {
     fn read(&self) -> BoxFuture<'_, Result<OracleLease, OracleStoreError>>;
     /// Writes `lease` if it is still the version it carries; returns what was written.
     fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<OracleLease, OracleStoreError>>;
+    /// The Lease as it changes: `Some` is the Lease now; `None` says the watch no longer
+    /// knows (it broke, it lists again, the Lease was deleted or is malformed), and holds
+    /// until the next `Some`. The stream ends only if the watch cannot go on.
+    fn changes(&self) -> BoxStream<'static, Option<OracleLease>>;
 }
 
 /// The oracle Lease in the API server.
@@ -95,22 +110,60 @@ impl OracleStore for KubeOracleStore {
             }
         })
     }
+
+    fn changes(&self) -> BoxStream<'static, Option<OracleLease>> {
+        let name = self.name.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        watch_api(self.api.clone(), config)
+            .default_backoff()
+            .filter_map(move |event| {
+                let change = match event {
+                    Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
+                        match OracleLease::parse(lease) {
+                            Ok(lease) => Some(Some(lease)),
+                            Err(e) => {
+                                tracing::warn!(lease = %name, error = %e, "strict: the watched oracle lease is malformed");
+                                Some(None)
+                            }
+                        }
+                    }
+                    // A new list begins (after a break, or a watch too old to resume): what
+                    // was seen may be gone. The Lease is in the list's `InitApply`, if it is.
+                    Ok(Event::Init | Event::Delete(_)) => Some(None),
+                    Ok(Event::InitDone) => None,
+                    Err(e) => {
+                        tracing::warn!(lease = %name, error = %e, "strict: watching the oracle lease failed; reading it instead until the watch is back");
+                        Some(None)
+                    }
+                };
+                std::future::ready(change)
+            })
+            .boxed()
+    }
 }
 
 #[cfg(test)]
 pub mod fake {
-    //! An in-memory oracle Lease with versions, shared by the sidecars of a test.
+    //! An in-memory oracle Lease with versions and a watch, shared by the sidecars of a test.
 
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use tokio::sync::watch;
 
     use super::*;
     use kubeflake_crds::strict_oracle::new_oracle_lease;
 
     pub struct FakeOracleStore {
         lease: Mutex<(u64, Lease)>,
-        /// Every call fails as unavailable (an API server outage).
-        pub down: AtomicBool,
+        /// Every call fails as unavailable (an API server outage): see [`Self::set_down`].
+        down: AtomicBool,
+        /// The watch delivers nothing but `None` from now on (it cannot be made).
+        watch_broken: AtomicBool,
+        /// What every watch delivers: the Lease now, or `None` (the watch does not know).
+        watched: watch::Sender<Option<Lease>>,
+        /// How many reads were made (not counting watches).
+        pub reads: AtomicU64,
     }
 
     impl FakeOracleStore {
@@ -120,8 +173,11 @@ pub mod fake {
             lease.metadata.resource_version = Some("1".into());
             lease.metadata.uid = Some("lease-uid-1".into());
             FakeOracleStore {
+                watched: watch::Sender::new(Some(lease.clone())),
                 lease: Mutex::new((1, lease)),
                 down: AtomicBool::new(false),
+                watch_broken: AtomicBool::new(false),
+                reads: AtomicU64::new(0),
             }
         }
 
@@ -138,6 +194,29 @@ pub mod fake {
             let lease = &mut guard.1;
             lease.spec.as_mut().unwrap().lease_duration_seconds = Some(secs);
             lease.metadata.resource_version = Some(version);
+            self.publish(&guard.1);
+        }
+
+        /// An API server outage (`true`) and its end: every call fails meanwhile, and the
+        /// watches break (`None`), then list the Lease again.
+        pub fn set_down(&self, down: bool) {
+            self.down.store(down, Ordering::SeqCst);
+            let guard = self.lease.lock().unwrap();
+            self.publish(&guard.1);
+        }
+
+        /// Watches stop delivering the Lease for good (reads and writes still work).
+        pub fn break_watch(&self) {
+            self.watch_broken.store(true, Ordering::SeqCst);
+            let guard = self.lease.lock().unwrap();
+            self.publish(&guard.1);
+        }
+
+        /// Tells every watch what it would deliver now.
+        fn publish(&self, lease: &Lease) {
+            let live =
+                !self.down.load(Ordering::SeqCst) && !self.watch_broken.load(Ordering::SeqCst);
+            self.watched.send_replace(live.then(|| lease.clone()));
         }
 
         /// The Lease's term (`leaseTransitions`).
@@ -161,6 +240,7 @@ pub mod fake {
     impl OracleStore for FakeOracleStore {
         fn read(&self) -> BoxFuture<'_, Result<OracleLease, OracleStoreError>> {
             Box::pin(async move {
+                self.reads.fetch_add(1, Ordering::SeqCst);
                 self.check_up()?;
                 let guard = self.lease.lock().unwrap();
                 Ok(OracleLease::parse(guard.1.clone())?)
@@ -178,8 +258,25 @@ pub mod fake {
                 let mut written = lease;
                 written.metadata.resource_version = Some(guard.0.to_string());
                 guard.1 = written.clone();
+                self.publish(&guard.1);
                 Ok(OracleLease::parse(written)?)
             })
+        }
+
+        fn changes(&self) -> BoxStream<'static, Option<OracleLease>> {
+            let first = true;
+            futures::stream::unfold(
+                (self.watched.subscribe(), first),
+                |(mut rx, first)| async move {
+                    if !first && rx.changed().await.is_err() {
+                        return None;
+                    }
+                    let now = rx.borrow_and_update().clone();
+                    let change = now.and_then(|l| OracleLease::parse(l).ok());
+                    Some((change, (rx, false)))
+                },
+            )
+            .boxed()
         }
     }
 }

@@ -1,29 +1,50 @@
 //! The oracle's two background tasks (the elector and the dispatcher) and its stop.
 
+use futures::StreamExt;
+
 use super::pod_lock::TermRecord;
 use super::*;
 
 impl Oracle {
-    /// The elector: renews while this sidecar holds the Lease, else watches it (by reading
-    /// it every `D/12`) and takes it over when free or unchanged for `D·(1+ρ)`.
+    /// The elector: renews while this sidecar holds the Lease, else follows it through a
+    /// watch and takes it over when free or unchanged for `D·(1+ρ)`. While the watch does
+    /// not know the Lease (starting, broken, listing again), it reads the Lease instead,
+    /// every `D/12`.
     pub(super) async fn elect(self: Arc<Self>) {
         let mut stop = self.stop_tx.subscribe();
-        // The version last seen, and when it was first seen (monotonic).
-        let mut seen: Option<(Option<String>, Instant)> = None;
+        let mut changes = self.leases.changes();
+        let mut watch_open = true;
+        let mut follow = Follow::default();
+        let mut next = tokio::time::Instant::now();
         loop {
             if self.lock().requests.is_stopped() {
                 return;
             }
-            let pause = self.elect_once(&mut seen).await;
             tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep_until(next) => {
+                    let pause = self.elect_once(&mut follow).await;
+                    next = tokio::time::Instant::now() + pause;
+                }
+                change = changes.next(), if watch_open => {
+                    if change.is_none() {
+                        tracing::warn!("strict: the oracle lease's watch ended; reading the lease instead");
+                        watch_open = false;
+                    }
+                    follow.watched = change.flatten();
+                    // Acted on at once, unless this sidecar holds the Lease: its renewals
+                    // keep their own pace.
+                    if !self.is_oracle() {
+                        next = tokio::time::Instant::now();
+                    }
+                }
+                // (The guard `wait_for` returns is not `Send`: dropped inside.)
+                _ = async { stop.wait_for(|s| *s).await.is_ok() } => return,
             }
         }
     }
 
     /// One step of the elector; returns how long to wait before the next.
-    async fn elect_once(&self, seen: &mut Option<(Option<String>, Instant)>) -> Duration {
+    async fn elect_once(&self, follow: &mut Follow) -> Duration {
         let held = match &self.lock().role {
             Role::Oracle { lease, .. } => Some(lease.clone()),
             _ => None,
@@ -31,44 +52,43 @@ impl Oracle {
         if let Some(lease) = held {
             return self.renew(lease).await;
         }
-        let lease = match self.leases.read().await {
-            Ok(lease) => lease,
-            Err(e) => {
-                tracing::warn!(error = %e, "strict: reading the oracle lease failed");
-                if !matches!(self.lock().role, Role::Follower { .. }) {
-                    self.set_role(Role::Unknown { why: e.to_string() });
+        let lease = match follow.watched.clone() {
+            Some(lease) => lease,
+            None => match self.leases.read().await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::warn!(error = %e, "strict: reading the oracle lease failed");
+                    if !matches!(self.lock().role, Role::Follower { .. }) {
+                        self.set_role(Role::Unknown { why: e.to_string() });
+                    }
+                    return Duration::from_millis(500);
                 }
-                return Duration::from_millis(500);
-            }
+            },
         };
         let timing = lease.timing;
-        let now = Instant::now();
-        let unchanged_since = match seen {
-            Some((version, since)) if *version == lease.resource_version => *since,
-            _ => {
-                *seen = Some((lease.resource_version.clone(), now));
-                now
-            }
-        };
-        let waited = now.saturating_duration_since(unchanged_since);
+        let waited = follow.unchanged_for(&lease);
         let lapsed = waited >= timing.take_over_after();
+        // Until the next read, or the moment the Lease would have lapsed if nothing changes.
+        let pause = timing
+            .poll_every()
+            .min(timing.take_over_after().saturating_sub(waited));
         let Some(holder) = lease.holder.clone() else {
             // Released by an oracle that stopped serving first (a term was held): take it
             // at once. Never held (term 0): a new sequence, or a Lease deleted and
             // re-created while an oracle may still serve from the old one: wait as for a
             // silent holder.
             if lease.term > 0 || lapsed || self.config.take_over_without_waiting {
-                *seen = None;
+                follow.forget();
                 self.try_take(lease).await;
-            } else {
-                self.set_role(Role::Unknown {
-                    why: format!(
-                        "a new oracle lease: the first term begins {:?} after it was first seen",
-                        timing.take_over_after()
-                    ),
-                });
+                return timing.poll_every();
             }
-            return timing.poll_every();
+            self.set_role(Role::Unknown {
+                why: format!(
+                    "a new oracle lease: the first term begins {:?} after it was first seen",
+                    timing.take_over_after()
+                ),
+            });
+            return pause;
         };
         let ours = holder == self.config.uid;
         // This pod's earlier process took the current term and has ended (its lock is now
@@ -90,7 +110,7 @@ impl Oracle {
         };
         if let Some(why) = take_now {
             tracing::info!(holder, term = lease.term, ?waited, "strict: {why}");
-            *seen = None;
+            follow.forget();
             self.try_take(lease).await;
             return timing.poll_every();
         }
@@ -107,7 +127,7 @@ impl Oracle {
                 why: format!("the oracle lease names pod {holder} but no address"),
             }),
         }
-        timing.poll_every()
+        pause
     }
 
     fn set_role(&self, role: Role) {

@@ -128,7 +128,7 @@ async fn rule13_an_oracle_whose_renewals_fail_stops_serving_before_anyone_may_ta
     let a = g.sidecar("uid-a", false).await;
     until("a is the oracle", || a.is_oracle()).await;
     take(&a).await;
-    g.leases.down.store(true, Ordering::SeqCst);
+    g.leases.set_down(true);
     until("a stops serving", || !a.serving_now()).await;
     let err = a.take_one_from(0).await.unwrap_err();
     assert!(err.to_string().contains("not renewed"), "{err}");
@@ -137,21 +137,37 @@ async fn rule13_an_oracle_whose_renewals_fail_stops_serving_before_anyone_may_ta
         a.check_ready().is_ok(),
         "still ready: a hand-over or an outage does not take the pod out of its Services"
     );
-    g.leases.down.store(false, Ordering::SeqCst);
+    g.leases.set_down(false);
     until("a renews and serves again", || a.serving_now()).await;
     take(&a).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
+    silent_oracle_taken_over(Watch::Live).await;
+}
+
+/// Whether the watch of the oracle Lease works in [`silent_oracle_taken_over`].
+#[derive(PartialEq)]
+enum Watch {
+    Live,
+    Broken,
+}
+
+/// The oracle `a` goes silent (its tasks stop without releasing: a kill -9 as the others
+/// see it), then `b` starts: `b` takes over, not before `a`'s Lease could have lapsed, and
+/// serves above `a`'s values. Returns how many reads of the Lease `b` made.
+async fn silent_oracle_taken_over(watch: Watch) -> u64 {
     let g = Group::new();
     let a = g.sidecar("uid-a", false).await;
     until("a is the oracle", || a.is_oracle()).await;
     let last_a = take(&a).await;
-    // a goes silent: its tasks stop without releasing (a kill -9 as the others see it).
-    a.stop_tx.send(true).unwrap();
-    a.lock().requests.stop();
+    if watch == Watch::Broken {
+        g.leases.break_watch();
+    }
+    silence(&a);
     let silent = Instant::now();
+    let reads = g.leases.reads.load(Ordering::SeqCst);
     let b = g.sidecar("uid-b", false).await;
     until("b took over", || b.is_oracle()).await;
     assert!(
@@ -160,6 +176,35 @@ async fn rule13_a_silent_oracle_is_taken_over_only_after_its_lease_lapsed() {
         silent.elapsed()
     );
     assert!(take(&b).await > last_a);
+    g.leases.reads.load(Ordering::SeqCst) - reads
+}
+
+/// A follower learns of the oracle, its renewals and its hand-overs from the watch: no
+/// read of the Lease per `D/12` (with `D` = 1 s, a poller reads 12 times a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_follows_the_oracle_lease_through_its_watch_without_reading_it() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let b = g.sidecar("uid-b", false).await;
+    until("b follows", || b.serving_now()).await;
+    let reads = g.leases.reads.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        g.leases.reads.load(Ordering::SeqCst),
+        reads,
+        "reads while following a live watch for 1.5 s (the oracle renewed meanwhile)"
+    );
+    assert!(b.serving_now() && a.is_oracle());
+    take(&b).await;
+}
+
+/// Rule 13 does not rest on the watch: a follower whose watch delivers nothing reads the
+/// Lease, still waits `D·(1+ρ)` for a silent oracle, and takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule13_a_follower_whose_watch_broke_reads_the_lease_and_takes_over_only_after_it_lapsed() {
+    let reads = silent_oracle_taken_over(Watch::Broken).await;
+    assert!(reads > 0, "b read the Lease, since its watch said nothing");
 }
 
 /// The process of `o` ends as a `kill -9` would end it: its tasks stop without releasing

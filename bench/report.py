@@ -606,7 +606,8 @@ the end): PostgreSQL `nextval()` first, then `{res.get('strict_command', 'bench_
 (release build; one etcd and one kube-apiserver on this machine, the sidecars as processes,
 closed-loop clients on keep-alive connections, client `i` to sidecar `i mod sidecars` with
 the oracle's sidecar last, `GET /id`). Lease writes and reads are the API server's own count
-of PATCH/PUT and of GET on Leases (a watch's events are not requests). The method in full: [benchmarks.md, section 8](benchmarks.md).
+of PATCH/PUT and of GET on Leases (a watch's events are not requests). The method in full:
+[benchmarks.md, section 8](benchmarks.md).
 
 {strict_table(res)}
 

@@ -1087,8 +1087,9 @@ fn route_tables_are_read_in_host_byte_order() {
 /// Rule 13 on the real node: a strict sequence's pods elect one oracle through the Lease
 /// `<seq>-strict-oracle`; the others forward to it over the pod network (the oracle's pod
 /// IP and port, published in the Lease); a client asking the pods in turn always gets a
-/// larger value; when the oracle's sidecar is killed in its pod, the kubelet restarts it and
-/// it takes its own Lease back at once; when the oracle's pod is deleted (SIGTERM: it stops
+/// larger value; every sidecar follows the Lease through a watch (with its pod's token);
+/// when the oracle's sidecar is killed in its pod, the kubelet restarts it and it takes its
+/// own Lease back at once; when the oracle's pod is deleted (SIGTERM: it stops
 /// serving and releases the Lease), another pod takes over and values still only grow.
 #[tokio::test]
 async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_network_and_survives_its_sidecars_restart_and_its_deletion()
@@ -1153,6 +1154,25 @@ async fn rule13_a_strict_sequence_is_served_by_one_oracle_pod_over_the_pod_netwo
         3,
         "every pod answered, two of them by forwarding"
     );
+
+    // Every sidecar follows the oracle Lease through its watch (the sidecar Role's list and
+    // watch on Leases, with the pod's own token), not by reading it every D/12.
+    for pod in &pods {
+        let pod = pod.name_any();
+        eventually(
+            Duration::from_secs(30),
+            &format!("the sidecar of {pod} to say its watch knows the oracle lease"),
+            || {
+                let (ns, pod) = (ns.clone(), pod.clone());
+                async move {
+                    let watched =
+                        sidecar_metric(&ns, &pod, "kubeflake_strict_oracle_lease_watched").await?;
+                    Ok((watched == Some(1.0)).then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
 
     // The oracle's sidecar killed in its pod, as an OOM kill would: the kubelet restarts
     // it, and the new process, which gets the pod's oracle lock (its predecessor is dead)

@@ -55,6 +55,10 @@ pub struct SegmentMetrics {
     /// Groups of strict requests forwarded to the oracle, and those that got no values.
     pub strict_forwards: IntCounter,
     pub strict_forward_errors: IntCounter,
+    /// 1 while this sidecar's watch of the oracle Lease knows it (it reads nothing then).
+    pub strict_lease_watched: IntGauge,
+    /// Reads of the oracle Lease (while the watch does not know it, and after a conflict).
+    pub strict_lease_reads: IntCounter,
 }
 
 impl SegmentMetrics {
@@ -120,6 +124,15 @@ impl SegmentMetrics {
             strict_forward_errors: r.counter(
                 "kubeflake_strict_forward_errors_total",
                 "Forwarded groups that got no values (oracle unreachable or refusing, e.g. during a hand-over).",
+            ),
+            strict_lease_watched: r.int_gauge(
+                "kubeflake_strict_oracle_lease_watched",
+                "1 while this sidecar's watch of its strict sequence's oracle Lease knows the Lease, \
+                 0 while it reads the Lease instead (the watch broke, lists again, or is refused).",
+            ),
+            strict_lease_reads: r.counter(
+                "kubeflake_strict_oracle_lease_reads_total",
+                "Reads of the strict oracle Lease by this sidecar: at start, while its watch does not know the Lease, after a write conflict.",
             ),
         }
     }

@@ -287,14 +287,31 @@ pub async fn first_ready_pod(ns: &TestNamespace, app: &str) -> Result<Pod> {
 
 /// The example app's JSON answer to `path` in `pod`, through the API server's pod proxy.
 pub async fn app_answer(ns: &TestNamespace, pod: &str, path: &str) -> Result<serde_json::Value> {
-    let path = format!("/api/v1/namespaces/{}/pods/{pod}:8080/proxy{path}", ns.name);
-    let request = http::Request::get(&path).body(Vec::new())?;
-    let text = ns
-        .client
-        .request_text(request)
-        .await
-        .with_context(|| format!("GET {path}"))?;
+    let text = proxied_get(ns, pod, 8080, path).await?;
     serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))
+}
+
+/// The value of the unlabelled metric `name` on the sidecar of `pod` (its `/metrics` on
+/// the probe port, through the API server's pod proxy); `None` when it is not exported.
+pub async fn sidecar_metric(ns: &TestNamespace, pod: &str, name: &str) -> Result<Option<f64>> {
+    let port = kubeflake_crds::contract::DEFAULT_PROBE_PORT;
+    let text = proxied_get(ns, pod, port, "/metrics").await?;
+    Ok(text.lines().find_map(|line| {
+        let value = line.strip_prefix(name)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    }))
+}
+
+/// `GET path` on `port` of `pod`, through the API server's pod proxy (the API server
+/// reaches the pod on the bridge), with the namespace's client.
+async fn proxied_get(ns: &TestNamespace, pod: &str, port: u16, path: &str) -> Result<String> {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{pod}:{port}/proxy{path}",
+        ns.name
+    );
+    let request = http::Request::get(&path).body(Vec::new())?;
+    let text = ns.client.request_text(request).await;
+    text.with_context(|| format!("GET {path}"))
 }
 
 /// Asks the example app in `pod` for `count` IDs, through the API server's pod proxy

@@ -393,6 +393,7 @@ fn refusal(r: &TermRefusal) -> SegmentRefusal {
     }
 }
 
+mod dispatch;
 mod tasks;
 
 #[cfg(test)]

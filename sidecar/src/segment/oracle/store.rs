@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch_api};
 use kube::{Api, Client};
 use kubeflake_crds::strict_oracle::{OracleLease, OracleLeaseError, oracle_name};
 use kubeflake_runtime::kube_error::{self, KubeErrorKind};
@@ -114,31 +114,37 @@ impl OracleStore for KubeOracleStore {
     fn changes(&self) -> BoxStream<'static, Option<OracleLease>> {
         let name = self.name.clone();
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        watch_api(self.api.clone(), config)
+        watcher::watcher(self.api.clone(), config)
             .default_backoff()
-            .filter_map(move |event| {
-                let change = match event {
-                    Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
-                        match OracleLease::parse(lease) {
-                            Ok(lease) => Some(Some(lease)),
-                            Err(e) => {
-                                tracing::warn!(lease = %name, error = %e, "strict: the watched oracle lease is malformed");
-                                Some(None)
-                            }
-                        }
-                    }
-                    // A new list begins (after a break, or a watch too old to resume): what
-                    // was seen may be gone. The Lease is in the list's `InitApply`, if it is.
-                    Ok(Event::Init | Event::Delete(_)) => Some(None),
-                    Ok(Event::InitDone) => None,
-                    Err(e) => {
-                        tracing::warn!(lease = %name, error = %e, "strict: watching the oracle lease failed; reading it instead until the watch is back");
-                        Some(None)
-                    }
-                };
-                std::future::ready(change)
-            })
+            .filter_map(move |event| std::future::ready(known(event, &name)))
             .boxed()
+    }
+}
+
+/// What one event of the oracle Lease's watch tells the elector: `Some(Some(lease))`, the
+/// Lease now; `Some(None)`, the watch does not know it now (it broke, it lists again, the
+/// Lease was deleted, or it is malformed: logged, and the elector reads it, whose error
+/// says what is wrong); `None`, nothing new (a list is complete).
+pub fn known(
+    event: Result<Event<Lease>, watcher::Error>,
+    name: &str,
+) -> Option<Option<OracleLease>> {
+    match event {
+        Ok(Event::Apply(lease) | Event::InitApply(lease)) => match OracleLease::parse(lease) {
+            Ok(lease) => Some(Some(lease)),
+            Err(e) => {
+                tracing::warn!(lease = %name, error = %e, "strict: the watched oracle lease is malformed");
+                Some(None)
+            }
+        },
+        // A new list begins (after a break, or a watch too old to resume): what was seen
+        // may be gone. The Lease is in the list's `InitApply`, if it is.
+        Ok(Event::Init | Event::Delete(_)) => Some(None),
+        Ok(Event::InitDone) => None,
+        Err(e) => {
+            tracing::warn!(lease = %name, error = %e, "strict: watching the oracle lease failed; reading it instead until the watch is back");
+            Some(None)
+        }
     }
 }
 
@@ -222,7 +228,8 @@ pub mod fake {
         /// The Lease's term (`leaseTransitions`).
         pub fn term(&self) -> i32 {
             let guard = self.lease.lock().unwrap();
-            OracleLease::parse(guard.1.clone()).unwrap().term
+            let spec = guard.1.spec.as_ref();
+            spec.and_then(|s| s.lease_transitions).unwrap_or(0)
         }
 
         fn check_up(&self) -> Result<(), OracleStoreError> {
@@ -272,11 +279,58 @@ pub mod fake {
                         return None;
                     }
                     let now = rx.borrow_and_update().clone();
-                    let change = now.and_then(|l| OracleLease::parse(l).ok());
-                    Some((change, (rx, false)))
+                    Some((now, (rx, false)))
                 },
             )
+            // What the Lease's watch in the API server would deliver, through the same
+            // reading of its events.
+            .filter_map(|now| {
+                std::future::ready(match now {
+                    Some(lease) => known(Ok(Event::Apply(lease)), "s-strict-oracle"),
+                    None => known(Ok(Event::Init), "s-strict-oracle"),
+                })
+            })
             .boxed()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeflake_crds::strict_oracle::new_oracle_lease;
+
+    fn lease(secs: i32) -> Lease {
+        let mut lease = new_oracle_lease("s", "ns");
+        lease.spec.as_mut().unwrap().lease_duration_seconds = Some(secs);
+        lease
+    }
+
+    /// Only a Lease this release can read is taken as the Lease; anything else on the
+    /// watch (a malformed Lease, a new list, a delete, an error) says "not known now", so
+    /// the elector reads, and the watch itself goes on.
+    #[test]
+    fn the_watch_gives_the_elector_a_readable_lease_or_says_it_does_not_know() {
+        let known = |event| known(event, "s-strict-oracle");
+        let now = known(Ok(Event::Apply(lease(5))))
+            .expect("news")
+            .expect("the lease");
+        assert_eq!(now.timing.lease, Duration::from_secs(5));
+        assert!(matches!(
+            known(Ok(Event::InitApply(lease(5)))),
+            Some(Some(_))
+        ));
+        assert!(
+            matches!(known(Ok(Event::Apply(lease(0)))), Some(None)),
+            "malformed"
+        );
+        assert!(
+            matches!(known(Ok(Event::Init)), Some(None)),
+            "listing again"
+        );
+        assert!(matches!(known(Ok(Event::Delete(lease(5)))), Some(None)));
+        let refused = Err(watcher::Error::NoResourceVersion);
+        assert!(matches!(known(refused), Some(None)), "a watch error");
+        assert!(known(Ok(Event::InitDone)).is_none(), "nothing new");
     }
 }

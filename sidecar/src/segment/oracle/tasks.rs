@@ -1,4 +1,5 @@
-//! The oracle's two background tasks (the elector and the dispatcher) and its stop.
+//! The oracle's elector (its background task that holds, follows and takes the oracle
+//! Lease) and its stop.
 
 use futures::StreamExt;
 
@@ -31,6 +32,8 @@ impl Oracle {
                         watch_open = false;
                     }
                     follow.watched = change.flatten();
+                    let watched = follow.watched.is_some();
+                    self.metrics.strict_lease_watched.set(i64::from(watched));
                     // Acted on at once, unless this sidecar holds the Lease: its renewals
                     // keep their own pace.
                     if !self.is_oracle() {
@@ -54,7 +57,7 @@ impl Oracle {
         }
         let lease = match follow.watched.clone() {
             Some(lease) => lease,
-            None => match self.leases.read().await {
+            None => match self.read_lease().await {
                 Ok(lease) => lease,
                 Err(e) => {
                     tracing::warn!(error = %e, "strict: reading the oracle lease failed");
@@ -128,6 +131,12 @@ impl Oracle {
             }),
         }
         pause
+    }
+
+    /// A quorum read of the Lease, counted.
+    async fn read_lease(&self) -> Result<OracleLease, OracleStoreError> {
+        self.metrics.strict_lease_reads.inc();
+        self.leases.read().await
     }
 
     fn set_role(&self, role: Role) {
@@ -255,7 +264,7 @@ impl Oracle {
                 timing.renew_every()
             }
             Err(OracleStoreError::Conflict) => {
-                match self.leases.read().await {
+                match self.read_lease().await {
                     // Changed by the operator (its claimants list): still ours, renew it.
                     Ok(read) if read.holder.as_deref() == Some(self.config.uid.as_str()) => {
                         let mut s = self.lock();
@@ -304,7 +313,7 @@ impl Oracle {
                     tracing::info!("strict: released the oracle lease");
                     return;
                 }
-                Err(OracleStoreError::Conflict) => match self.leases.read().await {
+                Err(OracleStoreError::Conflict) => match self.read_lease().await {
                     Ok(read) => lease = read,
                     Err(e) => {
                         tracing::warn!(error = %e, "strict: releasing the oracle lease failed");
@@ -315,54 +324,6 @@ impl Oracle {
                     tracing::warn!(error = %e, "strict: releasing the oracle lease failed");
                     return;
                 }
-            }
-        }
-    }
-
-    /// The dispatcher: each group of local requests is served from the term or forwarded.
-    pub(super) async fn dispatch(self: Arc<Self>) {
-        let mut forwarder = Forwarder::new(&self.config.sequence);
-        loop {
-            let group = {
-                let Some(group) = self.lock().requests.next_group() else {
-                    return;
-                };
-                group
-            };
-            if group.is_empty() {
-                self.wake.notified().await;
-                continue;
-            }
-            let (total, min) = group::totals(&group);
-            let route = match &self.lock().role {
-                Role::Oracle { .. } => Ok(None),
-                Role::Follower { address, .. } => Ok(Some(address.clone())),
-                Role::Unknown { why } => Err(SegmentRefusal::NoBlock(format!(
-                    "strict: no oracle serves this sequence now ({why}); retry shortly"
-                ))),
-            };
-            let answer = match route {
-                Ok(None) => self.serve_here(total, min).await.map(|(block, _)| block),
-                Ok(Some(address)) => {
-                    let request = ForwardRequest { count: total, min };
-                    self.metrics.strict_forwards.inc();
-                    forwarder
-                        .forward(&address, request)
-                        .await
-                        .map(|r| Block {
-                            start: r.start,
-                            end: r.end,
-                        })
-                        .map_err(|e| {
-                            self.metrics.strict_forward_errors.inc();
-                            SegmentRefusal::NoBlock(format!("strict: {e}"))
-                        })
-                }
-                Err(refused) => Err(refused),
-            };
-            match answer {
-                Ok(block) => group::hand_out(group, block, &self.metrics),
-                Err(refused) => group::refuse(group, &refused),
             }
         }
     }

@@ -199,6 +199,42 @@ async fn a_follower_follows_the_oracle_lease_through_its_watch_without_reading_i
     take(&b).await;
 }
 
+/// Bad input on the watch: an oracle Lease edited into something this release cannot read
+/// (`leaseDurationSeconds: 0`) is not taken as the Lease. The follower says its watch does
+/// not know the Lease, reads it instead (the read names what is wrong), and nobody takes
+/// it over, however long it stays so; once it is put right, the watch knows it again and
+/// the sequence serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_oracle_lease_on_the_watch_is_read_instead_and_never_taken_over() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let b = g.sidecar("uid-b", false).await;
+    until("b follows through its watch", || {
+        b.serving_now() && b.metrics.strict_lease_watched.get() == 1
+    })
+    .await;
+    let (term, reads) = (g.leases.term(), b.metrics.strict_lease_reads.get());
+
+    g.leases.set_lease_secs(0);
+    until(
+        "b's watch no longer knows the lease, and b reads it",
+        || b.metrics.strict_lease_watched.get() == 0 && b.metrics.strict_lease_reads.get() > reads,
+    )
+    .await;
+    // Longer than a take-over wait (1.05 s) of a readable Lease.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(g.leases.term(), term, "nobody took a malformed lease over");
+    assert!(!b.is_oracle());
+
+    g.leases.set_lease_secs(1);
+    until("b's watch knows the lease again", || {
+        b.metrics.strict_lease_watched.get() == 1
+    })
+    .await;
+    take(&b).await;
+}
+
 /// Rule 13 does not rest on the watch: a follower whose watch delivers nothing reads the
 /// Lease, still waits `D·(1+ρ)` for a silent oracle, and takes over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

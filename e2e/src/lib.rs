@@ -22,7 +22,8 @@
 //!   [`blocking`]: runs async code from that blocking startup code.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
 //! - [`release`]: the previous release (`releases.txt`), its images and its chart.
-//! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API.
+//! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API;
+//!   [`exposition`]: reading a `/metrics` answer.
 //! - [`linearizability`]: a history recorder and two checkers (its own, porcupine's) for
 //!   values that must increase in real-time order across every sidecar.
 //!
@@ -34,6 +35,7 @@ pub mod blocking;
 pub mod certs;
 pub mod cluster;
 pub mod control_plane;
+pub mod exposition;
 pub mod kubeconfig;
 pub mod linearizability;
 pub mod node;

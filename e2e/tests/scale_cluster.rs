@@ -59,6 +59,7 @@ use kubeflake_crds::IdSequence;
 use kubeflake_crds::Tick;
 use kubeflake_crds::sequence::SequenceParams;
 use kubeflake_crds::slot_lease::{self, SEQUENCE_LABEL, SlotLease};
+use kubeflake_e2e::exposition;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::*;
 use serde_json::json;
@@ -197,17 +198,6 @@ fn http_metrics(host_port: &str) -> String {
     out
 }
 
-/// The sum of every series of one metric (all label values).
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The value of a label in one exposition line.
 fn label<'a>(line: &'a str, name: &str) -> &'a str {
     line.split(&format!("{name}=\""))
@@ -296,14 +286,14 @@ impl Probe<'_> {
             operator: proc_stats(self.operator.process.pid()),
             apiserver: proc_stats(self.pid("kube-apiserver")),
             etcd: proc_stats(self.pid("etcd")),
-            reconciles: metric_sum(&metrics, "kubeflake_operator_reconciles_total"),
-            reconcile_secs: metric_sum(
+            reconciles: exposition::sum(&metrics, "kubeflake_operator_reconciles_total"),
+            reconcile_secs: exposition::sum(
                 &metrics,
                 "kubeflake_operator_reconcile_duration_seconds_sum",
             ),
             pass_cpu: (
-                metric_sum(&metrics, "kubeflake_operator_pass_cpu_seconds_sum"),
-                metric_sum(&metrics, "kubeflake_operator_pass_cpu_seconds_count"),
+                exposition::sum(&metrics, "kubeflake_operator_pass_cpu_seconds_sum"),
+                exposition::sum(&metrics, "kubeflake_operator_pass_cpu_seconds_count"),
             ),
             renewals: (renewals_before, renewals_after),
         })
@@ -1056,9 +1046,9 @@ async fn ten_thousand_pods_over_twenty_sequences_with_churn() -> Result<()> {
 
     // ---- Sizes at rest, and what reading them costs.
     let etcd = http_metrics(cluster.etcd_url().trim_start_matches("http://"));
-    let db_total = metric_sum(&etcd, "etcd_mvcc_db_total_size_in_bytes");
-    let db_in_use = metric_sum(&etcd, "etcd_mvcc_db_total_size_in_use_in_bytes");
-    let keys = metric_sum(&etcd, "etcd_debugging_mvcc_keys_total");
+    let db_total = exposition::sum(&etcd, "etcd_mvcc_db_total_size_in_bytes");
+    let db_in_use = exposition::sum(&etcd, "etcd_mvcc_db_total_size_in_use_in_bytes");
+    let keys = exposition::sum(&etcd, "etcd_debugging_mvcc_keys_total");
     let api_metrics = apiserver_metrics(&client).await?;
     let objects = |resource: &str| {
         api_metrics

@@ -24,6 +24,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::segment_counter::{Counter, counter_name};
+use kubeflake_e2e::exposition;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::*;
 use serde_json::json;
@@ -166,12 +167,7 @@ async fn counter(ns: &TestNamespace, sequence: &str) -> Result<Counter> {
 /// The value of one unlabelled metric of a sidecar (0 when absent).
 fn metric(port: u16, name: &str) -> u64 {
     get(port, "/metrics")
-        .map(|(_, text)| {
-            text.lines()
-                .find(|l| l.split_whitespace().next() == Some(name))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-                .unwrap_or(0.0) as u64
-        })
+        .map(|(_, text)| exposition::value(&text, name).unwrap_or(0.0) as u64)
         .unwrap_or(0)
 }
 

@@ -296,10 +296,7 @@ pub async fn app_answer(ns: &TestNamespace, pod: &str, path: &str) -> Result<ser
 pub async fn sidecar_metric(ns: &TestNamespace, pod: &str, name: &str) -> Result<Option<f64>> {
     let port = kubeflake_crds::contract::DEFAULT_PROBE_PORT;
     let text = proxied_get(ns, pod, port, "/metrics").await?;
-    Ok(text.lines().find_map(|line| {
-        let value = line.strip_prefix(name)?.strip_prefix(' ')?;
-        value.trim().parse().ok()
-    }))
+    Ok(kubeflake_e2e::exposition::value(&text, name))
 }
 
 /// `GET path` on `port` of `pod`, through the API server's pod proxy (the API server

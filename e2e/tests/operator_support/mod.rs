@@ -16,6 +16,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
+use kubeflake_e2e::exposition;
 use kubeflake_e2e::process::{Process, ProcessSpec};
 use kubeflake_e2e::{Cluster, TestNamespace};
 
@@ -196,21 +197,13 @@ impl Operator {
 
     /// The value of one unlabelled metric (0 when absent or unreachable).
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.metrics();
-        text.lines()
-            .find(|l| l.split_whitespace().next() == Some(name))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0.0)
+        exposition::value(&self.metrics(), name).unwrap_or(0.0)
     }
 
     /// The value of one labelled series, chosen by a `key="value"` fragment of its labels
     /// (0 when absent or unreachable).
     pub fn metric_with(&self, name: &str, label: &str) -> f64 {
-        let text = self.metrics();
-        text.lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0.0)
+        exposition::value_with(&self.metrics(), name, label).unwrap_or(0.0)
     }
 
     pub fn metrics(&self) -> String {

@@ -1,4 +1,4 @@
-//! The operator against a real API server (docs/safety.md rules 1, 9, 10). Pods are API
+//! The operator against a real API server (docs/safety.md rules 1, 9, 10, 15). Pods are API
 //! objects only: no kubelet runs them, which is all slot assignment needs.
 
 mod operator_support;
@@ -477,5 +477,36 @@ async fn rule9_a_silent_holder_loses_its_slot_after_a_lease_duration_a_renewing_
         !versions.iter().any(|(l, h)| *l == renewing && h.is_none()),
         "the renewing holder kept its slot"
     );
+    Ok(())
+}
+
+/// Rule 15 against the real API server: of a sequence whose IDs are stored in a key form
+/// (bit-reversed, docs/layouts.md), a pod injected by 0.1.0 gets no slot, since its
+/// sidecar does not know key forms and would issue other numbers than the sequence's other
+/// pods, which could equal theirs; pods injected by this release, created after it, do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule15_a_pod_injected_by_0_1_gets_no_slot_of_a_sequence_with_a_key_form() -> Result<()> {
+    use kubeflake_crds::contract::INJECTED_ANNOTATION;
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("op-key-form").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    create_sequence(&ns, "orders", json!({"layout": {"bitReversed": true}})).await?;
+    let injected = |version: &str| json!({INJECTED_ANNOTATION: version});
+    let old = create_pods_with(&ns, "orders", "old", 2, None, injected("0.1.0")).await?;
+    let new = create_pods_with(&ns, "orders", "new", 2, None, injected("0.2.0")).await?;
+    // The operator saw the old pods before the new ones (one watch, in creation order).
+    all_assigned(&ns, "orders", &uids(&new), LIMIT).await?;
+    let holders: HashSet<String> = slot_leases(&ns, "orders")
+        .await?
+        .into_iter()
+        .filter_map(|l| l.holder)
+        .collect();
+    for uid in uids(&old) {
+        assert!(
+            !holders.contains(&uid),
+            "a pod injected by 0.1.0 holds a slot of a bit-reversed sequence: {holders:?}"
+        );
+    }
     Ok(())
 }

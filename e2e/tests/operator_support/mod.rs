@@ -274,12 +274,29 @@ pub async fn create_pods_as(
     count: usize,
     account: Option<&str>,
 ) -> Result<Vec<Pod>> {
+    create_pods_with(ns, sequence, prefix, count, account, serde_json::json!({})).await
+}
+
+/// Like [`create_pods_as`], with `annotations` (a JSON object) on every pod from its
+/// creation on (as the webhook's `kubeflake.io/injected` is).
+pub async fn create_pods_with(
+    ns: &TestNamespace,
+    sequence: &str,
+    prefix: &str,
+    count: usize,
+    account: Option<&str>,
+    annotations: serde_json::Value,
+) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     futures::stream::iter(0..count)
         .map(|i| {
             let api = api.clone();
             let mut pod: Pod = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": format!("{prefix}-{i}"), "labels": {SEQUENCE_LABEL: sequence}},
+                "metadata": {
+                    "name": format!("{prefix}-{i}"),
+                    "labels": {SEQUENCE_LABEL: sequence},
+                    "annotations": annotations,
+                },
                 "spec": {"containers": [{"name": "app", "image": "example.invalid/app"}]},
             }))
             .expect("a valid pod");

@@ -128,7 +128,8 @@ impl SegmentMetrics {
             strict_lease_watched: r.int_gauge(
                 "kubeflake_strict_oracle_lease_watched",
                 "1 while this sidecar's watch of its strict sequence's oracle Lease knows the Lease, \
-                 0 while it reads the Lease instead (the watch broke, lists again, or is refused).",
+                 0 while it reads the Lease instead (the watch broke, lists again, or is refused) \
+                 and on a sidecar of a sequence that is not strict.",
             ),
             strict_lease_reads: r.counter(
                 "kubeflake_strict_oracle_lease_reads_total",

@@ -30,7 +30,11 @@ for i in $(seq 1 "$runs"); do
 	cpus+=("$(cpu_ms)")
 	sidecar_stop
 done
-sorted=$(printf '%s\n' "${times[@]}" | sort -n)
-echo "sidecar process start -> ready, $runs runs: min $(head -1 <<<"$sorted") ms, median $(sed -n "$(((runs + 1) / 2))p" <<<"$sorted") ms, max $(tail -1 <<<"$sorted") ms"
-sorted=$(printf '%s\n' "${cpus[@]}" | sort -n)
-echo "its CPU until ready: min $(head -1 <<<"$sorted") ms, median $(sed -n "$(((runs + 1) / 2))p" <<<"$sorted") ms, max $(tail -1 <<<"$sorted") ms"
+# "min X ms, median Y ms, max Z ms" of the values given.
+summary() {
+	local sorted
+	sorted=$(printf '%s\n' "$@" | sort -n)
+	echo "min $(head -1 <<<"$sorted") ms, median $(sed -n "$((($# + 1) / 2))p" <<<"$sorted") ms, max $(tail -1 <<<"$sorted") ms"
+}
+echo "sidecar process start -> ready, $runs runs: $(summary "${times[@]}")"
+echo "its CPU until ready: $(summary "${cpus[@]}")"

@@ -6,6 +6,7 @@
 # first run on a machine builds them.
 #
 #   scripts/test.sh                  everything (what CI runs; the node needs root)
+#   scripts/test.sh ARGS             the same, ARGS passed to every `cargo test` call
 #   cargo test --workspace --exclude kubeflake-e2e    only the fast tests, no control plane
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,12 +36,77 @@ scripts/check-modules.py
 step "checking the rendered chart (every values variant) and the Dockerfile with checkov"
 charts/kubeflake/tests/checkov.sh
 
-step "running cargo test"
-cargo test --workspace --locked --no-fail-fast "$@"
-step "checking the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
-scripts/check-openapi.sh
-step "running cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-step "checking the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
-scripts/check-deps.sh
+step "building the tests (cargo test --no-run)"
+cargo test --workspace --locked --no-run "$@"
+
+# The test binaries and the last checks run in three lanes at once, each lane one step
+# after another; every line a lane prints starts with its name:
+#   [node]    the e2e binaries that run the test node (Cluster::shared_with_node). There is
+#             one node per machine (fixed paths, a bridge, port 6443): they take turns.
+#   [other]   every other test binary (unit tests; e2e binaries whose control planes listen
+#             on free loopback ports of their own) and the doc tests.
+#   [checks]  Schemathesis against the sidecar just built, clippy, cargo deny.
+# Why: most of an e2e binary's time is waiting (Leases expiring, pods starting, processes
+# stopping). Run one at a time they kept the 2 cores 20-35 % busy (CPU sampled every 5 s in
+# a cold CI run, 2026-11-26), so lanes take about as long as the longest lane instead of the
+# sum. Tests never assert on wall-clock timings; their deadlines bound waits and are
+# generous for a loaded machine. Every `cargo test` call names --workspace with target
+# filters: the packages of the build above, so features unify the same way and nothing is
+# rebuilt or relinked under a running test.
+mapfile -t node_tests < <(grep -l 'shared_with_node' e2e/tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' | sort)
+mapfile -t all_tests < <(cargo metadata --no-deps --format-version 1 --locked |
+	jq -r '.packages[].targets[] | select(.kind | index("test")) | .name' | sort -u)
+mapfile -t other_tests < <(comm -23 <(printf '%s\n' "${all_tests[@]}") <(printf '%s\n' "${node_tests[@]}"))
+((${#node_tests[@]} > 0 && ${#other_tests[@]} > 0)) || {
+	echo "test.sh: found no test binaries (node: ${#node_tests[*]}, other: ${#other_tests[*]})" >&2
+	exit 1
+}
+test_flags() { printf -- '--test=%s\n' "$@"; }
+mapfile -t node_flags < <(test_flags "${node_tests[@]}")
+mapfile -t other_flags < <(test_flags "${other_tests[@]}")
+
+node_lane() {
+	step "[node] cargo test: ${node_tests[*]}"
+	cargo test --workspace --locked --no-fail-fast "${node_flags[@]}" "$@"
+}
+other_lane() {
+	local status=0
+	step "[other] cargo test: every lib and bin, ${other_tests[*]}"
+	cargo test --workspace --locked --no-fail-fast --lib --bins "${other_flags[@]}" "$@" || status=$?
+	step "[other] cargo test: doc tests"
+	cargo test --workspace --locked --no-fail-fast --doc "$@" || status=$?
+	return "$status"
+}
+checks_lane() {
+	local status=0
+	step "[checks] the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
+	scripts/check-openapi.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
+	step "[checks] cargo clippy (warnings are errors)"
+	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
+	step "[checks] the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
+	scripts/check-deps.sh || status=$?
+	return "$status"
+}
+# in_lane NAME FUNCTION ARGS...: runs FUNCTION in the background, its lines prefixed [NAME].
+lane_pids=() lane_names=()
+in_lane() {
+	local name=$1
+	shift
+	("$@" 2>&1 | sed -u "s/^/[$name] /") &
+	lane_pids+=($!) lane_names+=("$name")
+}
+step "running the lanes: [node], [other], [checks]"
+in_lane node node_lane "$@"
+in_lane other other_lane "$@"
+# After the test lanes' cargo has started their binaries: clippy holds the build directory.
+sleep 5
+in_lane checks checks_lane
+failed=()
+for i in "${!lane_pids[@]}"; do
+	wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}")
+done
+if ((${#failed[@]})); then
+	step "FAILED in lane ${failed[*]} (search the log for 'test result: FAILED', 'error:' and 'FAIL')"
+	exit 1
+fi
 step "done"

@@ -93,7 +93,8 @@ impl Cluster {
     }
 
     /// Like [`Cluster::shared`], with a real node ([`ClusterOptions::node`]). A test
-    /// binary uses either this or [`Cluster::shared`], not both.
+    /// binary uses either this or [`Cluster::shared`], not both. `scripts/test.sh` finds
+    /// the binaries that run the node by this name in their source (they take turns).
     pub fn shared_with_node() -> &'static Cluster {
         static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
         Self::shared_in(

@@ -9,8 +9,9 @@
 //! left first.
 //!
 //! There is one node per machine (it owns fixed paths, a bridge and port 6443), so only
-//! one test binary may run a node at a time; `cargo test` runs test binaries one after
-//! another.
+//! one test binary may run a node at a time: `scripts/test.sh` runs the binaries that call
+//! [`crate::Cluster::shared_with_node`] in one lane, one after another, beside a lane of the
+//! binaries that need no node (and plain `cargo test` runs every binary one after another).
 //!
 //! Addresses (docs/e2e-node.md): the bridge `kubeflake0` is 10.244.0.1/24 and pods get
 //! 10.244.0.10 and up; Services are 10.96.0.0/16, routed to the bridge. The API server,

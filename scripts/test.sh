@@ -47,9 +47,10 @@ cargo test --workspace --locked --no-run "$@"
 #             on free loopback ports of their own) and the doc tests.
 #   [checks]  Schemathesis against the sidecar just built, clippy, cargo deny.
 # Why: most of an e2e binary's time is waiting (Leases expiring, pods starting, processes
-# stopping). Run one at a time they kept the 2 cores 20-35 % busy (CPU sampled every 5 s in
-# a cold CI run, 2026-11-26), so lanes take about as long as the longest lane instead of the
-# sum. Tests never assert on wall-clock timings; their deadlines bound waits and are
+# stopping). Run one at a time they kept the 2 cores 7-55 % busy, most under 35 % (CPU
+# sampled every 5 s, 2026-11-26): 25 min for the binaries. In lanes the same binaries took
+# 15 min, [other] the longest (node 10-10.5 min, checks 1.7 min warm, 6 min with cargo-deny
+# built), the cores 51 % busy. Tests never assert on wall-clock timings; their deadlines bound waits and are
 # generous for a loaded machine. Every `cargo test` call names --workspace with target
 # filters: the packages of the build above, so features unify the same way and nothing is
 # rebuilt or relinked under a running test.

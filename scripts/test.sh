@@ -50,8 +50,8 @@ cargo test --workspace --locked --no-run "$@"
 # stopping). Run one at a time they kept the 2 cores 7-55 % busy, most under 35 % (CPU
 # sampled every 5 s, 2026-11-26): 25 min for the binaries. In lanes the same binaries took
 # 15 min, [other] the longest (node 10-10.5 min, checks 1.7 min warm, 6 min with cargo-deny
-# built), the cores 51 % busy. Tests never assert on wall-clock timings; their deadlines bound waits and are
-# generous for a loaded machine. Every `cargo test` call names --workspace with target
+# built), the cores 51 % busy. Tests never assert on wall-clock timings; their deadlines
+# bound waits and are generous for a loaded machine. Every `cargo test` call names --workspace with target
 # filters: the packages of the build above, so features unify the same way and nothing is
 # rebuilt or relinked under a running test.
 mapfile -t node_tests < <(grep -l 'shared_with_node' e2e/tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' | sort)
@@ -67,24 +67,24 @@ mapfile -t node_flags < <(test_flags "${node_tests[@]}")
 mapfile -t other_flags < <(test_flags "${other_tests[@]}")
 
 node_lane() {
-	step "[node] cargo test: ${node_tests[*]}"
+	step "cargo test: ${node_tests[*]}"
 	cargo test --workspace --locked --no-fail-fast "${node_flags[@]}" "$@"
 }
 other_lane() {
 	local status=0
-	step "[other] cargo test: every lib and bin, ${other_tests[*]}"
+	step "cargo test: every lib and bin, ${other_tests[*]}"
 	cargo test --workspace --locked --no-fail-fast --lib --bins "${other_flags[@]}" "$@" || status=$?
-	step "[other] cargo test: doc tests"
+	step "cargo test: doc tests"
 	cargo test --workspace --locked --no-fail-fast --doc "$@" || status=$?
 	return "$status"
 }
 checks_lane() {
 	local status=0
-	step "[checks] the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
+	step "the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
 	scripts/check-openapi.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
-	step "[checks] cargo clippy (warnings are errors)"
+	step "cargo clippy (warnings are errors)"
 	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
-	step "[checks] the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
+	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
 	scripts/check-deps.sh || status=$?
 	return "$status"
 }
@@ -99,8 +99,8 @@ in_lane() {
 step "running the lanes: [node], [other], [checks]"
 in_lane node node_lane "$@"
 in_lane other other_lane "$@"
-# After the test lanes' cargo has started their binaries: clippy holds the build directory.
-sleep 5
+# Schemathesis comes first in its lane and runs no cargo, so clippy (which holds the build
+# directory while it checks) starts after the test lanes' cargo calls are running.
 in_lane checks checks_lane
 failed=()
 for i in "${!lane_pids[@]}"; do

@@ -9,8 +9,15 @@
 //!   `runc exec`, the kubelet's wait for it) before the sidecar's own work;
 //! - **kubeflake**: the `kubeflake.io/sequence` label, so the webhook injects the sidecar,
 //!   the operator assigns a slot Lease and the sidecar takes it;
+//! - **kubeflake, startup probe**: the same injected pod (read once through a server-side
+//!   dry run of the kubeflake pod, so it is the webhook's own output) with the sidecar's
+//!   postStart hook replaced by a startup probe every second that long-polls the same
+//!   `/readyz` (`?wait=900` by default: a probe is nearly always in flight and is answered
+//!   the moment the sidecar turns ready). The other way to hold the app
+//!   (docs/install.md, "Why a hook and not a startup probe"), measured beside the hook;
 //!
-//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, plain, ...) for a number of rounds, every
+//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, kubeflake with a
+//! startup probe, plain, ...) for a number of rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
@@ -42,6 +49,8 @@
 //! default `20,100`), `KUBEFLAKE_BENCH_ROUNDS` (rounds per variant and size, default 3),
 //! `KUBEFLAKE_BENCH_WARMUP` (pods per variant started once before measuring, default 1;
 //! 0 skips), `KUBEFLAKE_BENCH_METRICS=0` (skip the kubelet and operator metrics),
+//! `KUBEFLAKE_BENCH_PROBE_WAIT_MS` (the startup probe's `wait`, default 900, under the
+//! kubelet's 1 s probe timeout; 0 asks a plain `/readyz`, answered at once),
 //! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
 //! lines).
 //!
@@ -66,7 +75,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
-use kubeflake_crds::contract::SIDECAR_NAME;
+use kubeflake_crds::contract::{PROBE_PORT_NAME, READYZ_PATH, READYZ_WAIT_PARAM, SIDECAR_NAME};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::NODE_NAME;
 use kubeflake_e2e::node::PAUSE_IMAGE;
@@ -102,14 +111,16 @@ enum Variant {
     Idle,
     IdleHook,
     Kubeflake,
+    KubeflakeProbe,
 }
 
 impl Variant {
-    const ALL: [Variant; 4] = [
+    const ALL: [Variant; 5] = [
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
         Variant::Kubeflake,
+        Variant::KubeflakeProbe,
     ];
 
     fn label(self) -> &'static str {
@@ -118,6 +129,7 @@ impl Variant {
             Variant::Idle => "idle",
             Variant::IdleHook => "idle-hook",
             Variant::Kubeflake => "kubeflake",
+            Variant::KubeflakeProbe => "kubeflake-probe",
         }
     }
 
@@ -127,6 +139,7 @@ impl Variant {
             Variant::Idle => "idle sidecar",
             Variant::IdleHook => "idle sidecar + hook",
             Variant::Kubeflake => "kubeflake",
+            Variant::KubeflakeProbe => "kubeflake, startup probe",
         }
     }
 
@@ -134,8 +147,19 @@ impl Variant {
         self != Variant::Plain
     }
 
-    /// The pod: the same app container in every variant.
-    fn pod(self, name: &str) -> Result<Pod> {
+    /// Whether the pod has kubeflake's sidecar (and so a slot Lease).
+    fn is_kubeflake(self) -> bool {
+        matches!(self, Variant::Kubeflake | Variant::KubeflakeProbe)
+    }
+
+    /// The pod: the same app container in every variant. `probe_template`: the
+    /// "kubeflake, startup probe" pod ([`startup_probe_template`]).
+    fn pod(self, name: &str, probe_template: &serde_json::Value) -> Result<Pod> {
+        if self == Variant::KubeflakeProbe {
+            let mut pod = probe_template.clone();
+            pod["metadata"]["name"] = serde_json::json!(name);
+            return serde_json::from_value(pod).context("benchmark pod (startup probe)");
+        }
         let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
         if self == Variant::Kubeflake {
             labels[SEQUENCE_LABEL] = serde_json::json!(SEQUENCE);
@@ -160,6 +184,91 @@ impl Variant {
         }))
         .context("benchmark pod")
     }
+}
+
+/// How long the startup probe of "kubeflake, startup probe" asks the sidecar to hold its
+/// `/readyz` question by default, ms: under the kubelet's 1 s probe timeout, so a sidecar
+/// not ready yet answers 503 (a failed probe) before the kubelet gives up on the
+/// connection. `KUBEFLAKE_BENCH_PROBE_WAIT_MS` sets another (0: a plain `/readyz`).
+const PROBE_WAIT_MS: usize = 900;
+
+/// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
+/// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar's
+/// postStart hook replaced by a startup probe every second (the shortest period there is)
+/// that long-polls the same `/readyz` for `wait_ms` (0: asks a plain `/readyz`). What the API server adds itself (the service account
+/// token volume, defaults, priority) is left out, so it adds it again at each create. The
+/// webhook finds the sidecar already there and leaves the pod as it is.
+async fn startup_probe_template(pods: &Api<Pod>, wait_ms: usize) -> Result<serde_json::Value> {
+    let path = if wait_ms == 0 {
+        READYZ_PATH.to_owned()
+    } else {
+        format!("{READYZ_PATH}?{READYZ_WAIT_PARAM}={wait_ms}")
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let injected = pods
+        .create(
+            &dry_run,
+            &Variant::Kubeflake.pod("template", &serde_json::Value::Null)?,
+        )
+        .await
+        .context("dry-run create of the kubeflake pod (to read the webhook's output)")?;
+    let mut spec = serde_json::to_value(injected.spec.context("the dry run returned no spec")?)?;
+    let spec_map = spec.as_object_mut().context("pod spec")?;
+    for server_set in ["priority", "nodeName", "preemptionPolicy"] {
+        spec_map.remove(server_set);
+    }
+    let token_volume = |name: &serde_json::Value| {
+        name.as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access-"))
+    };
+    if let Some(volumes) = spec_map.get_mut("volumes").and_then(|v| v.as_array_mut()) {
+        volumes.retain(|v| !token_volume(&v["name"]));
+    }
+    let mut found_sidecar = false;
+    for list in ["initContainers", "containers"] {
+        for c in spec_map
+            .get_mut(list)
+            .and_then(|v| v.as_array_mut())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(mounts) = c.get_mut("volumeMounts").and_then(|m| m.as_array_mut()) {
+                mounts.retain(|m| !token_volume(&m["name"]));
+            }
+            if c["name"] == SIDECAR_NAME {
+                found_sidecar = true;
+                let c = c.as_object_mut().context("sidecar container")?;
+                c.remove("lifecycle")
+                    .context("the injected sidecar has no postStart hook")?;
+                c.insert(
+                    "startupProbe".into(),
+                    serde_json::json!({
+                        "httpGet": {"path": path, "port": PROBE_PORT_NAME},
+                        "periodSeconds": 1,
+                        // Ten minutes of waiting for a slot before the kubelet restarts
+                        // the sidecar (the bench's pods get theirs at once).
+                        "failureThreshold": 600,
+                    }),
+                );
+            }
+        }
+    }
+    if !found_sidecar {
+        bail!("the dry run did not inject {SIDECAR_NAME}: is the webhook installed?");
+    }
+    Ok(serde_json::json!({
+        "metadata": {
+            "labels": {
+                VARIANT_LABEL: Variant::KubeflakeProbe.label(),
+                SEQUENCE_LABEL: SEQUENCE,
+            },
+            "annotations": injected.metadata.annotations,
+        },
+        "spec": spec,
+    }))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -506,7 +615,7 @@ impl Applies {
         match self {
             Applies::Every => true,
             Applies::WithSidecar => variant.has_sidecar(),
-            Applies::KubeflakeOnly => variant == Variant::Kubeflake,
+            Applies::KubeflakeOnly => variant.is_kubeflake(),
         }
     }
 }
@@ -1016,6 +1125,8 @@ struct Bench {
     ns: TestNamespace,
     shared: Shared,
     metrics: bool,
+    /// The "kubeflake, startup probe" pod ([`startup_probe_template`]).
+    probe_template: serde_json::Value,
 }
 
 impl Bench {
@@ -1039,6 +1150,7 @@ impl Bench {
         results: Option<&mut Results>,
     ) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.ns.client.clone(), &self.ns.name);
+        let probe_template = &self.probe_template;
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
@@ -1055,7 +1167,7 @@ impl Bench {
             let pods = pods.clone();
             let shared = self.shared.clone();
             async move {
-                let pod = variant.pod(name)?;
+                let pod = variant.pod(name, probe_template)?;
                 lock(&shared).pods.get_mut(name).context("recorded")?.sent = Some(now_ms());
                 let made = pods
                     .create(&PostParams::default(), &pod)
@@ -1117,7 +1229,7 @@ impl Bench {
         let wall = started.elapsed();
         let cpu_after = cpu_snapshot();
         let (kubelet_after, operator_after) = self.metrics_now(results.is_some()).await;
-        if variant == Variant::Kubeflake {
+        if variant.is_kubeflake() {
             // The Lease watch may lag the pod watch a little: wait for the sidecars' first
             // writes (not asserted; a pod without one shows as missing in the table).
             let deadline = Instant::now() + LEASE_GRACE;
@@ -1355,6 +1467,16 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         ),
         ("idle sidecar over plain", Variant::Idle, Variant::Plain),
         ("kubeflake over plain", Variant::Kubeflake, Variant::Plain),
+        (
+            "kubeflake, startup probe over idle sidecar",
+            Variant::KubeflakeProbe,
+            Variant::Idle,
+        ),
+        (
+            "kubeflake (hook) over kubeflake, startup probe",
+            Variant::Kubeflake,
+            Variant::KubeflakeProbe,
+        ),
     ] {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
             line(
@@ -1500,11 +1622,19 @@ fn env_number(name: &str, default: usize) -> Result<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it by hand (see the top of this file)"]
-async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake() -> Result<()> {
+async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with_hook_or_startup_probe()
+-> Result<()> {
     let sizes = env_list("KUBEFLAKE_BENCH_PODS", &[20, 100])?;
     let rounds = env_number("KUBEFLAKE_BENCH_ROUNDS", 3)?.max(1);
     let warmup = env_number("KUBEFLAKE_BENCH_WARMUP", 1)?;
     let metrics = std::env::var("KUBEFLAKE_BENCH_METRICS").as_deref() != Ok("0");
+    let probe_wait_ms = env_number("KUBEFLAKE_BENCH_PROBE_WAIT_MS", PROBE_WAIT_MS)?;
+    if probe_wait_ms >= 1000 {
+        bail!(
+            "KUBEFLAKE_BENCH_PROBE_WAIT_MS={probe_wait_ms}: must be under 1000 (the kubelet's \
+             1 s probe timeout would end every probe that waits that long as a failure)"
+        );
+    }
 
     let cluster = Cluster::shared_with_node();
     helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[]).await?;
@@ -1531,11 +1661,17 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake() ->
         shared.clone(),
         observe_lease,
     );
+    let probe_template = startup_probe_template(
+        &Api::<Pod>::namespaced(ns.client.clone(), &ns.name),
+        probe_wait_ms,
+    )
+    .await?;
     let bench = Bench {
         cluster,
         ns,
         shared: shared.clone(),
         metrics,
+        probe_template,
     };
 
     let outcome = async {
@@ -1566,7 +1702,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake() ->
     let reports = outcome?;
 
     println!(
-        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
+        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} KUBEFLAKE_BENCH_PROBE_WAIT_MS={probe_wait_ms} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
         sizes
             .iter()
             .map(ToString::to_string)

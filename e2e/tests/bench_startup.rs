@@ -195,9 +195,10 @@ const PROBE_WAIT_MS: usize = 900;
 /// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
 /// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar's
 /// postStart hook replaced by a startup probe every second (the shortest period there is)
-/// that long-polls the same `/readyz` for `wait_ms` (0: asks a plain `/readyz`). What the API server adds itself (the service account
-/// token volume, defaults, priority) is left out, so it adds it again at each create. The
-/// webhook finds the sidecar already there and leaves the pod as it is.
+/// that long-polls the same `/readyz` for `wait_ms` (0: asks a plain `/readyz`). What the
+/// API server adds itself (the service account token volume, priority) is left out, so it
+/// adds it again at each create. The webhook finds the sidecar already there and leaves
+/// the pod as it is.
 async fn startup_probe_template(pods: &Api<Pod>, wait_ms: usize) -> Result<serde_json::Value> {
     let path = if wait_ms == 0 {
         READYZ_PATH.to_owned()

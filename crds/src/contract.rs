@@ -94,9 +94,9 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const READYZ_PATH: &str = "/readyz";
 /// Query parameter of [`READYZ_PATH`]: `/readyz?wait=<ms>` answers as soon as the sidecar
 /// is ready, or 503 once `<ms>` have passed (one long-polled request instead of one every
-/// few milliseconds). The postStart hook ([`WAIT_READY_SUBCOMMAND`]) asks this way; a
-/// sidecar that predates it ignores the query and answers at once, and the hook then asks
-/// again after its own interval.
+/// few milliseconds). The injected startup probe asks this way (and the postStart hook of
+/// pods injected by 0.1.0, [`WAIT_READY_SUBCOMMAND`]); a sidecar that predates it ignores
+/// the query and answers at once, and the probe or hook asks again after its interval.
 pub const READYZ_WAIT_PARAM: &str = "wait";
 /// The longest `wait` a sidecar accepts, ms; a longer one is a 400 (which the hook, like
 /// any answer that comes at once, meets by asking again after its interval).
@@ -129,15 +129,16 @@ pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
 pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
 
 /// Pod annotation that lets the app containers start at once, before the sidecar can issue
-/// (as before 0.3): `kubeflake.io/hold-app: "false"`. By default the sidecar's postStart
-/// hook ([`WAIT_READY_SUBCOMMAND`]) holds the app until the sidecar would answer `/id`.
+/// (as before 0.1.0): `kubeflake.io/hold-app: "false"`. By default the sidecar's startup
+/// probe (a long poll of [`READYZ_PATH`]) holds the app until the sidecar would answer `/id`.
 pub const HOLD_APP_ANNOTATION: &str = "kubeflake.io/hold-app";
 
 /// The sidecar binary's path in its image (the image holds nothing else).
 pub const SIDECAR_BINARY: &str = "/kubeflake-sidecar";
 /// The sidecar's subcommand that returns once the sidecar in the same container is ready
-/// (its `/readyz` answers 200): the injected postStart hook, so the kubelet starts the app
-/// containers only after the sidecar holds its slot or segment block.
+/// (its `/readyz` answers 200): the postStart hook that 0.1.0's webhook injected, so the
+/// kubelet starts the app containers only after the sidecar holds its slot or segment
+/// block. Kept for the pods that carry it; the webhook now injects a startup probe.
 pub const WAIT_READY_SUBCOMMAND: &str = "wait-ready";
 
 /// Reason of the Warning Event the sidecar records on its pod when it has waited for a

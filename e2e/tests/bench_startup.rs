@@ -1,5 +1,5 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) four ways, created N at once,
+//! the same pod (the node's pause image as the app) five ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
@@ -7,24 +7,25 @@
 //! - **idle sidecar + hook**: the same idle sidecar with a postStart exec hook that returns
 //!   at once (`/pause -v`): what any design that holds the app with a hook pays (the
 //!   `runc exec`, the kubelet's wait for it) before the sidecar's own work;
-//! - **kubeflake**: the `kubeflake.io/sequence` label, so the webhook injects the sidecar,
+//! - **kubeflake**: the `kubeflake.io/sequence` label, so the webhook injects the sidecar
+//!   with its startup probe (a long poll of `/readyz` every second, which holds the app),
 //!   the operator assigns a slot Lease and the sidecar takes it;
-//! - **kubeflake, startup probe**: the same injected pod (read once through a server-side
-//!   dry run of the kubeflake pod, so it is the webhook's own output) with the sidecar's
-//!   postStart hook replaced by a startup probe every second that long-polls the same
-//!   `/readyz` (`?wait=900` by default: a probe is nearly always in flight and is answered
-//!   the moment the sidecar turns ready). The other way to hold the app
-//!   (docs/install.md, "Why a hook and not a startup probe"), measured beside the hook;
+//! - **kubeflake, hook**: the same injected pod (read once through a server-side dry run
+//!   of the kubeflake pod, so it is the webhook's own output) with the startup probe
+//!   replaced by the postStart hook that 0.1.0 injected (`kubeflake-sidecar wait-ready`,
+//!   which long-polls the same `/readyz` until it answers 200). The other way to hold the
+//!   app (docs/install.md, "Why a startup probe and not a hook"), measured beside it;
 //!
-//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, kubeflake with a
-//! startup probe, plain, ...) for a number of rounds, every
+//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, kubeflake with the
+//! hook, plain, ...) for a number of rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
 //! - **a watch on the pods**: the local receive time of the first event that shows a stage
 //!   (the objects' own times have whole seconds only): scheduled (`spec.nodeName`),
 //!   sandbox ready (`PodReadyToStartContainers`), sidecar running, started
-//!   (`started=true`, after its postStart hook) and ready, app running, pod Ready. This is
+//!   (`started=true`: its startup probe passed, or its postStart hook returned) and ready,
+//!   app running, pod Ready. This is
 //!   when the API server learnt of it: the kubelet writes a pod's status in batches, so
 //!   several stages often arrive in one event, up to a second after they happened;
 //! - **the kernel**: the start of each container's first process and of the sandbox's,
@@ -49,8 +50,6 @@
 //! default `20,100`), `KUBEFLAKE_BENCH_ROUNDS` (rounds per variant and size, default 3),
 //! `KUBEFLAKE_BENCH_WARMUP` (pods per variant started once before measuring, default 1;
 //! 0 skips), `KUBEFLAKE_BENCH_METRICS=0` (skip the kubelet and operator metrics),
-//! `KUBEFLAKE_BENCH_PROBE_WAIT_MS` (the startup probe's `wait`, default 900, under the
-//! kubelet's 1 s probe timeout; 0 asks a plain `/readyz`, answered at once),
 //! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
 //! lines).
 //!
@@ -72,10 +71,10 @@ use anyhow::{Context, Result, bail};
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
-use kubeflake_crds::contract::{PROBE_PORT_NAME, READYZ_PATH, READYZ_WAIT_PARAM, SIDECAR_NAME};
+use kubeflake_crds::contract::{READYZ_PATH, SIDECAR_BINARY, SIDECAR_NAME, WAIT_READY_SUBCOMMAND};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::NODE_NAME;
 use kubeflake_e2e::node::PAUSE_IMAGE;
@@ -111,7 +110,7 @@ enum Variant {
     Idle,
     IdleHook,
     Kubeflake,
-    KubeflakeProbe,
+    KubeflakeHook,
 }
 
 impl Variant {
@@ -120,7 +119,7 @@ impl Variant {
         Variant::Idle,
         Variant::IdleHook,
         Variant::Kubeflake,
-        Variant::KubeflakeProbe,
+        Variant::KubeflakeHook,
     ];
 
     fn label(self) -> &'static str {
@@ -129,7 +128,7 @@ impl Variant {
             Variant::Idle => "idle",
             Variant::IdleHook => "idle-hook",
             Variant::Kubeflake => "kubeflake",
-            Variant::KubeflakeProbe => "kubeflake-probe",
+            Variant::KubeflakeHook => "kubeflake-hook",
         }
     }
 
@@ -139,7 +138,7 @@ impl Variant {
             Variant::Idle => "idle sidecar",
             Variant::IdleHook => "idle sidecar + hook",
             Variant::Kubeflake => "kubeflake",
-            Variant::KubeflakeProbe => "kubeflake, startup probe",
+            Variant::KubeflakeHook => "kubeflake, hook",
         }
     }
 
@@ -149,17 +148,12 @@ impl Variant {
 
     /// Whether the pod has kubeflake's sidecar (and so a slot Lease).
     fn is_kubeflake(self) -> bool {
-        matches!(self, Variant::Kubeflake | Variant::KubeflakeProbe)
+        matches!(self, Variant::Kubeflake | Variant::KubeflakeHook)
     }
 
-    /// The pod: the same app container in every variant. `probe_template`: the
-    /// "kubeflake, startup probe" pod ([`startup_probe_template`]).
-    fn pod(self, name: &str, probe_template: &serde_json::Value) -> Result<Pod> {
-        if self == Variant::KubeflakeProbe {
-            let mut pod = probe_template.clone();
-            pod["metadata"]["name"] = serde_json::json!(name);
-            return serde_json::from_value(pod).context("benchmark pod (startup probe)");
-        }
+    /// The pod of every variant but [`Variant::KubeflakeHook`] (made from this one's
+    /// kubeflake pod by [`hook_template`]): the same app container in every variant.
+    fn pod(self, name: &str) -> Result<Pod> {
         let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
         if self == Variant::Kubeflake {
             labels[SEQUENCE_LABEL] = serde_json::json!(SEQUENCE);
@@ -186,39 +180,25 @@ impl Variant {
     }
 }
 
-/// How long the startup probe of "kubeflake, startup probe" asks the sidecar to hold its
-/// `/readyz` question by default, ms: under the kubelet's 1 s probe timeout, so a sidecar
-/// not ready yet answers 503 (a failed probe) before the kubelet gives up on the
-/// connection. `KUBEFLAKE_BENCH_PROBE_WAIT_MS` sets another (0: a plain `/readyz`).
-const PROBE_WAIT_MS: usize = 900;
-
 /// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
 /// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar's
-/// postStart hook replaced by a startup probe every second (the shortest period there is)
-/// that long-polls the same `/readyz` for `wait_ms` (0: asks a plain `/readyz`). What the
-/// API server adds itself (the service account token volume, priority) is left out, so it
-/// adds it again at each create. The webhook finds the sidecar already there and leaves
+/// startup probe replaced by the postStart hook 0.1.0 injected: `kubeflake-sidecar
+/// wait-ready` on the probe's port, which long-polls `/readyz` until it answers 200. What
+/// the API server adds itself (the service account token volume, priority) is left out, so
+/// it adds it again at each create. The webhook finds the sidecar already there and leaves
 /// the pod as it is.
-async fn startup_probe_template(pods: &Api<Pod>, wait_ms: usize) -> Result<serde_json::Value> {
-    let path = if wait_ms == 0 {
-        READYZ_PATH.to_owned()
-    } else {
-        format!("{READYZ_PATH}?{READYZ_WAIT_PARAM}={wait_ms}")
-    };
+async fn hook_template(pods: &Api<Pod>) -> Result<serde_json::Value> {
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()
     };
     let injected = pods
-        .create(
-            &dry_run,
-            &Variant::Kubeflake.pod("template", &serde_json::Value::Null)?,
-        )
+        .create(&dry_run, &Variant::Kubeflake.pod("template")?)
         .await
         .context("dry-run create of the kubeflake pod (to read the webhook's output)")?;
     let mut spec = serde_json::to_value(injected.spec.context("the dry run returned no spec")?)?;
     let spec_map = spec.as_object_mut().context("pod spec")?;
-    for server_set in ["priority", "nodeName", "preemptionPolicy"] {
+    for server_set in ["priority", "preemptionPolicy"] {
         spec_map.remove(server_set);
     }
     let token_volume = |name: &serde_json::Value| {
@@ -242,17 +222,18 @@ async fn startup_probe_template(pods: &Api<Pod>, wait_ms: usize) -> Result<serde
             if c["name"] == SIDECAR_NAME {
                 found_sidecar = true;
                 let c = c.as_object_mut().context("sidecar container")?;
-                c.remove("lifecycle")
-                    .context("the injected sidecar has no postStart hook")?;
+                let probe = c
+                    .remove("startupProbe")
+                    .context("the injected sidecar has no startup probe")?;
+                let port = probe["httpGet"]["port"]
+                    .as_u64()
+                    .context("the startup probe's port is not a number")?;
+                let readyz = format!("http://127.0.0.1:{port}{READYZ_PATH}");
                 c.insert(
-                    "startupProbe".into(),
-                    serde_json::json!({
-                        "httpGet": {"path": path, "port": PROBE_PORT_NAME},
-                        "periodSeconds": 1,
-                        // Ten minutes of waiting for a slot before the kubelet restarts
-                        // the sidecar (the bench's pods get theirs at once).
-                        "failureThreshold": 600,
-                    }),
+                    "lifecycle".into(),
+                    serde_json::json!({"postStart": {"exec": {
+                        "command": [SIDECAR_BINARY, WAIT_READY_SUBCOMMAND, readyz],
+                    }}}),
                 );
             }
         }
@@ -263,7 +244,7 @@ async fn startup_probe_template(pods: &Api<Pod>, wait_ms: usize) -> Result<serde
     Ok(serde_json::json!({
         "metadata": {
             "labels": {
-                VARIANT_LABEL: Variant::KubeflakeProbe.label(),
+                VARIANT_LABEL: Variant::KubeflakeHook.label(),
                 SEQUENCE_LABEL: SEQUENCE,
             },
             "annotations": injected.metadata.annotations,
@@ -1126,11 +1107,21 @@ struct Bench {
     ns: TestNamespace,
     shared: Shared,
     metrics: bool,
-    /// The "kubeflake, startup probe" pod ([`startup_probe_template`]).
-    probe_template: serde_json::Value,
+    /// The "kubeflake, hook" pod ([`hook_template`]).
+    hook_template: serde_json::Value,
 }
 
 impl Bench {
+    /// `variant`'s pod named `name`.
+    fn pod(&self, variant: Variant, name: &str) -> Result<Pod> {
+        if variant != Variant::KubeflakeHook {
+            return variant.pod(name);
+        }
+        let mut pod = self.hook_template.clone();
+        pod["metadata"]["name"] = serde_json::json!(name);
+        serde_json::from_value(pod).context("benchmark pod (hook)")
+    }
+
     /// The kubelet's and the operators' metrics now, for a measured round (none when
     /// `KUBEFLAKE_BENCH_METRICS=0`).
     async fn metrics_now(&self, measured: bool) -> (MetricMap, MetricMap) {
@@ -1151,7 +1142,6 @@ impl Bench {
         results: Option<&mut Results>,
     ) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.ns.client.clone(), &self.ns.name);
-        let probe_template = &self.probe_template;
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
@@ -1168,7 +1158,7 @@ impl Bench {
             let pods = pods.clone();
             let shared = self.shared.clone();
             async move {
-                let pod = variant.pod(name, probe_template)?;
+                let pod = self.pod(variant, name)?;
                 lock(&shared).pods.get_mut(name).context("recorded")?.sent = Some(now_ms());
                 let made = pods
                     .create(&PostParams::default(), &pod)
@@ -1469,14 +1459,14 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         ("idle sidecar over plain", Variant::Idle, Variant::Plain),
         ("kubeflake over plain", Variant::Kubeflake, Variant::Plain),
         (
-            "kubeflake, startup probe over idle sidecar",
-            Variant::KubeflakeProbe,
+            "kubeflake, hook over idle sidecar",
+            Variant::KubeflakeHook,
             Variant::Idle,
         ),
         (
-            "kubeflake (hook) over kubeflake, startup probe",
+            "kubeflake, hook over kubeflake",
+            Variant::KubeflakeHook,
             Variant::Kubeflake,
-            Variant::KubeflakeProbe,
         ),
     ] {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
@@ -1596,6 +1586,47 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
 // ---------------------------------------------------------------------------------------
 // The test
 
+/// The kubelet's `Unhealthy` Events (failed probes; a waiting startup probe fails once a
+/// second) on each variant's measured pods, by size and by probe (the Event's message
+/// names it: "Startup probe failed: ..."): the sum of the Events' counts, as the API server
+/// stored them (the kubelet's recorder drops and merges some).
+async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String> {
+    const PROBES: [&str; 3] = ["Startup", "Readiness", "Liveness"];
+    let events: Api<Event> = Api::namespaced(ns.client.clone(), &ns.name);
+    let listed = events
+        .list(&ListParams::default().fields("reason=Unhealthy"))
+        .await
+        .context("list the Unhealthy Events")?;
+    let mut out = String::from(
+        "\nThe kubelet's Unhealthy Events (failed probes) on the measured pods, counted, startup / readiness / liveness / other:\n\n| pods | ",
+    );
+    out += &Variant::ALL.map(Variant::title).join(" | ");
+    out += " |\n|---:|";
+    out += &"---|".repeat(Variant::ALL.len());
+    for &n in sizes {
+        out += &format!("\n| {n} |");
+        for variant in Variant::ALL {
+            let prefix = format!("{}-n{n}-", variant.label());
+            let mut counts = [0; PROBES.len() + 1];
+            for e in listed.items.iter().filter(|e| {
+                e.involved_object
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| name.starts_with(&prefix))
+            }) {
+                let message = e.message.as_deref().unwrap_or_default();
+                let probe = PROBES
+                    .iter()
+                    .position(|p| message.starts_with(p))
+                    .unwrap_or(PROBES.len());
+                counts[probe] += e.count.unwrap_or(1);
+            }
+            out += &format!(" {} |", counts.map(|c| c.to_string()).join(" / "));
+        }
+    }
+    Ok(out)
+}
+
 fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
     match std::env::var(name) {
         Err(_) => Ok(default.to_vec()),
@@ -1623,19 +1654,12 @@ fn env_number(name: &str, default: usize) -> Result<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run it by hand (see the top of this file)"]
-async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with_hook_or_startup_probe()
+async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with_startup_probe_or_hook()
 -> Result<()> {
     let sizes = env_list("KUBEFLAKE_BENCH_PODS", &[20, 100])?;
     let rounds = env_number("KUBEFLAKE_BENCH_ROUNDS", 3)?.max(1);
     let warmup = env_number("KUBEFLAKE_BENCH_WARMUP", 1)?;
     let metrics = std::env::var("KUBEFLAKE_BENCH_METRICS").as_deref() != Ok("0");
-    let probe_wait_ms = env_number("KUBEFLAKE_BENCH_PROBE_WAIT_MS", PROBE_WAIT_MS)?;
-    if probe_wait_ms >= 1000 {
-        bail!(
-            "KUBEFLAKE_BENCH_PROBE_WAIT_MS={probe_wait_ms}: must be under 1000 (the kubelet's \
-             1 s probe timeout would end every probe that waits that long as a failure)"
-        );
-    }
 
     let cluster = Cluster::shared_with_node();
     helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[]).await?;
@@ -1662,17 +1686,13 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         shared.clone(),
         observe_lease,
     );
-    let probe_template = startup_probe_template(
-        &Api::<Pod>::namespaced(ns.client.clone(), &ns.name),
-        probe_wait_ms,
-    )
-    .await?;
+    let hook_template = hook_template(&Api::<Pod>::namespaced(ns.client.clone(), &ns.name)).await?;
     let bench = Bench {
         cluster,
         ns,
         shared: shared.clone(),
         metrics,
-        probe_template,
+        hook_template,
     };
 
     let outcome = async {
@@ -1703,7 +1723,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let reports = outcome?;
 
     println!(
-        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} KUBEFLAKE_BENCH_PROBE_WAIT_MS={probe_wait_ms} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
+        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
         sizes
             .iter()
             .map(ToString::to_string)
@@ -1714,6 +1734,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     for r in reports {
         println!("{r}");
     }
+    println!("{}", unhealthy_events(&bench.ns, &sizes).await?);
     let restarts = lock(&shared).watch_restarts;
     if restarts > 0 {
         println!(

@@ -3,7 +3,7 @@
 //! The example app runs with `--first-id`: its very first action is one `GET /id` to its
 //! sidecar, and on any failure it exits 1 without retrying, so an app container started
 //! before its sidecar holds a slot would exit and be restarted by the kubelet. The
-//! webhook's postStart hook on the native sidecar (`kubeflake-sidecar wait-ready`) holds
+//! startup probe the webhook gives the native sidecar (a long poll of its `/readyz`) holds
 //! the app containers until the sidecar is ready; `kubeflake.io/hold-app: "false"` opts a
 //! pod out of it.
 //!
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use kubeflake_crds::conditions::{ConditionStatus, ConditionType, has_condition};
 use kubeflake_crds::contract;
@@ -40,9 +40,6 @@ const APP: &str = "app";
 /// The pods' grace period: what a delete may take, plus [`DELETE_MARGIN`].
 const GRACE_SECONDS: u64 = 20;
 const DELETE_MARGIN: Duration = Duration::from_secs(45);
-/// How long after a pod's deletion time the API server still accepts its bound token
-/// (jwt's default leeway), plus its token cache (10 s).
-const TOKEN_LEEWAY: Duration = Duration::from_secs(70);
 /// How long pods held for want of a slot are watched to stay held (not crash-looping).
 const OBSERVE_HELD: Duration = Duration::from_secs(20);
 /// 50 pods created at once become Ready within this (generous; it happens at all).
@@ -164,8 +161,8 @@ async fn fewer_slots_than_pods(node: &OnTheNode) -> Result<()> {
         .collect();
     create_at_once(ns, manifests).await?;
 
-    // 4 slots: 4 pods become Ready; the 2 others' sidecars run (in their hook) while their
-    // apps wait to be started.
+    // 4 slots: 4 pods become Ready; the 2 others' sidecars run (their startup probe fails)
+    // while their apps wait to be started.
     let pods = wait_for_pods(ns, "4 Ready pods and 2 not started", LIMIT, |pods| {
         let ready = pods.iter().filter(|p| is_ready(p)).count();
         if ready > 4 {
@@ -289,8 +286,7 @@ async fn fewer_slots_than_pods(node: &OnTheNode) -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_pod_whose_app_is_held_for_a_slot_is_deleted_once_its_token_expires_a_minute_after_its_grace_period()
--> Result<()> {
+async fn a_pod_whose_app_is_held_for_a_slot_is_deleted_within_its_grace_period() -> Result<()> {
     let node = on_the_node(cluster(), "startup-delete", "two", two_slots()).await?;
     let result = held_pod_deleted(&node).await;
     delete_namespace(node.cluster, &node.ns).await;
@@ -300,7 +296,7 @@ async fn a_pod_whose_app_is_held_for_a_slot_is_deleted_once_its_token_expires_a_
 async fn held_pod_deleted(node: &OnTheNode) -> Result<()> {
     let (cluster, ns) = (node.cluster, &node.ns);
     let pods_api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
-    // Both slots taken; a third pod's app is held in its sidecar's postStart hook.
+    // Both slots taken; a third pod's app is held by its sidecar's startup probe.
     create_at_once(
         ns,
         (0..2)
@@ -317,17 +313,40 @@ async fn held_pod_deleted(node: &OnTheNode) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let held = pods_api.get("held").await?;
     assert!(app_held(&held), "{}", describe(&held));
+    // Unlike inside a postStart hook, the kubelet publishes the waiting sidecar as running
+    // (not started) and its logs can be read.
+    let sidecar_running = sidecar_status(&held)
+        .and_then(|s| s.state.as_ref())
+        .is_some_and(|s| s.running.is_some());
+    assert!(
+        sidecar_running,
+        "the held pod's sidecar is not shown running: {}",
+        describe(&held)
+    );
+    let logs = pods_api
+        .logs(
+            "held",
+            &LogParams {
+                container: Some(SIDECAR.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("the held pod's sidecar logs")?;
+    assert!(
+        !logs.trim().is_empty(),
+        "the held pod's sidecar logged nothing"
+    );
 
-    // The kubelet cannot stop a pod inside its postStart hook (SyncPod runs the runtime
-    // with context.WithoutCancel), so the sidecar ends the hook: the API server refuses the
-    // pod's bound token a minute (jwt leeway) after the deletion time (delete + grace), a
-    // waiting sidecar reads its sequence every 5 s, sees the 401 and exits.
+    // A startup probe, unlike a postStart hook (which the kubelet runs inside its sync of
+    // the pod and cannot interrupt), does not keep the kubelet from stopping the pod: the
+    // sidecar gets SIGTERM and exits, the app was never started.
     let deleting = Instant::now();
     cluster
         .kubectl(&["delete", "pod", "held", "-n", &ns.name, "--wait=false"])
         .await?
         .ok()?;
-    let bound = Duration::from_secs(GRACE_SECONDS) + TOKEN_LEEWAY + DELETE_MARGIN;
+    let bound = Duration::from_secs(GRACE_SECONDS) + DELETE_MARGIN;
     let gone = eventually(
         bound,
         "the held pod to be gone after its delete",
@@ -336,8 +355,8 @@ async fn held_pod_deleted(node: &OnTheNode) -> Result<()> {
     .await;
     if let Err(e) = gone {
         let pod = pods_api.get_opt("held").await?;
-        // Out of the way for the namespace's deletion (the containers stay until the hook
-        // returns; the node is torn down with the test binary).
+        // Out of the way for the namespace's deletion (the node is torn down with the
+        // test binary).
         let _ = cluster
             .kubectl(&[
                 "delete",
@@ -350,11 +369,9 @@ async fn held_pod_deleted(node: &OnTheNode) -> Result<()> {
             ])
             .await;
         bail!(
-            "{e}: a pod held in its sidecar's postStart hook was not deleted within its grace \
-             period ({GRACE_SECONDS} s) + the token leeway ({TOKEN_LEEWAY:?}) + \
-             {DELETE_MARGIN:?}. The kubelet runs the hook inside its pod sync, which a delete \
-             does not interrupt, so the pod ends only when the hook returns: the sidecar should \
-             have exited once the API server refused its token; last status: {}",
+            "{e}: a pod held by its sidecar's startup probe was not deleted within its grace \
+             period ({GRACE_SECONDS} s) + {DELETE_MARGIN:?}: the sidecar should have exited on \
+             SIGTERM while it waited for a slot; last status: {}",
             pod.as_ref().map(describe).unwrap_or_default()
         );
     }
@@ -366,7 +383,7 @@ async fn held_pod_deleted(node: &OnTheNode) -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_pod_with_hold_app_false_starts_its_app_at_once_and_its_sidecar_has_no_wait_ready_hook()
+async fn a_pod_with_hold_app_false_starts_its_app_at_once_and_its_sidecar_has_no_startup_probe()
 -> Result<()> {
     let node = on_the_node(cluster(), "startup-optout", "two", two_slots()).await?;
     let result = opt_out(&node).await;
@@ -377,7 +394,7 @@ async fn a_pod_with_hold_app_false_starts_its_app_at_once_and_its_sidecar_has_no
 async fn opt_out(node: &OnTheNode) -> Result<()> {
     let ns = &node.ns;
     let pods_api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
-    // Both slots taken by pods that do not opt out: their sidecars carry the hook.
+    // Both slots taken by pods that do not opt out: their sidecars carry the startup probe.
     create_at_once(
         ns,
         (0..2)
@@ -390,23 +407,22 @@ async fn opt_out(node: &OnTheNode) -> Result<()> {
     })
     .await?;
     for pod in &holders {
-        let hook = post_start_command(pod).with_context(|| {
-            format!("{}: the sidecar has no postStart exec hook", pod.name_any())
+        let path = startup_probe_path(pod).with_context(|| {
+            format!("{}: the sidecar has no HTTP startup probe", pod.name_any())
         })?;
-        assert_eq!(
-            hook.first().map(String::as_str),
-            Some(contract::SIDECAR_BINARY),
-            "{hook:?}"
-        );
-        assert_eq!(
-            hook.get(1).map(String::as_str),
-            Some(contract::WAIT_READY_SUBCOMMAND),
-            "{hook:?}"
+        assert!(
+            path.starts_with(&format!(
+                "{}?{}=",
+                contract::READYZ_PATH,
+                contract::READYZ_WAIT_PARAM
+            )),
+            "{}: the startup probe asks {path}, not a long poll of /readyz",
+            pod.name_any()
         );
     }
 
     // No slot is free. The opted-out pod's app starts at once and runs while its sidecar
-    // waits for a slot (not ready): the behaviour from before the hook.
+    // waits for a slot (not ready): the behaviour from before the hold.
     let opt_out = [(contract::HOLD_APP_ANNOTATION, "false")];
     create_at_once(ns, vec![app_pod("free", "two", &[], &opt_out)]).await?;
     let free = eventually(LIMIT, "the opted-out app to run", || async {
@@ -416,14 +432,12 @@ async fn opt_out(node: &OnTheNode) -> Result<()> {
         Ok(running.then_some(pod))
     })
     .await?;
+    let sidecar = sidecar_spec(&free).context("the opted-out pod still gets its sidecar")?;
     assert!(
-        post_start_command(&free).is_none(),
-        "the opted-out pod's sidecar has a postStart hook: {:?}",
-        sidecar_spec(&free).and_then(|c| c.lifecycle.clone())
-    );
-    assert!(
-        sidecar_spec(&free).is_some(),
-        "the opted-out pod still gets its sidecar"
+        sidecar.startup_probe.is_none() && sidecar.lifecycle.is_none(),
+        "the opted-out pod's sidecar holds its app: startup probe {:?}, lifecycle {:?}",
+        sidecar.startup_probe,
+        sidecar.lifecycle
     );
     for _ in 0..3 {
         let pod = pods_api.get("free").await?;
@@ -580,7 +594,11 @@ where
         match done(&last) {
             Ok(true) => return Ok(last),
             Ok(false) => {}
-            Err(e) => bail!("while waiting for {what}: {e:#}\n{}", describe_all(&last)),
+            Err(e) => bail!(
+                "while waiting for {what}: {e:#}\n{}{}",
+                describe_all(&last),
+                restart_logs(ns, &last).await
+            ),
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -627,24 +645,21 @@ fn sidecar_spec(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Container> {
         .find(|c| c.name == SIDECAR)
 }
 
-/// The command of the sidecar's postStart exec hook, if it has one.
-fn post_start_command(pod: &Pod) -> Option<Vec<String>> {
+/// The path of the sidecar's HTTP startup probe, if it has one.
+fn startup_probe_path(pod: &Pod) -> Option<String> {
     sidecar_spec(pod)?
-        .lifecycle
+        .startup_probe
         .as_ref()?
-        .post_start
+        .http_get
         .as_ref()?
-        .exec
-        .as_ref()?
-        .command
+        .path
         .clone()
 }
 
 /// The app container was never started (not running, never ended, no restart), and the
-/// sidecar has not *started* (its postStart hook has not returned) nor restarted. While the
-/// hook runs, the kubelet publishes no new status for the pod: both containers show
-/// `waiting: PodInitializing` although the sidecar runs; [`sidecar_started_event`] tells
-/// a running sidecar apart from one not yet started.
+/// sidecar has not *started* (its startup probe has not passed) nor restarted;
+/// [`sidecar_started_event`] tells a sidecar whose process runs apart from one the kubelet
+/// has not started yet.
 fn app_held(pod: &Pod) -> bool {
     let sidecar_unstarted = sidecar_status(pod)
         .is_none_or(|s| s.started != Some(true) && s.restart_count == 0 && !s.ready);
@@ -691,6 +706,33 @@ async fn until_held(ns: &TestNamespace, name: &str) -> Result<()> {
     )
     .await
     .with_context(|| format!("{name} held"))
+}
+
+/// For each pod whose app container restarted: what the app printed before it ended, and
+/// the last lines of its sidecar's log (why its first ID failed).
+async fn restart_logs(ns: &TestNamespace, pods: &[Pod]) -> String {
+    let api: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut out = String::new();
+    for pod in pods
+        .iter()
+        .filter(|p| app_status(p).is_some_and(|a| a.restart_count > 0))
+    {
+        let name = pod.name_any();
+        for (container, previous) in [(APP, true), (SIDECAR, false)] {
+            let params = LogParams {
+                container: Some(container.into()),
+                previous,
+                tail_lines: Some(30),
+                ..Default::default()
+            };
+            let text = api
+                .logs(&name, &params)
+                .await
+                .unwrap_or_else(|e| format!("(could not read the log: {e})"));
+            out += &format!("--- {name} {container} (previous: {previous}):\n{text}\n");
+        }
+    }
+    out
 }
 
 /// `pod: restarts` of every app container that restarted or ended.

@@ -36,8 +36,8 @@
 //! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
 //!   writes to the API server (`cluster::holder`, `segment::lease`).
 //! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
-//! - [`wait_ready`]: the `wait-ready` subcommand, the injected postStart hook that holds the
-//!   app containers until the sidecar is ready.
+//! - [`wait_ready`]: the `wait-ready` subcommand, the postStart hook 0.1.0 injected to hold
+//!   the app containers until the sidecar is ready (kept for the pods that carry it).
 
 pub mod check;
 pub mod clock;

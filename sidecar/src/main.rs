@@ -61,8 +61,8 @@ enum Command {
     /// images without a shell, used by the chart's `helm test` pod.
     Check(CheckArgs),
     /// Wait until the sidecar at URL (its /readyz) is ready, then exit 0; exit 1 after
-    /// --timeout-secs. The injected postStart hook: the kubelet starts the app containers
-    /// only after it returned.
+    /// --timeout-secs. The postStart hook 0.1.0 injected (the kubelet starts the app
+    /// containers only after it returned); kept for the pods that carry it.
     #[command(name = contract::WAIT_READY_SUBCOMMAND)]
     WaitReady(WaitReadyArgs),
 }

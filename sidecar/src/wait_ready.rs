@@ -1,8 +1,11 @@
 //! `kubeflake-sidecar wait-ready URL`: returns once the sidecar's `/readyz` answers 200.
 //!
-//! The webhook injects it as the sidecar's postStart hook (operator/src/inject): the kubelet
-//! starts a pod's app containers only after a native sidecar's postStart hook returned, so
-//! the app's first request for an ID finds a sidecar that holds its slot or segment block.
+//! The webhook of 0.1.0 injected it as the sidecar's postStart hook: the kubelet starts a
+//! pod's app containers only after a native sidecar's postStart hook returned, so the app's
+//! first request for an ID finds a sidecar that holds its slot or segment block. Pods
+//! keep what they were injected with, and a newer sidecar may run in them, so it stays;
+//! the webhook now injects a startup probe that asks the same `/readyz?wait=`
+//! (operator/src/inject). Scripts use it too (bench/sidecar-lease.sh).
 //! It runs in the sidecar's own container, beside the serving process, and only asks it:
 //! it never touches the fence or the API server.
 //!

@@ -202,8 +202,8 @@ fn main() -> ExitCode {
     };
     if config.first_id {
         // The app's very first action: one ID, before it listens, and no retry. An app
-        // that needs an ID to start must not start without one; the kubeflake webhook's
-        // postStart hook starts the app only once its sidecar can issue.
+        // that needs an ID to start must not start without one; the startup probe the
+        // kubeflake webhook gives its sidecar starts the app only once the sidecar can issue.
         if let Err(e) = app.take_first_id() {
             eprintln!("{NAME}: cannot take the first ID (--first-id), exiting: {e}");
             return ExitCode::FAILURE;

@@ -15,27 +15,33 @@
 //! ## The app starts only once the sidecar can issue
 //!
 //! The kubelet starts the containers after a native sidecar once that sidecar has
-//! *started*: its postStart hook returned (and its startup probe passed, if it had one).
-//! The sidecar gets a postStart hook, `kubeflake-sidecar wait-ready`, that returns as soon
-//! as the sidecar's `/readyz` answers 200 (it holds its slot or segment block and would
-//! answer `/id`), so an app may take an ID in its first line. A hook rather than a startup
-//! probe because a probe runs at most once a second: every pod would start up to a second
-//! later than its sidecar could serve. The hook waits without a time limit that matters
-//! (a day), so a pod that waits for a free slot keeps its app unstarted instead of having
-//! its sidecar killed in a loop; the sidecar records a `WaitingForSlot` Event on the pod.
-//! `kubeflake.io/hold-app: "false"` on a pod leaves the hook out (the app starts at once).
+//! *started*: its startup probe passed (and its postStart hook returned, if it had one).
+//! The sidecar gets a startup probe that long-polls its own `/readyz`:
+//! `GET /readyz?wait=900` every second, which the sidecar holds open until it is ready (it
+//! holds its slot or segment block and would answer `/id`) and answers 200 within a few ms
+//! of that, or 503 after 900 ms, under the kubelet's 1 s probe timeout. A probe is nearly
+//! always in flight, so the app starts as soon as the sidecar can issue, not on the next
+//! probe tick; measured beside a postStart hook that waits the same way, it was as fast
+//! for 20 pods and faster for 100 (docs/benchmarks.md, "Hook or startup probe"), and unlike
+//! a hook the kubelet can stop a waiting pod within its grace period. The probe may fail
+//! for a day (86,400 one-second tries) before the kubelet restarts the sidecar, so a pod
+//! that waits for a free slot keeps its app unstarted instead of having its sidecar killed
+//! in a loop; the sidecar records a `WaitingForSlot` Event on the pod. Pods injected by
+//! 0.1.0 keep the postStart hook they got (`kubeflake-sidecar wait-ready`), which this
+//! release's sidecar still runs. `kubeflake.io/hold-app: "false"` on a pod leaves the
+//! probe out (the app starts at once).
 //!
 //! One piece (over 400 lines): the decision and the patch it returns are one change to a pod
-//! (the sidecar container, the app containers' env and mount, the hook); apart, what the
-//! decision finds missing and what the patch adds could drift. The tests are in
+//! (the sidecar container, the app containers' env and mount, the startup probe); apart,
+//! what the decision finds missing and what the patch adds could drift. The tests are in
 //! `inject/tests.rs`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, HTTPGetAction,
-    Lifecycle, LifecycleHandler, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -102,7 +108,7 @@ pub enum Decision {
 /// `kubeflake.io/hold-app: "false"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppStart {
-    /// The sidecar's postStart hook holds the app until the sidecar can issue (default).
+    /// The sidecar's startup probe holds the app until the sidecar can issue (default).
     WhenSidecarReady,
     /// The app starts as soon as the sidecar's process runs (the pod opted out).
     AtOnce,
@@ -378,22 +384,27 @@ fn http_probe(path: &str, port: u16, period: i32) -> Probe {
     }
 }
 
-/// The postStart hook that holds the app containers until the sidecar is ready (see the
+/// How long the startup probe asks the sidecar to hold each `/readyz` question, ms: under
+/// the probe's 1 s timeout, so a sidecar that is not ready yet answers 503 (a failed try)
+/// before the kubelet gives up on the connection, and the next try follows at the next
+/// one-second tick.
+const STARTUP_WAIT_MS: u64 = 900;
+/// How many one-second tries the startup probe may fail before the kubelet restarts the
+/// sidecar: a day, so a pod that waits long for a free slot is not restarted in a loop.
+const STARTUP_FAILURE_THRESHOLD: i32 = 86_400;
+
+/// The startup probe that holds the app containers until the sidecar is ready (see the
 /// top of this module).
-fn wait_ready_hook(probe_port: u16) -> Lifecycle {
-    let readyz = format!("http://127.0.0.1:{probe_port}{}", contract::READYZ_PATH);
-    Lifecycle {
-        post_start: Some(LifecycleHandler {
-            exec: Some(ExecAction {
-                command: Some(vec![
-                    contract::SIDECAR_BINARY.into(),
-                    contract::WAIT_READY_SUBCOMMAND.into(),
-                    readyz,
-                ]),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+fn wait_ready_probe(probe_port: u16) -> Probe {
+    let path = format!(
+        "{}?{}={STARTUP_WAIT_MS}",
+        contract::READYZ_PATH,
+        contract::READYZ_WAIT_PARAM
+    );
+    Probe {
+        timeout_seconds: Some(1),
+        failure_threshold: Some(STARTUP_FAILURE_THRESHOLD),
+        ..http_probe(&path, probe_port, 1)
     }
 }
 
@@ -439,8 +450,8 @@ fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Containe
                 ..Default::default()
             },
         ]),
-        lifecycle: match app_start {
-            AppStart::WhenSidecarReady => Some(wait_ready_hook(t.probe_port)),
+        startup_probe: match app_start {
+            AppStart::WhenSidecarReady => Some(wait_ready_probe(t.probe_port)),
             AppStart::AtOnce => None,
         },
         readiness_probe: Some(http_probe(contract::READYZ_PATH, t.probe_port, 2)),

@@ -401,31 +401,64 @@ fn injected_sidecar(original: Value) -> Container {
 }
 
 #[test]
-fn the_app_is_held_by_a_post_start_hook_until_the_sidecars_readyz_answers() {
+fn the_app_is_held_by_a_startup_probe_that_long_polls_the_sidecars_readyz() {
     let sidecar = injected_sidecar(labelled());
-    let hook = sidecar
-        .lifecycle
-        .and_then(|l| l.post_start)
-        .and_then(|h| h.exec)
-        .and_then(|e| e.command)
-        .expect("a postStart exec hook");
+    let probe = sidecar.startup_probe.expect("a startup probe");
+    let get = probe.http_get.expect("an HTTP startup probe");
     assert_eq!(
-        hook,
-        [
-            "/kubeflake-sidecar",
-            "wait-ready",
-            "http://127.0.0.1:7071/readyz"
-        ],
-        "the hook asks the same /readyz, on the same probe port, as the readiness probe"
+        get.path.as_deref(),
+        Some("/readyz?wait=900"),
+        "the probe long-polls /readyz for less than its timeout"
     );
-    let probe_port = sidecar
+    let readiness_port = sidecar
         .readiness_probe
         .and_then(|p| p.http_get)
         .map(|h| h.port);
-    assert_eq!(probe_port, Some(IntOrString::Int(7071)));
+    assert_eq!(get.port, IntOrString::Int(7071));
+    assert_eq!(
+        readiness_port,
+        Some(get.port),
+        "the same probe port as the readiness probe"
+    );
+    assert_eq!(
+        probe.period_seconds,
+        Some(1),
+        "the shortest period there is"
+    );
+    let waited_secs = i64::from(probe.failure_threshold.expect("a failure threshold"))
+        * i64::from(probe.period_seconds.unwrap_or(10));
     assert!(
-        sidecar.startup_probe.is_none(),
-        "no startup probe: its one-second period would delay every app start"
+        waited_secs >= 86_400,
+        "a pod waiting for a free slot is not restarted for a day (the probe allows {waited_secs} s)"
+    );
+    assert!(
+        sidecar.lifecycle.is_none(),
+        "no postStart hook: the kubelet could not stop a pod inside it"
+    );
+}
+
+#[test]
+fn the_startup_probe_asks_for_a_wait_the_sidecar_accepts_and_shorter_than_its_timeout() {
+    let probe = injected_sidecar(labelled())
+        .startup_probe
+        .expect("a startup probe");
+    let path = probe
+        .http_get
+        .and_then(|h| h.path)
+        .expect("a startup probe path");
+    let wait_ms: u64 = path
+        .split_once(&format!("{}=", contract::READYZ_WAIT_PARAM))
+        .and_then(|(_, ms)| ms.parse().ok())
+        .expect("a wait in ms");
+    let timeout_ms = u64::try_from(probe.timeout_seconds.unwrap_or(1)).expect("positive") * 1000;
+    assert!(
+        wait_ms > 0 && wait_ms <= contract::READYZ_MAX_WAIT_MS,
+        "{path}: the sidecar refuses a wait over {} ms",
+        contract::READYZ_MAX_WAIT_MS
+    );
+    assert!(
+        wait_ms < timeout_ms,
+        "{path}: a held question must be answered before the kubelet's {timeout_ms} ms timeout"
     );
 }
 
@@ -435,8 +468,8 @@ fn a_pod_that_opts_out_with_hold_app_false_starts_its_app_at_once() {
     original["metadata"]["annotations"] = json!({HOLD_APP_ANNOTATION: "False"});
     let sidecar = injected_sidecar(original);
     assert!(
-        sidecar.lifecycle.is_none(),
-        "no hook: the app starts at once"
+        sidecar.startup_probe.is_none() && sidecar.lifecycle.is_none(),
+        "no startup probe and no hook: the app starts at once"
     );
     assert!(
         sidecar.readiness_probe.is_some(),
@@ -446,7 +479,7 @@ fn a_pod_that_opts_out_with_hold_app_false_starts_its_app_at_once() {
     let mut held = labelled();
     held["metadata"]["annotations"] = json!({HOLD_APP_ANNOTATION: "true"});
     assert!(
-        injected_sidecar(held).lifecycle.is_some(),
+        injected_sidecar(held).startup_probe.is_some(),
         "any other value holds the app"
     );
 }

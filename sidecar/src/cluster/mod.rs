@@ -100,8 +100,9 @@ pub enum ClusterError {
     #[error(transparent)]
     Renewer(#[from] RenewerError),
     /// While waiting (holding nothing), the API server refused this pod's token: the pod
-    /// was deleted. The kubelet cannot stop a pod whose postStart hook still runs, so the
-    /// process ends, which ends the hook (docs/install.md, "How a labelled pod starts").
+    /// was deleted. The kubelet cannot stop a pod whose postStart hook still runs (pods
+    /// injected by 0.1.0 have one), so the process ends, which ends the hook
+    /// (docs/install.md, "How a labelled pod starts").
     #[error(
         "the API server no longer accepts this pod's service account token ({0}) while the \
          sidecar waits for a slot: the pod was deleted (or its service account was); \

@@ -24,7 +24,7 @@ use crate::slot::{SlotError, assigned_lease, wait_for_assignment};
 use crate::state::{Serving, WaitReason};
 
 /// A pod that has waited this long for a slot gets a `WaitingForSlot` Warning Event (once
-/// per wait): its app containers do not start meanwhile (the postStart hook holds them), so
+/// per wait): its app containers do not start meanwhile (the startup probe holds them), so
 /// `kubectl describe pod` must say why. Long enough that a burst of pods the operator is
 /// still working through records none.
 pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
@@ -32,8 +32,10 @@ pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 /// After [`SLOT_WAIT_EVENT_AFTER`], a waiting sidecar reads its sequence this often. A 401
 /// answer means the API server no longer accepts this pod's token: the pod was deleted (a
 /// pod-bound token is invalid a minute after the pod's deletion time, at once when the pod
-/// object is gone). The kubelet cannot stop a pod whose postStart hook still runs, so the
-/// sidecar exits instead, which ends the hook and lets the kubelet finish the deletion.
+/// object is gone). Pods injected by 0.1.0 hold their app with a postStart hook, and the
+/// kubelet cannot stop a pod whose postStart hook still runs, so the sidecar exits instead,
+/// which ends the hook and lets the kubelet finish the deletion. (A startup probe, which
+/// this release injects, does not keep the kubelet from stopping the pod.)
 pub const WAITING_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// How often a sidecar looks again at a slot Lease or segment counter it refused for its
@@ -66,7 +68,7 @@ impl Ctx {
         }
         // The operator usually writes a pod's slot lease before the pod's sidecar runs, so
         // the sequence and the lease are read at once: the sidecar (and with it the app,
-        // which its postStart hook holds) is ready one API round trip sooner.
+        // which its startup probe holds) is ready one API round trip sooner.
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
         let (sequence, assigned) = tokio::join!(
             self.read_sequence(),

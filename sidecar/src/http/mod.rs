@@ -11,7 +11,7 @@
 //! | `GET /decode/<id>` | the fields of an ID as JSON                                 |
 //! | `GET /healthz`     | 200 while the process runs                                  |
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
-//! | `GET /readyz?wait=<ms>` | the same, held until ready or `<ms>` (at most 10 s) have passed: the postStart hook's long poll |
+//! | `GET /readyz?wait=<ms>` | the same, held until ready or `<ms>` (at most 10 s) have passed: the startup probe's long poll (and 0.1.0's postStart hook's) |
 //! | `GET /metrics`     | Prometheus text (also on the probe port, for Prometheus)    |
 //! | `GET /openapi.yaml` | this API's OpenAPI description                             |
 //!

@@ -45,8 +45,8 @@ pub struct Api {
 /// depends on the clock and the fence, not only on a published change, so it is looked at,
 /// not notified. A load of the state every 5 ms costs nothing next to a connection.
 const READYZ_RECHECK: Duration = Duration::from_millis(5);
-/// At most this many `/readyz?wait=` requests are held open at once (the postStart hook
-/// holds one); further ones are answered at once, as without `wait`, so the probe port,
+/// At most this many `/readyz?wait=` requests are held open at once (the startup probe,
+/// or a 0.1.0 pod's postStart hook, holds one); further ones are answered at once, as without `wait`, so the probe port,
 /// reachable on the pod IP, cannot be made to keep many timers running.
 const READYZ_WAITERS: usize = 4;
 

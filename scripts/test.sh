@@ -88,13 +88,31 @@ checks_lane() {
 	scripts/check-deps.sh || status=$?
 	return "$status"
 }
-# in_lane NAME FUNCTION ARGS...: runs FUNCTION in the background, its lines prefixed [NAME].
+# in_lane NAME FUNCTION ARGS...: runs FUNCTION in the background, its lines prefixed [NAME]
+# and kept unprefixed in $lane_logs/NAME.log for the digest below.
+lane_logs=$(mktemp -d)
+trap 'rm -rf "$lane_logs"' EXIT
 lane_pids=() lane_names=()
 in_lane() {
 	local name=$1
 	shift
-	("$@" 2>&1 | sed -u "s/^/[$name] /") &
+	("$@" 2>&1 | tee "$lane_logs/$name.log" | sed -u "s/^/[$name] /") &
 	lane_pids+=($!) lane_names+=("$name")
+}
+# digest LOG: why a lane failed, in a few dozen lines, printed last because a CI log may be
+# kept only by its tail: the targets that failed, and from each test binary's `failures:`
+# block every failing test's name and the lines around its panic or returned error (the
+# lane's last lines if it has no such block, as for clippy).
+digest() {
+	local blocks
+	blocks=$(awk '/^failures:$/ { inside = 1 } inside { print } /^test result: FAILED/ { inside = 0 }' "$1")
+	grep -E -A 3 '^error: [0-9]+ targets? failed' "$1"
+	if [[ -z $blocks ]]; then
+		tail -n 30 "$1"
+		return
+	fi
+	grep -E '^---- .* ----$' <<<"$blocks"
+	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240
 }
 step "running the lanes: [node], [other], [checks]"
 in_lane node node_lane "$@"
@@ -107,6 +125,10 @@ for i in "${!lane_pids[@]}"; do
 	wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}")
 done
 if ((${#failed[@]})); then
+	for name in "${failed[@]}"; do
+		echo "test.sh: why lane [$name] failed (its failing tests, the lines around each panic):" >&2
+		digest "$lane_logs/$name.log" | head -n 60 | sed "s/^/[$name digest] /" >&2
+	done
 	step "FAILED in lane ${failed[*]} (search the log for 'test result: FAILED', 'error:' and 'FAIL')"
 	exit 1
 fi

@@ -98,6 +98,24 @@ impl Refusal {
         }
     }
 
+    /// Whether this refusal can clear with nothing done by the caller, and if so how long
+    /// to wait before asking again: the fence is raised by the sidecar's own renewals (look
+    /// again soon), a clock behind the generator catches up by `retry_after_ms`. The HTTP
+    /// API holds a request that long, within a bound, instead of refusing it at once.
+    pub fn clears_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Refusal::FenceReached { .. } => Some(std::time::Duration::from_millis(5)),
+            Refusal::AheadOfClock { retry_after_ms, .. }
+            | Refusal::AfterAheadOfClock { retry_after_ms, .. } => {
+                Some(std::time::Duration::from_millis((*retry_after_ms).max(1)))
+            }
+            Refusal::ClockBeforeEpoch
+            | Refusal::Stopped
+            | Refusal::TimestampExhausted
+            | Refusal::BatchTooLarge { .. } => None,
+        }
+    }
+
     /// Seconds a client should wait before trying again.
     pub fn retry_after_secs(&self) -> u64 {
         match self {

@@ -20,7 +20,9 @@
 //! `Retry-After`, or `after_above_counter`), one that is not a value of the sequence a 400.
 //!
 //! IDs are strings in JSON because JavaScript numbers lose precision above 2^53. Every
-//! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`.
+//! error is a JSON body `{"error": "..."}`; refusals (503) carry `Retry-After`. A refusal
+//! that clears by itself (a late fence renewal, a clock a little behind) holds the request
+//! for up to a second first ([`routes`], `held`).
 //!
 //! In segment mode the same routes serve counter values from a [`crate::segment::Source`]:
 //! `/ids` may span blocks (values increase, but are not always consecutive) and waits for a

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use hyper::header::ACCEPT;
 use hyper::{Method, Request, StatusCode};
-use kubeflake_crds::contract::{READYZ_MAX_WAIT_MS, READYZ_WAIT_PARAM};
 use kubeflake_crds::timebase::rfc3339;
 use kubeflake_crds::{Id, TextForm};
 use prometheus::{Histogram, IntCounter};
 use serde_json::json;
 use tokio::sync::Semaphore;
+
+use held::{ID_HOLD, READYZ_WAITERS, held, readyz_wait};
 
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
@@ -39,33 +40,6 @@ pub struct Api {
     id_ok: RouteSeries,
     /// Permits for `/readyz?wait=` requests held open at once ([`READYZ_WAITERS`]).
     readyz_waiters: Semaphore,
-}
-
-/// How often a held `/readyz?wait=` looks at the serving state again: readiness also
-/// depends on the clock and the fence, not only on a published change, so it is looked at,
-/// not notified. A load of the state every 5 ms costs nothing next to a connection.
-const READYZ_RECHECK: Duration = Duration::from_millis(5);
-/// At most this many `/readyz?wait=` requests are held open at once (the startup probe,
-/// or a 0.1.0 pod's postStart hook, holds one); further ones are answered at once, as without `wait`, so the probe port,
-/// reachable on the pod IP, cannot be made to keep many timers running.
-const READYZ_WAITERS: usize = 4;
-
-/// The `wait` of `/readyz?wait=<ms>`, 0 to [`READYZ_MAX_WAIT_MS`]; None without it.
-/// Other query parameters are ignored, as `/readyz` always did.
-fn readyz_wait(query: Option<&str>) -> Result<Option<Duration>, HttpError> {
-    let Some(raw) = query.unwrap_or("").split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == READYZ_WAIT_PARAM).then_some(value)
-    }) else {
-        return Ok(None);
-    };
-    match raw.parse::<u64>() {
-        Ok(ms) if ms <= READYZ_MAX_WAIT_MS => Ok(Some(Duration::from_millis(ms))),
-        _ => Err(HttpError::BadRequest(format!(
-            "{READYZ_WAIT_PARAM} must be a whole number of milliseconds from 0 to \
-             {READYZ_MAX_WAIT_MS}, got {raw:?}"
-        ))),
-    }
 }
 
 /// The metric series of one route and status, looked up once instead of per request:
@@ -237,6 +211,16 @@ enum Planned {
     /// `/readyz?wait=`: not ready now; answer once ready, or (503) at `until`.
     ReadyzWait {
         until: Instant,
+    },
+    /// `/id` or `/ids` refused for a reason that clears by itself: ask the generator again
+    /// after `pause`, until `until` ([`ID_HOLD`]).
+    SnowflakeHeld {
+        generator: Arc<Generator>,
+        wanted: Wanted,
+        many: bool,
+        json: bool,
+        pause: Duration,
+        until: tokio::time::Instant,
     },
 }
 
@@ -442,26 +426,6 @@ impl Api {
         )
     }
 
-    /// `/readyz?wait=`: the `/readyz` answer as soon as it is 200 (or the sidecar stops),
-    /// else the 503 at `until`. Beyond [`READYZ_WAITERS`] held at once, the answer now.
-    async fn readyz_when_ready(&self, until: Instant) -> Reply {
-        let permit = self.readyz_waiters.try_acquire();
-        let hold = permit.is_ok();
-        loop {
-            let (reply, done) = {
-                let state = self.state.load();
-                let reply = Api::readyz(&state);
-                let done = reply.status() == StatusCode::OK || matches!(**state, Serving::Stopping);
-                (reply, done)
-            };
-            let now = Instant::now();
-            if done || !hold || now >= until {
-                return reply;
-            }
-            tokio::time::sleep(READYZ_RECHECK.min(until - now)).await;
-        }
-    }
-
     fn metrics_text(&self, state: &Serving) -> Reply {
         let text = match state {
             Serving::Segment(segment) => self
@@ -506,9 +470,23 @@ impl Api {
                             json,
                         })
                     }
-                    Serving::Snowflake(g) => self
-                        .snowflake_ids(g, wanted, many, json)
-                        .map(Planned::Reply),
+                    Serving::Snowflake(g) => match self.snowflake_ids(g, wanted, many, json) {
+                        Err(HttpError::Refused(refusal)) => {
+                            let until = tokio::time::Instant::now() + ID_HOLD;
+                            match held(&refusal, until) {
+                                Some(pause) => Ok(Planned::SnowflakeHeld {
+                                    generator: g.clone(),
+                                    wanted,
+                                    many,
+                                    json,
+                                    pause,
+                                    until,
+                                }),
+                                None => Err(HttpError::Refused(refusal)),
+                            }
+                        }
+                        answered => answered.map(Planned::Reply),
+                    },
                     other => Err(not_ready(other)),
                 })
             }
@@ -572,6 +550,17 @@ impl Api {
                         .await
                 }
                 Ok(Planned::ReadyzWait { until }) => Ok(self.readyz_when_ready(until).await),
+                Ok(Planned::SnowflakeHeld {
+                    generator,
+                    wanted,
+                    many,
+                    json,
+                    pause,
+                    until,
+                }) => {
+                    self.snowflake_ids_held(&generator, wanted, many, json, pause, until)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
@@ -595,5 +584,6 @@ impl Api {
     }
 }
 
+mod held;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 use super::*;
 use crate::state::{ServingCell, WaitReason};
 use http_body_util::BodyExt;
+use kubeflake_crds::contract::READYZ_MAX_WAIT_MS;
 
 async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
     let req = Request::get(path).body(()).unwrap();
@@ -50,6 +51,11 @@ async fn readyz_names_the_phase_and_what_it_waits_for() {
 
 /// A generator that can issue now (its fence far ahead), on a fixed clock.
 fn ready_generator() -> Arc<Generator> {
+    ready_generator_with_fence(Some(kubeflake_crds::Tick(u64::MAX >> 2)))
+}
+
+/// A generator on a fixed clock, its fence raised to `fence` if given.
+fn ready_generator_with_fence(fence: Option<kubeflake_crds::Tick>) -> Arc<Generator> {
     use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot, Tick};
     let p = IdSequenceSpec::default().params().unwrap();
     let clock = Arc::new(crate::clock::ManualClock::at_millis(
@@ -63,8 +69,79 @@ fn ready_generator() -> Arc<Generator> {
         max_drift_ms: 2000,
     };
     let g = Generator::start_above(config, Tick(0), clock);
-    g.raise_fence(Tick(u64::MAX >> 2));
+    if let Some(fence) = fence {
+        g.raise_fence(fence);
+    }
     Arc::new(g)
+}
+
+/// A generator on a fixed clock whose fence is still at its start: it refuses with
+/// `fence_reached` until [`Generator::raise_fence`] is called, as when renewals lag.
+fn generator_at_its_fence() -> Arc<Generator> {
+    let g = ready_generator_with_fence(None);
+    assert!(matches!(
+        g.next_id(),
+        Err(crate::generator::Refusal::FenceReached { .. })
+    ));
+    g
+}
+
+fn snowflake_api(generator: Arc<Generator>) -> Arc<Api> {
+    let metrics = Arc::new(Metrics::new());
+    let cell = ServingCell::new(Serving::Snowflake(generator), &metrics);
+    Arc::new(Api::new(cell.reader(), metrics, 10))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it() {
+    let generator = generator_at_its_fence();
+    let api = snowflake_api(generator.clone());
+    let asked = tokio::time::Instant::now();
+    let request = tokio::spawn({
+        let api = api.clone();
+        async move { get(&api, "/id").await }
+    });
+    tokio::time::sleep(ID_HOLD / 2).await;
+    assert!(!request.is_finished(), "held, not refused at once");
+    generator.raise_fence(kubeflake_crds::Tick(u64::MAX >> 2));
+    let (status, _) = request.await.unwrap();
+    assert_eq!(status, 200, "answered once the fence was raised");
+    assert!(asked.elapsed() < ID_HOLD, "before the hold was over");
+    // Batches too.
+    let (status, body) = get(&api, "/ids?count=3").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_id_refused_at_a_fence_never_raised_is_a_503_once_the_hold_is_over() {
+    let api = snowflake_api(generator_at_its_fence());
+    let asked = tokio::time::Instant::now();
+    let (status, body) = get(&api, "/id").await;
+    assert_eq!(
+        (status, &body["reason"]),
+        (503, &json!("fence_reached")),
+        "{body}"
+    );
+    let held = asked.elapsed();
+    assert!(
+        held >= ID_HOLD / 2 && held <= ID_HOLD,
+        "held for the hold, not forever: {held:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_id_refused_for_good_is_answered_at_once() {
+    let generator = ready_generator();
+    generator.stop();
+    let api = snowflake_api(generator);
+    let asked = tokio::time::Instant::now();
+    let (status, body) = get(&api, "/id").await;
+    assert_eq!(
+        (status, &body["reason"]),
+        (503, &json!("stopped")),
+        "{body}"
+    );
+    assert_eq!(asked.elapsed(), Duration::ZERO, "not held");
 }
 
 fn waiting_api() -> (Arc<Api>, ServingCell) {

@@ -1,0 +1,99 @@
+//! Requests held open instead of answered at once: `/readyz?wait=` until the sidecar is
+//! ready (the startup probe's long poll), and `/id` or `/ids` over a refusal that clears by
+//! itself ([`ID_HOLD`]). Both look again every few milliseconds within a bound; neither
+//! changes what may be issued (the generator decides every answer).
+
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use kubeflake_crds::contract::{READYZ_MAX_WAIT_MS, READYZ_WAIT_PARAM};
+
+use super::{Api, HttpError, Reply, Serving, Wanted};
+use crate::generator::{Generator, Refusal};
+
+/// How often a held `/readyz?wait=` looks at the serving state again: readiness also
+/// depends on the clock and the fence, not only on a published change, so it is looked at,
+/// not notified. A load of the state every 5 ms costs nothing next to a connection.
+const READYZ_RECHECK: Duration = Duration::from_millis(5);
+/// How long `/id` and `/ids` hold a request whose IDs are refused for a reason that clears
+/// by itself (the fence not yet raised by a late renewal, the clock behind the generator:
+/// [`Refusal::clears_after`]) before answering the 503. Apps that take their first ID at
+/// start and do not retry then see a slow answer instead of an error when the node is
+/// starved for a moment; a sidecar whose renewals have stopped still refuses within this
+/// bound, well inside a client's usual time-out.
+pub const ID_HOLD: Duration = Duration::from_millis(1000);
+/// At most this many `/readyz?wait=` requests are held open at once (the startup probe,
+/// or a 0.1.0 pod's postStart hook, holds one); further ones are answered at once, as without `wait`, so the probe port,
+/// reachable on the pod IP, cannot be made to keep many timers running.
+pub(super) const READYZ_WAITERS: usize = 4;
+
+/// How long to pause before asking again for IDs refused with `refusal`, if it clears by
+/// itself and could clear before `until`.
+pub(super) fn held(refusal: &Refusal, until: tokio::time::Instant) -> Option<Duration> {
+    refusal
+        .clears_after()
+        .filter(|pause| tokio::time::Instant::now() + *pause < until)
+}
+
+/// The `wait` of `/readyz?wait=<ms>`, 0 to [`READYZ_MAX_WAIT_MS`]; None without it.
+/// Other query parameters are ignored, as `/readyz` always did.
+pub(super) fn readyz_wait(query: Option<&str>) -> Result<Option<Duration>, HttpError> {
+    let Some(raw) = query.unwrap_or("").split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == READYZ_WAIT_PARAM).then_some(value)
+    }) else {
+        return Ok(None);
+    };
+    match raw.parse::<u64>() {
+        Ok(ms) if ms <= READYZ_MAX_WAIT_MS => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(HttpError::BadRequest(format!(
+            "{READYZ_WAIT_PARAM} must be a whole number of milliseconds from 0 to \
+             {READYZ_MAX_WAIT_MS}, got {raw:?}"
+        ))),
+    }
+}
+
+impl Api {
+    /// `/readyz?wait=`: the `/readyz` answer as soon as it is 200 (or the sidecar stops),
+    /// else the 503 at `until`. Beyond [`READYZ_WAITERS`] held at once, the answer now.
+    pub(super) async fn readyz_when_ready(&self, until: Instant) -> Reply {
+        let permit = self.readyz_waiters.try_acquire();
+        let hold = permit.is_ok();
+        loop {
+            let (reply, done) = {
+                let state = self.state.load();
+                let reply = Api::readyz(&state);
+                let done = reply.status() == StatusCode::OK || matches!(**state, Serving::Stopping);
+                (reply, done)
+            };
+            let now = Instant::now();
+            if done || !hold || now >= until {
+                return reply;
+            }
+            tokio::time::sleep(READYZ_RECHECK.min(until - now)).await;
+        }
+    }
+
+    /// `/id` and `/ids` asked again after each `pause` while refused for a reason that
+    /// clears by itself and can clear before `until`; else the last answer.
+    pub(super) async fn snowflake_ids_held(
+        &self,
+        generator: &Generator,
+        wanted: Wanted,
+        many: bool,
+        json: bool,
+        mut pause: Duration,
+        until: tokio::time::Instant,
+    ) -> Result<Reply, HttpError> {
+        loop {
+            tokio::time::sleep(pause).await;
+            match self.snowflake_ids(generator, wanted, many, json) {
+                Err(HttpError::Refused(refusal)) => match held(&refusal, until) {
+                    Some(next) => pause = next,
+                    None => return Err(HttpError::Refused(refusal)),
+                },
+                answered => return answered,
+            }
+        }
+    }
+}

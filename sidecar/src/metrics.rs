@@ -15,6 +15,8 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub request_duration: HistogramVec,
     pub refusals: IntCounterVec,
+    /// ID requests held over a refusal that clears by itself, before their answer.
+    pub held: IntCounterVec,
     pub clock_rollbacks: IntCounter,
     pub clock_rollback_last_seconds: Gauge,
     pub clock_forward_jumps: IntCounter,
@@ -164,6 +166,13 @@ impl Metrics {
             refusals: r.counter_vec(
                 "kubeflake_refusals_total",
                 "Requests refused with 503, by reason.",
+                &["reason"],
+            ),
+            held: r.counter_vec(
+                "kubeflake_held_requests_total",
+                "ID requests held (up to 1 s) over a refusal that clears by itself, by the \
+                 refusal's reason; those still refused after it are also in \
+                 kubeflake_refusals_total.",
                 &["reason"],
             ),
             clock_rollbacks: r.counter(

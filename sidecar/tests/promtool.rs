@@ -50,6 +50,7 @@ fn the_segment_sidecars_metrics_pass_promtool_under_the_renamed_name_only() {
 fn families_that_appear_only_under_faults_pass_promtool() {
     let m = Metrics::new();
     m.refusals.with_label_values(&["no_slot"]).inc();
+    m.held.with_label_values(&["fence_reached"]).inc();
     m.requests.with_label_values(&["id", "503"]).inc();
     m.request_duration.with_label_values(&["id"]).observe(0.001);
     m.segment.counter_behind.inc();

@@ -474,14 +474,20 @@ impl Api {
                         Err(HttpError::Refused(refusal)) => {
                             let until = tokio::time::Instant::now() + ID_HOLD;
                             match held(&refusal, until) {
-                                Some(pause) => Ok(Planned::SnowflakeHeld {
-                                    generator: g.clone(),
-                                    wanted,
-                                    many,
-                                    json,
-                                    pause,
-                                    until,
-                                }),
+                                Some(pause) => {
+                                    self.metrics
+                                        .held
+                                        .with_label_values(&[refusal.reason()])
+                                        .inc();
+                                    Ok(Planned::SnowflakeHeld {
+                                        generator: g.clone(),
+                                        wanted,
+                                        many,
+                                        json,
+                                        pause,
+                                        until,
+                                    })
+                                }
                                 None => Err(HttpError::Refused(refusal)),
                             }
                         }

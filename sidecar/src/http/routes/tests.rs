@@ -107,6 +107,11 @@ async fn an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it() {
     let (status, _) = request.await.unwrap();
     assert_eq!(status, 200, "answered once the fence was raised");
     assert!(asked.elapsed() < ID_HOLD, "before the hold was over");
+    let metrics = api.metrics.render(None);
+    assert!(
+        metrics.contains("kubeflake_held_requests_total{reason=\"fence_reached\"} 1"),
+        "{metrics}"
+    );
     // Batches too.
     let (status, body) = get(&api, "/ids?count=3").await;
     assert_eq!(status, 200, "{body}");

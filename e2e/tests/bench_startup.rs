@@ -74,7 +74,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
-use kubeflake_crds::contract::{READYZ_PATH, SIDECAR_BINARY, SIDECAR_NAME, WAIT_READY_SUBCOMMAND};
+use kubeflake_crds::contract::SIDECAR_NAME;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::NODE_NAME;
 use kubeflake_e2e::node::PAUSE_IMAGE;
@@ -180,6 +180,20 @@ impl Variant {
     }
 }
 
+/// The postStart hook's command as 0.1.0's webhook injected it, from the fixture the
+/// previous-release contract test reads (sidecar/tests/previous_release_contract.rs).
+fn previous_hook() -> Result<serde_json::Value> {
+    let fixture: serde_json::Value = serde_json::from_str(include_str!(
+        "../../sidecar/tests/fixtures/injected-0.1.0.json"
+    ))
+    .context("sidecar/tests/fixtures/injected-0.1.0.json")?;
+    let hook = fixture["postStart"].clone();
+    if !hook.is_array() {
+        bail!("injected-0.1.0.json has no postStart command");
+    }
+    Ok(hook)
+}
+
 /// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
 /// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar's
 /// startup probe replaced by the postStart hook 0.1.0 injected: `kubeflake-sidecar
@@ -222,18 +236,11 @@ async fn hook_template(pods: &Api<Pod>) -> Result<serde_json::Value> {
             if c["name"] == SIDECAR_NAME {
                 found_sidecar = true;
                 let c = c.as_object_mut().context("sidecar container")?;
-                let probe = c
-                    .remove("startupProbe")
+                c.remove("startupProbe")
                     .context("the injected sidecar has no startup probe")?;
-                let port = probe["httpGet"]["port"]
-                    .as_u64()
-                    .context("the startup probe's port is not a number")?;
-                let readyz = format!("http://127.0.0.1:{port}{READYZ_PATH}");
                 c.insert(
                     "lifecycle".into(),
-                    serde_json::json!({"postStart": {"exec": {
-                        "command": [SIDECAR_BINARY, WAIT_READY_SUBCOMMAND, readyz],
-                    }}}),
+                    serde_json::json!({"postStart": {"exec": {"command": previous_hook()?}}}),
                 );
             }
         }

@@ -210,7 +210,7 @@ enum Planned {
     },
     /// `/readyz?wait=`: not ready now; answer once ready, or (503) at `until`.
     ReadyzWait {
-        until: Instant,
+        until: tokio::time::Instant,
     },
     /// `/id` or `/ids` refused for a reason that clears by itself: ask the generator again
     /// after `pause`, until `until` ([`ID_HOLD`]).
@@ -517,7 +517,7 @@ impl Api {
                             && !matches!(state, Serving::Stopping) =>
                     {
                         Planned::ReadyzWait {
-                            until: Instant::now() + wait,
+                            until: tokio::time::Instant::now() + wait,
                         }
                     }
                     _ => Planned::Reply(reply),

@@ -3,10 +3,11 @@
 //! itself ([`ID_HOLD`]). Both look again every few milliseconds within a bound; neither
 //! changes what may be issued (the generator decides every answer).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::StatusCode;
 use kubeflake_crds::contract::{READYZ_MAX_WAIT_MS, READYZ_WAIT_PARAM};
+use tokio::time::Instant;
 
 use super::{Api, HttpError, Reply, Serving, Wanted};
 use crate::generator::{Generator, Refusal};
@@ -29,10 +30,10 @@ pub(super) const READYZ_WAITERS: usize = 4;
 
 /// How long to pause before asking again for IDs refused with `refusal`, if it clears by
 /// itself and could clear before `until`.
-pub(super) fn held(refusal: &Refusal, until: tokio::time::Instant) -> Option<Duration> {
+pub(super) fn held(refusal: &Refusal, until: Instant) -> Option<Duration> {
     refusal
         .clears_after()
-        .filter(|pause| tokio::time::Instant::now() + *pause < until)
+        .filter(|pause| Instant::now() + *pause < until)
 }
 
 /// The `wait` of `/readyz?wait=<ms>`, 0 to [`READYZ_MAX_WAIT_MS`]; None without it.
@@ -83,7 +84,7 @@ impl Api {
         many: bool,
         json: bool,
         mut pause: Duration,
-        until: tokio::time::Instant,
+        until: Instant,
     ) -> Result<Reply, HttpError> {
         loop {
             tokio::time::sleep(pause).await;

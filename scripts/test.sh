@@ -106,13 +106,13 @@ in_lane() {
 digest() {
 	local blocks
 	blocks=$(awk '/^failures:$/ { inside = 1 } inside { print } /^test result: FAILED/ { inside = 0 }' "$1")
-	grep -E -A 3 '^error: [0-9]+ targets? failed' "$1"
+	grep -E -A 3 '^error: [0-9]+ targets? failed' "$1" || true
 	if [[ -z $blocks ]]; then
 		tail -n 30 "$1"
 		return
 	fi
-	grep -E '^---- .* ----$' <<<"$blocks"
-	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240
+	grep -E '^---- .* ----$' <<<"$blocks" || true
+	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240 || true
 }
 step "running the lanes: [node], [other], [checks]"
 in_lane node node_lane "$@"
@@ -127,7 +127,7 @@ done
 if ((${#failed[@]})); then
 	for name in "${failed[@]}"; do
 		echo "test.sh: why lane [$name] failed (its failing tests, the lines around each panic):" >&2
-		digest "$lane_logs/$name.log" | head -n 60 | sed "s/^/[$name digest] /" >&2
+		digest "$lane_logs/$name.log" | head -n 60 | sed "s/^/[$name digest] /" >&2 || true
 	done
 	step "FAILED in lane ${failed[*]} (search the log for 'test result: FAILED', 'error:' and 'FAIL')"
 	exit 1

@@ -18,7 +18,7 @@ use prometheus::{Histogram, IntCounter};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use held::{ID_HOLD, READYZ_WAITERS, held, readyz_wait};
+use held::{ID_HOLD, READYZ_WAITERS, hold_pause, readyz_wait};
 
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
@@ -473,7 +473,7 @@ impl Api {
                     Serving::Snowflake(g) => match self.snowflake_ids(g, wanted, many, json) {
                         Err(HttpError::Refused(refusal)) => {
                             let until = tokio::time::Instant::now() + ID_HOLD;
-                            match held(&refusal, until) {
+                            match hold_pause(&refusal, until) {
                                 Some(pause) => {
                                     self.metrics
                                         .held

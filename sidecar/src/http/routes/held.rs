@@ -30,7 +30,7 @@ pub(super) const READYZ_WAITERS: usize = 4;
 
 /// How long to pause before asking again for IDs refused with `refusal`, if it clears by
 /// itself and could clear before `until`.
-pub(super) fn held(refusal: &Refusal, until: Instant) -> Option<Duration> {
+pub(super) fn hold_pause(refusal: &Refusal, until: Instant) -> Option<Duration> {
     refusal
         .clears_after()
         .filter(|pause| Instant::now() + *pause < until)
@@ -89,7 +89,7 @@ impl Api {
         loop {
             tokio::time::sleep(pause).await;
             match self.snowflake_ids(generator, wanted, many, json) {
-                Err(HttpError::Refused(refusal)) => match held(&refusal, until) {
+                Err(HttpError::Refused(refusal)) => match hold_pause(&refusal, until) {
                     Some(next) => pause = next,
                     None => return Err(HttpError::Refused(refusal)),
                 },

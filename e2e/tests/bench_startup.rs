@@ -1,5 +1,5 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) five ways, created N at once,
+//! the same pod (the node's pause image as the app) six ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
@@ -15,9 +15,12 @@
 //!   replaced by the postStart hook that 0.1.0 injected (`kubeflake-sidecar wait-ready`,
 //!   which long-polls the same `/readyz` until it answers 200). The other way to hold the
 //!   app (docs/install.md, "Why a startup probe and not a hook"), measured beside it;
+//! - **kubeflake, 1 s probe timeouts**: the same injected pod with the sidecar's readiness
+//!   and liveness probes at Kubernetes' default 1 s timeout, as injected before
+//!   2026-11-26 (now 2 s and 5 s: a busy node's prober fails 1 s probes);
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, kubeflake with the
-//! hook, plain, ...) for a number of rounds, every
+//! hook, kubeflake with 1 s probe timeouts, plain, ...) for a number of rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
@@ -111,15 +114,17 @@ enum Variant {
     IdleHook,
     Kubeflake,
     KubeflakeHook,
+    KubeflakeShortTimeouts,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 6] = [
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
         Variant::Kubeflake,
         Variant::KubeflakeHook,
+        Variant::KubeflakeShortTimeouts,
     ];
 
     fn label(self) -> &'static str {
@@ -129,6 +134,7 @@ impl Variant {
             Variant::IdleHook => "idle-hook",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake-hook",
+            Variant::KubeflakeShortTimeouts => "kubeflake-1s",
         }
     }
 
@@ -139,6 +145,7 @@ impl Variant {
             Variant::IdleHook => "idle sidecar + hook",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake, hook",
+            Variant::KubeflakeShortTimeouts => "kubeflake, 1 s probe timeouts",
         }
     }
 
@@ -148,11 +155,22 @@ impl Variant {
 
     /// Whether the pod has kubeflake's sidecar (and so a slot Lease).
     fn is_kubeflake(self) -> bool {
-        matches!(self, Variant::Kubeflake | Variant::KubeflakeHook)
+        matches!(
+            self,
+            Variant::Kubeflake | Variant::KubeflakeHook | Variant::KubeflakeShortTimeouts
+        )
     }
 
-    /// The pod of every variant but [`Variant::KubeflakeHook`] (made from this one's
-    /// kubeflake pod by [`hook_template`]): the same app container in every variant.
+    /// Whether the pod is the webhook's kubeflake pod changed ([`injected_template`]).
+    fn is_edited_kubeflake(self) -> bool {
+        matches!(
+            self,
+            Variant::KubeflakeHook | Variant::KubeflakeShortTimeouts
+        )
+    }
+
+    /// The pod of every variant but the edited kubeflake ones (made from this one's
+    /// kubeflake pod by [`injected_template`]): the same app container in every variant.
     fn pod(self, name: &str) -> Result<Pod> {
         let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
         if self == Variant::Kubeflake {
@@ -195,13 +213,19 @@ fn previous_hook() -> Result<serde_json::Value> {
 }
 
 /// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
-/// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar's
-/// startup probe replaced by the postStart hook 0.1.0 injected: `kubeflake-sidecar
-/// wait-ready` on the probe's port, which long-polls `/readyz` until it answers 200. What
-/// the API server adds itself (the service account token volume, priority) is left out, so
-/// it adds it again at each create. The webhook finds the sidecar already there and leaves
-/// the pod as it is.
-async fn hook_template(pods: &Api<Pod>) -> Result<serde_json::Value> {
+/// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar
+/// changed for `variant`:
+///
+/// - [`Variant::KubeflakeHook`]: the startup probe replaced by the postStart hook 0.1.0
+///   injected: `kubeflake-sidecar wait-ready` on the probe's port, which long-polls
+///   `/readyz` until it answers 200;
+/// - [`Variant::KubeflakeShortTimeouts`]: the readiness and liveness probes with
+///   Kubernetes' default 1 s timeout, as injected before 2026-11-26.
+///
+/// What the API server adds itself (the service account token volume, priority) is left
+/// out, so it adds it again at each create. The webhook finds the sidecar already there
+/// and leaves the pod as it is.
+async fn injected_template(pods: &Api<Pod>, variant: Variant) -> Result<serde_json::Value> {
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()
@@ -236,12 +260,21 @@ async fn hook_template(pods: &Api<Pod>) -> Result<serde_json::Value> {
             if c["name"] == SIDECAR_NAME {
                 found_sidecar = true;
                 let c = c.as_object_mut().context("sidecar container")?;
-                c.remove("startupProbe")
-                    .context("the injected sidecar has no startup probe")?;
-                c.insert(
-                    "lifecycle".into(),
-                    serde_json::json!({"postStart": {"exec": {"command": previous_hook()?}}}),
-                );
+                if variant == Variant::KubeflakeHook {
+                    c.remove("startupProbe")
+                        .context("the injected sidecar has no startup probe")?;
+                    c.insert(
+                        "lifecycle".into(),
+                        serde_json::json!({"postStart": {"exec": {"command": previous_hook()?}}}),
+                    );
+                } else {
+                    for probe in ["readinessProbe", "livenessProbe"] {
+                        c.get_mut(probe)
+                            .and_then(|p| p.as_object_mut())
+                            .with_context(|| format!("the injected sidecar has no {probe}"))?
+                            .insert("timeoutSeconds".into(), serde_json::json!(1));
+                    }
+                }
             }
         }
     }
@@ -251,7 +284,7 @@ async fn hook_template(pods: &Api<Pod>) -> Result<serde_json::Value> {
     Ok(serde_json::json!({
         "metadata": {
             "labels": {
-                VARIANT_LABEL: Variant::KubeflakeHook.label(),
+                VARIANT_LABEL: variant.label(),
                 SEQUENCE_LABEL: SEQUENCE,
             },
             "annotations": injected.metadata.annotations,
@@ -1114,19 +1147,19 @@ struct Bench {
     ns: TestNamespace,
     shared: Shared,
     metrics: bool,
-    /// The "kubeflake, hook" pod ([`hook_template`]).
-    hook_template: serde_json::Value,
+    /// The pods of the edited kubeflake variants ([`injected_template`]).
+    templates: HashMap<Variant, serde_json::Value>,
 }
 
 impl Bench {
     /// `variant`'s pod named `name`.
     fn pod(&self, variant: Variant, name: &str) -> Result<Pod> {
-        if variant != Variant::KubeflakeHook {
+        let Some(template) = self.templates.get(&variant) else {
             return variant.pod(name);
-        }
-        let mut pod = self.hook_template.clone();
+        };
+        let mut pod = template.clone();
         pod["metadata"]["name"] = serde_json::json!(name);
-        serde_json::from_value(pod).context("benchmark pod (hook)")
+        serde_json::from_value(pod).with_context(|| format!("benchmark pod ({})", variant.title()))
     }
 
     /// The kubelet's and the operators' metrics now, for a measured round (none when
@@ -1475,6 +1508,16 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             Variant::KubeflakeHook,
             Variant::Kubeflake,
         ),
+        (
+            "kubeflake, 1 s probe timeouts over idle sidecar",
+            Variant::KubeflakeShortTimeouts,
+            Variant::Idle,
+        ),
+        (
+            "kubeflake, 1 s probe timeouts over kubeflake",
+            Variant::KubeflakeShortTimeouts,
+            Variant::Kubeflake,
+        ),
     ] {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
             line(
@@ -1631,7 +1674,31 @@ async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String>
             out += &format!(" {} |", counts.map(|c| c.to_string()).join(" / "));
         }
     }
+    // Why they failed: a timeout (the node too busy to answer within the probe's
+    // timeoutSeconds) or an answer (503: not ready), whatever the pod and address.
+    let mut causes: BTreeMap<String, i32> = BTreeMap::new();
+    for e in &listed.items {
+        let message = e.message.as_deref().unwrap_or_default();
+        *causes.entry(without_quoted(message)).or_default() += e.count.unwrap_or(1);
+    }
+    let mut causes: Vec<(String, i32)> = causes.into_iter().collect();
+    causes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+    out +=
+        "\n\nTheir messages (quoted URLs left out), every variant and size, most frequent first:\n";
+    for (message, count) in causes.iter().take(8) {
+        out += &format!("\n- {count} x `{message}`");
+    }
     Ok(out)
+}
+
+/// `message` with every double-quoted part (a probe's URL) replaced by `"…"`, at most 160
+/// characters.
+fn without_quoted(message: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in message.split('"').enumerate() {
+        out += if i % 2 == 1 { "\"…\"" } else { part };
+    }
+    out.chars().take(160).collect()
 }
 
 fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
@@ -1693,13 +1760,17 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         shared.clone(),
         observe_lease,
     );
-    let hook_template = hook_template(&Api::<Pod>::namespaced(ns.client.clone(), &ns.name)).await?;
+    let mut templates = HashMap::new();
+    for variant in Variant::ALL.into_iter().filter(|v| v.is_edited_kubeflake()) {
+        let pods = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
+        templates.insert(variant, injected_template(&pods, variant).await?);
+    }
     let bench = Bench {
         cluster,
         ns,
         shared: shared.clone(),
         metrics,
-        hook_template,
+        templates,
     };
 
     let outcome = async {

@@ -372,7 +372,7 @@ fn plain_env(name: &str, value: String) -> EnvVar {
     }
 }
 
-fn http_probe(path: &str, port: u16, period: i32) -> Probe {
+fn http_probe(path: &str, port: u16, period: i32, timeout: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
@@ -380,9 +380,22 @@ fn http_probe(path: &str, port: u16, period: i32) -> Probe {
             ..Default::default()
         }),
         period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
         ..Default::default()
     }
 }
+
+/// The readiness probe: `/readyz` every 2 s, allowed 2 s to answer. The sidecar answers in
+/// microseconds; the time goes to the kubelet's prober on a busy node. With Kubernetes'
+/// default of 1 s, a burst of 100 pods on 2 cores failed about 2.6 readiness probes per
+/// pod (Unhealthy Events), each one costing a 2 s period before the pod could turn Ready
+/// (docs/benchmarks.md, "Probe timeouts").
+const READINESS_PERIOD_SECONDS: i32 = 2;
+const READINESS_TIMEOUT_SECONDS: i32 = 2;
+/// The liveness probe: `/healthz` every 10 s, allowed 5 s: a busy node must not make the
+/// kubelet restart a sidecar that holds a slot (three failures in a row do).
+const LIVENESS_PERIOD_SECONDS: i32 = 10;
+const LIVENESS_TIMEOUT_SECONDS: i32 = 5;
 
 /// How long the startup probe asks the sidecar to hold each `/readyz` question, ms: under
 /// the probe's 1 s timeout, so a sidecar that is not ready yet answers 503 (a failed try)
@@ -402,9 +415,8 @@ fn wait_ready_probe(probe_port: u16) -> Probe {
         contract::READYZ_WAIT_PARAM
     );
     Probe {
-        timeout_seconds: Some(1),
         failure_threshold: Some(STARTUP_FAILURE_THRESHOLD),
-        ..http_probe(&path, probe_port, 1)
+        ..http_probe(&path, probe_port, 1, 1)
     }
 }
 
@@ -454,8 +466,18 @@ fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Containe
             AppStart::WhenSidecarReady => Some(wait_ready_probe(t.probe_port)),
             AppStart::AtOnce => None,
         },
-        readiness_probe: Some(http_probe(contract::READYZ_PATH, t.probe_port, 2)),
-        liveness_probe: Some(http_probe(contract::HEALTHZ_PATH, t.probe_port, 10)),
+        readiness_probe: Some(http_probe(
+            contract::READYZ_PATH,
+            t.probe_port,
+            READINESS_PERIOD_SECONDS,
+            READINESS_TIMEOUT_SECONDS,
+        )),
+        liveness_probe: Some(http_probe(
+            contract::HEALTHZ_PATH,
+            t.probe_port,
+            LIVENESS_PERIOD_SECONDS,
+            LIVENESS_TIMEOUT_SECONDS,
+        )),
         resources: Some(ResourceRequirements {
             requests: Some(t.requests.clone()).filter(|r| !r.is_empty()),
             limits: Some(t.limits.clone()).filter(|l| !l.is_empty()),

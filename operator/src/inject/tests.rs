@@ -463,6 +463,27 @@ fn the_startup_probe_asks_for_a_wait_the_sidecar_accepts_and_shorter_than_its_ti
 }
 
 #[test]
+fn readiness_and_liveness_probes_allow_a_busy_node_more_than_the_default_second() {
+    let sidecar = injected_sidecar(labelled());
+    for (kind, probe) in [
+        ("readiness", sidecar.readiness_probe),
+        ("liveness", sidecar.liveness_probe),
+    ] {
+        let probe = probe.unwrap_or_else(|| panic!("a {kind} probe"));
+        let (period, timeout) = (
+            probe.period_seconds.expect("a period"),
+            probe
+                .timeout_seconds
+                .expect("a timeout, not the 1 s default"),
+        );
+        assert!(
+            timeout > 1 && timeout <= period,
+            "{kind}: timeout {timeout} s: over the 1 s default, at most the {period} s period"
+        );
+    }
+}
+
+#[test]
 fn a_pod_that_opts_out_with_hold_app_false_starts_its_app_at_once() {
     let mut original = labelled();
     original["metadata"]["annotations"] = json!({HOLD_APP_ANNOTATION: "False"});

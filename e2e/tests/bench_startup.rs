@@ -1683,22 +1683,33 @@ async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String>
     }
     let mut causes: Vec<(String, i32)> = causes.into_iter().collect();
     causes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
-    out +=
-        "\n\nTheir messages (quoted URLs left out), every variant and size, most frequent first:\n";
+    out += "\n\nTheir messages (URLs and addresses left out), every variant and size, also while the pods were deleted, most frequent first:\n";
     for (message, count) in causes.iter().take(8) {
         out += &format!("\n- {count} x `{message}`");
     }
     Ok(out)
 }
 
-/// `message` with every double-quoted part (a probe's URL) replaced by `"…"`, at most 160
-/// characters.
+/// `message` with every double-quoted part (a probe's URL) replaced by `"…"` and every
+/// address (`10.244.0.7:7071`) by `ADDR`, at most 160 characters.
 fn without_quoted(message: &str) -> String {
     let mut out = String::new();
     for (i, part) in message.split('"').enumerate() {
         out += if i % 2 == 1 { "\"…\"" } else { part };
     }
-    out.chars().take(160).collect()
+    let words: Vec<&str> = out
+        .split(' ')
+        .map(|word| {
+            let address = word.contains('.')
+                && word.contains(':')
+                && word
+                    .trim_end_matches(':')
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == '.' || c == ':');
+            if address { "ADDR" } else { word }
+        })
+        .collect();
+    words.join(" ").chars().take(160).collect()
 }
 
 fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
@@ -1824,4 +1835,18 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         .delete(&bench.ns.name, &DeleteParams::default())
         .await;
     Ok(())
+}
+
+#[test]
+fn unhealthy_messages_are_counted_without_their_urls_and_addresses() {
+    assert_eq!(
+        without_quoted(
+            r#"Readiness probe failed: Get "http://10.244.0.7:7071/readyz": dial tcp 10.244.0.7:7071: connect: connection refused"#
+        ),
+        r#"Readiness probe failed: Get "…": dial tcp ADDR connect: connection refused"#
+    );
+    assert_eq!(
+        without_quoted("Liveness probe failed: HTTP probe failed with statuscode: 503"),
+        "Liveness probe failed: HTTP probe failed with statuscode: 503"
+    );
 }

@@ -1684,7 +1684,7 @@ async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String>
     let mut causes: Vec<(String, i32)> = causes.into_iter().collect();
     causes.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
     out += "\n\nTheir messages (URLs and addresses left out), every variant and size, also while the pods were deleted, most frequent first:\n";
-    for (message, count) in causes.iter().take(8) {
+    for (message, count) in causes.iter().take(16) {
         out += &format!("\n- {count} x `{message}`");
     }
     Ok(out)

@@ -387,9 +387,9 @@ fn http_probe(path: &str, port: u16, period: i32, timeout: i32) -> Probe {
 
 /// The readiness probe: `/readyz` every 2 s, allowed 2 s to answer. The sidecar answers in
 /// microseconds; the time goes to the kubelet's prober on a busy node. With Kubernetes'
-/// default of 1 s, a burst of 100 pods on 2 cores failed about 2.6 readiness probes per
-/// pod (Unhealthy Events), each one costing a 2 s period before the pod could turn Ready
-/// (docs/benchmarks.md, "Probe timeouts").
+/// default of 1 s, a burst of 100 pods on 2 cores timed readiness probes out, each failure
+/// costing a 2 s period before the pod could turn Ready; with 2 s such bursts were Ready
+/// 0.9-1.0 s sooner at p99 (docs/benchmarks.md, "Probe timeouts").
 const READINESS_PERIOD_SECONDS: i32 = 2;
 const READINESS_TIMEOUT_SECONDS: i32 = 2;
 /// The liveness probe: `/healthz` every 10 s, allowed 5 s: a busy node must not make the

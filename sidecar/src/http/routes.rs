@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::header::ACCEPT;
 use hyper::{Method, Request, StatusCode};
@@ -18,7 +18,7 @@ use prometheus::{Histogram, IntCounter};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use held::{ID_HOLD, READYZ_WAITERS, hold_pause, readyz_wait};
+use held::{HeldIds, READYZ_WAITERS, readyz_wait};
 
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
@@ -212,16 +212,8 @@ enum Planned {
     ReadyzWait {
         until: tokio::time::Instant,
     },
-    /// `/id` or `/ids` refused for a reason that clears by itself: ask the generator again
-    /// after `pause`, until `until` ([`ID_HOLD`]).
-    SnowflakeHeld {
-        generator: Arc<Generator>,
-        wanted: Wanted,
-        many: bool,
-        json: bool,
-        pause: Duration,
-        until: tokio::time::Instant,
-    },
+    /// `/id` or `/ids` refused for a reason that clears by itself ([`held::ID_HOLD`]).
+    SnowflakeHeld(HeldIds),
 }
 
 impl Api {
@@ -470,29 +462,7 @@ impl Api {
                             json,
                         })
                     }
-                    Serving::Snowflake(g) => match self.snowflake_ids(g, wanted, many, json) {
-                        Err(HttpError::Refused(refusal)) => {
-                            let until = tokio::time::Instant::now() + ID_HOLD;
-                            match hold_pause(&refusal, until) {
-                                Some(pause) => {
-                                    self.metrics
-                                        .held
-                                        .with_label_values(&[refusal.reason()])
-                                        .inc();
-                                    Ok(Planned::SnowflakeHeld {
-                                        generator: g.clone(),
-                                        wanted,
-                                        many,
-                                        json,
-                                        pause,
-                                        until,
-                                    })
-                                }
-                                None => Err(HttpError::Refused(refusal)),
-                            }
-                        }
-                        answered => answered.map(Planned::Reply),
-                    },
+                    Serving::Snowflake(g) => self.snowflake_planned(g, wanted, many, json),
                     other => Err(not_ready(other)),
                 })
             }
@@ -556,17 +526,7 @@ impl Api {
                         .await
                 }
                 Ok(Planned::ReadyzWait { until }) => Ok(self.readyz_when_ready(until).await),
-                Ok(Planned::SnowflakeHeld {
-                    generator,
-                    wanted,
-                    many,
-                    json,
-                    pause,
-                    until,
-                }) => {
-                    self.snowflake_ids_held(&generator, wanted, many, json, pause, until)
-                        .await
-                }
+                Ok(Planned::SnowflakeHeld(held)) => self.snowflake_ids_held(held).await,
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));

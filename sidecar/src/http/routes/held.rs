@@ -3,13 +3,14 @@
 //! itself ([`ID_HOLD`]). Both look again every few milliseconds within a bound; neither
 //! changes what may be issued (the generator decides every answer).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::StatusCode;
 use kubeflake_crds::contract::{READYZ_MAX_WAIT_MS, READYZ_WAIT_PARAM};
 use tokio::time::Instant;
 
-use super::{Api, HttpError, Reply, Serving, Wanted};
+use super::{Api, HttpError, Planned, Reply, Serving, Wanted};
 use crate::generator::{Generator, Refusal};
 
 /// How often a held `/readyz?wait=` looks at the serving state again: readiness also
@@ -22,15 +23,26 @@ const READYZ_RECHECK: Duration = Duration::from_millis(5);
 /// start and do not retry then see a slow answer instead of an error when the node is
 /// starved for a moment; a sidecar whose renewals have stopped still refuses within this
 /// bound, well inside a client's usual time-out.
-pub const ID_HOLD: Duration = Duration::from_millis(1000);
+pub(super) const ID_HOLD: Duration = Duration::from_millis(1000);
 /// At most this many `/readyz?wait=` requests are held open at once (the startup probe,
 /// or a 0.1.0 pod's postStart hook, holds one); further ones are answered at once, as without `wait`, so the probe port,
 /// reachable on the pod IP, cannot be made to keep many timers running.
 pub(super) const READYZ_WAITERS: usize = 4;
 
+/// An `/id` or `/ids` request held over a refusal: what to ask the generator again, after
+/// `pause`, until `until`.
+pub(super) struct HeldIds {
+    generator: Arc<Generator>,
+    wanted: Wanted,
+    many: bool,
+    json: bool,
+    pause: Duration,
+    until: Instant,
+}
+
 /// How long to pause before asking again for IDs refused with `refusal`, if it clears by
 /// itself and could clear before `until`.
-pub(super) fn hold_pause(refusal: &Refusal, until: Instant) -> Option<Duration> {
+fn hold_pause(refusal: &Refusal, until: Instant) -> Option<Duration> {
     refusal
         .clears_after()
         .filter(|pause| Instant::now() + *pause < until)
@@ -75,20 +87,51 @@ impl Api {
         }
     }
 
-    /// `/id` and `/ids` asked again after each `pause` while refused for a reason that
-    /// clears by itself and can clear before `until`; else the last answer.
-    pub(super) async fn snowflake_ids_held(
+    /// `/id` and `/ids` in Snowflake mode: the answer now, or the request held (counted in
+    /// `kubeflake_held_requests_total`) when it is refused for a reason that clears by itself.
+    pub(super) fn snowflake_planned(
         &self,
-        generator: &Generator,
+        generator: &Arc<Generator>,
         wanted: Wanted,
         many: bool,
         json: bool,
-        mut pause: Duration,
-        until: Instant,
-    ) -> Result<Reply, HttpError> {
+    ) -> Result<Planned, HttpError> {
+        let refusal = match self.snowflake_ids(generator, wanted, many, json) {
+            Err(HttpError::Refused(refusal)) => refusal,
+            answered => return answered.map(Planned::Reply),
+        };
+        let until = Instant::now() + ID_HOLD;
+        let Some(pause) = hold_pause(&refusal, until) else {
+            return Err(HttpError::Refused(refusal));
+        };
+        self.metrics
+            .held
+            .with_label_values(&[refusal.reason()])
+            .inc();
+        Ok(Planned::SnowflakeHeld(HeldIds {
+            generator: generator.clone(),
+            wanted,
+            many,
+            json,
+            pause,
+            until,
+        }))
+    }
+
+    /// A held request asked again after each pause while refused for a reason that clears
+    /// by itself and can clear before its end; else the last answer.
+    pub(super) async fn snowflake_ids_held(&self, held: HeldIds) -> Result<Reply, HttpError> {
+        let HeldIds {
+            generator,
+            wanted,
+            many,
+            json,
+            mut pause,
+            until,
+        } = held;
         loop {
             tokio::time::sleep(pause).await;
-            match self.snowflake_ids(generator, wanted, many, json) {
+            match self.snowflake_ids(&generator, wanted, many, json) {
                 Err(HttpError::Refused(refusal)) => match hold_pause(&refusal, until) {
                     Some(next) => pause = next,
                     None => return Err(HttpError::Refused(refusal)),

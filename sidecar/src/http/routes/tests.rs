@@ -1,7 +1,9 @@
+use super::held::ID_HOLD;
 use super::*;
 use crate::state::{ServingCell, WaitReason};
 use http_body_util::BodyExt;
 use kubeflake_crds::contract::READYZ_MAX_WAIT_MS;
+use std::time::Duration;
 
 async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
     let req = Request::get(path).body(()).unwrap();

@@ -95,7 +95,7 @@ fn snowflake_api(generator: Arc<Generator>) -> Arc<Api> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it() {
+async fn rule3_an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it() {
     let generator = generator_at_its_fence();
     let api = snowflake_api(generator.clone());
     let asked = tokio::time::Instant::now();
@@ -120,7 +120,7 @@ async fn an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_id_refused_at_a_fence_never_raised_is_a_503_once_the_hold_is_over() {
+async fn rule3_an_id_refused_at_a_fence_never_raised_is_a_503_once_the_hold_is_over() {
     let api = snowflake_api(generator_at_its_fence());
     let asked = tokio::time::Instant::now();
     let (status, body) = get(&api, "/id").await;

@@ -15,12 +15,16 @@
 //!   replaced by the postStart hook that 0.1.0 injected (`kubeflake-sidecar wait-ready`,
 //!   which long-polls the same `/readyz` until it answers 200). The other way to hold the
 //!   app (docs/install.md, "Why a startup probe and not a hook"), measured beside it;
-//! - **kubeflake, 1 s probe timeouts**: the same injected pod with the sidecar's readiness
-//!   and liveness probes at Kubernetes' default 1 s timeout, as injected before
-//!   2026-11-26 (now 2 s and 5 s: a busy node's prober fails 1 s probes);
+//! - **idle sidecar + probes**: the idle sidecar with the three probes the webhook gives
+//!   kubeflake's sidecar (startup, readiness, liveness: the same periods, timeouts and
+//!   thresholds, read from the dry run), each pointed at a port that answers at once (a
+//!   TCP connect to the kubelet's own port on the bridge address). What holding the app
+//!   with a startup probe costs in Kubernetes itself (the kubelet's steps and prober
+//!   ticks), before any work of kubeflake's: the floor of the design kubeflake uses, as
+//!   "idle sidecar + hook" is the floor of the hook;
 //!
-//! alternating (plain, idle sidecar, idle sidecar + hook, kubeflake, kubeflake with the
-//! hook, kubeflake with 1 s probe timeouts, plain, ...) for a number of rounds, every
+//! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, kubeflake,
+//! kubeflake with the hook, plain, ...) for a number of rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
@@ -79,7 +83,7 @@ use kube::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::contract::SIDECAR_NAME;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
-use kubeflake_e2e::addresses::NODE_NAME;
+use kubeflake_e2e::addresses::{BRIDGE_IP, NODE_NAME};
 use kubeflake_e2e::node::PAUSE_IMAGE;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::helm_install;
@@ -97,6 +101,10 @@ const IDLE_SIDECAR: &str = "idle-sidecar";
 /// The idle sidecar's postStart hook in the "idle sidecar + hook" variant: the node's
 /// pause binary prints its version and exits 0 at once (e2e/images/pause.c).
 const RETURNING_HOOK: [&str; 2] = ["/pause", "-v"];
+/// Where the "idle sidecar + probes" variant's probes connect (on the bridge address): the
+/// kubelet's own port, which accepts at once while the node runs. The pause image listens
+/// nowhere, and the kubelet's prober connects from the node, not from the pod.
+const ANSWERING_PORT: u16 = 10250;
 /// A round's pods must all be Ready within this.
 const READY_LIMIT: Duration = Duration::from_secs(300);
 /// A round's pods must all be gone within this after the delete.
@@ -112,9 +120,9 @@ enum Variant {
     Plain,
     Idle,
     IdleHook,
+    IdleProbes,
     Kubeflake,
     KubeflakeHook,
-    KubeflakeShortTimeouts,
 }
 
 impl Variant {
@@ -122,9 +130,9 @@ impl Variant {
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
+        Variant::IdleProbes,
         Variant::Kubeflake,
         Variant::KubeflakeHook,
-        Variant::KubeflakeShortTimeouts,
     ];
 
     fn label(self) -> &'static str {
@@ -132,9 +140,9 @@ impl Variant {
             Variant::Plain => "plain",
             Variant::Idle => "idle",
             Variant::IdleHook => "idle-hook",
+            Variant::IdleProbes => "idle-probes",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake-hook",
-            Variant::KubeflakeShortTimeouts => "kubeflake-1s",
         }
     }
 
@@ -143,9 +151,9 @@ impl Variant {
             Variant::Plain => "plain",
             Variant::Idle => "idle sidecar",
             Variant::IdleHook => "idle sidecar + hook",
+            Variant::IdleProbes => "idle sidecar + probes",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake, hook",
-            Variant::KubeflakeShortTimeouts => "kubeflake, 1 s probe timeouts",
         }
     }
 
@@ -155,22 +163,16 @@ impl Variant {
 
     /// Whether the pod has kubeflake's sidecar (and so a slot Lease).
     fn is_kubeflake(self) -> bool {
-        matches!(
-            self,
-            Variant::Kubeflake | Variant::KubeflakeHook | Variant::KubeflakeShortTimeouts
-        )
+        matches!(self, Variant::Kubeflake | Variant::KubeflakeHook)
     }
 
-    /// Whether the pod is the webhook's kubeflake pod changed ([`injected_template`]).
-    fn is_edited_kubeflake(self) -> bool {
-        matches!(
-            self,
-            Variant::KubeflakeHook | Variant::KubeflakeShortTimeouts
-        )
+    /// Whether the pod is made with what the webhook injects ([`injected_template`]).
+    fn is_from_webhook(self) -> bool {
+        matches!(self, Variant::KubeflakeHook | Variant::IdleProbes)
     }
 
-    /// The pod of every variant but the edited kubeflake ones (made from this one's
-    /// kubeflake pod by [`injected_template`]): the same app container in every variant.
+    /// The pod of every variant but those made with the webhook's output (from this
+    /// one's pods by [`injected_template`]): the same app container in every variant.
     fn pod(self, name: &str) -> Result<Pod> {
         let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
         if self == Variant::Kubeflake {
@@ -180,7 +182,10 @@ impl Variant {
             "terminationGracePeriodSeconds": 10,
             "containers": [{"name": "app", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
         });
-        if matches!(self, Variant::Idle | Variant::IdleHook) {
+        if matches!(
+            self,
+            Variant::Idle | Variant::IdleHook | Variant::IdleProbes
+        ) {
             spec["initContainers"] = serde_json::json!([{
                 "name": IDLE_SIDECAR, "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
                 "restartPolicy": "Always",
@@ -212,19 +217,17 @@ fn previous_hook() -> Result<serde_json::Value> {
     Ok(hook)
 }
 
-/// The kubeflake pod as the webhook makes it (a server-side dry run of the kubeflake
-/// variant's pod: nothing is stored, the operator assigns nothing), with the sidecar
-/// changed for `variant`:
+/// The pod of a variant made with the webhook's output, read from a server-side dry run of
+/// the kubeflake variant's pod (nothing is stored, the operator assigns nothing):
 ///
-/// - [`Variant::KubeflakeHook`]: the startup probe replaced by the postStart hook 0.1.0
-///   injected: `kubeflake-sidecar wait-ready` on the probe's port, which long-polls
-///   `/readyz` until it answers 200;
-/// - [`Variant::KubeflakeShortTimeouts`]: the readiness and liveness probes with
-///   Kubernetes' default 1 s timeout, as injected before 2026-11-26.
-///
-/// What the API server adds itself (the service account token volume, priority) is left
-/// out, so it adds it again at each create. The webhook finds the sidecar already there
-/// and leaves the pod as it is.
+/// - [`Variant::KubeflakeHook`]: the injected pod with the startup probe replaced by the
+///   postStart hook 0.1.0 injected: `kubeflake-sidecar wait-ready` on the probe's port,
+///   which long-polls `/readyz` until it answers 200. What the API server adds itself
+///   (the service account token volume, priority) is left out, so it adds it again at
+///   each create; the webhook finds the sidecar already there and leaves the pod as it is;
+/// - [`Variant::IdleProbes`]: the idle sidecar's pod with the injected sidecar's startup,
+///   readiness and liveness probes (periods, timeouts, thresholds as injected), each a TCP
+///   connect to [`ANSWERING_PORT`] on the bridge address instead, which answers at once.
 async fn injected_template(pods: &Api<Pod>, variant: Variant) -> Result<serde_json::Value> {
     let dry_run = PostParams {
         dry_run: true,
@@ -246,40 +249,59 @@ async fn injected_template(pods: &Api<Pod>, variant: Variant) -> Result<serde_js
     if let Some(volumes) = spec_map.get_mut("volumes").and_then(|v| v.as_array_mut()) {
         volumes.retain(|v| !token_volume(&v["name"]));
     }
-    let mut found_sidecar = false;
+    let mut sidecar_at = None;
     for list in ["initContainers", "containers"] {
-        for c in spec_map
+        for (i, c) in spec_map
             .get_mut(list)
             .and_then(|v| v.as_array_mut())
             .into_iter()
             .flatten()
+            .enumerate()
         {
             if let Some(mounts) = c.get_mut("volumeMounts").and_then(|m| m.as_array_mut()) {
                 mounts.retain(|m| !token_volume(&m["name"]));
             }
             if c["name"] == SIDECAR_NAME {
-                found_sidecar = true;
-                let c = c.as_object_mut().context("sidecar container")?;
-                if variant == Variant::KubeflakeHook {
-                    c.remove("startupProbe")
-                        .context("the injected sidecar has no startup probe")?;
-                    c.insert(
-                        "lifecycle".into(),
-                        serde_json::json!({"postStart": {"exec": {"command": previous_hook()?}}}),
-                    );
-                } else {
-                    for probe in ["readinessProbe", "livenessProbe"] {
-                        c.get_mut(probe)
-                            .and_then(|p| p.as_object_mut())
-                            .with_context(|| format!("the injected sidecar has no {probe}"))?
-                            .insert("timeoutSeconds".into(), serde_json::json!(1));
-                    }
-                }
+                sidecar_at = Some((list, i));
             }
         }
     }
-    if !found_sidecar {
-        bail!("the dry run did not inject {SIDECAR_NAME}: is the webhook installed?");
+    let sidecar = sidecar_at
+        .and_then(|(list, i)| spec_map.get_mut(list)?.get_mut(i)?.as_object_mut())
+        .with_context(|| {
+            format!("the dry run did not inject {SIDECAR_NAME}: is the webhook installed?")
+        })?;
+    match variant {
+        Variant::KubeflakeHook => {
+            sidecar
+                .remove("startupProbe")
+                .context("the injected sidecar has no startup probe")?;
+            sidecar.insert(
+                "lifecycle".into(),
+                serde_json::json!({"postStart": {"exec": {"command": previous_hook()?}}}),
+            );
+        }
+        Variant::IdleProbes => {
+            let mut pod = serde_json::to_value(Variant::IdleProbes.pod("template")?)?;
+            let idle = &mut pod["spec"]["initContainers"][0];
+            for kind in ["startupProbe", "readinessProbe", "livenessProbe"] {
+                let mut probe = sidecar
+                    .get(kind)
+                    .and_then(|p| p.as_object())
+                    .with_context(|| format!("the injected sidecar has no {kind}"))?
+                    .clone();
+                for handler in ["httpGet", "tcpSocket", "exec", "grpc"] {
+                    probe.remove(handler);
+                }
+                probe.insert(
+                    "tcpSocket".into(),
+                    serde_json::json!({"host": BRIDGE_IP.to_string(), "port": ANSWERING_PORT}),
+                );
+                idle[kind] = serde_json::Value::Object(probe);
+            }
+            return Ok(pod);
+        }
+        _ => bail!("{} is not made from the webhook's pod", variant.title()),
     }
     Ok(serde_json::json!({
         "metadata": {
@@ -1147,7 +1169,7 @@ struct Bench {
     ns: TestNamespace,
     shared: Shared,
     metrics: bool,
-    /// The pods of the edited kubeflake variants ([`injected_template`]).
+    /// The pods of the variants made with the webhook's output ([`injected_template`]).
     templates: HashMap<Variant, serde_json::Value>,
 }
 
@@ -1509,14 +1531,14 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             Variant::Kubeflake,
         ),
         (
-            "kubeflake, 1 s probe timeouts over idle sidecar",
-            Variant::KubeflakeShortTimeouts,
+            "idle sidecar + probes over idle sidecar",
+            Variant::IdleProbes,
             Variant::Idle,
         ),
         (
-            "kubeflake, 1 s probe timeouts over kubeflake",
-            Variant::KubeflakeShortTimeouts,
+            "kubeflake over idle sidecar + probes",
             Variant::Kubeflake,
+            Variant::IdleProbes,
         ),
     ] {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
@@ -1772,7 +1794,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         observe_lease,
     );
     let mut templates = HashMap::new();
-    for variant in Variant::ALL.into_iter().filter(|v| v.is_edited_kubeflake()) {
+    for variant in Variant::ALL.into_iter().filter(|v| v.is_from_webhook()) {
         let pods = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
         templates.insert(variant, injected_template(&pods, variant).await?);
     }

@@ -490,8 +490,9 @@ def strict_rows(res):
                      med([r["p50_us"] for r in rs]), med([r["p99_us"] for r in rs]),
                      sum(r.get("refused", 0) for r in rs), None, None, None))
     for f in res["strict"]:
-        name = ("strict sequence" if f["sequence"] == "strict"
-                else "segment sequence, blockSize 1000")
+        name = {"strict": "strict sequence",
+                "snowflake": "Snowflake IDs (no coordination: the ceiling)"}.get(
+                    f["sequence"], "segment sequence, blockSize 1000")
         rows.append((name, f["sidecars"], f["clients"], f["values_per_sec"], f.get("p50_us"),
                      f.get("p99_us"), f.get("refused"), f["lease_writes_per_sec"],
                      f["conflicts_per_sec"], f.get("lease_reads_per_sec")))
@@ -526,6 +527,17 @@ def strict_verdicts(res):
         out.append(f"- **Strict, 4 sidecars × 4 connections (16 clients), against `nextval()` at "
                    f"16 connections**: {num(a)} against {num(b)} values/s, {ratio(a, b)} "
                    f"(the goal is at least 1×: {'met' if a >= b else 'not met'} in this run).")
+    snowflake = {s: vps for name, s, c, vps, *_ in rows if name.startswith("Snowflake")
+                 and c == 16}
+    if 4 in snowflake and 16 in nextval:
+        a, b = snowflake[4], nextval[16]
+        out.append(f"- **The ceiling on this machine**: Snowflake IDs, which 4 sidecars serve "
+                   f"from their own memory with no coordination at all, at 4 × 4 connections: "
+                   f"{num(a)} values/s, {ratio(a, b)} `nextval()` at 16"
+                   + (f" and {ratio(a, snowflake[1])} the same 16 connections on 1 sidecar"
+                      if 1 in snowflake else "")
+                   + (f"; strict served {ratio(strict[(4, 16)], a)} of it"
+                      if (4, 16) in strict else "") + ".")
     pairs = [(c, strict[(4, c)], strict[(1, c)]) for c in (1, 4, 16)
              if (4, c) in strict and (1, c) in strict]
     if pairs:

@@ -48,7 +48,8 @@
 //! idle sidecar", "kubeflake over idle sidecar + hook" and "idle sidecar + hook over idle
 //! sidecar" for created -> Ready, each round, host CPU per variant (`/proc/stat`,
 //! `/proc/<pid>/stat`), and the increase of the kubelet's own histograms (through the API
-//! server's node proxy) and the operator's (pod proxy) over each variant's rounds. Only
+//! server's node proxy) and the operator's (pod proxy) over each variant's rounds, and the
+//! API server's requests per pod by verb and resource (its `/metrics`). Only
 //! that every pod became Ready (within 5 minutes a round) is asserted. Ignored by default:
 //!
 //!   cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture
@@ -932,6 +933,9 @@ const RUNTIME_OPERATIONS: &[&str] = &[
     "podsandbox_status",
     "container_status",
 ];
+/// The API server's request and watch-event counters, kept by verb and resource only
+/// ([`api_requests`]).
+const APISERVER_METRICS: &[&str] = &["apiserver_request_total", "apiserver_watch_events_total"];
 const OPERATOR_METRICS: &[&str] = &[
     "kubeflake_operator_pod_to_slot_seconds",
     "kubeflake_webhook_duration_seconds",
@@ -1126,9 +1130,48 @@ async fn scrape(client: &Client, path: &str) -> Option<String> {
         .ok()
 }
 
-/// The kubelet's metrics (through the API server's node proxy) and the summed metrics of
-/// every operator replica (through the pod proxy).
-async fn scrape_all(client: &Client) -> (MetricMap, MetricMap) {
+/// The API server's request counters summed over what does not say what the request was
+/// (status code, group, version, scope, component): `verb,resource[/subresource]` ->
+/// count; watch events by kind.
+fn api_requests(all: MetricMap) -> MetricMap {
+    let mut out = MetricMap::new();
+    for ((name, labels), series) in all {
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let what = match name.as_str() {
+            "apiserver_watch_events_total" => format!("WATCH EVENT {}", label("kind")),
+            _ => {
+                let sub = label("subresource");
+                let resource = label("resource");
+                let resource = if sub.is_empty() {
+                    resource
+                } else {
+                    format!("{resource}/{sub}")
+                };
+                format!("{} {resource}", label("verb"))
+            }
+        };
+        out.entry(("requests".to_owned(), what)).or_default().count += series.count;
+    }
+    out
+}
+
+/// Metrics read before and after a round.
+#[derive(Default)]
+struct Scrape {
+    kubelet: MetricMap,
+    operator: MetricMap,
+    apiserver: MetricMap,
+}
+
+/// The kubelet's metrics (through the API server's node proxy), the summed metrics of
+/// every operator replica (through the pod proxy) and the API server's request counts.
+async fn scrape_all(client: &Client) -> Scrape {
     let kubelet = scrape(client, &format!("/api/v1/nodes/{NODE_NAME}/proxy/metrics"))
         .await
         .map(|t| parse_metrics(&t, KUBELET_METRICS))
@@ -1146,7 +1189,15 @@ async fn scrape_all(client: &Client) -> (MetricMap, MetricMap) {
             }
         }
     }
-    (kubelet, operator)
+    let apiserver = scrape(client, "/metrics")
+        .await
+        .map(|t| api_requests(parse_metrics(&t, APISERVER_METRICS)))
+        .unwrap_or_default();
+    Scrape {
+        kubelet,
+        operator,
+        apiserver,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1159,6 +1210,7 @@ struct Results {
     cpu: CpuUse,
     kubelet: MetricMap,
     operator: MetricMap,
+    apiserver: MetricMap,
     /// created -> Ready: (round, p50, p99, max) in ms, and the round's span
     /// (first create sent -> last Ready).
     rounds: Vec<(usize, f64, f64, f64, f64)>,
@@ -1186,7 +1238,7 @@ impl Bench {
 
     /// The kubelet's and the operators' metrics now, for a measured round (none when
     /// `KUBEFLAKE_BENCH_METRICS=0`).
-    async fn metrics_now(&self, measured: bool) -> (MetricMap, MetricMap) {
+    async fn metrics_now(&self, measured: bool) -> Scrape {
         if self.metrics && measured {
             scrape_all(&self.ns.client).await
         } else {
@@ -1207,7 +1259,7 @@ impl Bench {
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
-        let (kubelet_before, operator_before) = self.metrics_now(results.is_some()).await;
+        let before = self.metrics_now(results.is_some()).await;
         let cpu_before = cpu_snapshot();
         let started = Instant::now();
         {
@@ -1281,7 +1333,7 @@ impl Bench {
         }
         let wall = started.elapsed();
         let cpu_after = cpu_snapshot();
-        let (kubelet_after, operator_after) = self.metrics_now(results.is_some()).await;
+        let after = self.metrics_now(results.is_some()).await;
         if variant.is_kubeflake() {
             // The Lease watch may lag the pod watch a little: wait for the sidecars' first
             // writes (not asserted; a pod without one shows as missing in the table).
@@ -1415,11 +1467,15 @@ impl Bench {
             results.cpu.add(&cpu_before, &cpu_after, wall);
             metrics_add(
                 &mut results.kubelet,
-                &metrics_delta(&kubelet_before, &kubelet_after),
+                &metrics_delta(&before.kubelet, &after.kubelet),
             );
             metrics_add(
                 &mut results.operator,
-                &metrics_delta(&operator_before, &operator_after),
+                &metrics_delta(&before.operator, &after.operator),
+            );
+            metrics_add(
+                &mut results.apiserver,
+                &metrics_delta(&before.apiserver, &after.apiserver),
             );
         }
         Ok(())
@@ -1430,12 +1486,15 @@ impl Bench {
 // The report
 
 /// The markdown report for one N.
+/// `s` and a line break.
+fn push_line(out: &mut String, s: &str) {
+    out.push_str(s);
+    out.push('\n');
+}
+
 fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, s: &str| {
-        out.push_str(s);
-        out.push('\n');
-    };
+    let line = push_line;
     line(
         &mut out,
         &format!(
@@ -1652,7 +1711,45 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         metric_rows(&mut out, "kubelet", |r| &r.kubelet);
         metric_rows(&mut out, "operator", |r| &r.operator);
     }
+    api_request_table(&mut out, n, all);
     out
+}
+
+/// The API server's requests (and watch events sent) during the rounds, per pod, by verb
+/// and resource and variant: what each variant asks of the API server.
+fn api_request_table(out: &mut String, n: usize, all: &BTreeMap<Variant, Results>) {
+    let mut keys: Vec<&(String, String)> = all.values().flat_map(|r| r.apiserver.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    if keys.is_empty() {
+        return;
+    }
+    let per_pod = |v: Variant, key: &(String, String)| {
+        all.get(&v).map_or(0.0, |r| {
+            let pods = (n * r.rounds.len()).max(1) as f64;
+            r.apiserver.get(key).map_or(0.0, |s| s.count) / pods
+        })
+    };
+    push_line(
+        out,
+        "\nThe API server's requests from the first create to the last pod Ready, per pod (every client: kubelet, scheduler, controllers, operator, sidecars, this test), and the watch events it sent, by kind:\n",
+    );
+    push_line(
+        out,
+        &format!(
+            "| request | {} |",
+            Variant::ALL.map(Variant::title).join(" | ")
+        ),
+    );
+    push_line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
+    for key in keys {
+        let cells = Variant::ALL.map(|v| per_pod(v, key));
+        if cells.iter().all(|c| *c < 0.05) {
+            continue;
+        }
+        let cells = cells.map(|c| format!("{c:.1}")).join(" | ");
+        push_line(out, &format!("| {} | {cells} |", key.1));
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1132,7 +1132,7 @@ async fn scrape(client: &Client, path: &str) -> Option<String> {
 
 /// The API server's request counters summed over what does not say what the request was
 /// (status code, group, version, scope, component): `verb,resource[/subresource]` ->
-/// count; watch events by kind.
+/// count; watch events sent, by resource.
 fn api_requests(all: MetricMap) -> MetricMap {
     let mut out = MetricMap::new();
     for ((name, labels), series) in all {
@@ -1144,7 +1144,16 @@ fn api_requests(all: MetricMap) -> MetricMap {
                 .to_owned()
         };
         let what = match name.as_str() {
-            "apiserver_watch_events_total" => format!("WATCH EVENT {}", label("kind")),
+            // `resource` since Kubernetes 1.30 (`kind` before).
+            "apiserver_watch_events_total" => {
+                let resource = label("resource");
+                let kind = if resource.is_empty() {
+                    label("kind")
+                } else {
+                    resource
+                };
+                format!("watch events sent: {kind}")
+            }
             _ => {
                 let sub = label("subresource");
                 let resource = label("resource");

@@ -491,8 +491,9 @@ fn env_secs(name: &str, default: f64) -> Duration {
 
 /// Issues 17 and 24: strict values/s and p50/p99 latency with 1, 4 and 16 clients over 1
 /// and 4 sidecars, the API writes they cost, a plain segment sequence and Snowflake IDs
-/// (no coordination: the ceiling of this many sidecars) beside them (16 clients); then the hand-over gap: with 16 clients on 4 sidecars, the oracle's process
-/// is killed (`kill -9`) and the longest time without a value is measured.
+/// (no coordination: the ceiling of this many sidecars) beside them (16 clients); then the
+/// hand-over gap: with 16 clients on 4 sidecars, the oracle's process is killed
+/// (`kill -9`) and the longest time without a value is measured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark for bench/run: about 3 minutes; run it by name"]
 async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> {

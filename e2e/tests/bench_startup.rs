@@ -218,8 +218,19 @@ fn previous_hook() -> Result<serde_json::Value> {
     Ok(hook)
 }
 
-/// The pod of a variant made with the webhook's output, read from a server-side dry run of
-/// the kubeflake variant's pod (nothing is stored, the operator assigns nothing):
+/// The kubeflake variant's pod as the webhook makes it: a server-side dry run (nothing is
+/// stored, the operator assigns nothing), read once for every variant made from it.
+async fn webhook_dry_run(pods: &Api<Pod>) -> Result<Pod> {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry_run, &Variant::Kubeflake.pod("template")?)
+        .await
+        .context("dry-run create of the kubeflake pod (to read the webhook's output)")
+}
+
+/// The pod of a variant made with the webhook's output (`injected`, [`webhook_dry_run`]):
 ///
 /// - [`Variant::KubeflakeHook`]: the injected pod with the startup probe replaced by the
 ///   postStart hook 0.1.0 injected: `kubeflake-sidecar wait-ready` on the probe's port,
@@ -229,16 +240,13 @@ fn previous_hook() -> Result<serde_json::Value> {
 /// - [`Variant::IdleProbes`]: the idle sidecar's pod with the injected sidecar's startup,
 ///   readiness and liveness probes (periods, timeouts, thresholds as injected), each a TCP
 ///   connect to [`ANSWERING_PORT`] on the bridge address instead, which answers at once.
-async fn injected_template(pods: &Api<Pod>, variant: Variant) -> Result<serde_json::Value> {
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let injected = pods
-        .create(&dry_run, &Variant::Kubeflake.pod("template")?)
-        .await
-        .context("dry-run create of the kubeflake pod (to read the webhook's output)")?;
-    let mut spec = serde_json::to_value(injected.spec.context("the dry run returned no spec")?)?;
+fn injected_template(injected: &Pod, variant: Variant) -> Result<serde_json::Value> {
+    let mut spec = serde_json::to_value(
+        injected
+            .spec
+            .as_ref()
+            .context("the dry run returned no spec")?,
+    )?;
     let spec_map = spec.as_object_mut().context("pod spec")?;
     for server_set in ["priority", "preemptionPolicy"] {
         spec_map.remove(server_set);
@@ -1501,6 +1509,18 @@ fn push_line(out: &mut String, s: &str) {
     out.push('\n');
 }
 
+/// A table's header: `first`, then one right-aligned column per variant.
+fn push_variant_header(out: &mut String, first: &str) {
+    push_line(
+        out,
+        &format!(
+            "| {first} | {} |",
+            Variant::ALL.map(Variant::title).join(" | ")
+        ),
+    );
+    push_line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
+}
+
 fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
     let mut out = String::new();
     let line = push_line;
@@ -1510,16 +1530,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             "### {n} pods created at once, {rounds} round(s) per variant (variants alternating)\n"
         ),
     );
-    let header = |out: &mut String, first: &str| {
-        line(
-            out,
-            &format!(
-                "| {first} | {} |",
-                Variant::ALL.map(Variant::title).join(" | ")
-            ),
-        );
-        line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
-    };
+    let header = push_variant_header;
     // A stage's cells, one per variant: `value` of each pod, p50 / p99 / max.
     let stage_cells = |stage: &Stage, value: fn(&Stage, &Timeline) -> Option<f64>| {
         Variant::ALL
@@ -1741,16 +1752,9 @@ fn api_request_table(out: &mut String, n: usize, all: &BTreeMap<Variant, Results
     };
     push_line(
         out,
-        "\nThe API server's requests from the first create to the last pod Ready, per pod (every client: kubelet, scheduler, controllers, operator, sidecars, this test), and the watch events it sent, by kind:\n",
+        "\nThe API server's requests from the first create to the last pod Ready, per pod (every client: kubelet, scheduler, controllers, operator, sidecars, this test), and the watch events it sent, by resource:\n",
     );
-    push_line(
-        out,
-        &format!(
-            "| request | {} |",
-            Variant::ALL.map(Variant::title).join(" | ")
-        ),
-    );
-    push_line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
+    push_variant_header(out, "request");
     for key in keys {
         let cells = Variant::ALL.map(|v| per_pod(v, key));
         if cells.iter().all(|c| *c < 0.05) {
@@ -1899,10 +1903,10 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         shared.clone(),
         observe_lease,
     );
+    let injected = webhook_dry_run(&Api::namespaced(ns.client.clone(), &ns.name)).await?;
     let mut templates = HashMap::new();
     for variant in Variant::ALL.into_iter().filter(|v| v.is_from_webhook()) {
-        let pods = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
-        templates.insert(variant, injected_template(&pods, variant).await?);
+        templates.insert(variant, injected_template(&injected, variant)?);
     }
     let bench = Bench {
         cluster,

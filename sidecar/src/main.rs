@@ -145,8 +145,7 @@ struct ClusterArgs {
     /// The port of the strict oracle's forwarding listener on --pod-ip.
     #[arg(long, default_value_t = contract::DEFAULT_ORACLE_PORT, env = contract::ORACLE_PORT_ENV)]
     oracle_port: u16,
-    /// Threads of the async runtime. One by default, and then the whole runtime runs on the
-    /// main thread (file writes still go to the blocking pool): a sidecar's work is many tiny
+    /// Threads of the async runtime. One by default: a sidecar's work is many tiny
     /// requests, and on a busy node waking a second thread costs more than the work it
     /// takes over (docs/benchmarks.md section 8); under the chart's default CPU limit
     /// (200m) a second thread could not run in parallel anyway. More help only a strict
@@ -473,20 +472,10 @@ fn main() {
         None => Run::Standalone(cli.standalone),
     };
     kubeflake_runtime::log::init(cli.log_format);
-    // Cluster mode with one thread (the default) runs everything on the main thread: a
-    // multi-threaded runtime with one worker would still hand work between the worker and
-    // the thread that waits on the main future, a switch per wake-up on a busy node.
-    let mut builder = match &command {
-        Run::Cluster(args) if args.runtime_threads == 1 => {
-            tokio::runtime::Builder::new_current_thread()
-        }
-        Run::Cluster(args) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(usize::from(args.runtime_threads));
-            b
-        }
-        Run::Standalone(_) => tokio::runtime::Builder::new_multi_thread(),
-    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Run::Cluster(args) = &command {
+        builder.worker_threads(usize::from(args.runtime_threads));
+    }
     let runtime = builder
         .enable_all()
         .build()

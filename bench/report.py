@@ -478,35 +478,43 @@ def us(v):
     return f"{v / 1000:,.1f} ms" if v >= 1000 else f"{v:,.0f} µs"
 
 
+TRANSPORTS = ("tcp", "unix")
+
+
 def strict_rows(res):
-    """(name, sidecars, clients, values/s, p50 µs, p99 µs, refused, writes/s, 409/s, reads/s)."""
+    """(name, sidecars, transport, clients, values/s, p50 µs, p99 µs, refused, writes/s,
+    409/s, reads/s). Runs before both transports were measured: nextval() over its unix
+    socket, the sidecars over TCP."""
     nextval = {}
     for r in res["nextval"]:
-        nextval.setdefault(r["connections"], []).append(r)
+        nextval.setdefault((r.get("transport", "unix"), r["connections"]), []).append(r)
     rows = []
-    for c in sorted(nextval):
-        rs = nextval[c]
-        rows.append(("PostgreSQL `nextval()`", None, c, med([r["requests_per_s"] for r in rs]),
+    for transport, c in sorted(nextval, key=lambda k: (TRANSPORTS.index(k[0]), k[1])):
+        rs = nextval[(transport, c)]
+        rows.append(("PostgreSQL `nextval()`", None, transport, c,
+                     med([r["requests_per_s"] for r in rs]),
                      med([r["p50_us"] for r in rs]), med([r["p99_us"] for r in rs]),
                      sum(r.get("refused", 0) for r in rs), None, None, None))
-    for f in res["strict"]:
+    for f in sorted(res["strict"], key=lambda f: TRANSPORTS.index(f.get("transport", "tcp"))):
         name = {"strict": "strict sequence",
                 "snowflake": "Snowflake IDs (no coordination: the ceiling)"}.get(
                     f["sequence"], "segment sequence, blockSize 1000")
-        rows.append((name, f["sidecars"], f["clients"], f["values_per_sec"], f.get("p50_us"),
-                     f.get("p99_us"), f.get("refused"), f["lease_writes_per_sec"],
-                     f["conflicts_per_sec"], f.get("lease_reads_per_sec")))
+        rows.append((name, f["sidecars"], f.get("transport", "tcp"), f["clients"],
+                     f["values_per_sec"], f.get("p50_us"), f.get("p99_us"), f.get("refused"),
+                     f["lease_writes_per_sec"], f["conflicts_per_sec"],
+                     f.get("lease_reads_per_sec")))
     return rows
 
 
 def strict_table(res):
-    lines = ["| peer | sidecars | clients (connections) | values/s | p50 | p99 | refused | "
-             "lease writes/s | of which 409 | lease reads/s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| peer | sidecars | transport | clients (connections) | values/s | p50 | p99 | "
+             "refused | lease writes/s | of which 409 | lease reads/s |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     dash = lambda v, f: "-" if v is None else f(v)
-    for name, sidecars, c, vps, p50, p99, refused, writes, conflicts, reads in strict_rows(res):
-        lines.append(f"| {name} | {dash(sidecars, str)} | {c} | {num(vps)} | {us(p50)} | "
-                     f"{us(p99)} | {dash(refused, num)} | {dash(writes, num)} | "
+    for (name, sidecars, transport, c, vps, p50, p99, refused, writes, conflicts,
+         reads) in strict_rows(res):
+        lines.append(f"| {name} | {dash(sidecars, str)} | {transport} | {c} | {num(vps)} | "
+                     f"{us(p50)} | {us(p99)} | {dash(refused, num)} | {dash(writes, num)} | "
                      f"{dash(conflicts, num)} | {dash(reads, lambda v: f'{v:.1f}')} |")
     return "\n".join(lines)
 
@@ -517,37 +525,45 @@ def and_list(items):
 
 
 def strict_verdicts(res):
-    """The issue's acceptance, read off this run's rows (not hard-coded)."""
+    """The issue's acceptance, read off this run's rows (not hard-coded), per transport:
+    each row against PostgreSQL reached the same way."""
     rows = strict_rows(res)
-    nextval = {c: vps for name, s, c, vps, *_ in rows if s is None}
-    strict = {(s, c): vps for name, s, c, vps, *_ in rows if name == "strict sequence"}
     out = []
-    if (4, 16) in strict and 16 in nextval:
-        a, b = strict[(4, 16)], nextval[16]
-        out.append(f"- **Strict, 4 sidecars × 4 connections (16 clients), against `nextval()` at "
-                   f"16 connections**: {num(a)} against {num(b)} values/s, {ratio(a, b)} "
-                   f"(the goal is at least 1×: {'met' if a >= b else 'not met'} in this run).")
-    snowflake = {s: vps for name, s, c, vps, *_ in rows if name.startswith("Snowflake")
-                 and c == 16}
-    if 4 in snowflake and 16 in nextval:
-        a, b = snowflake[4], nextval[16]
-        out.append(f"- **The ceiling on this machine**: Snowflake IDs, which 4 sidecars serve "
-                   f"from their own memory with no coordination at all, at 4 × 4 connections: "
-                   f"{num(a)} values/s, {ratio(a, b)} `nextval()` at 16"
-                   + (f" and {ratio(a, snowflake[1])} the same 16 connections on 1 sidecar"
-                      if 1 in snowflake else "")
-                   + (f"; strict served {ratio(strict[(4, 16)], a)} of it"
-                      if (4, 16) in strict else "") + ".")
-    pairs = [(c, strict[(4, c)], strict[(1, c)]) for c in (1, 4, 16)
-             if (4, c) in strict and (1, c) in strict]
-    if pairs:
-        worse = [c for c, four, one in pairs if four < one]
-        out.append("- **4 sidecars against 1**, strict, at " +
-                   " / ".join(str(c) for c, *_ in pairs) + " clients: " +
-                   " / ".join(ratio(four, one) for _, four, one in pairs) +
-                   (" (4 sidecars served fewer values than 1 at " + and_list(worse) +
-                    " clients)" if worse
-                    else " (never fewer than 1 sidecar in this run)") + ".")
+    for transport in TRANSPORTS:
+        here = [r for r in rows if r[2] == transport]
+        nextval = {c: vps for name, s, t, c, vps, *_ in here if s is None}
+        strict = {(s, c): vps for name, s, t, c, vps, *_ in here
+                  if name == "strict sequence"}
+        if not strict:
+            continue
+        over = "over TCP" if transport == "tcp" else "over Unix sockets"
+        if (4, 16) in strict and 16 in nextval:
+            a, b = strict[(4, 16)], nextval[16]
+            out.append(f"- **{over.capitalize()}: strict, 4 sidecars × 4 connections (16 "
+                       f"clients), against `nextval()` at 16 connections**: {num(a)} against "
+                       f"{num(b)} values/s, {ratio(a, b)} (the goal is at least 1×: "
+                       f"{'met' if a >= b else 'not met'} in this run).")
+        snowflake = {s: vps for name, s, t, c, vps, *_ in here
+                     if name.startswith("Snowflake") and c == 16}
+        if 4 in snowflake and 16 in nextval:
+            a, b = snowflake[4], nextval[16]
+            out.append(f"- **{over.capitalize()}, the ceiling**: Snowflake IDs, which 4 "
+                       f"sidecars serve from their own memory with no coordination at all, at "
+                       f"4 × 4 connections: {num(a)} values/s, {ratio(a, b)} `nextval()` at 16"
+                       + (f" and {ratio(a, snowflake[1])} the same 16 connections on 1 sidecar"
+                          if 1 in snowflake else "")
+                       + (f"; strict served {ratio(strict[(4, 16)], a)} of it"
+                          if (4, 16) in strict else "") + ".")
+        pairs = [(c, strict[(4, c)], strict[(1, c)]) for c in (1, 4, 16)
+                 if (4, c) in strict and (1, c) in strict]
+        if pairs:
+            worse = [c for c, four, one in pairs if four < one]
+            out.append(f"- **{over.capitalize()}, 4 sidecars against 1**, strict, at " +
+                       " / ".join(str(c) for c, *_ in pairs) + " clients: " +
+                       " / ".join(ratio(four, one) for _, four, one in pairs) +
+                       (" (4 sidecars served fewer values than 1 at " + and_list(worse) +
+                        " clients)" if worse
+                        else " (never fewer than 1 sidecar in this run)") + ".")
     return "\n".join(out)
 
 
@@ -587,13 +603,16 @@ def strict_section(res):
 ## 8. Strict sequences beside PostgreSQL `nextval()`
 
 Generated by `{res['command']}` on {res['started']} ({res['seconds'] // 60} min). One run:
-first PostgreSQL `nextval()` (linearizable too; a private server on a unix socket,
-`kubeflake-loadgen`, {res['reps']} repetitions of {res['secs']} s, medians), then
-`{command}` (release build, the e2e control plane: one etcd, one kube-apiserver on this
-machine, the sidecars as processes; closed-loop clients, one thread each on a keep-alive
-connection, client i to sidecar i mod sidecars, the oracle's sidecar last, so that 1 client
-of 4 sidecars asks a sidecar that forwards; {window:g} s per row). p50/p99: the latency of
-every answered request. Load average {' / '.join(res['load_before'])} at the start,
+first PostgreSQL `nextval()` (linearizable too; a private server, reached over its unix
+socket and over TCP on 127.0.0.1, {res['reps']} repetitions of {res['secs']} s, medians),
+then `{command}` (release build, the e2e control plane: one etcd, one kube-apiserver on this
+machine, the sidecars as processes, each reached over TCP and over its Unix socket;
+{window:g} s per row). Every row has the same client: `kubeflake-loadgen`'s closed loop
+(one client thread, N keep-alive connections, one request in flight on each, 1 s of
+warm-up), connection i to sidecar i mod sidecars with the oracle's sidecar last, so that 1
+client of 4 sidecars asks a sidecar that forwards; on a strict sequence every
+connection's values must increase or the run fails. Compare each row with `nextval()`
+over the same transport. p50/p99: the latency of every answered request. Load average {' / '.join(res['load_before'])} at the start,
 {' / '.join(res['load_after'])} at the end. What the figures mean:
 [strict.md](strict.md#figures-measured).
 
@@ -615,9 +634,10 @@ def strict_figures(res):
 `{res['command']}`, {res['started']}, one run on this machine ({res['machine']['nproc']} cores;
 load average {' / '.join(res['load_before'])} at the start, {' / '.join(res['load_after'])} at
 the end): PostgreSQL `nextval()` first, then `{res.get('strict_command', 'bench_strict')}`
-(release build; one etcd and one kube-apiserver on this machine, the sidecars as processes,
-closed-loop clients on keep-alive connections, client `i` to sidecar `i mod sidecars` with
-the oracle's sidecar last, `GET /id`). Lease writes and reads are the API server's own count
+(release build; one etcd and one kube-apiserver on this machine, the sidecars as processes;
+every row driven by the same closed-loop load generator, one client thread, `GET /id` on
+keep-alive connections, connection `i` to sidecar `i mod sidecars` with the oracle's
+sidecar last; PostgreSQL and the sidecars each over TCP and over a Unix socket). Lease writes and reads are the API server's own count
 of PATCH/PUT and of GET on Leases (a watch's events are not requests). The method in full:
 [benchmarks.md, section 8](benchmarks.md).
 

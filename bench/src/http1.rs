@@ -24,6 +24,8 @@ pub fn get_request(path: &str) -> Vec<u8> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
+    /// Where the body begins (its bytes are `body_start..len`).
+    pub body_start: usize,
     /// Bytes taken by headers and body together.
     pub len: usize,
 }
@@ -46,8 +48,13 @@ pub fn parse_answer(buf: &[u8]) -> Result<Option<Answer>, ResponseError> {
         .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
         .and_then(|(_, value)| value.trim().parse::<usize>().ok())
         .ok_or(ResponseError::NoContentLength)?;
-    let len = head_end + 4 + length;
-    Ok((buf.len() >= len).then_some(Answer { status, len }))
+    let body_start = head_end + 4;
+    let len = body_start + length;
+    Ok((buf.len() >= len).then_some(Answer {
+        status,
+        body_start,
+        len,
+    }))
 }
 
 #[cfg(test)]
@@ -73,6 +80,7 @@ mod tests {
             parse_answer(whole),
             Ok(Some(Answer {
                 status: 200,
+                body_start: whole.len() - 5,
                 len: whole.len()
             }))
         );

@@ -8,6 +8,7 @@
 //! One piece (over 400 lines): one loop drives every peer, and its connection kinds (HTTP,
 //! Redis, PostgreSQL) stay beside it so that what differs between peers is seen in one place.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use tokio::net::{TcpStream, UnixStream};
 use crate::http1::{self, ResponseError};
 use crate::resp::{self, ReplyError};
 use crate::stats::{Summary, new_histogram};
-use crate::target::{Dial, Target};
+use crate::target::{Dial, Target, Targets};
 
 /// A request that takes longer than this ends the run with an error instead of a hang.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,6 +44,16 @@ pub enum LoadError {
     Timeout { peer: String },
     #[error("bad HTTP answer from {peer}: {source}")]
     Http { peer: String, source: ResponseError },
+    #[error("{peer} answered {body:?}, not a value (asked to check that values increase)")]
+    NotAValue { peer: String, body: String },
+    #[error(
+        "{peer} answered {value} after {previous} on the same connection: the values went backwards"
+    )]
+    NotIncreasing {
+        peer: String,
+        previous: u64,
+        value: u64,
+    },
     #[error("bad reply from {peer}: {source}")]
     Redis { peer: String, source: ReplyError },
     #[error("PostgreSQL at {peer}: {source}")]
@@ -69,47 +80,62 @@ pub enum RedisOp {
 #[derive(Debug, Clone)]
 pub enum Peer {
     /// `GET path` on keep-alive HTTP/1.1; a 200 answer carries `ids_per_answer` IDs.
+    /// Connections are spread over `addrs` in turn. With `increasing`, every 200 body must
+    /// be one value above the connection's previous one (what a strict sequence promises a
+    /// client that waits for each answer), or the run ends with an error.
     Http {
-        addr: Target,
+        addrs: Targets,
         path: String,
         ids_per_answer: u64,
+        increasing: bool,
     },
     Redis {
         addr: Target,
         key: String,
         op: RedisOp,
     },
-    /// A prepared `SELECT nextval(...)` (over `generate_series(1, batch)` when batch > 1)
-    /// over the unix socket in `socket_dir`.
+    /// A prepared `SELECT nextval(...)` (over `generate_series(1, batch)` when batch > 1).
     Postgres {
-        socket_dir: PathBuf,
-        port: u16,
+        server: PgServer,
         user: String,
         batch: u64,
     },
 }
 
+/// Where a PostgreSQL server listens.
+#[derive(Debug, Clone)]
+pub enum PgServer {
+    /// Its Unix socket: the directory holding it, and the port in its name.
+    Socket {
+        dir: PathBuf,
+        port: u16,
+    },
+    Tcp(SocketAddr),
+}
+
 impl Peer {
     fn describe(&self) -> String {
         match self {
-            Peer::Http {
-                addr: Target::Tcp(addr),
-                path,
-                ..
-            } => format!("http://{addr}{path}"),
-            Peer::Http { addr, path, .. } => format!("GET {path} on {addr}"),
+            Peer::Http { addrs, path, .. } => format!("GET {path} on {addrs}"),
             Peer::Redis { addr, .. } => format!("redis {addr}"),
             Peer::Postgres {
-                socket_dir, port, ..
-            } => format!("postgres {}:{port}", socket_dir.display()),
+                server: PgServer::Socket { dir, port },
+                ..
+            } => format!("postgres {}:{port}", dir.display()),
+            Peer::Postgres {
+                server: PgServer::Tcp(addr),
+                ..
+            } => format!("postgres {addr}"),
         }
     }
 
-    /// The address the load generator dials itself (PostgreSQL's client dials its own).
-    fn target(&self) -> Option<&Target> {
+    /// Whether the load generator's own connections are Unix sockets (PostgreSQL's client
+    /// opens its own, so there it does not matter).
+    fn is_unix(&self) -> bool {
         match self {
-            Peer::Http { addr, .. } | Peer::Redis { addr, .. } => Some(addr),
-            Peer::Postgres { .. } => None,
+            Peer::Http { addrs, .. } => addrs.is_unix(),
+            Peer::Redis { addr, .. } => addr.is_unix(),
+            Peer::Postgres { .. } => false,
         }
     }
 }
@@ -136,6 +162,8 @@ enum Conn<S> {
         request: Vec<u8>,
         buf: Vec<u8>,
         ids_per_answer: u64,
+        /// With the `increasing` check: the last value this connection was given.
+        last: Option<Last>,
     },
     Redis {
         stream: S,
@@ -150,9 +178,36 @@ enum Conn<S> {
     },
 }
 
+/// The `increasing` check's state: the value last answered on one connection, if any yet.
+#[derive(Debug, Clone, Copy, Default)]
+struct Last(Option<u64>);
+
+impl Last {
+    /// Takes the next 200 body; fails unless it is a value above the last one.
+    fn check(&mut self, body: &[u8], peer: &str) -> Result<(), LoadError> {
+        let text = String::from_utf8_lossy(body);
+        let value: u64 = text.trim().parse().map_err(|_| LoadError::NotAValue {
+            peer: peer.to_string(),
+            body: text.to_string(),
+        })?;
+        if let Some(previous) = self.0
+            && value <= previous
+        {
+            return Err(LoadError::NotIncreasing {
+                peer: peer.to_string(),
+                previous,
+                value,
+            });
+        }
+        self.0 = Some(value);
+        Ok(())
+    }
+}
+
 const SEQUENCE: &str = "kubeflake_bench_ids";
 
-async fn connect<S: Dial>(peer: &Peer) -> Result<Conn<S>, LoadError> {
+/// Opens connection number `i` to `peer`.
+async fn connect<S: Dial>(peer: &Peer, i: usize) -> Result<Conn<S>, LoadError> {
     let name = peer.describe();
     let dial = |addr: &Target| {
         let name = name.clone();
@@ -165,14 +220,16 @@ async fn connect<S: Dial>(peer: &Peer) -> Result<Conn<S>, LoadError> {
     };
     match peer {
         Peer::Http {
-            addr,
+            addrs,
             path,
             ids_per_answer,
+            increasing,
         } => Ok(Conn::Http {
-            stream: dial(addr).await?,
+            stream: dial(addrs.for_connection(i)).await?,
             request: http1::get_request(path),
             buf: Vec::with_capacity(64 * 1024),
             ids_per_answer: *ids_per_answer,
+            last: increasing.then(Last::default),
         }),
         Peer::Redis { addr, key, op } => {
             let (request, replies, ids_per_round) = match op {
@@ -191,12 +248,11 @@ async fn connect<S: Dial>(peer: &Peer) -> Result<Conn<S>, LoadError> {
             })
         }
         Peer::Postgres {
-            socket_dir,
-            port,
+            server,
             user,
             batch,
         } => {
-            let client = pg_client(socket_dir, *port, user, peer).await?;
+            let client = pg_client(server, user, peer).await?;
             let sql = if *batch > 1 {
                 format!("SELECT nextval('{SEQUENCE}') FROM generate_series(1, {batch})")
             } else {
@@ -211,16 +267,18 @@ async fn connect<S: Dial>(peer: &Peer) -> Result<Conn<S>, LoadError> {
     }
 }
 
-/// A PostgreSQL session over the unix socket in `socket_dir`.
+/// A PostgreSQL session with `server`.
 async fn pg_client(
-    socket_dir: &std::path::Path,
-    port: u16,
+    server: &PgServer,
     user: &str,
     peer: &Peer,
 ) -> Result<tokio_postgres::Client, LoadError> {
-    let (client, connection) = tokio_postgres::Config::new()
-        .host_path(socket_dir)
-        .port(port)
+    let mut config = tokio_postgres::Config::new();
+    match server {
+        PgServer::Socket { dir, port } => config.host_path(dir).port(*port),
+        PgServer::Tcp(addr) => config.host(addr.ip().to_string()).port(addr.port()),
+    };
+    let (client, connection) = config
         .user(user)
         .dbname("postgres")
         .connect(tokio_postgres::NoTls)
@@ -236,15 +294,22 @@ async fn pg_client(
     Ok(client)
 }
 
-/// Reads until `buf` holds one whole HTTP answer; returns it and drops it from `buf`.
+/// Reads until `buf` holds one whole HTTP answer; returns its status and drops it from
+/// `buf`. With `last`, a 200 answer's body must be a value above the last one.
 async fn read_answer<S: Dial>(
     stream: &mut S,
     buf: &mut Vec<u8>,
+    last: Option<&mut Last>,
     peer: &str,
 ) -> Result<u16, LoadError> {
     loop {
         match http1::parse_answer(buf) {
             Ok(Some(answer)) => {
+                if let Some(last) = last
+                    && answer.status == 200
+                {
+                    last.check(&buf[answer.body_start..answer.len], peer)?;
+                }
                 buf.drain(..answer.len);
                 return Ok(answer.status);
             }
@@ -293,9 +358,10 @@ impl<S: Dial> Conn<S> {
                 request,
                 buf,
                 ids_per_answer,
+                last,
             } => {
                 stream.write_all(request).await.map_err(io)?;
-                let status = read_answer(stream, buf, peer).await?;
+                let status = read_answer(stream, buf, last.as_mut(), peer).await?;
                 Ok(if status == 200 { *ids_per_answer } else { 0 })
             }
             Conn::Redis {
@@ -377,16 +443,10 @@ async fn drive<S: Dial>(
 
 /// Creates the PostgreSQL sequence the peer draws from (once, before a run).
 async fn prepare_postgres(peer: &Peer) -> Result<(), LoadError> {
-    let Peer::Postgres {
-        socket_dir,
-        port,
-        user,
-        ..
-    } = peer
-    else {
+    let Peer::Postgres { server, user, .. } = peer else {
         return Ok(());
     };
-    pg_client(socket_dir, *port, user, peer)
+    pg_client(server, user, peer)
         .await?
         .batch_execute(&format!("CREATE SEQUENCE IF NOT EXISTS {SEQUENCE}"))
         .await
@@ -398,10 +458,10 @@ async fn prepare_postgres(peer: &Peer) -> Result<(), LoadError> {
 
 /// Runs `plan` against `peer`, labelled `name` in the summary.
 pub async fn run(peer: &Peer, name: &str, plan: Plan) -> Result<Summary, LoadError> {
-    match peer.target() {
-        Some(Target::Unix(_)) => run_over::<UnixStream>(peer, name, plan).await,
+    match peer.is_unix() {
+        true => run_over::<UnixStream>(peer, name, plan).await,
         // TCP; and PostgreSQL, whose client opens its own socket (the type goes unused).
-        Some(Target::Tcp(_)) | None => run_over::<TcpStream>(peer, name, plan).await,
+        false => run_over::<TcpStream>(peer, name, plan).await,
     }
 }
 
@@ -410,8 +470,8 @@ async fn run_over<S: Dial>(peer: &Peer, name: &str, plan: Plan) -> Result<Summar
     prepare_postgres(peer).await?;
     // Every connection is open before the clock starts.
     let mut conns = Vec::with_capacity(plan.connections);
-    for _ in 0..plan.connections.max(1) {
-        conns.push(connect::<S>(peer).await?);
+    for i in 0..plan.connections.max(1) {
+        conns.push(connect::<S>(peer, i).await?);
     }
     let start = Instant::now();
     let tasks: Vec<_> = conns
@@ -438,4 +498,23 @@ async fn run_over<S: Dial>(peer: &Peer, name: &str, plan: Plan) -> Result<Summar
         ids,
         refused,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_increasing_check_takes_rising_values_and_names_one_that_went_back() {
+        let mut last = Last::default();
+        last.check(b"7\n", "p").unwrap();
+        last.check(b"8", "p").unwrap();
+        let err = last.check(b"8\n", "p").unwrap_err().to_string();
+        assert!(
+            err.contains("8 after 8") && err.contains("backwards"),
+            "{err}"
+        );
+        let err = last.check(b"{\"error\":1}", "p").unwrap_err().to_string();
+        assert!(err.contains("not a value"), "{err}");
+    }
 }

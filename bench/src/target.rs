@@ -50,6 +50,60 @@ impl fmt::Display for Target {
     }
 }
 
+/// The servers one run spreads its connections over: at least one, all of one kind (TCP
+/// or Unix socket), so that one stream type serves every connection. Connection `i` dials
+/// the `i mod n`-th, so 16 connections over 4 targets are 4 on each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Targets(Vec<Target>);
+
+impl Targets {
+    pub fn new(targets: Vec<Target>) -> Result<Targets, String> {
+        let Some(first) = targets.first() else {
+            return Err("no address: give at least one".to_string());
+        };
+        if let Some(other) = targets.iter().find(|t| t.is_unix() != first.is_unix()) {
+            return Err(format!(
+                "{first} and {other} are of two kinds: give only TCP or only unix: addresses"
+            ));
+        }
+        Ok(Targets(targets))
+    }
+
+    /// What connection `i` dials.
+    pub fn for_connection(&self, i: usize) -> &Target {
+        &self.0[i % self.0.len()]
+    }
+
+    /// Whether these are Unix sockets (else TCP addresses).
+    pub fn is_unix(&self) -> bool {
+        self.0[0].is_unix()
+    }
+}
+
+impl From<Target> for Targets {
+    fn from(target: Target) -> Targets {
+        Targets(vec![target])
+    }
+}
+
+impl fmt::Display for Targets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, target) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{target}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Target {
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Target::Unix(_))
+    }
+}
+
 /// A byte stream the load generator can open to a [`Target`] of its own kind.
 pub trait Dial: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
     fn dial(target: &Target) -> impl Future<Output = io::Result<Self>> + Send;
@@ -109,6 +163,25 @@ mod tests {
                 .unwrap_err()
                 .contains("no socket path")
         );
+    }
+
+    #[test]
+    fn connections_are_spread_over_targets_of_one_kind_in_turn() {
+        let parse = |raw: &[&str]| -> Result<Targets, String> {
+            Targets::new(raw.iter().map(|r| r.parse().unwrap()).collect())
+        };
+        let four = parse(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"]).unwrap();
+        let ports: Vec<String> = (0..6).map(|i| four.for_connection(i).to_string()).collect();
+        assert_eq!(ports[0], "127.0.0.1:1");
+        assert_eq!(ports[3], "127.0.0.1:4");
+        assert_eq!(ports[4], "127.0.0.1:1");
+        assert_eq!(
+            four.to_string(),
+            "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4"
+        );
+        assert!(parse(&[]).unwrap_err().contains("at least one"));
+        let mixed = parse(&["127.0.0.1:1", "unix:/tmp/a.sock"]).unwrap_err();
+        assert!(mixed.contains("only TCP or only unix"), "{mixed}");
     }
 
     #[tokio::test]

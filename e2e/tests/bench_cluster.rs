@@ -18,6 +18,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use kubeflake_bench::load::{self, Peer, Plan};
+use kubeflake_bench::stats::Summary;
+use kubeflake_bench::target::{Target, Targets};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_crds::strict_oracle;
 use kubeflake_e2e::Cluster;
@@ -291,26 +294,12 @@ struct Load {
     refused: u64,
     /// Connections that broke or could not be made.
     broken: u64,
-    /// The latency of every 200 answer, sorted.
-    latencies: Vec<Duration>,
     /// When every 200 answer arrived, after the start of the window, sorted.
     successes: Vec<Duration>,
 }
 
 /// What a refused client (or one whose connection broke) waits before asking again.
 const REFUSED_PAUSE: Duration = Duration::from_millis(5);
-
-impl Load {
-    /// The q-quantile (nearest rank) of the latencies, in microseconds.
-    fn latency_us(&self, q: f64) -> f64 {
-        let us: Vec<f64> = self
-            .latencies
-            .iter()
-            .map(|d| d.as_secs_f64() * 1e6)
-            .collect();
-        quantile(&us, q)
-    }
-}
 
 /// The longest time without a 200 answer in `successes` (sorted), among the intervals that
 /// end after `after`: between two successive answers, or from the last answer to `end`.
@@ -327,8 +316,10 @@ fn longest_gap(successes: &[Duration], after: Duration, end: Duration) -> (Durat
     best
 }
 
-/// Closed-loop clients: one thread per client, each on its own keep-alive connection,
-/// asking `target` as fast as it is answered from `start` for `window`.
+/// Closed-loop clients for the hand-over: one thread per client, each on its own keep-alive
+/// connection, asking `target` as fast as it is answered from `start` for `window`, and
+/// with `survive` moving on to the next sidecar when its own is killed (the throughput
+/// rows use the load generator instead: [`drive`]).
 fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration) -> Result<Load> {
     let deadline = start + window;
     let threads: Vec<_> = (0..clients.count)
@@ -357,7 +348,6 @@ fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration
                         }
                         continue;
                     };
-                    let asked = Instant::now();
                     match sidecar_support::request(c, &target) {
                         Some((200, body)) => {
                             let arrived = Instant::now();
@@ -375,7 +365,6 @@ fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration
                             }
                             last = Some(value);
                             load.values += 1;
-                            load.latencies.push(arrived - asked);
                             load.successes.push(arrived - start);
                         }
                         Some(_) => {
@@ -403,10 +392,8 @@ fn closed_loop(clients: &Clients, target: &str, start: Instant, window: Duration
         all.values += load.values;
         all.refused += load.refused;
         all.broken += load.broken;
-        all.latencies.extend(load.latencies);
         all.successes.extend(load.successes);
     }
-    all.latencies.sort_unstable();
     all.successes.sort_unstable();
     Ok(all)
 }
@@ -506,8 +493,8 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
     let ns = cluster.namespace("bench-strict").await?;
     let _operator = Operator::start(cluster, &ns.name, "a")?;
     let mut table = String::from(
-        "| sequence | sidecars | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 | lease reads/s |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| sequence | sidecars | transport | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 | lease reads/s |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     // Snowflake IDs beside them: every sidecar serves from its own memory, with no
     // coordination at all, so its row is what this many sidecar processes can serve on this
@@ -531,7 +518,8 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
             let name = format!("{kind}-{sidecar_count}");
             create_sequence(&ns, &name, spec.clone()).await?;
             let pods = create_pods(&ns, &name, &name, sidecar_count).await?;
-            let mut sidecars = Sidecar::start_all_ready(cluster, &ns.name, &pods, &name).await?;
+            let mut sidecars =
+                Sidecar::start_all_ready_with_sockets(cluster, &ns.name, &pods, &name).await?;
             // Ready is not serving: a strict sidecar may refuse until it knows its oracle.
             eventually(
                 Duration::from_secs(60),
@@ -555,59 +543,43 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
             };
             let oracle_uid = oracle.as_ref().and_then(holder).map(str::to_string);
             sidecars.sort_by_key(|s| Some(&s.uid) == oracle_uid.as_ref());
-            let ports: Vec<u16> = sidecars.iter().map(|s| s.port).collect();
-            for &count in client_counts {
-                let clients = Clients {
-                    ports: ports.clone(),
-                    count,
-                    survive: false,
-                    increasing: strict,
-                };
-                // Warm-up: connections, the first claims.
-                let warm = clients.clone();
-                tokio::task::spawn_blocking(move || {
-                    closed_loop(&warm, "/id", Instant::now(), Duration::from_secs(1))
-                })
-                .await??;
-                let before = lease_requests(&ns.client).await?;
-                let started = Instant::now();
-                let load = {
-                    let clients = clients.clone();
-                    tokio::task::spawn_blocking(move || {
-                        closed_loop(&clients, "/id", started, window)
-                    })
-                    .await??
-                };
-                let secs = started.elapsed().as_secs_f64();
-                let requests = lease_requests(&ns.client).await? - before;
-                let on_oracle = oracle_uid.as_ref().map(|_| {
-                    (0..count)
-                        .filter(|i| i % ports.len() == ports.len() - 1)
-                        .count()
-                });
-                let (values_per_sec, p50, p99) = (
-                    load.values as f64 / secs,
-                    load.latency_us(0.5),
-                    load.latency_us(0.99),
-                );
-                report(json!({
-                    "figure": "strict", "sequence": kind, "sidecars": sidecar_count,
-                    "clients": count, "clients_on_oracle": on_oracle,
-                    "values_per_sec": values_per_sec, "p50_us": p50, "p99_us": p99,
-                    "refused": load.refused, "secs": secs,
-                    "lease_writes_per_sec": requests.writes / secs,
-                    "conflicts_per_sec": requests.conflicts / secs,
-                    "lease_reads_per_sec": requests.reads / secs,
-                }));
-                table.push_str(&format!(
-                    "| {kind} | {sidecar_count} | {count} | {} | {values_per_sec:.0} | {p50:.0} | {p99:.0} | {} | {:.0} | {:.0} | {:.1} |\n",
-                    on_oracle.map_or("-".to_string(), |n| n.to_string()),
-                    load.refused,
-                    requests.writes / secs,
-                    requests.conflicts / secs,
-                    requests.reads / secs,
-                ));
-                assert!(load.values > 0, "{kind}: no value in the window");
+            for transport in Transport::ALL {
+                let addrs = transport.targets(&sidecars)?;
+                for &count in client_counts {
+                    let before = lease_requests(&ns.client).await?;
+                    let started = Instant::now();
+                    let load = drive(&addrs, count, strict, window).await?;
+                    let secs = started.elapsed().as_secs_f64();
+                    let requests = lease_requests(&ns.client).await? - before;
+                    let on_oracle = oracle_uid.as_ref().map(|_| {
+                        (0..count)
+                            .filter(|i| i % sidecar_count == sidecar_count - 1)
+                            .count()
+                    });
+                    let values_per_sec = load.ids_per_s;
+                    report(json!({
+                        "figure": "strict", "sequence": kind, "sidecars": sidecar_count,
+                        "transport": transport.name(),
+                        "clients": count, "clients_on_oracle": on_oracle,
+                        "values_per_sec": values_per_sec, "p50_us": load.p50_us,
+                        "p99_us": load.p99_us, "refused": load.refused, "secs": load.secs,
+                        "lease_writes_per_sec": requests.writes / secs,
+                        "conflicts_per_sec": requests.conflicts / secs,
+                        "lease_reads_per_sec": requests.reads / secs,
+                    }));
+                    table.push_str(&format!(
+                        "| {kind} | {sidecar_count} | {} | {count} | {} | {values_per_sec:.0} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {:.1} |\n",
+                        transport.name(),
+                        on_oracle.map_or("-".to_string(), |n| n.to_string()),
+                        load.p50_us,
+                        load.p99_us,
+                        load.refused,
+                        requests.writes / secs,
+                        requests.conflicts / secs,
+                        requests.reads / secs,
+                    ));
+                    assert!(load.ids > 0, "{kind}: no value in the window");
+                }
             }
             if strict && sidecar_count > 1 {
                 for after_kill in [AfterKill::RestartInPlace, AfterKill::Nothing] {
@@ -620,6 +592,75 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
     }
     println!("{table}");
     Ok(())
+}
+
+/// How the load generator reaches the sidecars: over TCP as most apps do, or over each
+/// sidecar's Unix socket (`--listen-unix`, what `KUBEFLAKE_SOCKET` offers an app), the
+/// two transports PostgreSQL's `nextval()` is measured over in the same section.
+#[derive(Debug, Clone, Copy)]
+enum Transport {
+    Tcp,
+    Unix,
+}
+
+impl Transport {
+    const ALL: [Transport; 2] = [Transport::Tcp, Transport::Unix];
+
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Unix => "unix",
+        }
+    }
+
+    /// Every sidecar's address on this transport, in the sidecars' order.
+    fn targets(self, sidecars: &[Sidecar]) -> Result<Targets> {
+        let targets = sidecars
+            .iter()
+            .map(|s| match self {
+                Transport::Tcp => Ok(Target::Tcp(([127, 0, 0, 1], s.port).into())),
+                Transport::Unix => s
+                    .socket
+                    .clone()
+                    .map(Target::Unix)
+                    .context("the sidecars were started without --listen-unix"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Targets::new(targets).map_err(anyhow::Error::msg)
+    }
+}
+
+/// `count` closed-loop connections spread over `addrs` in turn (connection `i` on
+/// `addrs[i mod n]`), each `GET /id` as fast as it is answered, for a second of warm-up and
+/// then `window`: the load generator and settings `bench/run` measures PostgreSQL's
+/// `nextval()` with (one client thread, keep-alive, HDR latencies). With `increasing`,
+/// every connection's values must increase, or the run fails.
+async fn drive(
+    addrs: &Targets,
+    count: usize,
+    increasing: bool,
+    window: Duration,
+) -> Result<Summary> {
+    let peer = Peer::Http {
+        addrs: addrs.clone(),
+        path: "/id".to_string(),
+        ids_per_answer: 1,
+        increasing,
+    };
+    let plan = Plan {
+        connections: count,
+        warmup: Duration::from_secs(1),
+        measure: window,
+    };
+    tokio::task::spawn_blocking(move || -> Result<Summary> {
+        // Its own runtime of one thread, as `kubeflake-loadgen --threads 1`.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        Ok(runtime.block_on(load::run(&peer, "strict", plan))?)
+    })
+    .await?
 }
 
 /// What follows the oracle's `kill -9` in [`handover`].

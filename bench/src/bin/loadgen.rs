@@ -2,14 +2,16 @@
 //! PostgreSQL) with N closed-loop connections and prints one JSON line per run.
 //!
 //! Example: `kubeflake-loadgen --connections 16 --secs 5 http --addr 127.0.0.1:7070 --path /id`
-//! (or `--addr unix:/path/to/kubeflake.sock` for the same requests over a Unix socket).
+//! (or `--addr unix:/path/to/kubeflake.sock` for the same requests over a Unix socket;
+//! `--addr` again spreads the connections over several servers in turn).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kubeflake_bench::load::{self, Peer, Plan, RedisOp};
-use kubeflake_bench::target::Target;
+use kubeflake_bench::load::{self, Peer, PgServer, Plan, RedisOp};
+use kubeflake_bench::target::{Target, Targets};
 
 /// Closed-loop load on one ID server; prints a JSON summary line per run.
 #[derive(Parser, Debug)]
@@ -41,14 +43,18 @@ struct Cli {
 enum PeerArgs {
     /// Keep-alive HTTP/1.1 GETs (kubeflake or the ceiling server).
     Http {
-        /// IP:PORT, or unix:/path/to/socket.
-        #[arg(long)]
-        addr: Target,
+        /// IP:PORT, or unix:/path/to/socket; repeat it to spread the connections over
+        /// several servers in turn (all TCP or all unix:).
+        #[arg(long, required = true)]
+        addr: Vec<Target>,
         #[arg(long, default_value = "/id")]
         path: String,
         /// IDs in one 200 answer (the count of /ids?count=N).
         #[arg(long, default_value_t = 1)]
         ids_per_answer: u64,
+        /// Fail unless every connection's values increase (a strict sequence's promise).
+        #[arg(long)]
+        increasing: bool,
     },
     /// Redis INCR / INCRBY, one round trip at a time per connection.
     Redis {
@@ -61,13 +67,17 @@ enum PeerArgs {
         #[arg(long, default_value = "incr", value_parser = parse_redis_op)]
         op: RedisOp,
     },
-    /// PostgreSQL nextval() as a prepared statement over a unix socket.
+    /// PostgreSQL nextval() as a prepared statement, over a unix socket or TCP.
     Postgres {
         /// Directory holding the server's unix socket.
-        #[arg(long)]
-        socket_dir: PathBuf,
-        #[arg(long, default_value_t = 5432)]
+        #[arg(long, required_unless_present = "addr")]
+        socket_dir: Option<PathBuf>,
+        /// The socket's port number.
+        #[arg(long, default_value_t = 5432, conflicts_with = "addr")]
         port: u16,
+        /// IP:PORT of the server over TCP, instead of --socket-dir.
+        #[arg(long, conflicts_with = "socket_dir")]
+        addr: Option<SocketAddr>,
         #[arg(long, default_value = "postgres")]
         user: String,
         /// IDs per statement (nextval over generate_series when above 1).
@@ -113,20 +123,30 @@ fn main() {
             addr,
             path,
             ids_per_answer,
+            increasing,
         } => Peer::Http {
-            addr,
+            addrs: Targets::new(addr).unwrap_or_else(|e| {
+                eprintln!("kubeflake-loadgen: error: --addr: {e}");
+                std::process::exit(2);
+            }),
             path,
             ids_per_answer,
+            increasing,
         },
         PeerArgs::Redis { addr, key, op } => Peer::Redis { addr, key, op },
         PeerArgs::Postgres {
             socket_dir,
             port,
+            addr,
             user,
             batch,
         } => Peer::Postgres {
-            socket_dir,
-            port,
+            server: match (addr, socket_dir) {
+                (Some(addr), _) => PgServer::Tcp(addr),
+                (None, Some(dir)) => PgServer::Socket { dir, port },
+                // clap requires one of the two
+                (None, None) => unreachable!("--socket-dir or --addr is required"),
+            },
             user,
             batch,
         },
@@ -168,5 +188,40 @@ mod tests {
                 .contains("from 1 to")
         );
         assert!(parse_redis_op("get").unwrap_err().contains("incrby:N"));
+    }
+
+    #[test]
+    fn postgres_is_reached_over_its_socket_dir_or_tcp_but_not_both_nor_neither() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["kubeflake-loadgen", "postgres"].iter().chain(args))
+        };
+        assert!(parse(&["--socket-dir", "/tmp/pg"]).is_ok());
+        assert!(parse(&["--addr", "127.0.0.1:5432"]).is_ok());
+        let both = parse(&["--socket-dir", "/tmp/pg", "--addr", "127.0.0.1:5432"]);
+        assert!(both.unwrap_err().to_string().contains("--addr"));
+        let neither = parse(&[]).unwrap_err().to_string();
+        assert!(neither.contains("--socket-dir"), "{neither}");
+    }
+
+    #[test]
+    fn http_takes_several_addresses() {
+        let cli = Cli::try_parse_from([
+            "kubeflake-loadgen",
+            "http",
+            "--addr",
+            "127.0.0.1:1",
+            "--addr",
+            "127.0.0.1:2",
+            "--increasing",
+        ])
+        .unwrap();
+        let PeerArgs::Http {
+            addr, increasing, ..
+        } = cli.peer
+        else {
+            panic!("not http: {:?}", cli.peer);
+        };
+        assert_eq!(addr.len(), 2);
+        assert!(increasing);
     }
 }

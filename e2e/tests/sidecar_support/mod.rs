@@ -36,6 +36,8 @@ pub struct Sidecar {
     pub clock_file: Option<PathBuf>,
     /// The kubeconfig this process alone runs with (`None`: the admin's, inherited).
     pub kubeconfig: Option<PathBuf>,
+    /// The Unix socket it serves beside TCP (`--listen-unix`), when started with one.
+    pub socket: Option<PathBuf>,
 }
 
 impl Sidecar {
@@ -60,6 +62,19 @@ impl Sidecar {
         sequence: &str,
         fake_clock: bool,
         kubeconfig: Option<&Path>,
+    ) -> Result<Sidecar> {
+        Sidecar::start_with(cluster, ns, pod, sequence, fake_clock, kubeconfig, None)
+    }
+
+    /// Like [`Sidecar::start_as`]; with `socket`, it also serves on that Unix socket.
+    fn start_with(
+        cluster: &Cluster,
+        ns: &str,
+        pod: &Pod,
+        sequence: &str,
+        fake_clock: bool,
+        kubeconfig: Option<&Path>,
+        socket: Option<PathBuf>,
     ) -> Result<Sidecar> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -125,6 +140,12 @@ impl Sidecar {
             ]
             .map(OsString::from),
         );
+        if let Some(socket) = &socket {
+            args.extend([
+                OsString::from("--listen-unix"),
+                socket.clone().into_os_string(),
+            ]);
+        }
         if kubeconfig.is_none() {
             // SAFETY: tests only ever set KUBECONFIG to this cluster's kubeconfig.
             unsafe { std::env::set_var("KUBECONFIG", cluster.kubeconfig()) };
@@ -143,6 +164,7 @@ impl Sidecar {
             uid,
             clock_file,
             kubeconfig: kubeconfig.map(Path::to_path_buf),
+            socket,
         })
     }
 
@@ -167,9 +189,34 @@ impl Sidecar {
         pods: &[Pod],
         sequence: &str,
     ) -> Result<Vec<Sidecar>> {
+        Sidecar::all_ready(cluster, ns, pods, sequence, false).await
+    }
+
+    /// Like [`Sidecar::start_all_ready`], each sidecar also serving on a Unix socket of its
+    /// own in the cluster's directory ([`Sidecar::socket`]).
+    pub async fn start_all_ready_with_sockets(
+        cluster: &Cluster,
+        ns: &str,
+        pods: &[Pod],
+        sequence: &str,
+    ) -> Result<Vec<Sidecar>> {
+        Sidecar::all_ready(cluster, ns, pods, sequence, true).await
+    }
+
+    async fn all_ready(
+        cluster: &Cluster,
+        ns: &str,
+        pods: &[Pod],
+        sequence: &str,
+        sockets: bool,
+    ) -> Result<Vec<Sidecar>> {
         let sidecars = pods
             .iter()
-            .map(|pod| Sidecar::start(cluster, ns, pod, sequence, false))
+            .map(|pod| {
+                let socket =
+                    sockets.then(|| cluster.dir().join(format!("{ns}-{}.sock", pod.name_any())));
+                Sidecar::start_with(cluster, ns, pod, sequence, false, None, socket)
+            })
             .collect::<Result<Vec<_>>>()?;
         crate::operator_support::eventually(
             Duration::from_secs(60),

@@ -482,8 +482,8 @@ TRANSPORTS = ("tcp", "unix")
 
 
 def strict_rows(res):
-    """(name, sidecars, transport, clients, values/s, p50 µs, p99 µs, refused, writes/s,
-    409/s, reads/s). Runs before both transports were measured: nextval() over its unix
+    """(name, sidecars, transport, clients, values/s, p50 µs, p99 µs, refused, sidecars' CPU
+    µs per value, writes/s, 409/s, reads/s). Runs before both transports were measured: nextval() over its unix
     socket, the sidecars over TCP."""
     nextval = {}
     for r in res["nextval"]:
@@ -494,27 +494,28 @@ def strict_rows(res):
         rows.append(("PostgreSQL `nextval()`", None, transport, c,
                      med([r["requests_per_s"] for r in rs]),
                      med([r["p50_us"] for r in rs]), med([r["p99_us"] for r in rs]),
-                     sum(r.get("refused", 0) for r in rs), None, None, None))
+                     sum(r.get("refused", 0) for r in rs), None, None, None, None))
     for f in sorted(res["strict"], key=lambda f: TRANSPORTS.index(f.get("transport", "tcp"))):
         name = {"strict": "strict sequence",
                 "snowflake": "Snowflake IDs (no coordination: the ceiling)"}.get(
                     f["sequence"], "segment sequence, blockSize 1000")
         rows.append((name, f["sidecars"], f.get("transport", "tcp"), f["clients"],
                      f["values_per_sec"], f.get("p50_us"), f.get("p99_us"), f.get("refused"),
-                     f["lease_writes_per_sec"], f["conflicts_per_sec"],
+                     f.get("sidecar_cpu_us_per_value"), f["lease_writes_per_sec"], f["conflicts_per_sec"],
                      f.get("lease_reads_per_sec")))
     return rows
 
 
 def strict_table(res):
     lines = ["| peer | sidecars | transport | clients (connections) | values/s | p50 | p99 | "
-             "refused | lease writes/s | of which 409 | lease reads/s |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "refused | sidecars' CPU per value | lease writes/s | of which 409 | lease reads/s |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     dash = lambda v, f: "-" if v is None else f(v)
-    for (name, sidecars, transport, c, vps, p50, p99, refused, writes, conflicts,
+    for (name, sidecars, transport, c, vps, p50, p99, refused, cpu, writes, conflicts,
          reads) in strict_rows(res):
         lines.append(f"| {name} | {dash(sidecars, str)} | {transport} | {c} | {num(vps)} | "
-                     f"{us(p50)} | {us(p99)} | {dash(refused, num)} | {dash(writes, num)} | "
+                     f"{us(p50)} | {us(p99)} | {dash(refused, num)} | "
+                     f"{dash(cpu, lambda v: f'{v:.1f} µs')} | {dash(writes, num)} | "
                      f"{dash(conflicts, num)} | {dash(reads, lambda v: f'{v:.1f}')} |")
     return "\n".join(lines)
 

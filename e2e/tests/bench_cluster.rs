@@ -493,8 +493,8 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
     let ns = cluster.namespace("bench-strict").await?;
     let _operator = Operator::start(cluster, &ns.name, "a")?;
     let mut table = String::from(
-        "| sequence | sidecars | transport | clients | on the oracle | values/s | p50 us | p99 us | refused | lease writes/s | of which 409 | lease reads/s |\n\
-         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| sequence | sidecars | transport | clients | on the oracle | values/s | p50 us | p99 us | refused | sidecars' CPU us per value | lease writes/s | of which 409 | lease reads/s |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     // Snowflake IDs beside them: every sidecar serves from its own memory, with no
     // coordination at all, so its row is what this many sidecar processes can serve on this
@@ -547,10 +547,17 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                 let addrs = transport.targets(&sidecars)?;
                 for &count in client_counts {
                     let before = lease_requests(&ns.client).await?;
+                    let cpu_before = sidecars_cpu_seconds(&sidecars)?;
                     let started = Instant::now();
                     let load = drive(&addrs, count, strict, window).await?;
                     let secs = started.elapsed().as_secs_f64();
+                    let cpu = sidecars_cpu_seconds(&sidecars)? - cpu_before;
                     let requests = lease_requests(&ns.client).await? - before;
+                    // What serving one value cost the sidecars together (forwarding shows
+                    // here: the oracle's and the forwarder's work for one value). The CPU
+                    // counts the warm-up second too, taken to serve at the window's rate.
+                    let cpu_us_per_value =
+                        cpu * 1e6 / (load.ids_per_s * (load.secs + 1.0)).max(1.0);
                     let on_oracle = oracle_uid.as_ref().map(|_| {
                         (0..count)
                             .filter(|i| i % sidecar_count == sidecar_count - 1)
@@ -563,12 +570,13 @@ async fn bench_strict_sequence_values_per_second_and_api_writes() -> Result<()> 
                         "clients": count, "clients_on_oracle": on_oracle,
                         "values_per_sec": values_per_sec, "p50_us": load.p50_us,
                         "p99_us": load.p99_us, "refused": load.refused, "secs": load.secs,
+                        "sidecar_cpu_us_per_value": cpu_us_per_value,
                         "lease_writes_per_sec": requests.writes / secs,
                         "conflicts_per_sec": requests.conflicts / secs,
                         "lease_reads_per_sec": requests.reads / secs,
                     }));
                     table.push_str(&format!(
-                        "| {kind} | {sidecar_count} | {} | {count} | {} | {values_per_sec:.0} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {:.1} |\n",
+                        "| {kind} | {sidecar_count} | {} | {count} | {} | {values_per_sec:.0} | {:.0} | {:.0} | {} | {cpu_us_per_value:.1} | {:.0} | {:.0} | {:.1} |\n",
                         transport.name(),
                         on_oracle.map_or("-".to_string(), |n| n.to_string()),
                         load.p50_us,
@@ -628,6 +636,19 @@ impl Transport {
             .collect::<Result<Vec<_>>>()?;
         Targets::new(targets).map_err(anyhow::Error::msg)
     }
+}
+
+/// CPU seconds all `sidecars` have used so far.
+fn sidecars_cpu_seconds(sidecars: &[Sidecar]) -> Result<f64> {
+    sidecars
+        .iter()
+        .map(|s| {
+            s.process
+                .pid()
+                .and_then(cpu_seconds)
+                .with_context(|| format!("the CPU time of sidecar {}", s.pod))
+        })
+        .sum()
 }
 
 /// `count` closed-loop connections spread over `addrs` in turn (connection `i` on

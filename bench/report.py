@@ -537,8 +537,7 @@ def strict_verdicts(res):
                   if name == "strict sequence"}
         if not strict:
             continue
-        over = "over TCP" if transport == "tcp" else "over Unix sockets"
-        Over = "O" + over[1:]
+        Over = {"tcp": "Over TCP", "unix": "Over Unix sockets"}[transport]
         if (4, 16) in strict and 16 in nextval:
             a, b = strict[(4, 16)], nextval[16]
             out.append(f"- **{Over}: strict, 4 sidecars × 4 connections (16 "

@@ -140,8 +140,9 @@ digest() {
 step "running the lanes: [node], [other], [checks] ($lanes_mode)"
 in_lane node node_lane "$@"
 in_lane other other_lane "$@"
-# Schemathesis comes first in its lane and runs no cargo, so clippy (which holds the build
-# directory while it checks) starts after the test lanes' cargo calls are running.
+# With the lanes at once: Schemathesis comes first in its lane and runs no cargo, so clippy
+# (which holds the build directory while it checks) starts after the test lanes' cargo
+# calls are running.
 in_lane checks checks_lane
 for i in "${!lane_pids[@]}"; do
 	wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}")

@@ -15,7 +15,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kubeflake_crds::Tick;
 use prometheus::IntCounterVec;
@@ -173,13 +173,22 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Keeps a fence file ahead of a generator, and lets the generator use only ticks that are
-/// both in the file and under a `cap` (the lease fence in a pod; none standalone).
+/// Keeps a fence file ahead of a generator while IDs are asked, and lets the generator use
+/// only ticks that are both in the file and under a `cap` (the lease fence in a pod; none
+/// standalone).
 ///
 /// The target is `max(now + drift limit, last tick issued) + ahead`, written once less than
 /// half of `ahead` is left ([`LocalFence::due`]): a generator can run ahead of the clock by
-/// at most its drift limit, so between two renewals it never reaches the file's fence. A
-/// restart after a crash therefore waits at most `ahead`.
+/// at most its drift limit, so between two renewals a busy generator never reaches the
+/// file's fence. A restart after a crash therefore waits at most `ahead`.
+///
+/// Only while IDs are asked: a write falls due only if IDs were issued since the last write,
+/// or a reservation met the fence and asked for one ([`Generator::fence_asked`], which wakes
+/// the renewal task at once), or the last write failed (retried on every renewal). An idle
+/// sidecar writes nothing, and its fence falls behind the clock; the first ID asked then
+/// waits for one write, held by the HTTP API meanwhile. Until a write fails, the generator
+/// counts the cap as reachable ([`Generator::set_reachable`]), so an idle sidecar stays ready.
+/// Safety does not depend on when writes happen: the generator uses only what was written.
 ///
 /// Writes take `&mut self`: one owner writes at a time (the renewal task, which hands the
 /// fence back by value before the final, lowering write; [`crate::renewer`]), so a renewal
@@ -191,6 +200,9 @@ pub struct LocalFence {
     gate: Arc<FenceGate>,
     /// Counts writes by result, when this file is the fence that matters (standalone).
     writes: Option<IntCounterVec>,
+    /// The generator's last tick issued when the fence was last written; `None` before
+    /// the first write (which is always due, to record this acquisition).
+    high_water_at_write: Option<u64>,
 }
 
 /// What the generator may use: the lower of the fence written to the file and the cap
@@ -200,16 +212,21 @@ pub struct FenceGate {
     generator: Arc<Generator>,
     written: AtomicU64,
     cap: AtomicU64,
+    /// Whether the last write of the file failed: then nothing beyond what is written is
+    /// reachable, and every renewal tries again.
+    failing: AtomicBool,
 }
 
 impl FenceGate {
-    /// Lets the generator use ticks up to the lower of the two fences written.
+    /// Lets the generator use ticks up to the lower of the two fences written, and tells it
+    /// how far one more write of the file could take it.
     fn allow(&self) {
-        let fence = self
-            .written
-            .load(Ordering::Acquire)
-            .min(self.cap.load(Ordering::Acquire));
+        let cap = self.cap.load(Ordering::Acquire);
+        let fence = self.written.load(Ordering::Acquire).min(cap);
         self.generator.raise_fence(Tick(fence));
+        let failing = self.failing.load(Ordering::Acquire);
+        self.generator
+            .set_reachable(Tick(if failing { fence } else { cap }));
     }
 
     /// Sets the upper bound from the other fence, once written (it only goes up, rule 5).
@@ -246,8 +263,10 @@ impl LocalFence {
                 generator,
                 written: AtomicU64::new(found.0),
                 cap: AtomicU64::new(cap.map_or(u64::MAX, |t| t.0)),
+                failing: AtomicBool::new(false),
             }),
             writes,
+            high_water_at_write: None,
         }
     }
 
@@ -284,25 +303,38 @@ impl LocalFence {
         self.gate.set_cap(cap);
     }
 
-    /// The fence to write now, if a write is due: the file holds less than half of `ahead`
-    /// beyond the highest tick the generator could reach (the clock plus the drift limit,
-    /// or the last tick issued), and the cap leaves room above what is written. Otherwise
-    /// `None`: the generator still has at least `ahead / 2` of room, which outlasts the next
-    /// renewal (renewals come every `ahead / 4`, [`Self::renewal_period`], so a write comes
-    /// every second or third one and the room never falls below `ahead / 4`; an ID at the
-    /// clock has the drift limit on top). Writing at half-way instead of at every renewal
-    /// cuts the fsyncs of a busy sidecar and of an idle one alike by two to three, and keeps
-    /// the largest fence, so a restart still waits at most `ahead` (rule 6).
+    /// The fence to write now, if a write is due: IDs are asked (issued since the last
+    /// write, or a reservation asked for a fence above the one written), or the last write
+    /// failed; and the file holds less than half of `ahead` beyond the highest tick the
+    /// generator could reach (the clock plus the drift limit, or the last tick issued), and
+    /// the cap leaves room above what is written. Otherwise `None`: the generator is idle,
+    /// or still has at least `ahead / 2` of room, which outlasts the next renewal (renewals
+    /// come every `ahead / 4`, [`Self::renewal_period`], so a busy sidecar writes every
+    /// second or third one and its room never falls below `ahead / 4`; an ID at the clock
+    /// has the drift limit on top). The target is the same however the write fell due, so
+    /// a restart still waits at most `ahead` (rule 6).
     pub fn due(&self) -> Option<u64> {
         let gate = &self.gate;
         let g = &gate.generator;
         if g.is_stopped() {
             return None;
         }
+        let written = gate.written.load(Ordering::Acquire);
+        let high_water = g.high_water_tick().0;
+        let asked = match self.high_water_at_write {
+            None => true,
+            Some(at_write) => {
+                high_water > at_write
+                    || g.wanted_tick().0 > written
+                    || gate.failing.load(Ordering::Acquire)
+            }
+        };
+        if !asked {
+            return None;
+        }
         let drift = g.config().timebase.ticks_in_ms(g.config().max_drift_ms);
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
-        let reach = (now + drift).max(g.high_water_tick().0);
-        let written = gate.written.load(Ordering::Acquire);
+        let reach = (now + drift).max(high_water);
         if written >= reach.saturating_add(self.ahead_ticks / 2) {
             return None;
         }
@@ -312,16 +344,28 @@ impl LocalFence {
         (target > written).then_some(target)
     }
 
+    /// What a reservation that meets the fence wakes: the renewal task waits on it besides
+    /// its period, so an ID asked of an idle sidecar waits for one write, not for a period.
+    pub fn asked(&self) -> Arc<tokio::sync::Notify> {
+        self.gate.generator.fence_asked()
+    }
+
     /// Writes a new fence when [`due`](Self::due); only after the write may the generator
     /// use it (rules 2, 6). Blocks on an fsync: call it off the async workers
     /// ([`crate::renewer`]).
     pub fn renew(&mut self) -> Result<(), FenceFileError> {
+        let high_water = self.gate.generator.high_water_tick().0;
+        let mut result = Ok(());
         if let Some(target) = self.due() {
-            self.write(target)?;
-            self.gate.written.store(target, Ordering::Release);
+            result = self.write(target);
+            if result.is_ok() {
+                self.gate.written.store(target, Ordering::Release);
+                self.high_water_at_write = Some(high_water);
+            }
+            self.gate.failing.store(result.is_err(), Ordering::Release);
         }
         self.gate.allow();
-        Ok(())
+        result
     }
 
     /// Stops the generator for good and lowers the fence file to the exact highest tick it

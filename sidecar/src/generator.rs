@@ -17,11 +17,25 @@
 //!
 //! A batch of `n` IDs is one reservation of `n` consecutive positions.
 //!
+//! Two fences: the one in force (`fence`, durably written: rule 2) and the one a single
+//! write of the local fence file could bring into force (`reachable`, the lease fence while
+//! that file can be written: rule 6). The file is written when IDs are asked, not on a clock
+//! ([`crate::fence::LocalFence`]): an ID that meets `fence` below `reachable` asks for that
+//! write ([`Generator::fence_asked`]) and is refused `fence_reached` until it is done (the
+//! HTTP API holds it meanwhile), while readiness counts `reachable`, so an idle sidecar
+//! that writes nothing is still ready.
+//!
+//! One piece (over 400 lines): every check that decides whether a position may be issued
+//! (fence, reachable fence, drift, `after`, batch fit) reads the same atomics in the same
+//! compare-and-swap loop; split, the rules would be checked in two places.
+//!
 //! Measured (`cargo bench -p kubeflake-sidecar --bench generator`): this lock-free CAS beats a
 //! `Mutex` around the same computation under contention; see docs/benchmarks.md.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
 
 use kubeflake_crds::layout::{LayoutError, NodeBits};
 use kubeflake_crds::{DatacenterId, Id, Layout, Slot, Tick, Timebase};
@@ -45,7 +59,11 @@ pub enum Refusal {
         retry_after_ms: u64,
     },
     #[error("the fence (tick {fence}) is reached: it could not be raised in time; retry later")]
-    FenceReached { fence: u64 },
+    FenceReached {
+        fence: u64,
+        /// The tick the refused reservation needed.
+        needed: u64,
+    },
     #[error("the wall clock reads before the sequence's epoch; fix the clock or the epoch")]
     ClockBeforeEpoch,
     #[error("this generator has stopped issuing IDs (shutting down or the slot was lost)")]
@@ -156,6 +174,13 @@ pub struct Generator {
     last: AtomicU64,
     /// The highest tick that may be used: a value already durably written (rule 2).
     fence: AtomicU64,
+    /// The fence one write of the local fence file could bring into force (at or above
+    /// `fence`; 0 means none beyond `fence`). Governs readiness and asking, never issuing.
+    reachable: AtomicU64,
+    /// The highest tick a refused reservation needed (asked of the local fence's writer).
+    wanted: AtomicU64,
+    /// Wakes the local fence's writer when a reservation meets the fence.
+    asked: Arc<Notify>,
 }
 
 impl Generator {
@@ -177,6 +202,9 @@ impl Generator {
             clock,
             last: AtomicU64::new(last),
             fence: AtomicU64::new(found_fence.0),
+            reachable: AtomicU64::new(0),
+            wanted: AtomicU64::new(0),
+            asked: Arc::new(Notify::new()),
         }
     }
 
@@ -210,7 +238,15 @@ impl Generator {
         let now_position = now.0 << self.seq_bits;
         let mut last = self.last.load(Ordering::Acquire);
         loop {
-            let (first, end) = self.check(last, now, now_position, count, floor)?;
+            let fence = self.fence.load(Ordering::Acquire);
+            let (first, end) = match self.check(last, now, now_position, count, floor, fence) {
+                Ok(reserved) => reserved,
+                Err(refusal @ Refusal::FenceReached { needed, .. }) => {
+                    self.ask_for_fence(needed);
+                    return Err(refusal);
+                }
+                Err(refusal) => return Err(refusal),
+            };
             match self
                 .last
                 .compare_exchange_weak(last, end, Ordering::AcqRel, Ordering::Acquire)
@@ -273,7 +309,9 @@ impl Generator {
         })
     }
 
-    /// Whether an ID could be issued now (without issuing one): the readiness check.
+    /// Whether an ID asked now would be issued (without issuing one): the readiness check.
+    /// It counts the fence one local write could bring into force, since an ID that needs
+    /// that write asks for it and is held until it is done.
     pub fn check_ready(&self) -> Result<(), Refusal> {
         let now = self.now_tick()?;
         self.check(
@@ -282,12 +320,45 @@ impl Generator {
             now.0 << self.seq_bits,
             1,
             0,
+            self.reachable(),
         )
         .map(|_| ())
     }
 
+    /// Records the tick a reservation refused at the fence needed and wakes the local
+    /// fence's writer, which writes if that brings the tick into force (rule 6).
+    #[cold]
+    fn ask_for_fence(&self, needed: u64) {
+        self.wanted.fetch_max(needed, Ordering::AcqRel);
+        self.asked.notify_one();
+    }
+
+    /// The highest tick a reservation refused at the fence needed (0 if none was).
+    pub fn wanted_tick(&self) -> Tick {
+        Tick(self.wanted.load(Ordering::Acquire))
+    }
+
+    /// Notified whenever a reservation meets the fence: the local fence's writer waits on it.
+    pub fn fence_asked(&self) -> Arc<Notify> {
+        self.asked.clone()
+    }
+
+    /// Sets the fence one local write could bring into force: the lease fence while the
+    /// local fence can be written, the fence in force when it cannot. Not a safety value
+    /// (nothing is issued above [`fence`](Self::fence)): it may go down.
+    pub fn set_reachable(&self, reachable: Tick) {
+        self.reachable.store(reachable.0, Ordering::Release);
+    }
+
+    /// The fence one local write could bring into force (never below the fence in force).
+    pub fn reachable(&self) -> u64 {
+        self.reachable
+            .load(Ordering::Acquire)
+            .max(self.fence.load(Ordering::Acquire))
+    }
+
     /// Decides the positions `[first, end]` for a reservation after `last` and at or above
-    /// `floor`, or refuses.
+    /// `floor`, under `fence`, or refuses.
     #[inline]
     fn check(
         &self,
@@ -296,6 +367,7 @@ impl Generator {
         now_position: u64,
         count: u64,
         floor: u64,
+        fence: u64,
     ) -> Result<(u64, u64), Refusal> {
         if last & STOPPED != 0 {
             return Err(Refusal::Stopped);
@@ -323,12 +395,21 @@ impl Generator {
         if end_tick > self.config.layout.max_tick().0 {
             return Err(Refusal::TimestampExhausted);
         }
-        let fence = self.fence.load(Ordering::Acquire);
         if end_tick > fence {
+            if end_tick <= self.reachable() {
+                // One local write brings it into force: asked for, and it clears.
+                return Err(Refusal::FenceReached {
+                    fence,
+                    needed: end_tick,
+                });
+            }
             if count > 1 && (first >> self.seq_bits) <= fence {
                 return Err(Refusal::BatchTooLarge { requested: count });
             }
-            return Err(Refusal::FenceReached { fence });
+            return Err(Refusal::FenceReached {
+                fence,
+                needed: end_tick,
+            });
         }
         if end_tick > now.0 + self.max_drift_ticks {
             if count > 1 && (first >> self.seq_bits) <= now.0 + self.max_drift_ticks {
@@ -380,10 +461,19 @@ impl Generator {
         self.high_water_tick().0.saturating_sub(now.0) * self.config.timebase.unit().millis()
     }
 
-    /// How far (ms) the fence lies beyond the wall clock; 0 when it has run out.
+    /// How far (ms) the fence this sidecar can serve up to without the API server lies
+    /// beyond the wall clock ([`reachable`](Self::reachable): the lease fence while the
+    /// local fence can be written); 0 when it has run out. `u64::MAX` when nothing but the
+    /// local fence bounds it (standalone, while its file can be written).
     pub fn fence_headroom_ms(&self) -> u64 {
         let Ok(now) = self.now_tick() else { return 0 };
-        self.fence().0.saturating_sub(now.0) * self.config.timebase.unit().millis()
+        let reachable = self.reachable();
+        if reachable == u64::MAX {
+            return u64::MAX;
+        }
+        reachable
+            .saturating_sub(now.0)
+            .saturating_mul(self.config.timebase.unit().millis())
     }
 }
 

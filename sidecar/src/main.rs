@@ -122,8 +122,8 @@ struct ClusterArgs {
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_batch: u64,
-    /// How far ahead of use the local fence is kept, in milliseconds: a restarted
-    /// container waits at most about this long.
+    /// How far ahead of use the local fence is kept while IDs are asked, in milliseconds:
+    /// a restarted container waits at most about this long. An idle sidecar writes none.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     local_fence_ahead_ms: u64,
     /// Seconds between lease renewals (default: a third of lease.durationSeconds). Each
@@ -189,8 +189,9 @@ struct StandaloneArgs {
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_batch: u64,
-    /// How far ahead of the clock the durable fence is kept, in milliseconds. After a
-    /// kill -9, a restart waits at most this long minus the drift limit.
+    /// How far ahead of the clock the durable fence is kept while IDs are asked, in
+    /// milliseconds (an idle sidecar writes none). After a kill -9, a restart waits at
+    /// most this long minus the drift limit.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     fence_ahead_ms: u64,
     /// Seconds in-flight requests may take to finish on SIGTERM.

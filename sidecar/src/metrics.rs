@@ -212,7 +212,9 @@ impl Metrics {
             ),
             fence_headroom_seconds: r.gauge(
                 "kubeflake_fence_headroom_seconds",
-                "Time left before the wall clock reaches the fence.",
+                "Time left before the wall clock reaches the fence this sidecar can serve up to \
+                 without the API server: the lease fence while the local fence file can be \
+                 written (+Inf standalone while its fence file can be written).",
             ),
             fence_tick: r.int_gauge(
                 "kubeflake_fence_tick",
@@ -258,7 +260,10 @@ impl Metrics {
             self.ahead_of_clock_seconds
                 .set(g.ahead_of_clock_ms() as f64 / 1000.0);
             self.fence_headroom_seconds
-                .set(g.fence_headroom_ms() as f64 / 1000.0);
+                .set(match g.fence_headroom_ms() {
+                    u64::MAX => f64::INFINITY,
+                    ms => ms as f64 / 1000.0,
+                });
             self.fence_tick
                 .set(i64::try_from(g.fence().0).unwrap_or(i64::MAX));
             self.ready.set(i64::from(g.check_ready().is_ok()));

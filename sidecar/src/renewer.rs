@@ -9,9 +9,10 @@
 //! process with an error, so that it is restarted and starts above its fence (rules 4 and
 //! 6) instead of serving on without a renewed fence.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::fence::{FenceFileError, LocalFence};
@@ -22,11 +23,16 @@ pub trait Renew: Send + 'static {
     /// with nothing to write costs no hop to the blocking pool.
     fn due(&self) -> bool;
     fn renew(&mut self) -> Result<(), FenceFileError>;
+    /// Notified when a renewal is wanted before the next period (an ID met the fence).
+    fn asked(&self) -> Arc<Notify>;
 }
 
 impl Renew for LocalFence {
     fn due(&self) -> bool {
         LocalFence::due(self).is_some()
+    }
+    fn asked(&self) -> Arc<Notify> {
+        LocalFence::asked(self)
     }
     fn renew(&mut self) -> Result<(), FenceFileError> {
         LocalFence::renew(self)
@@ -67,9 +73,11 @@ pub struct Renewer<F> {
 }
 
 impl<F: Renew> Renewer<F> {
-    /// Renews `fence` every `every` (at least 10 ms) until stopped.
+    /// Renews `fence` every `every` (at least 10 ms), and whenever it is asked, until
+    /// stopped.
     pub fn spawn(fence: F, every: Duration) -> Renewer<F> {
         let (stop, mut stopped) = oneshot::channel::<()>();
+        let asked = fence.asked();
         let task = tokio::spawn(async move {
             let mut fence = fence;
             let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
@@ -79,17 +87,17 @@ impl<F: Renew> Renewer<F> {
                     biased;
                     // Asked to stop (or the `Renewer` was dropped): hand the fence back.
                     _ = &mut stopped => return Ok(fence),
-                    _ = interval.tick() => {
-                        if !fence.due() {
-                            continue;
-                        }
-                        // Not cancelled by a stop: a write in flight always finishes first.
-                        let (back, written) = off_worker(fence, F::renew).await?;
-                        fence = back;
-                        if let Err(e) = written {
-                            tracing::warn!(error = %e, "fence write failed; serving only up to the last fence written");
-                        }
-                    }
+                    () = asked.notified() => {}
+                    _ = interval.tick() => {}
+                }
+                if !fence.due() {
+                    continue;
+                }
+                // Not cancelled by a stop: a write in flight always finishes first.
+                let (back, written) = off_worker(fence, F::renew).await?;
+                fence = back;
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "fence write failed; serving only up to the last fence written");
                 }
             }
         });
@@ -139,6 +147,9 @@ mod tests {
     impl Renew for Fake {
         fn due(&self) -> bool {
             true
+        }
+        fn asked(&self) -> Arc<Notify> {
+            Arc::new(Notify::new())
         }
         fn renew(&mut self) -> Result<(), FenceFileError> {
             self.entered.fetch_add(1, Ordering::SeqCst);
@@ -203,5 +214,58 @@ mod tests {
             1,
             "no renewal after the stop"
         );
+    }
+
+    /// An ID that meets an idle local fence wakes the task at once: with a period no test
+    /// outlives, only being asked can make it write.
+    #[tokio::test]
+    async fn an_id_that_meets_the_fence_wakes_the_renewal_task_without_waiting_for_its_period() {
+        use crate::fence::{FenceFile, FenceIdentity};
+        use crate::generator::{Generator, WorkerConfig};
+        use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot, Tick};
+        let dir = tempfile::tempdir().unwrap();
+        let p = IdSequenceSpec::default().params().unwrap();
+        let epoch = 1_735_689_600_000;
+        let clock = Arc::new(crate::clock::ManualClock::at_millis(epoch + 10_000));
+        let config = WorkerConfig {
+            layout: p.layout,
+            timebase: p.timebase,
+            datacenter: DatacenterId(0),
+            slot: Slot(1),
+            max_drift_ms: 2000,
+        };
+        let g = Arc::new(Generator::start_above(config, Tick(0), clock.clone()));
+        let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
+        let identity = FenceIdentity {
+            sequence: "orders".into(),
+            slot: 1,
+            holder: "pod".into(),
+            acquisition: "a".into(),
+        };
+        let mut local = LocalFence::new(
+            file,
+            identity,
+            g.clone(),
+            1000,
+            Tick(0),
+            Some(Tick(60_000)),
+            None,
+        );
+        local.renew().unwrap();
+        let renewer = Renewer::spawn(local, Duration::from_secs(3600));
+        tokio::time::sleep(Duration::from_millis(50)).await; // its first, idle tick
+        clock.advance_millis(10_000);
+        assert!(g.next_id().is_err(), "met the idle fence");
+        let mut served = false;
+        for _ in 0..500 {
+            if g.next_id().is_ok() {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(served, "the renewal wrote when asked, not a period later");
+        assert_eq!(g.fence(), Tick(20_000 + 2000 + 1000));
+        renewer.stop().await.unwrap();
     }
 }

@@ -306,6 +306,63 @@ fn rule3_fence_running_out_is_refused_with_503_until_it_can_be_written_again() {
     );
 }
 
+/// The number of fence writes that succeeded, from `/metrics`.
+fn fence_writes_ok(s: &Server) -> u64 {
+    let metrics = get(s.addr, "/metrics").body;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeflake_fence_writes_total{result=\"ok\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fence write count in\n{metrics}"))
+}
+
+#[test]
+fn rule6_an_idle_sidecar_writes_no_fence_and_its_next_id_waits_for_one_write() {
+    let s = Server::start();
+    assert_eq!(get(s.addr, "/id").status, 200);
+    // Let the renewal task (every 250 ms) write what that ID made due, then go idle.
+    s.clock.advance_millis(600);
+    std::thread::sleep(Duration::from_millis(600));
+    let before = fence_writes_ok(&s);
+    // 10 s pass on the clock, far beyond the fence written (drift 2 s + 1 s ahead), with
+    // several renewal periods of real time for a write to happen if one were made unasked.
+    for _ in 0..10 {
+        s.clock.advance_millis(1_000);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        fence_writes_ok(&s),
+        before,
+        "an idle sidecar writes no fence"
+    );
+    assert_eq!(get(s.addr, "/readyz").status, 200, "and is still ready");
+    let id = get(s.addr, "/id");
+    assert_eq!(
+        id.status, 200,
+        "the next ID waits for one write: {}",
+        id.body
+    );
+    assert_eq!(
+        fence_writes_ok(&s),
+        before + 1,
+        "exactly one write, asked by the ID"
+    );
+    let on_disk: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state().join("http-test-worker-5.fence")).unwrap())
+            .unwrap();
+    let id: u64 = id.body.trim().parse().unwrap();
+    let layout = IdSequenceSpec::default().params().unwrap().layout;
+    let tick = layout
+        .decode(kubeflake_crds::Id::new(id).unwrap())
+        .unwrap()
+        .tick
+        .0;
+    assert!(
+        tick <= on_disk["fenceTick"].as_u64().unwrap(),
+        "served only below the fence written"
+    );
+}
+
 #[test]
 fn health_readiness_and_metrics_answer() {
     let s = Server::start();

@@ -104,22 +104,32 @@ fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<crate::clock::ManualClock>)
     )
 }
 
-#[test]
-fn rule2_the_local_fence_never_lets_the_generator_past_the_lease_fence() {
-    let dir = tempfile::tempdir().unwrap();
-    let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
-    let epoch = 1_735_689_600_000;
-    let (g, clock) = generator_at(epoch + 10_000);
+/// A local fence in a pod: lease fence (the cap) at `cap`, first write done, no ID yet.
+fn written_once(
+    dir: &std::path::Path,
+    now_ms: u64,
+    cap: u64,
+) -> (LocalFence, Arc<Generator>, Arc<crate::clock::ManualClock>) {
+    let (file, _) = FenceFile::open(dir, "s.fence").unwrap();
+    let (g, clock) = generator_at(now_ms);
     let mut local = LocalFence::new(
         file,
         record(0).identity,
         g.clone(),
         1000,
         Tick(0),
-        Some(Tick(10_100)),
+        Some(Tick(cap)),
         None,
     );
     local.renew().unwrap();
+    (local, g, clock)
+}
+
+#[test]
+fn rule2_the_local_fence_never_lets_the_generator_past_the_lease_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = 1_735_689_600_000;
+    let (mut local, g, clock) = written_once(dir.path(), epoch + 10_000, 10_100);
     assert_eq!(g.fence(), Tick(10_100), "capped by the lease fence written");
     clock.advance_millis(200); // the API server is down: the lease fence is not raised
     local.renew().unwrap();
@@ -200,4 +210,100 @@ fn rule6_the_local_fence_is_written_at_half_its_margin_and_never_lets_the_genera
         writes <= 1 + 40 / 2,
         "at most every other renewal writes (fsyncs), not every one: {writes} writes"
     );
+}
+
+#[test]
+fn rule6_an_idle_local_fence_writes_nothing_yet_its_sidecar_stays_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = 1_735_689_600_000;
+    let (mut local, g, clock) = written_once(dir.path(), epoch + 10_000, 60_000);
+    let first = fence_on_disk(dir.path());
+    assert_eq!(
+        first,
+        10_000 + 2000 + 1000,
+        "the first write is always made"
+    );
+    // 40 renewals a quarter of the margin apart, 10 s in all, and no ID asked.
+    for _ in 0..40 {
+        clock.advance_millis(250);
+        assert_eq!(local.due(), None, "nothing asked: nothing to write");
+        local.renew().unwrap();
+    }
+    assert_eq!(fence_on_disk(dir.path()), first, "no fsync while idle");
+    assert_eq!(
+        g.fence(),
+        Tick(first),
+        "the clock has passed the fence in force"
+    );
+    assert_eq!(
+        g.check_ready(),
+        Ok(()),
+        "ready: one write of the file brings the next ID under the lease fence"
+    );
+    assert_eq!(
+        g.fence_headroom_ms(),
+        60_000 - 20_000,
+        "up to the lease fence"
+    );
+}
+
+#[test]
+fn rule6_an_id_that_meets_an_idle_fence_asks_for_one_write_and_is_served_above_nothing_unwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = 1_735_689_600_000;
+    let (mut local, g, clock) = written_once(dir.path(), epoch + 10_000, 60_000);
+    clock.advance_millis(10_000);
+    let refused = g.next_id();
+    assert_eq!(
+        refused,
+        Err(crate::generator::Refusal::FenceReached {
+            fence: 13_000,
+            needed: 20_000
+        }),
+        "the ID is refused until the file is written"
+    );
+    assert_eq!(g.wanted_tick(), Tick(20_000), "and asks for a write");
+    assert_eq!(local.due(), Some(20_000 + 2000 + 1000), "which is due");
+    local.renew().unwrap();
+    assert_eq!(fence_on_disk(dir.path()), 23_000, "written before use");
+    let id = g.next_id().expect("served once written");
+    let tick = g.config().layout.decode(id).unwrap().tick.0;
+    assert!(
+        tick <= fence_on_disk(dir.path()),
+        "rule 6: never above the file"
+    );
+    // IDs keep coming: the fence is kept ahead as before, with no ID refused.
+    for _ in 0..20 {
+        clock.advance_millis(250);
+        g.next_id().expect("a busy sidecar never meets its fence");
+        local.renew().unwrap();
+    }
+}
+
+#[test]
+fn a_local_fence_that_cannot_be_written_makes_its_sidecar_unready_until_a_write_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = 1_735_689_600_000;
+    let (mut local, g, clock) = written_once(dir.path(), epoch + 10_000, 60_000);
+    clock.advance_millis(10_000);
+    let blocker = dir.path().join("s.fence.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    assert!(g.next_id().is_err());
+    assert!(local.renew().is_err(), "the write asked for fails");
+    assert!(
+        matches!(
+            g.check_ready(),
+            Err(crate::generator::Refusal::FenceReached { .. })
+        ),
+        "not ready: no write can be counted on"
+    );
+    assert_eq!(g.fence_headroom_ms(), 0);
+    std::fs::remove_dir(&blocker).unwrap();
+    assert!(
+        local.due().is_some(),
+        "a failed write is tried again unasked"
+    );
+    local.renew().unwrap();
+    assert_eq!(g.check_ready(), Ok(()));
+    assert!(g.next_id().is_ok());
 }

@@ -138,7 +138,7 @@ fn rule2_no_tick_above_the_fence_is_used() {
     let clock = Arc::new(ManualClock::at_millis(START_MS));
     let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone());
     assert!(
-        matches!(g.next_id(), Err(Refusal::FenceReached { fence: 0 })),
+        matches!(g.next_id(), Err(Refusal::FenceReached { fence: 0, .. })),
         "no fence yet"
     );
     g.raise_fence(Tick(1_000_100));
@@ -146,11 +146,12 @@ fn rule2_no_tick_above_the_fence_is_used() {
     clock.advance_millis(100);
     assert!(g.next_id().is_ok(), "the fence tick itself may be used");
     clock.advance_millis(1);
-    assert_eq!(g.next_id(), Err(Refusal::FenceReached { fence: 1_000_100 }));
-    assert_eq!(
-        g.check_ready(),
-        Err(Refusal::FenceReached { fence: 1_000_100 })
-    );
+    let refused = Refusal::FenceReached {
+        fence: 1_000_100,
+        needed: 1_000_101,
+    };
+    assert_eq!(g.next_id(), Err(refused));
+    assert_eq!(g.check_ready(), Err(refused));
 }
 
 #[test]
@@ -216,10 +217,13 @@ fn batches_are_consecutive_and_refused_whole_when_they_cannot_fit() {
     assert_eq!(r.count, 10);
     assert_eq!(g.reserve(7), Err(Refusal::BatchTooLarge { requested: 7 }));
     assert!(g.reserve(6).is_ok(), "the refused batch consumed nothing");
-    assert_eq!(
+    assert!(matches!(
         g.reserve(1),
-        Err(Refusal::FenceReached { fence: 1_000_001 })
-    );
+        Err(Refusal::FenceReached {
+            fence: 1_000_001,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -486,11 +490,17 @@ fn rule12_an_after_never_takes_the_generator_past_its_fence() {
     let past_fence = foreign(layout, 1_000_100, 0, 8, 0);
     assert_eq!(
         after(&g, past_fence),
-        Err(Refusal::FenceReached { fence: 1_000_100 })
+        Err(Refusal::FenceReached {
+            fence: 1_000_100,
+            needed: 1_000_101
+        })
     );
     assert_eq!(
         g.reserve_from(5, g.position_after(past_fence).unwrap()),
-        Err(Refusal::FenceReached { fence: 1_000_100 })
+        Err(Refusal::FenceReached {
+            fence: 1_000_100,
+            needed: 1_000_101
+        })
     );
     assert_eq!(
         g.high_water_tick(),

@@ -26,7 +26,8 @@ async fn a_panic_in_the_fence_renewal_ends_the_run_with_an_error() {
     // Never triggered: the run ends only through the dead renewal.
     let run = tokio::spawn(sidecar.run(ShutdownToken::default()));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    // The next fence renewal (every 25 ms) panics on the blocking pool.
+    // An ID makes the next fence renewal (every 25 ms) due, and it panics.
+    generator.next_id().unwrap();
     clock.arm();
     let ended = tokio::time::timeout(Duration::from_secs(5), run).await;
     assert!(

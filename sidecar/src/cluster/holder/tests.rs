@@ -265,7 +265,8 @@ async fn a_dead_local_fence_renewal_stops_the_generator_and_ends_with_an_exit_er
     let (ctx, _) = ctx(client, clock.clone(), Duration::from_secs(3600));
     let held = acquired(&ctx, dir.path()).await;
     let generator = held.generator.clone();
-    // The next local fence renewal panics on the blocking pool.
+    // An ID makes the next local fence renewal due, and it panics.
+    generator.next_id().unwrap();
     clock.arm();
     let ended = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
         .await

@@ -181,6 +181,8 @@ pub struct Generator {
     wanted: AtomicU64,
     /// Wakes the local fence's writer when a reservation meets the fence.
     asked: Arc<Notify>,
+    /// Wakes requests held at the fence when it is raised.
+    raised: Arc<Notify>,
 }
 
 impl Generator {
@@ -205,6 +207,7 @@ impl Generator {
             reachable: AtomicU64::new(0),
             wanted: AtomicU64::new(0),
             asked: Arc::new(Notify::new()),
+            raised: Arc::new(Notify::new()),
         }
     }
 
@@ -430,7 +433,15 @@ impl Generator {
     /// lease or the state file): that write is what makes the ticks safe to use. A lower
     /// value than the current fence is ignored (rule 5: the fence only goes up).
     pub fn raise_fence(&self, fence: Tick) {
-        self.fence.fetch_max(fence.0, Ordering::AcqRel);
+        if self.fence.fetch_max(fence.0, Ordering::AcqRel) < fence.0 {
+            self.raised.notify_waiters();
+        }
+    }
+
+    /// Notified (all waiters) whenever the fence in force goes up: a request held at the
+    /// fence waits on it instead of only looking again after a pause.
+    pub fn fence_raised(&self) -> Arc<Notify> {
+        self.raised.clone()
     }
 
     /// The fence in force.

@@ -129,8 +129,14 @@ impl Api {
             mut pause,
             until,
         } = held;
+        let raised = generator.fence_raised();
         loop {
-            tokio::time::sleep(pause).await;
+            // Look again after the pause, or as soon as the fence goes up (a write the
+            // refused request asked for); a raise just before this wait costs one pause.
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = raised.notified() => {}
+            }
             match self.snowflake_ids(&generator, wanted, many, json) {
                 Err(HttpError::Refused(refusal)) => match hold_pause(&refusal, until) {
                     Some(next) => pause = next,

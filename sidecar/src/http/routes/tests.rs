@@ -119,6 +119,31 @@ async fn rule3_an_id_refused_at_the_fence_is_held_until_a_late_renewal_raises_it
     assert_eq!(status, 200, "{body}");
 }
 
+/// A held request waits on the raise itself, not for its next look: an ID that met an
+/// idle sidecar's fence costs one write, not a write and a pause (`Refusal::clears_after`).
+#[tokio::test(start_paused = true)]
+async fn an_id_held_at_the_fence_is_answered_the_moment_the_fence_goes_up() {
+    let generator = generator_at_its_fence();
+    let api = snowflake_api(generator.clone());
+    let request = tokio::spawn({
+        let api = api.clone();
+        async move { get(&api, "/id").await }
+    });
+    // Let the request be refused and held (paused time: no pause has passed).
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let raised_at = tokio::time::Instant::now();
+    generator.raise_fence(kubeflake_crds::Tick(u64::MAX >> 2));
+    let (status, _) = request.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        raised_at.elapsed(),
+        std::time::Duration::ZERO,
+        "answered without waiting out a pause"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn rule3_an_id_refused_at_a_fence_never_raised_is_a_503_once_the_hold_is_over() {
     let api = snowflake_api(generator_at_its_fence());

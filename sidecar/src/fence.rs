@@ -379,4 +379,6 @@ impl LocalFence {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

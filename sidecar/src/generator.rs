@@ -474,17 +474,18 @@ impl Generator {
 
     /// How far (ms) the fence this sidecar can serve up to without the API server lies
     /// beyond the wall clock ([`reachable`](Self::reachable): the lease fence while the
-    /// local fence can be written); 0 when it has run out. `u64::MAX` when nothing but the
-    /// local fence bounds it (standalone, while its file can be written).
-    pub fn fence_headroom_ms(&self) -> u64 {
-        let Ok(now) = self.now_tick() else { return 0 };
+    /// local fence can be written); 0 when it has run out. `None` when nothing but the
+    /// local fence bounds it (standalone, while its file can be written): no limit.
+    pub fn fence_headroom_ms(&self) -> Option<u64> {
+        let Ok(now) = self.now_tick() else {
+            return Some(0);
+        };
         let reachable = self.reachable();
-        if reachable == u64::MAX {
-            return u64::MAX;
-        }
-        reachable
-            .saturating_sub(now.0)
-            .saturating_mul(self.config.timebase.unit().millis())
+        (reachable != u64::MAX).then(|| {
+            reachable
+                .saturating_sub(now.0)
+                .saturating_mul(self.config.timebase.unit().millis())
+        })
     }
 }
 

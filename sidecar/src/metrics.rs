@@ -259,11 +259,10 @@ impl Metrics {
             let config = g.config();
             self.ahead_of_clock_seconds
                 .set(g.ahead_of_clock_ms() as f64 / 1000.0);
-            self.fence_headroom_seconds
-                .set(match g.fence_headroom_ms() {
-                    u64::MAX => f64::INFINITY,
-                    ms => ms as f64 / 1000.0,
-                });
+            self.fence_headroom_seconds.set(
+                g.fence_headroom_ms()
+                    .map_or(f64::INFINITY, |ms| ms as f64 / 1000.0),
+            );
             self.fence_tick
                 .set(i64::try_from(g.fence().0).unwrap_or(i64::MAX));
             self.ready.set(i64::from(g.check_ready().is_ok()));

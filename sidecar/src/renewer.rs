@@ -220,38 +220,11 @@ mod tests {
     /// outlives, only being asked can make it write.
     #[tokio::test]
     async fn an_id_that_meets_the_fence_wakes_the_renewal_task_without_waiting_for_its_period() {
-        use crate::fence::{FenceFile, FenceIdentity};
-        use crate::generator::{Generator, WorkerConfig};
-        use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot, Tick};
+        use kubeflake_crds::Tick;
         let dir = tempfile::tempdir().unwrap();
-        let p = IdSequenceSpec::default().params().unwrap();
         let epoch = 1_735_689_600_000;
-        let clock = Arc::new(crate::clock::ManualClock::at_millis(epoch + 10_000));
-        let config = WorkerConfig {
-            layout: p.layout,
-            timebase: p.timebase,
-            datacenter: DatacenterId(0),
-            slot: Slot(1),
-            max_drift_ms: 2000,
-        };
-        let g = Arc::new(Generator::start_above(config, Tick(0), clock.clone()));
-        let (file, _) = FenceFile::open(dir.path(), "s.fence").unwrap();
-        let identity = FenceIdentity {
-            sequence: "orders".into(),
-            slot: 1,
-            holder: "pod".into(),
-            acquisition: "a".into(),
-        };
-        let mut local = LocalFence::new(
-            file,
-            identity,
-            g.clone(),
-            1000,
-            Tick(0),
-            Some(Tick(60_000)),
-            None,
-        );
-        local.renew().unwrap();
+        let (local, g, clock) =
+            crate::fence::testing::written_once(dir.path(), epoch + 10_000, 60_000);
         let renewer = Renewer::spawn(local, Duration::from_secs(3600));
         tokio::time::sleep(Duration::from_millis(50)).await; // its first, idle tick
         clock.advance_millis(10_000);

@@ -1,3 +1,4 @@
+use super::testing::{generator_at, written_once};
 use super::*;
 
 fn record(fence_tick: u64) -> FenceRecord {
@@ -85,44 +86,6 @@ fn targets_in_one_directory_never_share_a_temporary_file() {
         );
         assert!(!temps[n].exists(), "no temporary file is left behind");
     }
-}
-
-fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<crate::clock::ManualClock>) {
-    use kubeflake_crds::{DatacenterId, IdSequenceSpec, Slot};
-    let p = IdSequenceSpec::default().params().unwrap();
-    let clock = Arc::new(crate::clock::ManualClock::at_millis(now_ms));
-    let config = crate::generator::WorkerConfig {
-        layout: p.layout,
-        timebase: p.timebase,
-        datacenter: DatacenterId(0),
-        slot: Slot(1),
-        max_drift_ms: 2000,
-    };
-    (
-        Arc::new(Generator::start_above(config, Tick(0), clock.clone())),
-        clock,
-    )
-}
-
-/// A local fence in a pod: lease fence (the cap) at `cap`, first write done, no ID yet.
-fn written_once(
-    dir: &std::path::Path,
-    now_ms: u64,
-    cap: u64,
-) -> (LocalFence, Arc<Generator>, Arc<crate::clock::ManualClock>) {
-    let (file, _) = FenceFile::open(dir, "s.fence").unwrap();
-    let (g, clock) = generator_at(now_ms);
-    let mut local = LocalFence::new(
-        file,
-        record(0).identity,
-        g.clone(),
-        1000,
-        Tick(0),
-        Some(Tick(cap)),
-        None,
-    );
-    local.renew().unwrap();
-    (local, g, clock)
 }
 
 #[test]
@@ -242,7 +205,7 @@ fn rule6_an_idle_local_fence_writes_nothing_yet_its_sidecar_stays_ready() {
     );
     assert_eq!(
         g.fence_headroom_ms(),
-        60_000 - 20_000,
+        Some(60_000 - 20_000),
         "up to the lease fence"
     );
 }
@@ -297,7 +260,7 @@ fn a_local_fence_that_cannot_be_written_makes_its_sidecar_unready_until_a_write_
         ),
         "not ready: no write can be counted on"
     );
-    assert_eq!(g.fence_headroom_ms(), 0);
+    assert_eq!(g.fence_headroom_ms(), Some(0));
     std::fs::remove_dir(&blocker).unwrap();
     assert!(
         local.due().is_some(),

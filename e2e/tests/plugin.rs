@@ -490,22 +490,31 @@ async fn a_segment_sequence_has_no_slots_so_slots_shows_its_counter_and_decode_e
     .await?;
     create_pods(&ns, "invoices", "app", 2).await?;
     // The operator creates the counter at start; then a "sidecar" claims one block by CAS.
+    // As a sidecar does (docs/safety.md rule 1), a conflict means read again and claim
+    // again: the operator may write the counter meanwhile (its list of claimant pods).
     let leases: Api<Lease> = Api::namespaced(ns.client.clone(), &ns.name);
     let name = counter_name("invoices");
-    let lease = eventually(LIMIT, "the operator to create the counter", || async {
-        Ok(leases.get_opt(&name).await?)
+    let claimed = eventually(LIMIT, "a block claimed from the counter", || async {
+        let Some(lease) = leases.get_opt(&name).await? else {
+            return Ok(None); // the operator has not created it yet
+        };
+        let counter = Counter::parse(&lease)?;
+        ensure!(counter.next == 1000, "next = start: {counter:?}");
+        let claimed = Counter {
+            next: 1500,
+            claims: counter.claims + 1,
+            ..counter
+        };
+        match leases
+            .replace(&name, &PostParams::default(), &claimed.write_into(lease))
+            .await
+        {
+            Ok(_) => Ok(Some(claimed)),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     })
     .await?;
-    let counter = Counter::parse(&lease)?;
-    ensure!(counter.next == 1000, "next = start: {counter:?}");
-    let claimed = Counter {
-        next: 1500,
-        claims: counter.claims + 1,
-        ..counter
-    };
-    leases
-        .replace(&name, &PostParams::default(), &claimed.write_into(lease))
-        .await?;
 
     let out = plugin_json(
         cluster,

@@ -1,5 +1,5 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) six ways, created N at once,
+//! the same pod (the node's pause image as the app) seven ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
@@ -22,9 +22,16 @@
 //!   with a startup probe costs in Kubernetes itself (the kubelet's steps and prober
 //!   ticks), before any work of kubeflake's: the floor of the design kubeflake uses, as
 //!   "idle sidecar + hook" is the floor of the hook;
+//! - **idle sidecar, as injected**: the webhook's pod itself (the sidecar's security
+//!   context, volumes, environment, ports and resources, and what it gives the app
+//!   container) with the pause binary as the sidecar's process, the probes of "idle
+//!   sidecar + probes" and no sequence label: what the injected pod's shape costs, so that
+//!   "kubeflake over idle sidecar, as injected" is the sidecar's own work, its API
+//!   requests, the webhook call and the operator's;
 //!
-//! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, kubeflake,
-//! kubeflake with the hook, plain, ...) for a number of rounds, every
+//! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
+//! sidecar as injected, kubeflake, kubeflake with the hook, plain, ...) for a number of
+//! rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
@@ -57,7 +64,9 @@
 //! Settings (environment): `KUBEFLAKE_BENCH_PODS` (pods created at once, a comma list,
 //! default `20,100`), `KUBEFLAKE_BENCH_ROUNDS` (rounds per variant and size, default 3),
 //! `KUBEFLAKE_BENCH_WARMUP` (pods per variant started once before measuring, default 1;
-//! 0 skips), `KUBEFLAKE_BENCH_METRICS=0` (skip the kubelet and operator metrics),
+//! 0 skips), `KUBEFLAKE_BENCH_VARIANTS` (a comma list of the variants' labels to run, e.g.
+//! `idle-probes,idle-injected,kubeflake`; default all), `KUBEFLAKE_BENCH_METRICS=0`
+//! (skip the kubelet and operator metrics),
 //! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
 //! lines).
 //!
@@ -122,16 +131,18 @@ enum Variant {
     Idle,
     IdleHook,
     IdleProbes,
+    IdleInjected,
     Kubeflake,
     KubeflakeHook,
 }
 
 impl Variant {
-    const ALL: [Variant; 6] = [
+    const ALL: [Variant; 7] = [
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
         Variant::IdleProbes,
+        Variant::IdleInjected,
         Variant::Kubeflake,
         Variant::KubeflakeHook,
     ];
@@ -142,6 +153,7 @@ impl Variant {
             Variant::Idle => "idle",
             Variant::IdleHook => "idle-hook",
             Variant::IdleProbes => "idle-probes",
+            Variant::IdleInjected => "idle-injected",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake-hook",
         }
@@ -153,6 +165,7 @@ impl Variant {
             Variant::Idle => "idle sidecar",
             Variant::IdleHook => "idle sidecar + hook",
             Variant::IdleProbes => "idle sidecar + probes",
+            Variant::IdleInjected => "idle sidecar, as injected",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake, hook",
         }
@@ -169,7 +182,10 @@ impl Variant {
 
     /// Whether the pod is made with what the webhook injects ([`injected_template`]).
     fn is_from_webhook(self) -> bool {
-        matches!(self, Variant::KubeflakeHook | Variant::IdleProbes)
+        matches!(
+            self,
+            Variant::KubeflakeHook | Variant::IdleProbes | Variant::IdleInjected
+        )
     }
 
     /// The pod of every variant but those made with the webhook's output (from this
@@ -239,7 +255,12 @@ async fn webhook_dry_run(pods: &Api<Pod>) -> Result<Pod> {
 ///   each create; the webhook finds the sidecar already there and leaves the pod as it is;
 /// - [`Variant::IdleProbes`]: the idle sidecar's pod with the injected sidecar's startup,
 ///   readiness and liveness probes (periods, timeouts, thresholds as injected), each a TCP
-///   connect to [`ANSWERING_PORT`] on the bridge address instead, which answers at once.
+///   connect to [`ANSWERING_PORT`] on the bridge address instead, which answers at once;
+/// - [`Variant::IdleInjected`]: the injected pod itself (the sidecar's security context,
+///   volumes, environment, ports, resources; what the webhook gives the app container)
+///   with the sidecar's process replaced by the pause binary and its probes as in
+///   [`Variant::IdleProbes`], and no sequence label (so no webhook call, no slot): what the
+///   injected pod's shape costs, before the sidecar's own work.
 fn injected_template(injected: &Pod, variant: Variant) -> Result<serde_json::Value> {
     let mut spec = serde_json::to_value(
         injected
@@ -292,23 +313,24 @@ fn injected_template(injected: &Pod, variant: Variant) -> Result<serde_json::Val
         }
         Variant::IdleProbes => {
             let mut pod = serde_json::to_value(Variant::IdleProbes.pod("template")?)?;
-            let idle = &mut pod["spec"]["initContainers"][0];
-            for kind in ["startupProbe", "readinessProbe", "livenessProbe"] {
-                let mut probe = sidecar
-                    .get(kind)
-                    .and_then(|p| p.as_object())
-                    .with_context(|| format!("the injected sidecar has no {kind}"))?
-                    .clone();
-                for handler in ["httpGet", "tcpSocket", "exec", "grpc"] {
-                    probe.remove(handler);
-                }
-                probe.insert(
-                    "tcpSocket".into(),
-                    serde_json::json!({"host": BRIDGE_IP.to_string(), "port": ANSWERING_PORT}),
-                );
-                idle[kind] = serde_json::Value::Object(probe);
-            }
+            let idle = pod["spec"]["initContainers"][0]
+                .as_object_mut()
+                .context("the idle sidecar")?;
+            answering_probes(sidecar, idle)?;
             return Ok(pod);
+        }
+        Variant::IdleInjected => {
+            let probes = sidecar.clone();
+            answering_probes(&probes, sidecar)?;
+            sidecar.remove("args");
+            sidecar.insert("image".into(), serde_json::json!(PAUSE_IMAGE));
+            sidecar.insert("imagePullPolicy".into(), serde_json::json!("Never"));
+            sidecar.insert("command".into(), serde_json::json!(["/pause"]));
+            // No sequence label: the webhook and the operator leave the pod alone.
+            return Ok(serde_json::json!({
+                "metadata": {"labels": {VARIANT_LABEL: variant.label()}},
+                "spec": spec,
+            }));
         }
         _ => bail!("{} is not made from the webhook's pod", variant.title()),
     }
@@ -322,6 +344,31 @@ fn injected_template(injected: &Pod, variant: Variant) -> Result<serde_json::Val
         },
         "spec": spec,
     }))
+}
+
+/// Sets `into`'s startup, readiness and liveness probes to those of the injected
+/// `sidecar` (periods, timeouts, thresholds), each a TCP connect to [`ANSWERING_PORT`] on
+/// the bridge address instead, which answers at once.
+fn answering_probes(
+    sidecar: &serde_json::Map<String, serde_json::Value>,
+    into: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    for kind in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        let mut probe = sidecar
+            .get(kind)
+            .and_then(|p| p.as_object())
+            .with_context(|| format!("the injected sidecar has no {kind}"))?
+            .clone();
+        for handler in ["httpGet", "tcpSocket", "exec", "grpc"] {
+            probe.remove(handler);
+        }
+        probe.insert(
+            "tcpSocket".into(),
+            serde_json::json!({"host": BRIDGE_IP.to_string(), "port": ANSWERING_PORT}),
+        );
+        into.insert(kind.into(), serde_json::Value::Object(probe));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1510,15 +1557,10 @@ fn push_line(out: &mut String, s: &str) {
 }
 
 /// A table's header: `first`, then one right-aligned column per variant.
-fn push_variant_header(out: &mut String, first: &str) {
-    push_line(
-        out,
-        &format!(
-            "| {first} | {} |",
-            Variant::ALL.map(Variant::title).join(" | ")
-        ),
-    );
-    push_line(out, &format!("|---|{}", "---:|".repeat(Variant::ALL.len())));
+fn push_variant_header(out: &mut String, first: &str, variants: &[Variant]) {
+    let titles: Vec<&str> = variants.iter().map(|v| v.title()).collect();
+    push_line(out, &format!("| {first} | {} |", titles.join(" | ")));
+    push_line(out, &format!("|---|{}", "---:|".repeat(variants.len())));
 }
 
 fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
@@ -1530,10 +1572,12 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             "### {n} pods created at once, {rounds} round(s) per variant (variants alternating)\n"
         ),
     );
-    let header = push_variant_header;
+    // The variants run, in the tables' order.
+    let variants: Vec<Variant> = all.keys().copied().collect();
+    let header = |out: &mut String, first: &str| push_variant_header(out, first, &variants);
     // A stage's cells, one per variant: `value` of each pod, p50 / p99 / max.
     let stage_cells = |stage: &Stage, value: fn(&Stage, &Timeline) -> Option<f64>| {
-        Variant::ALL
+        variants
             .iter()
             .map(|v| {
                 if !stage.applies.to(*v) {
@@ -1619,6 +1663,16 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             Variant::Kubeflake,
             Variant::IdleProbes,
         ),
+        (
+            "idle sidecar, as injected over idle sidecar + probes",
+            Variant::IdleInjected,
+            Variant::IdleProbes,
+        ),
+        (
+            "kubeflake over idle sidecar, as injected",
+            Variant::Kubeflake,
+            Variant::IdleInjected,
+        ),
     ] {
         if let (Some(a), Some(b)) = (to_ready(a), to_ready(b)) {
             line(
@@ -1640,7 +1694,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
     header(&mut out, "round");
     let most = all.values().map(|r| r.rounds.len()).max().unwrap_or(0);
     for round in 0..most {
-        let cells: Vec<String> = Variant::ALL
+        let cells: Vec<String> = variants
             .iter()
             .map(|v| {
                 all.get(v).and_then(|r| r.rounds.get(round)).map_or(
@@ -1666,7 +1720,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         "| variant | wall s | CPU s | busy | iowait | load1 max | CPU s by process |",
     );
     line(&mut out, "|---|---:|---:|---:|---:|---:|---|");
-    for v in Variant::ALL {
+    for &v in &variants {
         if let Some(r) = all.get(&v) {
             line(&mut out, &r.cpu.row(v.title()));
         }
@@ -1679,7 +1733,7 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         keys.dedup();
         let mut rows = Vec::new();
         for key in keys {
-            for v in Variant::ALL {
+            for &v in &variants {
                 let Some(s) = all.get(&v).and_then(|r| pick(r).get(&key)) else {
                     continue;
                 };
@@ -1754,13 +1808,15 @@ fn api_request_table(out: &mut String, n: usize, all: &BTreeMap<Variant, Results
         out,
         "\nThe API server's requests from the first create to the last pod Ready, per pod (every client: kubelet, scheduler, controllers, operator, sidecars, this test), and the watch events it sent, by resource:\n",
     );
-    push_variant_header(out, "request");
+    let variants: Vec<Variant> = all.keys().copied().collect();
+    push_variant_header(out, "request", &variants);
     for key in keys {
-        let cells = Variant::ALL.map(|v| per_pod(v, key));
+        let cells: Vec<f64> = variants.iter().map(|&v| per_pod(v, key)).collect();
         if cells.iter().all(|c| *c < 0.05) {
             continue;
         }
-        let cells = cells.map(|c| format!("{c:.1}")).join(" | ");
+        let cells: Vec<String> = cells.iter().map(|c| format!("{c:.1}")).collect();
+        let cells = cells.join(" | ");
         push_line(out, &format!("| {} | {cells} |", key.1));
     }
 }
@@ -1772,7 +1828,11 @@ fn api_request_table(out: &mut String, n: usize, all: &BTreeMap<Variant, Results
 /// second) on each variant's measured pods, by size and by probe (the Event's message
 /// names it: "Startup probe failed: ..."): the sum of the Events' counts, as the API server
 /// stored them (the kubelet's recorder drops and merges some).
-async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String> {
+async fn unhealthy_events(
+    ns: &TestNamespace,
+    sizes: &[usize],
+    variants: &[Variant],
+) -> Result<String> {
     const PROBES: [&str; 3] = ["Startup", "Readiness", "Liveness"];
     let events: Api<Event> = Api::namespaced(ns.client.clone(), &ns.name);
     let listed = events
@@ -1782,12 +1842,13 @@ async fn unhealthy_events(ns: &TestNamespace, sizes: &[usize]) -> Result<String>
     let mut out = String::from(
         "\nThe kubelet's Unhealthy Events (failed probes) on the measured pods, counted, startup / readiness / liveness / other:\n\n| pods | ",
     );
-    out += &Variant::ALL.map(Variant::title).join(" | ");
+    let titles: Vec<&str> = variants.iter().map(|v| v.title()).collect();
+    out += &titles.join(" | ");
     out += " |\n|---:|";
-    out += &"---|".repeat(Variant::ALL.len());
+    out += &"---|".repeat(variants.len());
     for &n in sizes {
         out += &format!("\n| {n} |");
-        for variant in Variant::ALL {
+        for &variant in variants {
             let prefix = format!("{}-n{n}-", variant.label());
             let mut counts = [0; PROBES.len() + 1];
             for e in listed.items.iter().filter(|e| {
@@ -1859,6 +1920,30 @@ fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
     }
 }
 
+/// The variants to run, from `KUBEFLAKE_BENCH_VARIANTS` (a comma list of their labels,
+/// in any order; they run and print in [`Variant::ALL`]'s order), default all.
+fn env_variants() -> Result<Vec<Variant>> {
+    const NAME: &str = "KUBEFLAKE_BENCH_VARIANTS";
+    let Ok(text) = std::env::var(NAME) else {
+        return Ok(Variant::ALL.to_vec());
+    };
+    let mut chosen = Vec::new();
+    for label in text.split(',').map(str::trim).filter(|l| !l.is_empty()) {
+        let Some(v) = Variant::ALL.into_iter().find(|v| v.label() == label) else {
+            let known: Vec<&str> = Variant::ALL.iter().map(|v| v.label()).collect();
+            bail!("{NAME}: no variant {label:?}; the variants are {}", known.join(", "));
+        };
+        chosen.push(v);
+    }
+    if chosen.is_empty() {
+        bail!("{NAME} names no variant");
+    }
+    Ok(Variant::ALL
+        .into_iter()
+        .filter(|v| chosen.contains(v))
+        .collect())
+}
+
 fn env_number(name: &str, default: usize) -> Result<usize> {
     match std::env::var(name) {
         Err(_) => Ok(default),
@@ -1877,6 +1962,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let rounds = env_number("KUBEFLAKE_BENCH_ROUNDS", 3)?.max(1);
     let warmup = env_number("KUBEFLAKE_BENCH_WARMUP", 1)?;
     let metrics = std::env::var("KUBEFLAKE_BENCH_METRICS").as_deref() != Ok("0");
+    let variants = env_variants()?;
 
     let cluster = Cluster::shared_with_node();
     helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[]).await?;
@@ -1905,7 +1991,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     );
     let injected = webhook_dry_run(&Api::namespaced(ns.client.clone(), &ns.name)).await?;
     let mut templates = HashMap::new();
-    for variant in Variant::ALL.into_iter().filter(|v| v.is_from_webhook()) {
+    for &variant in variants.iter().filter(|v| v.is_from_webhook()) {
         templates.insert(variant, injected_template(&injected, variant)?);
     }
     let bench = Bench {
@@ -1920,7 +2006,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         // Watches established before the first pod (they list first).
         tokio::time::sleep(Duration::from_secs(1)).await;
         if warmup > 0 {
-            for variant in Variant::ALL {
+            for &variant in &variants {
                 bench.round(variant, warmup, "warmup", None).await?;
             }
         }
@@ -1928,7 +2014,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         for &n in &sizes {
             let mut all: BTreeMap<Variant, Results> = BTreeMap::new();
             for round in 0..rounds {
-                for variant in Variant::ALL {
+                for &variant in &variants {
                     let tag = format!("n{n}-r{}", round + 1);
                     let results = all.entry(variant).or_default();
                     bench.round(variant, n, &tag, Some(results)).await?;
@@ -1955,7 +2041,7 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     for r in reports {
         println!("{r}");
     }
-    println!("{}", unhealthy_events(&bench.ns, &sizes).await?);
+    println!("{}", unhealthy_events(&bench.ns, &sizes, &variants).await?);
     let restarts = lock(&shared).watch_restarts;
     if restarts > 0 {
         println!(

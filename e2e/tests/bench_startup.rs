@@ -1931,7 +1931,10 @@ fn env_variants() -> Result<Vec<Variant>> {
     for label in text.split(',').map(str::trim).filter(|l| !l.is_empty()) {
         let Some(v) = Variant::ALL.into_iter().find(|v| v.label() == label) else {
             let known: Vec<&str> = Variant::ALL.iter().map(|v| v.label()).collect();
-            bail!("{NAME}: no variant {label:?}; the variants are {}", known.join(", "));
+            bail!(
+                "{NAME}: no variant {label:?}; the variants are {}",
+                known.join(", ")
+            );
         };
         chosen.push(v);
     }

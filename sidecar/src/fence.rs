@@ -316,22 +316,11 @@ impl LocalFence {
     pub fn due(&self) -> Option<u64> {
         let gate = &self.gate;
         let g = &gate.generator;
-        if g.is_stopped() {
+        if g.is_stopped() || !self.asked_since_write() {
             return None;
         }
         let written = gate.written.load(Ordering::Acquire);
         let high_water = g.high_water_tick().0;
-        let asked = match self.high_water_at_write {
-            None => true,
-            Some(at_write) => {
-                high_water > at_write
-                    || g.wanted_tick().0 > written
-                    || gate.failing.load(Ordering::Acquire)
-            }
-        };
-        if !asked {
-            return None;
-        }
         let drift = g.config().timebase.ticks_in_ms(g.config().max_drift_ms);
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
         let reach = (now + drift).max(high_water);
@@ -342,6 +331,30 @@ impl LocalFence {
             .saturating_add(self.ahead_ticks)
             .min(gate.cap.load(Ordering::Acquire));
         (target > written).then_some(target)
+    }
+
+    /// Whether IDs were asked since the last write: issued, or a reservation asked for a
+    /// fence above the one written, or the last write failed (or none was made yet).
+    fn asked_since_write(&self) -> bool {
+        let (gate, g) = (&self.gate, &self.gate.generator);
+        self.high_water_at_write.is_none_or(|at_write| {
+            g.high_water_tick().0 > at_write
+                || g.wanted_tick().0 > gate.written.load(Ordering::Acquire)
+                || gate.failing.load(Ordering::Acquire)
+        })
+    }
+
+    /// Whether only being [`asked`](Self::asked) can make a write due: nothing asked since
+    /// the last write, and the clock has passed the fence written, so the next ID must ask.
+    /// Before that an ID may be issued below the fence unasked, and the renewal task keeps
+    /// looking every period to write ahead of such a flow.
+    pub fn quiet_until_asked(&self) -> bool {
+        let g = &self.gate.generator;
+        let passed = || {
+            g.now_tick()
+                .is_ok_and(|now| self.gate.written.load(Ordering::Acquire) <= now.0)
+        };
+        g.is_stopped() || (!self.asked_since_write() && passed())
     }
 
     /// What a reservation that meets the fence wakes: the renewal task waits on it besides

@@ -25,6 +25,9 @@ pub trait Renew: Send + 'static {
     fn renew(&mut self) -> Result<(), FenceFileError>;
     /// Notified when a renewal is wanted before the next period (an ID met the fence).
     fn asked(&self) -> Arc<Notify>;
+    /// Whether only being [`asked`](Self::asked) can make a renewal due, so the task may
+    /// skip its periodic looks until then (an idle sidecar then wakes for nothing).
+    fn quiet_until_asked(&self) -> bool;
 }
 
 impl Renew for LocalFence {
@@ -33,6 +36,9 @@ impl Renew for LocalFence {
     }
     fn asked(&self) -> Arc<Notify> {
         LocalFence::asked(self)
+    }
+    fn quiet_until_asked(&self) -> bool {
+        LocalFence::quiet_until_asked(self)
     }
     fn renew(&mut self) -> Result<(), FenceFileError> {
         LocalFence::renew(self)
@@ -74,7 +80,8 @@ pub struct Renewer<F> {
 
 impl<F: Renew> Renewer<F> {
     /// Renews `fence` every `every` (at least 10 ms), and whenever it is asked, until
-    /// stopped.
+    /// stopped. While the fence is [quiet until asked](Renew::quiet_until_asked), the
+    /// periodic looks pause: only being asked (or stopped) wakes the task.
     pub fn spawn(fence: F, every: Duration) -> Renewer<F> {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let asked = fence.asked();
@@ -82,15 +89,23 @@ impl<F: Renew> Renewer<F> {
             let mut fence = fence;
             let mut interval = tokio::time::interval(every.max(Duration::from_millis(10)));
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut quiet = false;
             loop {
                 tokio::select! {
                     biased;
                     // Asked to stop (or the `Renewer` was dropped): hand the fence back.
                     _ = &mut stopped => return Ok(fence),
-                    () = asked.notified() => {}
-                    _ = interval.tick() => {}
+                    () = asked.notified() => {
+                        if quiet {
+                            // The periods resume from now, not with the ones missed.
+                            interval.reset();
+                        }
+                    }
+                    _ = interval.tick(), if !quiet => {}
                 }
+                quiet = false;
                 if !fence.due() {
+                    quiet = fence.quiet_until_asked();
                     continue;
                 }
                 // Not cancelled by a stop: a write in flight always finishes first.
@@ -150,6 +165,9 @@ mod tests {
         }
         fn asked(&self) -> Arc<Notify> {
             Arc::new(Notify::new())
+        }
+        fn quiet_until_asked(&self) -> bool {
+            false
         }
         fn renew(&mut self) -> Result<(), FenceFileError> {
             self.entered.fetch_add(1, Ordering::SeqCst);
@@ -240,5 +258,59 @@ mod tests {
         assert!(served, "the renewal wrote when asked, not a period later");
         assert_eq!(g.fence(), Tick(20_000 + 2000 + 1000));
         renewer.stop().await.unwrap();
+    }
+
+    /// A fence with nothing due: counts the task's looks; `quiet` is what it says of itself.
+    struct Idle {
+        looks: Arc<AtomicU32>,
+        asked: Arc<Notify>,
+        quiet: bool,
+    }
+
+    impl Renew for Idle {
+        fn due(&self) -> bool {
+            self.looks.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+        fn asked(&self) -> Arc<Notify> {
+            self.asked.clone()
+        }
+        fn quiet_until_asked(&self) -> bool {
+            self.quiet
+        }
+        fn renew(&mut self) -> Result<(), FenceFileError> {
+            unreachable!("never due")
+        }
+    }
+
+    /// Over 10 s of 10 ms periods: every period is looked at while the fence is not quiet;
+    /// once it is quiet until asked, only being asked wakes the task (an idle sidecar's
+    /// renewal task wakes for nothing: docs/safety.md rule 6 is unchanged, what is written
+    /// and when an ID may use it stay the same).
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_quiet_until_asked_is_not_looked_at_each_period_only_when_asked() {
+        for quiet in [false, true] {
+            let looks = Arc::new(AtomicU32::new(0));
+            let asked = Arc::new(Notify::new());
+            let fence = Idle {
+                looks: looks.clone(),
+                asked: asked.clone(),
+                quiet,
+            };
+            let renewer = Renewer::spawn(fence, Duration::from_millis(10));
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let periodic = looks.load(Ordering::SeqCst);
+            asked.notify_one();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let after_ask = looks.load(Ordering::SeqCst);
+            renewer.stop().await.unwrap();
+            if quiet {
+                assert_eq!(periodic, 1, "quiet: the first look only");
+                assert_eq!(after_ask, 2, "one look when asked");
+            } else {
+                assert!(periodic >= 900, "a look each period: {periodic}");
+                assert!(after_ask > periodic, "and when asked");
+            }
+        }
     }
 }

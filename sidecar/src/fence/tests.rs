@@ -243,6 +243,51 @@ fn rule6_an_id_that_meets_an_idle_fence_asks_for_one_write_and_is_served_above_n
     }
 }
 
+/// The renewal task's periodic looks stop once no ID can be issued without asking: an idle
+/// sidecar wakes for nothing, and a flow that starts below the fence is still written
+/// ahead of (rule 6: nothing is served above the file either way).
+#[test]
+fn rule6_a_fence_the_clock_has_reached_needs_no_look_until_an_id_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = 1_735_689_600_000;
+    let (mut local, g, clock) = written_once(dir.path(), epoch + 10_000, 60_000);
+    assert_eq!(fence_on_disk(dir.path()), 13_000);
+    clock.advance_millis(2_999);
+    assert!(
+        !local.quiet_until_asked(),
+        "an ID may still be issued below the fence unasked: keep looking"
+    );
+    clock.advance_millis(1);
+    assert!(
+        local.quiet_until_asked(),
+        "the clock has reached the fence: the next ID must ask"
+    );
+    clock.advance_millis(7_000);
+    assert!(g.next_id().is_err(), "met the fence");
+    assert!(!local.quiet_until_asked(), "asked: look again");
+    local.renew().unwrap();
+    g.next_id().expect("served once written");
+    clock.advance_millis(3_000);
+    assert!(
+        !local.quiet_until_asked(),
+        "IDs were issued since the last write: a flow may go on"
+    );
+    local.renew().unwrap();
+    clock.advance_millis(3_001);
+    assert!(
+        local.quiet_until_asked(),
+        "nothing issued since the last write, and the clock has passed it"
+    );
+    let blocker = dir.path().join("s.fence.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    assert!(g.next_id().is_err());
+    assert!(local.renew().is_err(), "the write asked for fails");
+    assert!(
+        !local.quiet_until_asked(),
+        "a failed write is looked at every period until one succeeds"
+    );
+}
+
 #[test]
 fn a_local_fence_that_cannot_be_written_makes_its_sidecar_unready_until_a_write_succeeds() {
     let dir = tempfile::tempdir().unwrap();

@@ -443,6 +443,64 @@ async fn a_pod_naming_a_missing_sequence_is_rejected_with_a_message_saying_so() 
     Ok(())
 }
 
+/// The webhook reads a pod's sequence from its own watch of the IdSequences once the watch
+/// has seen it (no GET per pod in a burst), and with a GET before that, so a pod created
+/// right after its sequence is admitted. Server-side dry runs call the webhook without
+/// storing a pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_finds_a_sequence_its_watch_has_seen_without_a_get_and_a_new_one_with_one()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let s = setup(cluster, "wh-cache").await?;
+    let lookups = |source: &str| {
+        s.operator.metric_with(
+            "kubeflake_webhook_sequence_lookups_total",
+            &format!("source=\"{source}\""),
+        )
+    };
+    let pods: Api<Pod> = Api::namespaced(s.ns.client.clone(), &s.ns.name);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let labelled = pod("dry", json!({"kubeflake.io/sequence": "orders"}), json!({}))?;
+    // Made and used at once: admitted whether or not the watch has it yet.
+    create_sequence(&s.ns, "orders", json!({})).await?;
+    let first = create(
+        &s.ns,
+        &pod(
+            "first",
+            json!({"kubeflake.io/sequence": "orders"}),
+            json!({}),
+        )?,
+    )
+    .await?;
+    assert_eq!(sidecars(&first), 1);
+    let before = (lookups("cache"), lookups("api"));
+    assert_eq!(
+        before.0 + before.1,
+        1.0,
+        "one lookup per injected pod: {before:?}"
+    );
+    // Once the watch has it, pods are admitted from the cache (bounded: 10 s).
+    let mut from_cache = false;
+    for _ in 0..40 {
+        let (cache, api) = (lookups("cache"), lookups("api"));
+        let made = pods.create(&dry_run, &labelled).await?;
+        assert_eq!(sidecars(&made), 1);
+        if lookups("cache") == cache + 1.0 && lookups("api") == api {
+            from_cache = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        from_cache,
+        "the webhook never found the sequence in its watch"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_keeps_its_certificate_in_a_secret_owned_by_the_configuration_and_restores_a_reset_ca_bundle()
 -> Result<()> {

@@ -54,6 +54,7 @@ pub struct Metrics {
     pub pod_to_slot: Histogram,
     pub webhook_requests: IntCounterVec,
     pub webhook_seconds: Histogram,
+    pub webhook_sequence_lookups: IntCounterVec,
     pub sidecar_bindings: IntCounterVec,
     pub watch_errors: IntCounterVec,
     slots_assigned: IntGauge,
@@ -116,6 +117,11 @@ impl Metrics {
                 "Time to answer one admission review (includes reading the IdSequence).",
                 vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
             ),
+            webhook_sequence_lookups: r.counter_vec(
+                "kubeflake_webhook_sequence_lookups_total",
+                "How the webhook found an injected pod's IdSequence: in its watch cache, or by a GET from the API server (not cached yet, or not there).",
+                &["source"],
+            ),
             sidecar_bindings: r.counter_vec(
                 "kubeflake_operator_sidecar_bindings_total",
                 "Sidecar Roles and RoleBindings written, by action (created, updated, deleted).",
@@ -154,6 +160,9 @@ impl Metrics {
         }
         for outcome in ["injected", "skipped", "denied", "error"] {
             m.webhook_requests.with_label_values(&[outcome]);
+        }
+        for source in ["cache", "api"] {
+            m.webhook_sequence_lookups.with_label_values(&[source]);
         }
         for action in ["created", "deleted"] {
             m.sidecar_bindings.with_label_values(&[action]);

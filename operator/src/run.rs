@@ -28,6 +28,7 @@ use crate::{
 /// Returns the serving certificate, which readiness waits for.
 async fn start_webhook(
     client: &Client,
+    namespace: &Option<String>,
     config: &WebhookConfig,
     metrics: Arc<metrics::Metrics>,
 ) -> anyhow::Result<Arc<certs::ServingCert>> {
@@ -47,10 +48,13 @@ async fn start_webhook(
     }
     let acceptor = webhook::tls_acceptor(serving.clone())?;
     tracing::info!(webhook_addr = %listener.local_addr()?, path = webhook::PATH, "webhook serving");
+    let (sequences, keep_sequences) = webhook::watch_sequences(api(client, namespace));
+    tokio::spawn(keep_sequences);
     let handler = Arc::new(webhook::Webhook {
         client: client.clone(),
         template: config.template.clone(),
         metrics,
+        sequences,
     });
     tokio::spawn(webhook::serve(
         listener,
@@ -98,7 +102,7 @@ pub async fn run(
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     // Every replica serves the webhook, leader or not: it only reads.
     if let Some(webhook) = &config.webhook {
-        let serving = start_webhook(&client, webhook, metrics.clone()).await?;
+        let serving = start_webhook(&client, &config.namespace, webhook, metrics.clone()).await?;
         let _ = health.webhook_cert.set(serving);
     }
     let result = match &config.leader_election_namespace {

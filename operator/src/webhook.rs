@@ -3,7 +3,10 @@
 //! The API server sends an `AdmissionReview` for each pod created with the
 //! `kubeflake.io/sequence` label (the configuration's `objectSelector`); we answer with
 //! the patch from [`crate::inject`], or deny the pod when the sequence it names does not
-//! exist: a pod without IDs would only fail later and less clearly.
+//! exist: a pod without IDs would only fail later and less clearly. Whether it exists is
+//! read from a watch of the IdSequences ([`watch_sequences`]) when it is there, so a burst
+//! of pods costs the API server no extra request each; a sequence not in that cache (made
+//! a moment ago, or missing) is asked for with a GET, so the cache never denies a pod.
 //!
 //! Every replica serves the webhook (it needs no leadership: it only reads), so a rolling
 //! update or a lost leader never blocks pod creation.
@@ -12,12 +15,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kubeflake_crds::IdSequence;
 use kubeflake_runtime::reply::{self, Reply};
@@ -39,6 +45,28 @@ pub struct Webhook {
     pub client: Client,
     pub template: SidecarTemplate,
     pub metrics: Arc<Metrics>,
+    /// The IdSequences this replica's watch has seen ([`watch_sequences`]).
+    pub sequences: Store<IdSequence>,
+}
+
+/// A cache of the IdSequences in `api`'s scope for the webhook, and the task that keeps it
+/// (run it for the life of the process). A failed watch is logged and retried with backoff;
+/// meanwhile the webhook reads each pod's sequence with a GET.
+pub fn watch_sequences(
+    api: Api<IdSequence>,
+) -> (Store<IdSequence>, impl Future<Output = ()> + Send) {
+    let (store, writer) = reflector::store();
+    let keep = async move {
+        reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "webhook: cannot watch IdSequences; reading each pod's sequence with a GET until it can");
+                }
+            })
+            .await
+    };
+    (store, keep)
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Reply {
@@ -150,10 +178,21 @@ impl Webhook {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into());
-        let sequences: Api<IdSequence> = Api::namespaced(self.client.clone(), &namespace);
-        match sequences.get_opt(&sequence).await {
-            Ok(Some(_)) => {}
-            Ok(None) => {
+        let known = ObjectRef::<IdSequence>::new(&sequence).within(&namespace);
+        let cached = self.sequences.get(&known).is_some();
+        self.metrics
+            .webhook_sequence_lookups
+            .with_label_values(&[if cached { "cache" } else { "api" }])
+            .inc();
+        let exists = if cached {
+            Ok(true)
+        } else {
+            let sequences: Api<IdSequence> = Api::namespaced(self.client.clone(), &namespace);
+            sequences.get_opt(&sequence).await.map(|s| s.is_some())
+        };
+        match exists {
+            Ok(true) => {}
+            Ok(false) => {
                 let message = format!(
                     "IdSequence {sequence:?} not found in namespace {namespace:?}: create it first \
                      (kubectl apply -f idsequence.yaml), or fix the pod's kubeflake.io/sequence label"
@@ -282,45 +321,4 @@ pub async fn serve(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::AsyncReadExt;
-
-    #[tokio::test]
-    async fn a_client_that_never_completes_the_tls_handshake_is_disconnected() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let client = kube::Client::try_from(kube::Config::new(
-            "http://127.0.0.1:1".parse().expect("a URL"),
-        ))
-        .expect("a client");
-        let webhook = Arc::new(Webhook {
-            client,
-            template: crate::inject::SidecarTemplate {
-                image: "x".into(),
-                image_pull_policy: "IfNotPresent".into(),
-                port: 7070,
-                probe_port: 7071,
-                requests: Default::default(),
-                limits: Default::default(),
-            },
-            metrics: Arc::new(Metrics::new()),
-        });
-        let acceptor = tls_acceptor(Arc::new(ServingCert::default())).expect("acceptor");
-        let timeouts = Timeouts {
-            handshake: Duration::from_millis(100),
-            header_read: Duration::from_millis(100),
-        };
-        let server = tokio::spawn(serve(listener, acceptor, webhook, timeouts));
-        let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let mut buf = [0u8; 16];
-        // Without the timeout the read would wait forever; the bound only keeps a broken
-        // build from hanging the test run.
-        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut buf)).await;
-        server.abort();
-        assert!(
-            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
-            "the server closes a silent connection: {read:?}"
-        );
-    }
-}
+mod tests;

@@ -59,6 +59,36 @@ impl Health {
         }
     }
 
+    /// What becomes of one event of `watch`: an error is counted
+    /// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at
+    /// warn, with what does not work meanwhile (`consequence`), when the watch starts
+    /// failing (it is retried with [`kubeflake_runtime::backoff::WatchBackoff`]); a success
+    /// clears it.
+    pub fn report_watch<T>(
+        &self,
+        watch: &'static str,
+        consequence: &str,
+        metrics: &Metrics,
+        event: &Result<T, kube::runtime::watcher::Error>,
+    ) {
+        match event {
+            Ok(_) => {
+                if self.watch_recovered(watch) {
+                    tracing::info!(watch, "watch works again");
+                }
+            }
+            Err(e) => {
+                metrics.watch_errors.with_label_values(&[watch]).inc();
+                let message = e.to_string();
+                if self.watch_failed(watch, message.clone()) {
+                    tracing::warn!(watch, error = %message, "watch failed: {consequence} (retried with back-off; is the operator allowed to list and watch it?)");
+                } else {
+                    tracing::debug!(watch, error = %message, "watch failed again");
+                }
+            }
+        }
+    }
+
     /// Records that `watch` failed with `error`; true when it was not failing before (then
     /// the caller logs it at warn; repeats are retried with back-off and only counted).
     pub fn watch_failed(&self, watch: &'static str, error: String) -> bool {

@@ -26,8 +26,14 @@ pub const RESULT_LABELS: [&str; 7] = [
 
 /// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any
 /// watch of the IdSequence controller (its queue reports them together), the others the
-/// sidecar-binding keeper's two watches ([`crate::rbac`]).
-pub const WATCH_LABELS: [&str; 3] = ["controller", "rbac_idsequences", "rbac_rolebindings"];
+/// sidecar-binding keeper's two watches ([`crate::rbac`]), and the webhook's watch of the
+/// IdSequences ([`crate::webhook::watch_sequences`]).
+pub const WATCH_LABELS: [&str; 4] = [
+    "controller",
+    "rbac_idsequences",
+    "rbac_rolebindings",
+    "webhook_idsequences",
+];
 
 /// What the last Snowflake pass of one sequence saw, after its own writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -129,7 +135,7 @@ impl Metrics {
             ),
             watch_errors: r.counter_vec(
                 "kubeflake_operator_watch_errors_total",
-                "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_roles, rbac_rolebindings); each is retried with back-off.",
+                "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_roles, rbac_rolebindings, webhook_idsequences); each is retried with back-off.",
                 &["watch"],
             ),
             slots_assigned: r.int_gauge(

@@ -31,6 +31,7 @@ async fn start_webhook(
     namespace: &Option<String>,
     config: &WebhookConfig,
     metrics: Arc<metrics::Metrics>,
+    health: &Arc<http::Health>,
 ) -> anyhow::Result<Arc<certs::ServingCert>> {
     let listener = webhook::bind(config.addr).await?;
     let serving = Arc::new(certs::ServingCert::default());
@@ -48,7 +49,8 @@ async fn start_webhook(
     }
     let acceptor = webhook::tls_acceptor(serving.clone())?;
     tracing::info!(webhook_addr = %listener.local_addr()?, path = webhook::PATH, "webhook serving");
-    let (sequences, keep_sequences) = webhook::watch_sequences(api(client, namespace));
+    let (sequences, keep_sequences) =
+        webhook::watch_sequences(api(client, namespace), metrics.clone(), health.clone());
     tokio::spawn(keep_sequences);
     let handler = Arc::new(webhook::Webhook {
         client: client.clone(),
@@ -102,7 +104,14 @@ pub async fn run(
     let server = tokio::spawn(http::serve(listener, health.clone(), metrics.clone()));
     // Every replica serves the webhook, leader or not: it only reads.
     if let Some(webhook) = &config.webhook {
-        let serving = start_webhook(&client, &config.namespace, webhook, metrics.clone()).await?;
+        let serving = start_webhook(
+            &client,
+            &config.namespace,
+            webhook,
+            metrics.clone(),
+            &health,
+        )
+        .await?;
         let _ = health.webhook_cert.set(serving);
     }
     let result = match &config.leader_election_namespace {

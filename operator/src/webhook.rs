@@ -32,6 +32,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::certs::ServingCert;
+use crate::http::Health;
 use crate::inject::{Decision, SidecarTemplate, decide};
 use crate::metrics::Metrics;
 
@@ -50,19 +51,27 @@ pub struct Webhook {
 }
 
 /// A cache of the IdSequences in `api`'s scope for the webhook, and the task that keeps it
-/// (run it for the life of the process). A failed watch is logged and retried with backoff;
-/// meanwhile the webhook reads each pod's sequence with a GET.
+/// (run it for the life of the process). A failing watch is reported as the operator's
+/// other watches are ([`Health::report_watch`], watch `webhook_idsequences`) and retried
+/// with back-off; meanwhile the webhook reads each pod's sequence with a GET.
 pub fn watch_sequences(
     api: Api<IdSequence>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
 ) -> (Store<IdSequence>, impl Future<Output = ()> + Send) {
     let (store, writer) = reflector::store();
     let keep = async move {
-        reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|event| async move {
-                if let Err(e) = event {
-                    tracing::warn!(error = %e, "webhook: cannot watch IdSequences; reading each pod's sequence with a GET until it can");
-                }
+        watcher(api, watcher::Config::default())
+            .backoff(kubeflake_runtime::backoff::WatchBackoff::default())
+            .reflect(writer)
+            .for_each(|event| {
+                health.report_watch(
+                    "webhook_idsequences",
+                    "the webhook reads each pod's IdSequence with a GET until it works",
+                    &metrics,
+                    &event,
+                );
+                std::future::ready(())
             })
             .await
     };

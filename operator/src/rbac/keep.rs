@@ -79,34 +79,6 @@ async fn find_owner(roles: &Api<ClusterRole>, name: &str) -> Option<Owner> {
     }
 }
 
-/// What becomes of one watch event: an error is counted
-/// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at warn
-/// when the watch starts failing (then retried with [`kubeflake_runtime::backoff::WatchBackoff`]); a
-/// success clears it.
-fn report<T>(
-    watch: &'static str,
-    metrics: &Metrics,
-    health: &Health,
-    event: &Result<T, watcher::Error>,
-) {
-    match event {
-        Ok(_) => {
-            if health.watch_recovered(watch) {
-                tracing::info!(watch, "watch works again");
-            }
-        }
-        Err(e) => {
-            metrics.watch_errors.with_label_values(&[watch]).inc();
-            let message = e.to_string();
-            if health.watch_failed(watch, message.clone()) {
-                tracing::warn!(watch, error = %message, "watch failed: sidecar RoleBindings are not kept until it works (retried with back-off; is the operator allowed to list and watch it?)");
-            } else {
-                tracing::debug!(watch, error = %message, "watch failed again");
-            }
-        }
-    }
-}
-
 /// Keeps the Roles and bindings right until dropped: a pass whenever sequences, Roles or
 /// bindings change, every second when the service accounts of the labelled pods in
 /// `pods` (the controller's cache) changed, and at least once a minute. Watch errors are
@@ -136,7 +108,14 @@ pub async fn keep_sidecar_bindings(
         health: &Arc<Health>,
     ) -> impl FnMut(Result<T, watcher::Error>) + use<T> {
         let (metrics, health) = (metrics.clone(), health.clone());
-        move |event| report(name, &metrics, &health, &event)
+        move |event| {
+            health.report_watch(
+                name,
+                "sidecar RoleBindings are not kept until it works",
+                &metrics,
+                &event,
+            )
+        }
     }
     let watch = |name| (name, &metrics, &health);
     let (seq_store, seq_writer) = reflector::store::<IdSequence>();

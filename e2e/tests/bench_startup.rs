@@ -1920,26 +1920,32 @@ fn env_list(name: &str, default: &[usize]) -> Result<Vec<usize>> {
     }
 }
 
-/// The variants to run, from `KUBEFLAKE_BENCH_VARIANTS` (a comma list of their labels,
-/// in any order; they run and print in [`Variant::ALL`]'s order), default all.
+/// The variants to run, from `KUBEFLAKE_BENCH_VARIANTS` ([`parse_variants`]), default all.
 fn env_variants() -> Result<Vec<Variant>> {
-    const NAME: &str = "KUBEFLAKE_BENCH_VARIANTS";
-    let Ok(text) = std::env::var(NAME) else {
-        return Ok(Variant::ALL.to_vec());
-    };
+    match std::env::var(VARIANTS_ENV) {
+        Err(_) => Ok(Variant::ALL.to_vec()),
+        Ok(text) => parse_variants(&text),
+    }
+}
+
+const VARIANTS_ENV: &str = "KUBEFLAKE_BENCH_VARIANTS";
+
+/// A comma list of variant labels, in any order; they run and print in [`Variant::ALL`]'s
+/// order. An unknown label or an empty list is refused, naming the setting and the labels.
+fn parse_variants(text: &str) -> Result<Vec<Variant>> {
     let mut chosen = Vec::new();
     for label in text.split(',').map(str::trim).filter(|l| !l.is_empty()) {
         let Some(v) = Variant::ALL.into_iter().find(|v| v.label() == label) else {
             let known: Vec<&str> = Variant::ALL.iter().map(|v| v.label()).collect();
             bail!(
-                "{NAME}: no variant {label:?}; the variants are {}",
+                "{VARIANTS_ENV}: no variant {label:?}; the variants are {}",
                 known.join(", ")
             );
         };
         chosen.push(v);
     }
     if chosen.is_empty() {
-        bail!("{NAME} names no variant");
+        bail!("{VARIANTS_ENV} names no variant");
     }
     Ok(Variant::ALL
         .into_iter()
@@ -2070,4 +2076,21 @@ fn unhealthy_messages_are_counted_without_their_urls_and_addresses() {
         without_quoted("Liveness probe failed: HTTP probe failed with statuscode: 503"),
         "Liveness probe failed: HTTP probe failed with statuscode: 503"
     );
+}
+
+#[test]
+fn the_variants_setting_keeps_the_tables_order_and_refuses_an_unknown_name_naming_the_known_ones() {
+    assert_eq!(
+        parse_variants("kubeflake, idle-probes").unwrap(),
+        [Variant::IdleProbes, Variant::Kubeflake]
+    );
+    let err = parse_variants("idle,kubeflak").unwrap_err().to_string();
+    assert!(
+        err.contains("KUBEFLAKE_BENCH_VARIANTS")
+            && err.contains("\"kubeflak\"")
+            && err.contains("idle-injected"),
+        "{err}"
+    );
+    let err = parse_variants(" , ").unwrap_err().to_string();
+    assert!(err.contains("names no variant"), "{err}");
 }

@@ -9,7 +9,7 @@
 //! - rule 3: failed renewals simply let the generator run into its fence; a renewal that
 //!   finds the slot given away stops issuing at once;
 //! - rule 5: on SIGTERM, drain, stop, lower the lease fence to the highest tick issued and
-//!   free the slot.
+//!   free the slot; the probe port answers until then (`/healthz` alive, `/readyz` 503).
 //!
 //! For a Segment-mode sequence no slot is needed: the sidecar claims blocks from the
 //! sequence's counter Lease (see [`crate::segment`]) and, on SIGTERM, gives the unused top
@@ -65,7 +65,7 @@ use kubeflake_runtime::shutdown::{ShutdownToken, drain};
 
 use crate::clock::Clock;
 use crate::fence::{FenceFile, FenceFileError};
-use crate::http::{Api as HttpApi, ApiListeners, ListenError, serve_api, serve_probes};
+use crate::http::{Api as HttpApi, ApiListeners, ListenError, ProbeServer, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
 use crate::segment::Source;
@@ -243,7 +243,7 @@ pub async fn run(
     let events: Arc<dyn Notify> = Arc::new(events::PodEvents::new(client.clone(), &config.pod));
     tracing::info!(listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
 
-    let mut servers = vec![(
+    let servers = vec![(
         "API server",
         tokio::spawn(serve_api(
             listeners,
@@ -252,10 +252,9 @@ pub async fn run(
             config.drain,
         )),
     )];
-    if let Some(probe_listener) = probe_listener {
-        let probes = serve_probes(probe_listener, api.clone(), shutdown.clone(), config.drain);
-        servers.push(("probe server", tokio::spawn(probes)));
-    }
+    // Not among the servers drained at the shutdown: the probe port answers until the slot
+    // is handed back (the kubelet probes until the container ends; see `ProbeServer`).
+    let probes = probe_listener.map(|listener| ProbeServer::spawn(listener, api.clone()));
     let watcher = spawn_clock_watch(
         api.state().clone(),
         metrics.clone(),
@@ -282,5 +281,9 @@ pub async fn run(
         .unwrap_or_else(tokio::time::Instant::now);
     drain(servers, began + ctx.config.drain + SERVER_STOP_SLACK).await;
     watcher.abort();
-    ctx.finish(ending).await
+    let handed_back = ctx.finish(ending).await;
+    if let Some(probes) = probes {
+        probes.close().await;
+    }
+    handed_back
 }

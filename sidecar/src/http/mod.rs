@@ -42,7 +42,7 @@ pub mod routes;
 pub mod serve;
 
 pub use routes::Api;
-pub use serve::{ApiListeners, HEADER_READ_TIMEOUT, ListenError, serve, serve_api, serve_probes};
+pub use serve::{ApiListeners, HEADER_READ_TIMEOUT, ListenError, ProbeServer, serve, serve_api};
 
 /// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
 pub const DEFAULT_MAX_BATCH: u64 = 10_000;

@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use kubeflake_crds::contract::SOCKET_MODE;
 use kubeflake_runtime::serve::{Listener, ServeOptions};
-use kubeflake_runtime::shutdown::ShutdownToken;
+use kubeflake_runtime::shutdown::{ShutdownToken, drain};
 use kubeflake_runtime::unix_socket::{self, SocketError};
 use serde_json::json;
 use tokio::net::{TcpListener, UnixListener};
@@ -166,24 +166,49 @@ pub async fn serve_api(
     }
 }
 
-/// Like [`serve`], answering only `/healthz`, `/readyz` and `/metrics` ([`ProbeRoutes`]):
-/// for a listener on the pod's address that kubelet probes and Prometheus reach, while
-/// IDs stay on localhost. Until `shutdown` is triggered, then drains.
-pub async fn serve_probes(
-    listener: TcpListener,
-    api: Arc<Api>,
-    shutdown: ShutdownToken,
-    drain: Duration,
-) {
-    serve_routes(
-        listener,
-        api,
-        shutdown.triggered(),
-        drain,
-        true,
-        HEADER_READ_TIMEOUT,
-    )
-    .await
+/// How long the probe port lets a probe in flight finish once it is closed (probes are
+/// answered at once; a held `/readyz?wait=` returns as soon as the sidecar is stopping).
+const PROBE_CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// The probe port of a sidecar in a pod: `/healthz`, `/readyz` and `/metrics` only
+/// ([`ProbeRoutes`]), for the kubelet and Prometheus, who reach the pod IP while IDs stay
+/// on localhost.
+///
+/// It is served until [`ProbeServer::close`], not until the shutdown begins as the ID API
+/// is: the kubelet probes a container until it has ended, and a port closed while the
+/// sidecar still drains and hands its slot back reads as failed liveness and readiness
+/// probes ("connection refused", a Warning Event on every deleted pod). Meanwhile
+/// `/healthz` answers alive, and `/readyz` 503 "stopping" once the drain is over.
+pub struct ProbeServer {
+    close: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProbeServer {
+    /// Serves the probe routes of `api` on `listener` until [`ProbeServer::close`].
+    pub fn spawn(listener: TcpListener, api: Arc<Api>) -> ProbeServer {
+        let (close, closed) = tokio::sync::oneshot::channel::<()>();
+        let closed = async move {
+            // A dropped sender (the process is ending anyway) closes the port too.
+            let _ = closed.await;
+        };
+        let task = tokio::spawn(serve_routes(
+            listener,
+            api,
+            closed,
+            PROBE_CLOSE_DRAIN,
+            true,
+            HEADER_READ_TIMEOUT,
+        ));
+        ProbeServer { close, task }
+    }
+
+    /// Stops accepting, lets the probes in flight finish (for a bounded time) and returns.
+    pub async fn close(self) {
+        let _ = self.close.send(());
+        let deadline = tokio::time::Instant::now() + PROBE_CLOSE_DRAIN + Duration::from_secs(1);
+        drain(vec![("probe server", self.task)], deadline).await;
+    }
 }
 
 async fn serve_routes(
@@ -333,13 +358,7 @@ mod tests {
     async fn the_probe_port_answers_only_healthz_readyz_and_metrics() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let server = tokio::spawn(serve_probes(
-            listener,
-            api(),
-            shutdown.token(),
-            Duration::from_millis(100),
-        ));
+        let probes = ProbeServer::spawn(listener, api());
         assert_eq!(status_of(addr, "GET", "/healthz").await, 200);
         assert_eq!(status_of(addr, "GET", "/readyz").await, 503, "waiting");
         assert_eq!(status_of(addr, "GET", "/metrics").await, 200);
@@ -355,7 +374,60 @@ mod tests {
         }
         assert_eq!(status_of(addr, "POST", "/id").await, 404);
         assert_eq!(status_of(addr, "POST", "/healthz").await, 405);
+        probes.close().await;
+    }
+
+    /// The kubelet probes a container until it has ended. So the probe port outlives the
+    /// shutdown: after the ID API has stopped and while the sidecar is stopping (handing its
+    /// slot back), `/healthz` still answers alive and `/readyz` says "stopping"; only
+    /// `close` (at the very end of `cluster::run`) closes the port. A deleted pod then
+    /// records no liveness probe refused while its sidecar hands back its slot.
+    #[tokio::test]
+    async fn the_probe_port_answers_after_the_shutdown_until_it_is_closed() {
+        let metrics = Arc::new(Metrics::new());
+        let cell = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
+        let api = Arc::new(Api::new(
+            cell.reader(),
+            metrics,
+            crate::http::DEFAULT_MAX_BATCH,
+        ));
+        let probe_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let probe_addr = probe_listener.local_addr().unwrap();
+        let probes = ProbeServer::spawn(probe_listener, api.clone());
+        let listeners = ApiListeners::bind("127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
+        let api_addr = listeners.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let api_server = tokio::spawn(serve_api(
+            listeners,
+            api,
+            shutdown.token(),
+            Duration::from_millis(100),
+        ));
+
         shutdown.trigger("test");
-        server.await.unwrap();
+        api_server.await.unwrap();
+        assert!(
+            tokio::net::TcpStream::connect(api_addr).await.is_err(),
+            "the ID API stops at the shutdown"
+        );
+        cell.publish(Serving::Stopping);
+        assert_eq!(status_of(probe_addr, "GET", "/healthz").await, 200);
+        let mut client = tokio::net::TcpStream::connect(probe_addr).await.unwrap();
+        client
+            .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("stopping"), "{answer}");
+
+        probes.close().await;
+        assert!(
+            tokio::net::TcpStream::connect(probe_addr).await.is_err(),
+            "closed, the probe port refuses connections"
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyper::StatusCode;
+use kube::runtime::watcher;
 use kubeflake_runtime::reply::Reply;
 use kubeflake_runtime::serve::ServeOptions;
 use kubeflake_runtime::shutdown::ShutdownToken;
@@ -62,16 +63,22 @@ impl Health {
     /// What becomes of one event of `watch`: an error is counted
     /// (`kubeflake_operator_watch_errors_total{watch}`), shown by `/readyz` and logged at
     /// warn, with what does not work meanwhile (`consequence`), when the watch starts
-    /// failing (it is retried with [`kubeflake_runtime::backoff::WatchBackoff`]); a success
-    /// clears it.
-    pub fn report_watch<T>(
+    /// failing (it is retried with [`kubeflake_runtime::backoff::WatchBackoff`]); an event
+    /// that shows the watch works (an object listed or changed, a list done) clears it.
+    ///
+    /// `Event::Init` shows nothing: the watcher emits it as it starts a list, before the
+    /// list is asked, so every retry of a failing watch begins with one. Taken as success,
+    /// it cleared the failure for the moment of each retry (`/readyz` flickered) and made
+    /// every retry log "works again" and a new warn.
+    pub fn report_watch<K>(
         &self,
         watch: &'static str,
         consequence: &str,
         metrics: &Metrics,
-        event: &Result<T, kube::runtime::watcher::Error>,
+        event: &Result<watcher::Event<K>, watcher::Error>,
     ) {
         match event {
+            Ok(watcher::Event::Init) => {}
             Ok(_) => {
                 if self.watch_recovered(watch) {
                     tracing::info!(watch, "watch works again");
@@ -276,6 +283,34 @@ mod tests {
         assert!(health.watch_recovered("rbac_rolebindings"));
         let body = body_json(answer("/readyz", &health, &metrics));
         assert!(body.get("failingWatches").is_none(), "{body}");
+    }
+
+    /// The watcher emits `Init` as it starts each list, before asking: every retry of a
+    /// failing watch begins with one. It must not count as the watch working, or `/readyz`
+    /// would lose the failure at each retry (and each retry log "works again" and warn).
+    #[test]
+    fn a_failing_watch_stays_failing_through_the_init_of_its_retry_until_a_list_is_done() {
+        use k8s_openapi::api::core::v1::Pod;
+        let health = Health::default();
+        let metrics = Metrics::new();
+        let failed: Result<watcher::Event<Pod>, _> = Err(watcher::Error::NoResourceVersion);
+        health.report_watch("rbac_roles", "roles are not kept", &metrics, &failed);
+        assert!(health.failing_watches().contains_key("rbac_roles"));
+        let retry: Result<watcher::Event<Pod>, watcher::Error> = Ok(watcher::Event::Init);
+        health.report_watch("rbac_roles", "roles are not kept", &metrics, &retry);
+        assert!(
+            health.failing_watches().contains_key("rbac_roles"),
+            "a retry's Init is not a success"
+        );
+        let listed: Result<watcher::Event<Pod>, watcher::Error> = Ok(watcher::Event::InitDone);
+        health.report_watch("rbac_roles", "roles are not kept", &metrics, &listed);
+        assert!(health.failing_watches().is_empty(), "a list done is");
+        assert!(
+            metrics
+                .render()
+                .contains("kubeflake_operator_watch_errors_total{watch=\"rbac_roles\"} 1"),
+            "the one failure is counted"
+        );
     }
 
     #[test]

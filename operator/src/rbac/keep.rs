@@ -102,11 +102,11 @@ pub async fn keep_sidecar_bindings(
         }
     }
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    fn reporter<T>(
+    fn reporter<K>(
         name: &'static str,
         metrics: &Arc<Metrics>,
         health: &Arc<Health>,
-    ) -> impl FnMut(Result<T, watcher::Error>) + use<T> {
+    ) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) + use<K> {
         let (metrics, health) = (metrics.clone(), health.clone());
         move |event| {
             health.report_watch(

@@ -20,8 +20,8 @@
 //!   `cluster::waiting` reads the sequence and waits for a slot or counter,
 //!   `cluster::events` records pod Events and gates on clock skew, `cluster::config`.
 //! - Shutdown: both modes stop on the runtime's token (`kubeflake_runtime::shutdown`,
-//!   created once in `main.rs`); `cluster::run` drains the servers with a bound before it
-//!   hands the slot back.
+//!   created once in `main.rs`); `cluster::run` drains the ID API with a bound before it
+//!   hands the slot back, and closes the probe port only after that (`http::ProbeServer`).
 //! - [`slot`]: every write to a slot lease (compare-and-swap, rule 1).
 //! - [`fence`]: the durable fence file and the local fence of rule 6.
 //! - [`renewer`]: the task that keeps a fence file ahead, owning it by value, and the one

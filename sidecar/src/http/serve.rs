@@ -169,6 +169,8 @@ pub async fn serve_api(
 /// How long the probe port lets a probe in flight finish once it is closed (probes are
 /// answered at once; a held `/readyz?wait=` returns as soon as the sidecar is stopping).
 const PROBE_CLOSE_DRAIN: Duration = Duration::from_secs(1);
+/// How long after its drain the probe server may take to return before it is aborted.
+const PROBE_STOP_SLACK: Duration = Duration::from_secs(1);
 
 /// The probe port of a sidecar in a pod: `/healthz`, `/readyz` and `/metrics` only
 /// ([`ProbeRoutes`]), for the kubelet and Prometheus, who reach the pod IP while IDs stay
@@ -206,7 +208,7 @@ impl ProbeServer {
     /// Stops accepting, lets the probes in flight finish (for a bounded time) and returns.
     pub async fn close(self) {
         let _ = self.close.send(());
-        let deadline = tokio::time::Instant::now() + PROBE_CLOSE_DRAIN + Duration::from_secs(1);
+        let deadline = tokio::time::Instant::now() + PROBE_CLOSE_DRAIN + PROBE_STOP_SLACK;
         drain(vec![("probe server", self.task)], deadline).await;
     }
 }

@@ -6,14 +6,20 @@ use crate::state::{Serving, ServingCell, WaitReason};
 use kubeflake_runtime::shutdown::Shutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn api() -> Arc<Api> {
+/// An API still waiting for a slot, and the cell through which a test changes its state.
+fn api_and_state() -> (Arc<Api>, ServingCell) {
     let metrics = Arc::new(Metrics::new());
     let cell = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
-    Arc::new(Api::new(
+    let api = Arc::new(Api::new(
         cell.reader(),
         metrics,
         crate::http::DEFAULT_MAX_BATCH,
-    ))
+    ));
+    (api, cell)
+}
+
+fn api() -> Arc<Api> {
+    api_and_state().0
 }
 
 #[tokio::test]
@@ -85,14 +91,20 @@ async fn the_unix_socket_serves_the_same_routes_as_loopback() {
     assert!(!path.exists(), "the socket file is removed at shutdown");
 }
 
-/// One request on a fresh connection: the status code.
-async fn status_of(addr: std::net::SocketAddr, method: &str, path: &str) -> u16 {
+/// One request on a fresh connection: the whole answer, status line to body.
+async fn answer_of(addr: std::net::SocketAddr, method: &str, path: &str) -> String {
     let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     client.write_all(request.as_bytes()).await.unwrap();
     let mut answer = String::new();
     client.read_to_string(&mut answer).await.unwrap();
     answer
+}
+
+/// One request on a fresh connection: the status code.
+async fn status_of(addr: std::net::SocketAddr, method: &str, path: &str) -> u16 {
+    answer_of(addr, method, path)
+        .await
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
@@ -132,13 +144,7 @@ async fn the_probe_port_answers_only_healthz_readyz_and_metrics() {
 /// records no liveness probe refused while its sidecar hands back its slot.
 #[tokio::test]
 async fn the_probe_port_answers_after_the_shutdown_until_it_is_closed() {
-    let metrics = Arc::new(Metrics::new());
-    let cell = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
-    let api = Arc::new(Api::new(
-        cell.reader(),
-        metrics,
-        crate::http::DEFAULT_MAX_BATCH,
-    ));
+    let (api, cell) = api_and_state();
     let probe_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let probe_addr = probe_listener.local_addr().unwrap();
     let probes = ProbeServer::spawn(probe_listener, api.clone());
@@ -162,13 +168,7 @@ async fn the_probe_port_answers_after_the_shutdown_until_it_is_closed() {
     );
     cell.publish(Serving::Stopping);
     assert_eq!(status_of(probe_addr, "GET", "/healthz").await, 200);
-    let mut client = tokio::net::TcpStream::connect(probe_addr).await.unwrap();
-    client
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    client.read_to_string(&mut answer).await.unwrap();
+    let answer = answer_of(probe_addr, "GET", "/readyz").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("stopping"), "{answer}");
 

@@ -292,19 +292,21 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
         .await?
         .ok()?;
     rollout(cluster, &ns.name, "app").await?;
-    for replicas in ["6", "2"] {
+    ids_of_every_ready_pod(&ns, "app", 3, &ledger).await?;
+    for replicas in [6, 2] {
         cluster
             .kubectl(&[
                 "scale",
                 "deployment/app",
                 "--replicas",
-                replicas,
+                &replicas.to_string(),
                 "-n",
                 &ns.name,
             ])
             .await?
             .ok()?;
         rollout(cluster, &ns.name, "app").await?;
+        ids_of_every_ready_pod(&ns, "app", replicas, &ledger).await?;
     }
 
     // Graceful delete (rule 5): the app container stops first, then the native sidecar
@@ -343,6 +345,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     // Forced delete (rules 3, 4, 9): the pod object is gone at once, the old containers
     // may still run; the slot is reclaimed only once the holder pod is gone, fence kept.
     rollout(cluster, &ns.name, "app").await?;
+    ids_of_every_ready_pod(&ns, "app", 2, &ledger).await?;
     let forced = first_ready_pod(&ns, "app").await?;
     let forced_uid = forced.uid().context("uid")?;
     let forced_slot = held_slot(&ns, "orders", &forced_uid).await?;
@@ -364,6 +367,7 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
     })
     .await?;
     rollout(cluster, &ns.name, "app").await?;
+    ids_of_every_ready_pod(&ns, "app", 2, &ledger).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let _ = stop.send(());
@@ -374,10 +378,11 @@ async fn an_app_gets_native_sidecars_slots_and_unique_ids_through_rollouts_scali
         ledger.pods()
     );
     assert!(answers >= 20, "too few answers to mean anything: {answers}");
-    // At least the first three pods and the three of the restarted rollout; pods that
-    // live only briefly (scaled away at once) may be missed by the collector.
+    // Every pod after each step was asked directly: the first three, the three of the
+    // restarted rollout, three more when scaled to six, the graceful victim's and the
+    // forced one's replacements (scaling to two keeps pods already asked).
     assert!(
-        ledger.pods() >= 6,
+        ledger.pods() >= 11,
         "IDs came from {} pods only",
         ledger.pods()
     );

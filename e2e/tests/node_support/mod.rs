@@ -18,6 +18,7 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 use tokio::sync::{Mutex as AsyncMutex, MutexGuard, OnceCell};
 
 use crate::chart_support::{CHART, helm, set_args};
+use crate::operator_support::eventually;
 
 /// The release every test shares, installed once per test binary.
 pub const RELEASE: &str = "kf";
@@ -399,9 +400,68 @@ impl Ledger {
     }
 }
 
-/// Fetches IDs from every ready app pod every 250 ms into `ledger` until the returned
-/// sender is dropped or sent to; answers that fail (a pod going away) are skipped and
-/// counted.
+/// How long the collector waits for one pod's answer. A pod that is going away can
+/// keep a request through the API server's proxy open for its whole dial timeout; the
+/// collector must not stall on it while the pods it is meant to see come and go.
+const COLLECT_ANSWER_LIMIT: Duration = Duration::from_secs(3);
+
+/// Asks every ready app pod at once for 50 IDs into `ledger`, each answer bounded by
+/// [`COLLECT_ANSWER_LIMIT`]; returns (answered, failed). A failure (a pod going away, an
+/// answer too slow) is counted, not raised.
+pub async fn collect_from_ready_pods(
+    ns: &TestNamespace,
+    app: &str,
+    ledger: &Ledger,
+) -> (usize, usize) {
+    let Ok(pods) = ready_pods(ns, app).await else {
+        return (0, 1);
+    };
+    let answers = futures::future::join_all(pods.iter().map(|pod| async move {
+        let name = pod.name_any();
+        let answer = tokio::time::timeout(COLLECT_ANSWER_LIMIT, ids_from_pod(ns, &name, 50)).await;
+        (name, answer)
+    }))
+    .await;
+    let (mut ok, mut failed) = (0, 0);
+    for (name, answer) in answers {
+        match answer {
+            Ok(Ok(ids)) => {
+                ledger.add(&name, &ids);
+                ok += 1;
+            }
+            Ok(Err(_)) | Err(_) => failed += 1,
+        }
+    }
+    (ok, failed)
+}
+
+/// Waits (bounded by [`LIMIT`]) until the Deployment `app` has `replicas` ready pods not
+/// being deleted, then asks each for 50 IDs into `ledger` and fails on the first that
+/// does not answer: for a moment when the pods are settled (after a rollout, a scale or
+/// a delete), so that every pod of each step is in the ledger whatever the background
+/// collector managed to see.
+pub async fn ids_of_every_ready_pod(
+    ns: &TestNamespace,
+    app: &str,
+    replicas: usize,
+    ledger: &Ledger,
+) -> Result<()> {
+    let what = format!("{replicas} ready pods of {app}");
+    let pods = eventually(LIMIT, &what, || async {
+        let pods = ready_pods(ns, app).await?;
+        Ok((pods.len() == replicas).then_some(pods))
+    })
+    .await?;
+    for pod in &pods {
+        let name = pod.name_any();
+        ledger.add(&name, &ids_from_pod(ns, &name, 50).await?);
+    }
+    Ok(())
+}
+
+/// Collects IDs from every ready app pod every 250 ms into `ledger` (see
+/// [`collect_from_ready_pods`]) until the returned sender is dropped or sent to; returns
+/// (answered, failed) in total.
 pub fn collect_in_background(
     ns: TestNamespace,
     app: String,
@@ -413,28 +473,17 @@ pub fn collect_in_background(
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let (mut ok, mut failed) = (0usize, 0usize);
-        // Bounded: at most 20 minutes of collection.
+        // Bounded: at most 4800 rounds, each at most a list and COLLECT_ANSWER_LIMIT.
         for _ in 0..4800 {
-            if stopped.try_recv().is_ok()
-                || matches!(
-                    stopped.try_recv(),
-                    Err(tokio::sync::oneshot::error::TryRecvError::Closed)
-                )
-            {
+            if !matches!(
+                stopped.try_recv(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+            ) {
                 break;
             }
-            if let Ok(pods) = ready_pods(&ns, &app).await {
-                for pod in pods {
-                    let name = pod.name_any();
-                    match ids_from_pod(&ns, &name, 50).await {
-                        Ok(ids) => {
-                            ledger.add(&name, &ids);
-                            ok += 1;
-                        }
-                        Err(_) => failed += 1,
-                    }
-                }
-            }
+            let (answered, not) = collect_from_ready_pods(&ns, &app, &ledger).await;
+            ok += answered;
+            failed += not;
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         (ok, failed)

@@ -1,10 +1,15 @@
 # Sourced by the benchmarks that run on the test node (bench/pod-sidecar-cpu,
-# bench/probe-period), from the repository's root:
+# bench/probe-period, bench/pod-cost), from the repository's root:
 #
 #   node_with_chart         starts the node (`e2e/cluster up --node`) if it is not running,
 #                           exports its KUBECONFIG and installs the chart (release kf) with
 #                           the images built here; `e2e/cluster down` removes it all
 #   node_sequence NS        namespace NS with an IdSequence `s` of default settings
+#   injected_pod NS FILE    writes to FILE the pod the webhook makes of a labelled pause pod
+#                           in NS (a server-side dry run, nothing stored), less what the API
+#                           server sets itself (the token volume, priority), so that copies
+#                           of it can be created: the webhook finds its sidecar there and
+#                           leaves them as they are
 #   schedstat_ns PID        the CPU time of process PID so far, ns, summed over its threads
 #                           (user and kernel; 0 if it has gone)
 
@@ -26,6 +31,31 @@ kind: IdSequence
 metadata: {name: s, namespace: $1}
 spec: {}
 YAML
+}
+
+injected_pod() {
+	kubectl -n "$1" create --dry-run=server -o json -f - >"$2" <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: template, labels: {kubeflake.io/sequence: s}}
+spec:
+  containers: [{name: app, image: localhost/kubeflake/pause:dev, imagePullPolicy: Never}]
+YAML
+	python3 - "$2" <<'PY'
+import json, sys
+pod = json.load(open(sys.argv[1]))
+spec = pod["spec"]
+for server_set in ("priority", "preemptionPolicy"):
+    spec.pop(server_set, None)
+token = lambda name: name.startswith("kube-api-access-")  # the API server adds it again
+spec["volumes"] = [v for v in spec.get("volumes", []) if not token(v["name"])]
+for kind in ("initContainers", "containers"):
+    for c in spec.get(kind, []):
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if not token(m["name"])]
+meta = pod["metadata"]
+pod["metadata"] = {"labels": meta.get("labels", {}), "annotations": meta.get("annotations", {})}
+json.dump(pod, open(sys.argv[1], "w"))
+PY
 }
 
 schedstat_ns() {

@@ -10,14 +10,9 @@
 #                           server sets itself (the token volume, priority), so that copies
 #                           of it can be created: the webhook finds its sidecar there and
 #                           leaves them as they are
-#   schedstat_ns PID        the CPU time of process PID so far, ns, summed over its threads
-#                           (user and kernel; 0 if it has gone). Fine-grained, but threads
-#                           that have exited are no longer counted: for a short process
-#                           (a sidecar) or a short window
-#   stat_ms PID             the CPU time of process PID so far, ms (utime and stime of
-#                           /proc/PID/stat, in clock ticks; 0 if it has gone). Coarse, but it
-#                           keeps the time of threads that have exited: for a long-running
-#                           daemon (containerd starts and ends threads) over longer windows
+#   schedstat_ns, stat_ms   a process's CPU time (bench/proc-cpu.sh, sourced here)
+
+source bench/proc-cpu.sh
 
 node_with_chart() {
 	eval "$(e2e/cluster up --node)"
@@ -62,13 +57,4 @@ meta = pod["metadata"]
 pod["metadata"] = {"labels": meta.get("labels", {}), "annotations": meta.get("annotations", {})}
 json.dump(pod, open(sys.argv[1], "w"))
 PY
-}
-
-schedstat_ns() {
-	{ cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ns += $1} END {printf "%.0f", ns}'
-}
-
-stat_ms() {
-	{ sed 's/.*) //' "/proc/$1/stat" 2>/dev/null || true; } |
-		awk -v hz="$(getconf CLK_TCK)" '{ms = ($12 + $13) * 1000 / hz} END {printf "%.0f", ms}'
 }

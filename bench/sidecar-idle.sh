@@ -17,8 +17,7 @@ if (($# == 0)); then
 	set -- target/release/kubeflake-sidecar
 fi
 sidecar_lease_setup sidecar-idle
-tick=$(getconf CLK_TCK)
-cpu_ms() { awk -v tk="$tick" '{printf "%d", ($14 + $15) * 1000 / tk}' "/proc/$1/stat"; }
+source bench/proc-cpu.sh
 n=0
 for round in $(seq 1 "$rounds"); do
 	for bin in "$@"; do
@@ -26,9 +25,9 @@ for round in $(seq 1 "$rounds"); do
 		uid="uid-$n-$$"
 		sidecar_lease_write "$n" "$uid" 15
 		sidecar_start_ready "$bin" "$n" "$uid"
-		before=$(cpu_ms "$pid")
+		before=$(stat_ms "$pid")
 		sleep "$secs"
-		after=$(cpu_ms "$pid")
+		after=$(stat_ms "$pid")
 		sidecar_stop
 		awk -v b="$bin" -v r="$round" -v ms=$((after - before)) -v s="$secs" \
 			'BEGIN { printf "round %d  %-40s idle %d s: %d ms CPU, %.2f ms per second\n", r, b, s, ms, ms / s }'

@@ -16,10 +16,9 @@ bin=target/release/kubeflake-sidecar
 sidecar_lease_setup sidecar-start
 times=()
 cpus=()
+source bench/proc-cpu.sh
 # CPU time (ms, 0.1 ms resolution) of the process $pid so far, summed over its threads.
-cpu_ms() {
-	cat /proc/"$pid"/task/*/schedstat | awk '{ns += $1} END {printf "%.1f", ns / 1e6}'
-}
+cpu_ms() { awk -v ns="$(schedstat_ns "$pid")" 'BEGIN {printf "%.1f", ns / 1e6}'; }
 for i in $(seq 1 "$runs"); do
 	uid="uid-$i-$$"
 	sidecar_lease_write "$i" "$uid" 120

@@ -13,6 +13,7 @@
 //! | annotation `kubeflake.io/holder-pod` | the holder pod's name, for people and for reclaim |
 //! | annotation `kubeflake.io/released-at` | when the slot was last freed (least recently used first) |
 //! | annotation `kubeflake.io/format`   | the format all of the above is written in ([`LEASE_FORMAT`]; absent = 1) |
+//! | annotation `kubeflake.io/sequence-spec` | the sequence's spec at the assignment, for its sidecar ([`sequence_spec`]; optional) |
 //! | labels `kubeflake.io/sequence`, `slot`, `holder` | for label-selected watches        |
 //!
 //! Every write is conditional on the `resourceVersion` read (docs/safety.md rule 1).
@@ -51,8 +52,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
-use crate::IdSequence;
 use crate::layout::{Slot, Tick};
+use crate::{IdSequence, IdSequenceSpec};
+
+pub mod sequence_spec;
+pub use sequence_spec::{SEQUENCE_SPEC_ANNOTATION, assigned_sequence_spec};
 
 /// Label on pods that take part in a sequence, and on that sequence's slot leases.
 pub const SEQUENCE_LABEL: &str = "kubeflake.io/sequence";
@@ -278,13 +282,15 @@ impl SlotLease {
         })
     }
 
-    /// The slot given to `holder` (written by the operator): refused if the Lease read
-    /// names a holder (a held slot is released first). The fence is kept (rule 9) and so
-    /// is when the slot was last released; the acquisition count goes up by one.
+    /// The slot given to `holder` (written by the operator) of the sequence with `sequence`
+    /// as its spec: refused if the Lease read names a holder (a held slot is released
+    /// first). The fence is kept (rule 9) and so is when the slot was last released; the
+    /// acquisition count goes up by one; the lease duration is the sequence's, and the
+    /// spec is noted for the holder's sidecar ([`sequence_spec`]).
     pub fn assign(
         &self,
         holder: Holder<'_>,
-        lease_duration_secs: i32,
+        sequence: &IdSequenceSpec,
         now: DateTime<Utc>,
     ) -> Result<Lease, TransitionError> {
         if let Some(held_by) = &self.holder {
@@ -301,12 +307,18 @@ impl SlotLease {
         let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(FENCE_ANNOTATION.to_string(), self.fence.0.to_string());
         annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
+        let transitions = self.transitions + 1;
+        match sequence_spec::note(sequence, transitions) {
+            Some(note) => annotations.insert(SEQUENCE_SPEC_ANNOTATION.to_string(), note),
+            // Without a note the sidecar reads the sequence; an older note must not stay.
+            None => annotations.remove(SEQUENCE_SPEC_ANNOTATION),
+        };
         let spec = next.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(holder.uid.to_string());
-        spec.lease_duration_seconds = Some(lease_duration_secs);
+        spec.lease_duration_seconds = Some(sequence.lease.duration_seconds);
         spec.acquire_time = Some(micro_time(now));
         spec.renew_time = Some(micro_time(now));
-        spec.lease_transitions = Some(self.transitions + 1);
+        spec.lease_transitions = Some(transitions);
         Ok(next)
     }
 
@@ -485,10 +497,10 @@ pub fn vacant(sequence: &IdSequence, slot: Slot) -> Lease {
 pub fn assign(
     current: &Lease,
     holder: Holder<'_>,
-    lease_duration_secs: i32,
+    sequence: &IdSequenceSpec,
     now: DateTime<Utc>,
 ) -> Result<Lease, TransitionError> {
-    SlotLease::parse(current)?.assign(holder, lease_duration_secs, now)
+    SlotLease::parse(current)?.assign(holder, sequence, now)
 }
 
 /// [`SlotLease::renew`] on `current` as read: refused unless it names `uid` as holder.

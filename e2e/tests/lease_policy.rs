@@ -27,8 +27,8 @@ use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
 use kubeflake_crds::strict_oracle::{OracleLease, new_oracle_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use policy_support::{
-    enforce_policy, forged_release, forged_takeover, leases, refused, service_account, token,
-    token_client,
+    enforce_policy, forged_release, forged_takeover, lease_spec, leases, refused, service_account,
+    token, token_client,
 };
 use serde_json::json;
 
@@ -173,7 +173,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
     let held = replace(
         &w.operator,
         ns,
-        &slot_lease::assign(&created, holder(uid_a), 15, now)?,
+        &slot_lease::assign(&created, holder(uid_a), &lease_spec(), now)?,
     )
     .await
     .context("the operator assigns the slot to pod A")?;
@@ -234,6 +234,25 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
         "pod A lowers its fence",
         "kept or raised",
     )?;
+    // The sequence's settings noted for the holder's sidecar are the operator's to write:
+    // a holder that rewrote them (say, another datacenter ID) could make another
+    // sequence's IDs.
+    let mut other_spec = lease_spec();
+    other_spec.datacenter_id = 9;
+    let mut renoted = slot_lease::renew(&held, uid_a, Tick(600), now)?;
+    renoted
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            slot_lease::SEQUENCE_SPEC_ANNOTATION.into(),
+            json!({"leaseTransitions": 1, "spec": other_spec}).to_string(),
+        );
+    refused(
+        replace(a, ns, &renoted).await,
+        "pod A rewrites the sequence spec noted on its slot lease",
+        "may only renew it",
+    )?;
     refused(
         leases(a, ns)
             .delete(&held.name_any(), &DeleteParams::default())
@@ -278,7 +297,7 @@ async fn rule14_only_the_operator_and_the_holder_pod_change_a_slot_lease_and_onl
     let held_b = replace(
         &w.operator,
         ns,
-        &slot_lease::assign(&freed, holder(uid_b), 15, now)?,
+        &slot_lease::assign(&freed, holder(uid_b), &lease_spec(), now)?,
     )
     .await
     .context("the operator gives the slot to pod B")?;
@@ -476,7 +495,7 @@ async fn rule14_without_the_policy_the_same_attacks_succeed() -> Result<()> {
     let held = replace(
         &w.operator,
         ns,
-        &slot_lease::assign(&created, holder(uid_a), 15, now)?,
+        &slot_lease::assign(&created, holder(uid_a), &lease_spec(), now)?,
     )
     .await?;
     let stolen = replace(b, ns, &forged_takeover(&held, holder(uid_b), now)?)

@@ -33,6 +33,13 @@ fn parses_slot_holder_fence_and_acquisition() {
     assert_eq!(lease_name("orders", Slot(3)), "orders-slot-3");
 }
 
+/// A sequence's spec with slot leases of `secs` seconds, the rest defaults.
+fn lease_secs(secs: i32) -> IdSequenceSpec {
+    let mut spec = IdSequenceSpec::default();
+    spec.lease.duration_seconds = secs;
+    spec
+}
+
 fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_700_000_000 + secs, 123_456_789).expect("a time")
 }
@@ -70,7 +77,7 @@ fn a_vacant_slot_lease_is_owned_by_its_sequence_and_has_fence_zero() {
 fn assignment_keeps_the_fence_rule_9_and_counts_the_acquisition() {
     let mut lease = vacant_orders_3();
     lease = renew_unchecked(lease, Tick(500));
-    let given = assign(&lease, POD_A, 15, at(0)).unwrap();
+    let given = assign(&lease, POD_A, &lease_secs(15), at(0)).unwrap();
     let parsed = SlotLease::parse(&given).unwrap();
     assert_eq!(
         parsed.fence,
@@ -93,7 +100,7 @@ fn assignment_keeps_the_fence_rule_9_and_counts_the_acquisition() {
     let again = assign(
         &release(&given, Releaser::Operator { holder: "uid-a" }, at(1)).unwrap(),
         POD_A,
-        15,
+        &lease_secs(15),
         at(2),
     );
     assert_eq!(SlotLease::parse(&again.unwrap()).unwrap().transitions, 2);
@@ -110,7 +117,7 @@ fn renew_unchecked(mut lease: Lease, fence: Tick) -> Lease {
 
 #[test]
 fn only_the_holder_renews_and_the_fence_never_goes_down_rule_5() {
-    let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    let held = assign(&vacant_orders_3(), POD_A, &lease_secs(15), at(0)).unwrap();
     let up = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
     assert_eq!(SlotLease::parse(&up).unwrap().fence, Tick(900));
     let not_down = renew(&up, "uid-a", Tick(100), at(2)).unwrap();
@@ -135,7 +142,7 @@ fn only_the_holder_renews_and_the_fence_never_goes_down_rule_5() {
 
 #[test]
 fn the_operator_keeps_the_fence_on_release_only_the_holder_lowers_it_to_its_high_water() {
-    let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    let held = assign(&vacant_orders_3(), POD_A, &lease_secs(15), at(0)).unwrap();
     let held = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
     let by_operator =
         SlotLease::parse(&release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap());
@@ -166,7 +173,7 @@ fn the_operator_keeps_the_fence_on_release_only_the_holder_lowers_it_to_its_high
 
 #[test]
 fn a_parsed_slot_lease_keeps_the_lease_as_read_and_compares_by_what_it_says() {
-    let held = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    let held = assign(&vacant_orders_3(), POD_A, &lease_secs(15), at(0)).unwrap();
     let parsed = SlotLease::parse(&held).unwrap();
     assert_eq!(*parsed.read, held, "the Lease exactly as read");
     let shared = Arc::new(held.clone());
@@ -265,7 +272,7 @@ fn a_newer_format_is_refused_naming_the_lease_the_formats_and_what_to_do() {
     }
     // No transition is built on a Lease this release cannot read.
     assert!(matches!(
-        assign(&newer, POD_A, 15, at(0)),
+        assign(&newer, POD_A, &lease_secs(15), at(0)),
         Err(TransitionError::BadLease(
             SlotLeaseError::UnsupportedFormat { .. }
         ))
@@ -353,7 +360,7 @@ fn new_leases_write_the_format_and_every_transition_keeps_what_it_read() {
             annotations.insert(FORMAT_ANNOTATION.into(), f.into());
         }
         annotations.insert("example.com/note".into(), "kept".into());
-        let held = assign(&start, POD_A, 15, at(0)).unwrap();
+        let held = assign(&start, POD_A, &lease_secs(15), at(0)).unwrap();
         let renewed = renew(&held, "uid-a", Tick(900), at(1)).unwrap();
         let freed = release(
             &renewed,
@@ -391,7 +398,7 @@ const TEAM: &str = "example.com/team";
 /// Slot 3 held by pod a, as the API server returns it: with a version, a lease duration,
 /// the sequence as owner, and a label and an annotation kubeflake does not model.
 fn held_with_foreign_fields() -> Lease {
-    let mut lease = assign(&vacant_orders_3(), POD_A, 15, at(0)).unwrap();
+    let mut lease = assign(&vacant_orders_3(), POD_A, &lease_secs(15), at(0)).unwrap();
     lease = renew(&lease, "uid-a", Tick(900), at(1)).unwrap();
     lease.metadata.resource_version = Some("77".into());
     lease
@@ -461,7 +468,7 @@ fn an_assignment_of_an_existing_lease_keeps_unknown_labels_annotations_and_the_o
     let freed = release(&held, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
     let given = SlotLease::parse(&freed)
         .unwrap()
-        .assign(POD_B, 30, at(3))
+        .assign(POD_B, &lease_secs(30), at(3))
         .unwrap();
     // The acquisition count is the assignment's own to change; the rest is as read.
     let without_count = |l: &Lease| {
@@ -561,7 +568,7 @@ fn the_operator_cannot_assign_a_held_slot() {
     let held = held_with_foreign_fields();
     for to in [POD_B, POD_A] {
         assert_eq!(
-            assign(&held, to, 15, at(2)),
+            assign(&held, to, &lease_secs(15), at(2)),
             Err(TransitionError::Held {
                 name: "orders-slot-3".into(),
                 holder: "uid-a".into(),
@@ -584,7 +591,9 @@ fn a_refused_transition_says_which_lease_whom_it_names_and_that_nothing_was_writ
         .unwrap_err()
         .to_string();
     assert!(nobody.contains("names no pod"), "{nobody}");
-    let held_err = assign(&held, POD_B, 15, at(2)).unwrap_err().to_string();
+    let held_err = assign(&held, POD_B, &lease_secs(15), at(2))
+        .unwrap_err()
+        .to_string();
     for part in [
         "orders-slot-3",
         "held by pod uid-a",
@@ -593,4 +602,33 @@ fn a_refused_transition_says_which_lease_whom_it_names_and_that_nothing_was_writ
     ] {
         assert!(held_err.contains(part), "{part:?}: {held_err}");
     }
+}
+
+#[test]
+fn an_assignment_notes_the_sequence_spec_for_that_assignment_only() {
+    let mut spec = lease_secs(20);
+    spec.datacenter_id = 3;
+    let first = assign(&vacant_orders_3(), POD_A, &spec, at(0)).unwrap();
+    assert_eq!(
+        assigned_sequence_spec(&first),
+        Ok(Some(spec.clone())),
+        "the holder's sidecar finds the sequence's settings on its Lease"
+    );
+    // A renewal keeps the note: it is still the same assignment.
+    let renewed = renew(&first, "uid-a", Tick(5), at(1)).unwrap();
+    assert_eq!(assigned_sequence_spec(&renewed), Ok(Some(spec.clone())));
+    // Freed and given again: the note is the new assignment's.
+    let freed = release(&renewed, Releaser::Operator { holder: "uid-a" }, at(2)).unwrap();
+    let mut later = spec.clone();
+    later.clock.max_drift_millis = 100;
+    let second = assign(&freed, POD_B, &later, at(3)).unwrap();
+    assert_eq!(assigned_sequence_spec(&second), Ok(Some(later)));
+    // An operator that writes no note (an earlier release) leaves the old one behind,
+    // which no longer names the assignment: not used.
+    let mut by_older_operator = second.clone();
+    by_older_operator
+        .spec
+        .get_or_insert_with(LeaseSpec::default)
+        .lease_transitions = Some(3);
+    assert_eq!(assigned_sequence_spec(&by_older_operator), Ok(None));
 }

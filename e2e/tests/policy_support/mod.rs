@@ -17,7 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 use kubeflake_crds::layout::{Slot, Tick};
 use kubeflake_crds::slot_lease::{Holder, Releaser};
-use kubeflake_crds::{IdSequence, lease_policy, slot_lease};
+use kubeflake_crds::{IdSequence, IdSequenceSpec, lease_policy, slot_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 
 /// Writes a kubeconfig authenticated by `token` (nothing else: no client certificate) into
@@ -183,6 +183,14 @@ fn holder_of(held: &Lease) -> Result<String> {
         .context("the slot lease names no holder")
 }
 
+/// The spec of the sequence these tests' slot leases belong to: 15 s leases, the rest
+/// defaults (what the operator notes on a Lease it assigns).
+pub fn lease_spec() -> IdSequenceSpec {
+    let mut spec = IdSequenceSpec::default();
+    spec.lease.duration_seconds = 15;
+    spec
+}
+
 /// A forgery: `held` written as held by `to`, what another pod taking the slot (or its
 /// holder handing it over) would send. The protocol's `assign` refuses a held slot, so the
 /// slot is freed in memory first; the version stays the one read, so only the Lease
@@ -190,7 +198,7 @@ fn holder_of(held: &Lease) -> Result<String> {
 pub fn forged_takeover(held: &Lease, to: Holder<'_>, now: DateTime<Utc>) -> Result<Lease> {
     let from = holder_of(held)?;
     let freed = slot_lease::release(held, Releaser::Operator { holder: &from }, now)?;
-    Ok(slot_lease::assign(&freed, to, 15, now)?)
+    Ok(slot_lease::assign(&freed, to, &lease_spec(), now)?)
 }
 
 /// A forgery: `held` released with its fence lowered to `high_water` as its holder would

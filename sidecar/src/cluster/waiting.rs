@@ -1,6 +1,7 @@
-//! The `Waiting` state: read the IdSequence, then wait for the operator to assign a slot
-//! (Snowflake) or for the counter Lease to exist (Segment). Each step publishes what it
-//! waits for, which `/readyz` shows.
+//! The `Waiting` state: find this pod's slot Lease and the sequence's settings (noted on the
+//! Lease by the operator, or read from the IdSequence), or wait for the operator to assign
+//! a slot (Snowflake) or for the counter Lease to exist (Segment). Each step publishes what
+//! it waits for, which `/readyz` shows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use kubeflake_crds::IdSequence;
 use kubeflake_crds::conditions::{ConditionType, condition};
 use kubeflake_crds::contract::WAITING_FOR_SLOT_REASON;
 use kubeflake_crds::sequence::{SegmentParams, SequenceParams};
+use kubeflake_crds::slot_lease::assigned_sequence_spec;
 
 use super::holder::Acquire;
 use super::{ClusterError, Ctx, Ending, Lifecycle};
@@ -50,6 +52,36 @@ fn token_refused(e: &kube::Error) -> bool {
 /// What the sequence says: its parameters, and its segment settings in Segment mode.
 type SequenceRead = (SequenceParams, Option<SegmentParams>);
 
+/// The sequence's settings the operator noted on `lease` when it assigned the slot to this
+/// pod (`kubeflake_crds::slot_lease::sequence_spec`), for the first container of the pod
+/// on that assignment: a restarted container reads the sequence, whose changeable settings
+/// (lease duration, maximum drift) may be newer. `None` means: read the sequence.
+fn noted_params(lease: &Lease, restarted: bool) -> Option<SequenceParams> {
+    if restarted {
+        return None;
+    }
+    match assigned_sequence_spec(lease) {
+        Ok(Some(spec)) => match (spec.params(), spec.segment_params()) {
+            (Ok(params), Ok(None)) => Some(params),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "the sequence spec noted on the slot lease does not validate; reading the sequence instead");
+                None
+            }
+            (Ok(_), Ok(Some(_))) => {
+                tracing::warn!(
+                    "the sequence spec noted on the slot lease is a Segment sequence's; reading the sequence instead"
+                );
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "not using the sequence spec noted on the slot lease");
+            None
+        }
+    }
+}
+
 /// The `Waiting` state's resources: no slot held, the fence file, and the record an
 /// earlier container of this pod left in it (rule 6; used only for the first acquisition,
 /// and only if it names it).
@@ -66,27 +98,37 @@ impl Ctx {
         if self.stopping() {
             return Ok(Lifecycle::Done(Ending::Unheld(unheld)));
         }
-        // The operator usually writes a pod's slot lease before the pod's sidecar runs, so
-        // the sequence and the lease are read at once: the sidecar (and with it the app,
-        // which its startup probe holds) is ready one API round trip sooner.
+        // The operator usually writes a pod's slot lease before the pod's sidecar runs, and
+        // notes the sequence's spec on it: then one request finds both, and the sidecar
+        // (with it the app, which its startup probe holds) is ready after one round trip
+        // and one connection to the API server. Otherwise (a Lease assigned by an earlier
+        // operator, a restarted container, a Segment sequence, no slot yet) the sequence is
+        // read too.
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.pod.namespace);
-        let (sequence, assigned) = tokio::join!(
-            self.read_sequence(),
-            assigned_lease(&leases, &self.config.sequence, &self.config.pod.uid)
-        );
-        let Some((params, segment)) = sequence? else {
-            return Ok(Lifecycle::Waiting(unheld));
-        };
-        if let Some(segment) = segment {
-            return Ok(match self.start_segment(segment).await {
-                Some(segment) => Lifecycle::Segment(segment),
-                None => Lifecycle::Done(Ending::Unheld(unheld)),
+        let assigned = assigned_lease(&leases, &self.config.sequence, &self.config.pod.uid)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "could not list this pod's slot lease; watching for it");
+                None
             });
-        }
-        let assigned = assigned.unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "could not list this pod's slot lease; watching for it");
-            None
-        });
+        let noted = assigned
+            .as_ref()
+            .and_then(|lease| noted_params(lease, unheld.found.is_some()));
+        let params = match noted {
+            Some(params) => params,
+            None => {
+                let Some((params, segment)) = self.read_sequence().await? else {
+                    return Ok(Lifecycle::Waiting(unheld));
+                };
+                if let Some(segment) = segment {
+                    return Ok(match self.start_segment(segment).await {
+                        Some(segment) => Lifecycle::Segment(segment),
+                        None => Lifecycle::Done(Ending::Unheld(unheld)),
+                    });
+                }
+                params
+            }
+        };
         let lease = match assigned {
             Some(lease) => lease,
             None => match self.wait_for_slot().await? {

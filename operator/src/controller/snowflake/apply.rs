@@ -65,7 +65,8 @@ pub fn written_by(sequence: &str, step: &Step) -> Written {
 }
 
 /// Performs one planned step. `params` is `None` while the sequence is deleted (then the
-/// plan holds releases only).
+/// plan holds releases only); a slot is assigned only with them, so the spec noted on the
+/// Lease for the pod's sidecar is one that validated.
 pub async fn execute(
     step: Step,
     seq: &IdSequence,
@@ -99,9 +100,9 @@ pub async fn execute(
                 pod,
                 existing: Some(lease),
             },
-            Some(params),
+            Some(_),
         ) => {
-            let next = match assigned(seq, *slot, pod, Some(lease), params) {
+            let next = match assigned(seq, *slot, pod, Some(lease)) {
                 Ok(next) => next,
                 Err(e) => return refused(ctx, e),
             };
@@ -115,9 +116,9 @@ pub async fn execute(
                 pod,
                 existing: None,
             },
-            Some(params),
+            Some(_),
         ) => {
-            let next = match assigned(seq, *slot, pod, None, params) {
+            let next = match assigned(seq, *slot, pod, None) {
                 Ok(next) => next,
                 Err(e) => return refused(ctx, e),
             };
@@ -207,22 +208,26 @@ fn refused(ctx: &Context, e: TransitionError) -> Result<Outcome, Error> {
 
 /// The lease with the slot given to `pod`: the API crate's one assignment transition on
 /// the free lease as read (or on a new vacant one), which keeps the fence (rule 9) and
-/// every field it does not own, and counts the acquisition.
+/// every field it does not own, counts the acquisition and notes the sequence's spec for
+/// the pod's sidecar.
 fn assigned(
     seq: &IdSequence,
     slot: Slot,
     pod: &PodInfo,
     existing: Option<&SlotLease>,
-    params: &SequenceParams,
 ) -> Result<Lease, TransitionError> {
     let holder = Holder {
         uid: &pod.uid,
         pod: &pod.name,
     };
-    let duration = params.lease_duration_secs as i32;
     match existing {
-        Some(lease) => lease.assign(holder, duration, Utc::now()),
-        None => slot_lease::assign(&slot_lease::vacant(seq, slot), holder, duration, Utc::now()),
+        Some(lease) => lease.assign(holder, &seq.spec, Utc::now()),
+        None => slot_lease::assign(
+            &slot_lease::vacant(seq, slot),
+            holder,
+            &seq.spec,
+            Utc::now(),
+        ),
     }
 }
 

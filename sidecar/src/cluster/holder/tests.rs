@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use kube::Client;
 use kube::api::ObjectMeta;
-use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FORMAT_ANNOTATION, lease_labels};
+use kubeflake_crds::slot_lease::{
+    FENCE_ANNOTATION, FORMAT_ANNOTATION, SEQUENCE_SPEC_ANNOTATION, lease_labels,
+};
 use kubeflake_crds::{IdSequenceSpec, Slot};
 use kubeflake_runtime::shutdown::ShutdownToken;
 
@@ -547,5 +549,151 @@ async fn a_holder_whose_lease_turns_to_a_newer_format_stops_issuing_at_once() {
     assert_eq!(
         *events.0.lock().unwrap(),
         ["SlotAcquired", "LeaseFormatUnsupported"]
+    );
+}
+
+/// A sequence whose IDs carry datacenter `datacenter` (2 bits of it in the layout).
+fn with_datacenter(datacenter: i64) -> IdSequenceSpec {
+    let mut spec = IdSequenceSpec::default();
+    spec.layout.datacenter_bits = 2;
+    spec.layout.worker_bits = 8;
+    spec.datacenter_id = datacenter;
+    spec
+}
+
+/// `lease` with the operator's note of the sequence spec for its assignment (the Lease's
+/// `leaseTransitions`, 1 in [`lease`]), a spec with datacenter `datacenter`.
+fn noted(mut lease: Lease, datacenter: i64) -> Lease {
+    let spec = with_datacenter(datacenter);
+    let note = serde_json::json!({"leaseTransitions": 1, "spec": spec}).to_string();
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(SEQUENCE_SPEC_ANNOTATION.to_string(), note);
+    lease
+}
+
+/// A fake API server where `listed` is this pod's slot lease: the list returns it, a PUT
+/// of it succeeds, and the IdSequence can be read (datacenter 2).
+fn assigned_api(listed: Lease) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let version = AtomicU64::new(10);
+    fake_api::client(move |method, path, body| {
+        if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
+            let seq = serde_json::json!({
+                "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
+                "metadata": {"name": "orders", "namespace": "ns"}, "spec": with_datacenter(2)
+            });
+            return (200, seq);
+        }
+        if method == http::Method::GET && path.contains("/leases?") && !path.contains("watch=true")
+        {
+            return (
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "LeaseList", "metadata": {"resourceVersion": "7"}, "items": [listed.clone()]}),
+            );
+        }
+        if method == http::Method::PUT && path.starts_with(LEASE_PATH) {
+            let mut written: Lease = serde_json::from_slice(body).unwrap();
+            let v = version.fetch_add(1, Ordering::SeqCst);
+            written.metadata.resource_version = Some(v.to_string());
+            return (200, serde_json::to_value(written).unwrap());
+        }
+        fake_api::status(500, "InternalError")
+    })
+}
+
+/// The requests made, in order, without their queries.
+fn asked(seen: &Mutex<Vec<Seen>>) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let path = s.path.split('?').next().unwrap_or_default();
+            format!("{} {path}", s.method)
+        })
+        .collect()
+}
+
+/// The datacenter of the IDs a held slot issues.
+fn datacenter_served(held: &Held) -> u64 {
+    let id = held.generator.next_id().expect("an ID");
+    let layout = with_datacenter(0).params().unwrap().layout;
+    u64::from(layout.decode(id).expect("an ID of the layout").datacenter.0)
+}
+
+const SEQUENCE_GET: &str = "GET /apis/kubeflake.io/v1alpha1/namespaces/ns/idsequences/orders";
+const LEASE_LIST: &str = "GET /apis/coordination.k8s.io/v1/namespaces/ns/leases";
+
+/// A pod's first sidecar on an assignment whose Lease carries the operator's note of the
+/// sequence spec: it lists the Lease, writes its fence and serves with the noted settings,
+/// and never reads the IdSequence (one request and one connection less per pod start).
+#[tokio::test]
+async fn a_slot_lease_noting_the_sequence_spec_is_taken_without_reading_the_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, seen) = assigned_api(noted(lease("uid-p", 0, 7), 1));
+    let (ctx, _) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    let Lifecycle::Holding(held) = ctx.find_work(Unheld { file, found }).await.unwrap() else {
+        panic!(
+            "the slot was not taken: {}; asked {:?}",
+            waiting_reason(&ctx),
+            asked(&seen)
+        );
+    };
+    assert_eq!(datacenter_served(&held), 1, "the noted spec's datacenter");
+    assert_eq!(asked(&seen), [LEASE_LIST, &format!("PUT {LEASE_PATH}")]);
+}
+
+/// The note is for the first container on an assignment only; without one (a Lease of an
+/// earlier operator), or for a restarted container, the sidecar reads the sequence, as
+/// before the note existed, and serves with what it read.
+#[tokio::test]
+async fn without_a_note_or_after_a_container_restart_the_sidecar_reads_the_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, seen) = assigned_api(lease("uid-p", 0, 7));
+    let (unnoted, _) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    let Lifecycle::Holding(held) = unnoted.find_work(Unheld { file, found }).await.unwrap() else {
+        panic!("the slot was not taken");
+    };
+    assert_eq!(datacenter_served(&held), 2, "the sequence's datacenter");
+    assert_eq!(
+        asked(&seen),
+        [LEASE_LIST, SEQUENCE_GET, &format!("PUT {LEASE_PATH}")]
+    );
+    drop(held);
+
+    // A restarted container finds its earlier container's fence record; the Lease now
+    // carries a note, which it does not use.
+    let dir = tempfile::tempdir().unwrap();
+    let (client, seen) = assigned_api(noted(lease("uid-p", 0, 7), 1));
+    let (restarted, _) = ctx(
+        client,
+        Arc::new(ManualClock::at_millis(NOW_MS)),
+        Duration::from_secs(1),
+    );
+    let first = acquired(&restarted, dir.path()).await;
+    assert!(restarted.release(first).await.is_ok());
+    let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
+    assert!(found.is_some(), "the earlier container left its record");
+    seen.lock().unwrap().clear();
+    let Lifecycle::Holding(held) = restarted.find_work(Unheld { file, found }).await.unwrap()
+    else {
+        panic!("the slot was not taken");
+    };
+    assert_eq!(datacenter_served(&held), 2, "the sequence's datacenter");
+    assert!(
+        asked(&seen).contains(&SEQUENCE_GET.to_string()),
+        "{:?}",
+        asked(&seen)
     );
 }

@@ -4,6 +4,11 @@
 #   e2e/node/node.sh net-up      firewall rule first, then the bridge, routes and sysctls
 #   e2e/node/node.sh teardown    remove everything a node made (idempotent; works after
 #                                a killed run, with or without state files)
+#   e2e/node/node.sh teardown-orphan
+#                                the same, unless the process that brought the node up
+#                                (its owner: a test binary or `e2e/cluster`'s runner) still
+#                                runs: for `e2e/cluster down`, which must never take away a
+#                                node another run has just brought up
 #   e2e/node/node.sh watchdog    run teardown once standard input closes (the harness
 #                                keeps a pipe open; any death of the harness closes it)
 #   e2e/node/node.sh leftovers   print what a node left behind; exit 1 if anything
@@ -30,6 +35,9 @@ RUN=/run/kubeflake-node
 CGROUP_PARENT=kubeflake
 CHAIN=KUBEFLAKE-FORWARD
 SAVED_SYSCTLS=/run/kubeflake-node.sysctls
+# The PID of the process that brought the current node up (net-up's caller), written under
+# the lock: `teardown-orphan` leaves a node alone while its owner runs.
+OWNER=/run/kubeflake-node.owner
 # Sysctls the node changes (by itself or through kubelet and kube-proxy); their values
 # before the first change are saved and restored by teardown.
 SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables
@@ -200,6 +208,22 @@ teardown() {
 	remove_rules
 	restore_sysctls
 	rm -rf "$ROOT" "$RUN" /var/lib/cni/networks/kubeflake /var/lib/cni/results/kubeflake-* 2>/dev/null || true
+	rm -f "$OWNER"
+}
+
+# Under the lock (so no net-up runs between the look and the teardown): a node whose owner
+# still runs is someone else's, in use. Without this, a `down` issued as a new run starts
+# could remove the new run's bridge under its API server, whose own requests to the bridge
+# address would then follow the host's default route off the machine.
+teardown_orphan() {
+	local owner
+	owner=$(cat "$OWNER" 2>/dev/null || true)
+	if [[ $owner =~ ^[0-9]+$ ]] && kill -0 "$owner" 2>/dev/null; then
+		log "the node belongs to running process $owner ($(tr '\0' ' ' <"/proc/$owner/cmdline" 2>/dev/null | cut -c1-80)); left alone"
+		return 0
+	fi
+	stop_watchdogs
+	teardown
 }
 
 leftovers() {
@@ -274,11 +298,13 @@ net-up)
 	locked stop_watchdogs
 	teardown
 	net_up
+	echo "$PPID" >"$OWNER"
 	;;
 teardown)
 	locked stop_watchdogs
 	teardown
 	;;
+teardown-orphan) locked teardown_orphan ;;
 watchdog) watchdog ;;
 leftovers) leftovers ;;
 check-net) check_net ;;

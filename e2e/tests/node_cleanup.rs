@@ -5,7 +5,8 @@
 //! The test re-runs this binary as a child, limited to the ignored helper test
 //! `child_runs_a_node_with_a_pod`, which starts a node, runs a pod on it, reports, and
 //! waits to be killed with SIGKILL (no Rust code runs after that: the watchdog of
-//! `e2e/node/node.sh` must clean up).
+//! `e2e/node/node.sh` must clean up). While it runs, `node.sh teardown-orphan` (what
+//! `e2e/cluster down` calls) must leave its node alone.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -111,6 +112,25 @@ fn nothing_of_the_node_outlives_a_killed_test_binary() {
             && before.contains("mount "),
         "a running node shows up as leftovers (else the check below proves nothing):\n{before}"
     );
+
+    // Another cluster's `e2e/cluster down` must not take a running node away (its API
+    // server's requests to the bridge address would then leave the machine by the default
+    // route): its node step leaves a node alone while the process that brought it up runs.
+    let orphan = Command::new(node::node_script())
+        .arg("teardown-orphan")
+        .output()
+        .expect("node.sh teardown-orphan");
+    let said = String::from_utf8_lossy(&orphan.stderr).into_owned();
+    let after = node::leftovers().expect("node.sh leftovers");
+    if !(orphan.status.success() && said.contains("left alone") && after == before) {
+        // The child's control plane must not run on without its bridge: end it first.
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "node.sh teardown-orphan did not leave the running node alone ({}): {said}\nbefore:\n{before}\nafter:\n{after}",
+            orphan.status
+        );
+    }
 
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");

@@ -561,17 +561,28 @@ async fn policy_still_in_force(
         .find(|s| s.uid != holder && s.kubeconfig.is_some())
         .context("a sidecar of another pod")?;
     let leases = |client: &kube::Client| Api::<Lease>::namespaced(client.clone(), &ns.name);
-    let lease = leases(admin).get(&slot.name).await?;
-    let forged = slot_lease::renew(&lease, &holder, slot.fence, Utc::now())?;
     let other_client = kubeconfig_client(other.kubeconfig.as_deref().unwrap())?;
     for (who, client, says) in [
         (other.pod.as_str(), &other_client, "it is held by pod"),
         ("the cluster admin", admin, "no pod-bound token"),
     ] {
-        refused(
-            leases(client)
+        // The holder renews meanwhile: a forgery of an older version is refused for that
+        // (409) before the policy looks at it, so it is made again from a fresh read.
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            let lease = leases(admin).get(&slot.name).await?;
+            let forged = slot_lease::renew(&lease, &holder, slot.fence, Utc::now())?;
+            let result = leases(client)
                 .replace(&slot.name, &PostParams::default(), &forged)
-                .await,
+                .await;
+            match &result {
+                Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => continue,
+                _ => break result,
+            }
+        };
+        refused(
+            result,
             &format!("{who} renews the slot of pod {holder}"),
             says,
         )?;

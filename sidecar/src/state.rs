@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 use prometheus::IntGaugeVec;
+use tokio::sync::watch;
 
 use crate::generator::Generator;
 use crate::metrics::Metrics;
@@ -107,6 +108,9 @@ impl Serving {
 /// The writing side: owned by the lifecycle code, not cloneable.
 pub struct ServingCell {
     current: Arc<ArcSwap<Serving>>,
+    /// Told after every publish, so that a reader can wait for the next state instead of
+    /// looking again on a timer ([`ServingReader::changes`]).
+    changed: watch::Sender<()>,
     phase: IntGaugeVec,
 }
 
@@ -114,12 +118,14 @@ pub struct ServingCell {
 #[derive(Clone)]
 pub struct ServingReader {
     current: Arc<ArcSwap<Serving>>,
+    changed: watch::Receiver<()>,
 }
 
 impl ServingCell {
     pub fn new(initial: Serving, metrics: &Metrics) -> ServingCell {
         let cell = ServingCell {
             current: Arc::new(ArcSwap::from_pointee(Serving::Stopping)),
+            changed: watch::Sender::new(()),
             phase: metrics.phase.clone(),
         };
         cell.publish(initial);
@@ -129,6 +135,7 @@ impl ServingCell {
     pub fn reader(&self) -> ServingReader {
         ServingReader {
             current: self.current.clone(),
+            changed: self.changed.subscribe(),
         }
     }
 
@@ -142,6 +149,8 @@ impl ServingCell {
             _ => tracing::debug!(phase = phase.label(), "serving state"),
         }
         self.current.store(Arc::new(next));
+        // After the store: a reader told of the change loads the new state.
+        self.changed.send_replace(());
         for p in Phase::ALL {
             self.phase
                 .with_label_values(&[p.label()])
@@ -159,6 +168,19 @@ impl ServingReader {
     /// The state now (cheap: no reference count is touched on the hot path).
     pub fn load(&self) -> Guard<Arc<Serving>> {
         self.current.load()
+    }
+
+    /// Completes at the first state published after this call (or never, once the writing
+    /// side is gone). Take it before loading the state to decide on: a change published
+    /// between the two is not missed.
+    pub fn changes(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut changed = self.changed.clone();
+        changed.mark_unchanged();
+        async move {
+            if changed.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// The generator in use, if serving Snowflake IDs.

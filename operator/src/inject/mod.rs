@@ -11,6 +11,9 @@
 //! call gives each app container that lacks them the same `KUBEFLAKE_URL`,
 //! `KUBEFLAKE_SOCKET` and socket mount as the first call gave the others
 //! ([`Decision::Complete`]), and answers without a patch when every container has them.
+//! The sidecar is injected with the service account token mount the API server's own
+//! ServiceAccount plugin would add to it afterwards, so that plugin changes nothing and
+//! does not cause that second call by itself ([`token_volume`]).
 //!
 //! ## The app starts only once the sidecar can issue
 //!
@@ -252,7 +255,12 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
     // First, so that other init containers can already ask for IDs.
     let sidecar = patch_value(
         "sidecar container",
-        serde_json::to_value(sidecar(sequence, template, AppStart::of(pod))),
+        serde_json::to_value(sidecar(
+            sequence,
+            template,
+            AppStart::of(pod),
+            spec.and_then(token_volume),
+        )),
     )?;
     add_to(&mut ops, has_init, "/spec/initContainers", "0", sidecar);
 
@@ -420,9 +428,38 @@ fn wait_ready_probe(probe_port: u16) -> Probe {
     }
 }
 
+/// Where the ServiceAccount admission plugin mounts a pod's token in every container.
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The prefix of the name of the token volume that plugin adds to a pod.
+const TOKEN_VOLUME_PREFIX: &str = "kube-api-access-";
+
+/// The pod's service account token volume, as the API server's ServiceAccount admission
+/// plugin added it before calling webhooks (the first volume it would pick itself).
+///
+/// The sidecar gets the plugin's mount of it in the patch. Otherwise the plugin, run again
+/// after the patch, adds that mount to the new container, and because the pod changed
+/// after this webhook, the API server calls the webhook a second time
+/// (`reinvocationPolicy: IfNeeded`) for every labelled pod: a second admission review
+/// for nothing, in the API server's CPU while a burst of pods is created.
+fn token_volume(spec: &PodSpec) -> Option<&str> {
+    spec.volumes
+        .as_deref()?
+        .iter()
+        .map(|v| v.name.as_str())
+        .find(|name| name.starts_with(TOKEN_VOLUME_PREFIX))
+}
+
 /// The sidecar container: the downward API gives it the pod's identity and IP, one emptyDir its
 /// local fence, another the Unix socket it shares with the app; it runs as a numeric non-root user with nothing it does not need.
-fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Container {
+/// `token_volume`: the pod's service account token volume, mounted where the ServiceAccount
+/// admission plugin would mount it ([`token_volume`]); without one, the plugin adds the
+/// mount itself.
+fn sidecar(
+    sequence: &str,
+    t: &SidecarTemplate,
+    app_start: AppStart,
+    token_volume: Option<&str>,
+) -> Container {
     Container {
         name: SIDECAR_NAME.into(),
         image: Some(t.image.clone()),
@@ -500,18 +537,28 @@ fn sidecar(sequence: &str, t: &SidecarTemplate, app_start: AppStart) -> Containe
             }),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: STATE_VOLUME.into(),
-                mount_path: STATE_DIR.into(),
+        volume_mounts: Some(
+            [
+                VolumeMount {
+                    name: STATE_VOLUME.into(),
+                    mount_path: STATE_DIR.into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: SOCKET_VOLUME.into(),
+                    mount_path: SOCKET_DIR.into(),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(token_volume.map(|name| VolumeMount {
+                name: name.into(),
+                mount_path: TOKEN_MOUNT_PATH.into(),
+                read_only: Some(true),
                 ..Default::default()
-            },
-            VolumeMount {
-                name: SOCKET_VOLUME.into(),
-                mount_path: SOCKET_DIR.into(),
-                ..Default::default()
-            },
-        ]),
+            }))
+            .collect(),
+        ),
         ..Default::default()
     }
 }

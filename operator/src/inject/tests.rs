@@ -639,3 +639,48 @@ fn a_pod_written_with_a_sidecar_but_without_the_socket_volume_is_left_as_written
     };
     assert!(reason.contains("left as written"), "{reason}");
 }
+
+/// A labelled pod as the webhook receives it: the API server's ServiceAccount plugin has
+/// already added its token volume and mounted it in every container.
+fn labelled_with_token_volume() -> Value {
+    let mount = json!([{"name": "kube-api-access-x7k2p", "readOnly": true,
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]);
+    json!({
+        "metadata": {"name": "app", "labels": {"kubeflake.io/sequence": "orders"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "app", "volumeMounts": mount}],
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                {"name": "kube-api-access-x7k2p", "projected": {"sources": []}}
+            ]
+        }
+    })
+}
+
+#[test]
+fn the_sidecar_mounts_the_pods_token_volume_as_the_service_account_plugin_would_so_it_has_nothing_to_add()
+ {
+    let sidecar = injected_sidecar(labelled_with_token_volume());
+    let at_token_path: Vec<_> = sidecar
+        .volume_mounts
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.mount_path == "/var/run/secrets/kubernetes.io/serviceaccount")
+        .collect();
+    assert_eq!(at_token_path.len(), 1, "{at_token_path:?}");
+    assert_eq!(at_token_path[0].name, "kube-api-access-x7k2p");
+    assert_eq!(at_token_path[0].read_only, Some(true));
+}
+
+#[test]
+fn without_a_token_volume_the_sidecar_gets_no_token_mount_from_the_webhook() {
+    // The plugin adds it after the webhook then (and the webhook is called again).
+    let sidecar = injected_sidecar(labelled());
+    assert!(
+        sidecar
+            .volume_mounts
+            .unwrap_or_default()
+            .iter()
+            .all(|m| !m.mount_path.starts_with("/var/run/secrets")),
+    );
+}

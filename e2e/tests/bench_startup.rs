@@ -1,5 +1,5 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) seven ways, created N at once,
+//! the same pod (the node's pause image as the app) eight ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
@@ -28,9 +28,13 @@
 //!   sidecar + probes" and no sequence label: what the injected pod's shape costs, so that
 //!   "kubeflake over idle sidecar, as injected" is the sidecar's own work, its API
 //!   requests, the webhook call and the operator's;
+//! - **the same, again** (`idle-injected-again`): "idle sidecar, as injected" once more,
+//!   as a variant of its own. Two identical variants differ only by the rounds' noise, so
+//!   "the same, again, over idle sidecar, as injected" is what a difference between two
+//!   variants must exceed to say anything;
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
-//! sidecar as injected, kubeflake, kubeflake with the hook, plain, ...) for a number of
+//! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...) for a number of
 //! rounds, every
 //! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
@@ -132,17 +136,22 @@ enum Variant {
     IdleHook,
     IdleProbes,
     IdleInjected,
+    /// The same pods as [`Variant::IdleInjected`], run as a variant of their own: what two
+    /// identical variants differ by from round to round, the noise any difference between
+    /// variants is read against.
+    IdleInjectedAgain,
     Kubeflake,
     KubeflakeHook,
 }
 
 impl Variant {
-    const ALL: [Variant; 7] = [
+    const ALL: [Variant; 8] = [
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
         Variant::IdleProbes,
         Variant::IdleInjected,
+        Variant::IdleInjectedAgain,
         Variant::Kubeflake,
         Variant::KubeflakeHook,
     ];
@@ -154,6 +163,7 @@ impl Variant {
             Variant::IdleHook => "idle-hook",
             Variant::IdleProbes => "idle-probes",
             Variant::IdleInjected => "idle-injected",
+            Variant::IdleInjectedAgain => "idle-injected-again",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake-hook",
         }
@@ -166,6 +176,7 @@ impl Variant {
             Variant::IdleHook => "idle sidecar + hook",
             Variant::IdleProbes => "idle sidecar + probes",
             Variant::IdleInjected => "idle sidecar, as injected",
+            Variant::IdleInjectedAgain => "the same, again",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake, hook",
         }
@@ -184,7 +195,10 @@ impl Variant {
     fn is_from_webhook(self) -> bool {
         matches!(
             self,
-            Variant::KubeflakeHook | Variant::IdleProbes | Variant::IdleInjected
+            Variant::KubeflakeHook
+                | Variant::IdleProbes
+                | Variant::IdleInjected
+                | Variant::IdleInjectedAgain
         )
     }
 
@@ -319,7 +333,7 @@ fn injected_template(injected: &Pod, variant: Variant) -> Result<serde_json::Val
             answering_probes(sidecar, idle)?;
             return Ok(pod);
         }
-        Variant::IdleInjected => {
+        Variant::IdleInjected | Variant::IdleInjectedAgain => {
             let probes = sidecar.clone();
             answering_probes(&probes, sidecar)?;
             sidecar.remove("args");
@@ -1671,6 +1685,11 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
         (
             "kubeflake over idle sidecar, as injected",
             Variant::Kubeflake,
+            Variant::IdleInjected,
+        ),
+        (
+            "the same, again, over idle sidecar, as injected (the rounds' noise)",
+            Variant::IdleInjectedAgain,
             Variant::IdleInjected,
         ),
     ] {

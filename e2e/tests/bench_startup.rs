@@ -72,7 +72,8 @@
 //! `idle-probes,idle-injected,kubeflake`; default all), `KUBEFLAKE_BENCH_METRICS=0`
 //! (skip the kubelet and operator metrics),
 //! `KUBEFLAKE_BENCH_OUT=<file>` (append every pod's stages, in ms from "created", as JSON
-//! lines).
+//! lines), `KUBEFLAKE_BENCH_SET` (a comma list of chart values, as `helm --set` takes
+//! them, e.g. `sidecar.resources.requests.cpu=100m`).
 //!
 //! One file although long: it is one benchmark, run by hand, and the pod watch, the Lease
 //! watch, the /proc readings, the metrics scrapes and the report all describe the same
@@ -1992,8 +1993,13 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let metrics = std::env::var("KUBEFLAKE_BENCH_METRICS").as_deref() != Ok("0");
     let variants = env_variants()?;
 
+    // Chart values to set, e.g. the injected sidecar's CPU request (which the "as
+    // injected" variants copy, so they keep measuring the same pod shape).
+    let sets = std::env::var("KUBEFLAKE_BENCH_SET").unwrap_or_default();
+    let sets: Vec<&str> = sets.split(',').filter(|s| !s.is_empty()).collect();
+
     let cluster = Cluster::shared_with_node();
-    helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &[]).await?;
+    helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &sets).await?;
     let ns = cluster.namespace("bench-startup").await?;
     // The default layout: 10 worker bits, 1024 slots.
     create_sequence(&ns, SEQUENCE, serde_json::json!({})).await?;

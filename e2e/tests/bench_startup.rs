@@ -34,9 +34,8 @@
 //!   variants must exceed to say anything;
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
-//! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...) for a number of
-//! rounds, every
-//! pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
+//! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...)
+//! for a number of rounds, every pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
 //! sources on this machine's one clock:
 //!
 //! - **a watch on the pods**: the local receive time of the first event that shows a stage

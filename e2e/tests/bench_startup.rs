@@ -35,8 +35,10 @@
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
 //! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...)
-//! for a number of rounds, every pod deleted (and gone) between rounds. Each pod's stages, in ms, come from three
-//! sources on this machine's one clock:
+//! for a number of rounds, every pod deleted between rounds: gone from the API server, and
+//! its sandbox torn down on the node (as many containerd shims as before the round), so
+//! no round shares the CPU with the last one's teardown. Each pod's stages, in ms, come
+//! from three sources on this machine's one clock:
 //!
 //! - **a watch on the pods**: the local receive time of the first event that shows a stage
 //!   (the objects' own times have whole seconds only): scheduled (`spec.nodeName`),
@@ -126,8 +128,13 @@ const GONE_LIMIT: Duration = Duration::from_secs(180);
 /// After the pods are Ready, how long to wait for the Lease watch to show every
 /// sidecar's first write (it is not asserted).
 const LEASE_GRACE: Duration = Duration::from_secs(10);
-/// Pause between rounds, once the pods are gone, so the node settles.
+/// Pause between rounds, once the pods are gone and the node has torn them down, so the
+/// node settles.
 const SETTLE: Duration = Duration::from_secs(3);
+/// How long to wait, once a round's pods are gone from the API server, for the node to
+/// finish tearing them down ([`node_busy_with_old_pods`]); past it the next round starts
+/// anyway, and the report says so.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Variant {
@@ -502,6 +509,28 @@ fn pids() -> Vec<u32> {
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
         .collect()
+}
+
+/// How many containerd shims run on the node: one per pod sandbox, from the sandbox's
+/// start until the kubelet has stopped it, run the CNI plugins' DEL and removed it. A pod
+/// is gone from the API server before that: the kubelet deletes the object once the
+/// containers have stopped, and tears the sandbox down afterwards.
+fn shim_count() -> usize {
+    pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == "containerd-shim")
+        })
+        .count()
+}
+
+/// Whether the node still tears down pods of earlier rounds: more shims run than before
+/// the round began (`baseline`). A round measured while the last one's sandboxes are still
+/// being stopped shares the CPU with that work (runc, the CNI plugins' DEL, unmounts), so
+/// its variant would pay for the one before it.
+fn node_busy_with_old_pods(baseline: usize) -> bool {
+    shim_count() > baseline
 }
 
 /// `/proc/<pid>/stat`: the command name and the fields after it.
@@ -1337,6 +1366,7 @@ impl Bench {
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
+        let shims_before = shim_count();
         let before = self.metrics_now(results.is_some()).await;
         let cpu_before = cpu_snapshot();
         let started = Instant::now();
@@ -1523,6 +1553,24 @@ impl Bench {
                 r.pods.remove(name);
             }
         }
+        let gone = Instant::now();
+        let deadline = gone + TEARDOWN_LIMIT;
+        while node_busy_with_old_pods(shims_before) {
+            if Instant::now() > deadline {
+                println!(
+                    "round {tag:>10} {:>12}: the node still ran {} shims more than before the round {TEARDOWN_LIMIT:?} after its pods were gone; the next round starts anyway",
+                    variant.title(),
+                    shim_count().saturating_sub(shims_before)
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        println!(
+            "round {tag:>10} {:>12}: sandboxes torn down {:.1} s after the pods were gone",
+            variant.title(),
+            gone.elapsed().as_secs_f64()
+        );
         tokio::time::sleep(SETTLE).await;
 
         if let Some(path) = std::env::var_os("KUBEFLAKE_BENCH_OUT")

@@ -36,9 +36,9 @@
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
 //! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...)
 //! for a number of rounds, every pod deleted between rounds: gone from the API server, and
-//! its sandbox torn down on the node (as many containerd shims as before the round), so
-//! no round shares the CPU with the last one's teardown. Each pod's stages, in ms, come
-//! from three sources on this machine's one clock:
+//! its sandbox removed from the node by the kubelet's garbage collection (up to a minute
+//! later), so no round shares the CPU with the removal of the last one's sandboxes. Each
+//! pod's stages, in ms, come from three sources on this machine's one clock:
 //!
 //! - **a watch on the pods**: the local receive time of the first event that shows a stage
 //!   (the objects' own times have whole seconds only): scheduled (`spec.nodeName`),
@@ -100,7 +100,7 @@ use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::contract::SIDECAR_NAME;
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::{BRIDGE_IP, NODE_NAME};
-use kubeflake_e2e::node::PAUSE_IMAGE;
+use kubeflake_e2e::node::{self, PAUSE_IMAGE};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::helm_install;
 use operator_support::create_sequence;
@@ -132,9 +132,9 @@ const LEASE_GRACE: Duration = Duration::from_secs(10);
 /// node settles.
 const SETTLE: Duration = Duration::from_secs(3);
 /// How long to wait, once a round's pods are gone from the API server, for the node to
-/// finish tearing them down ([`node_busy_with_old_pods`]); past it the next round starts
-/// anyway, and the report says so.
-const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
+/// remove their sandboxes ([`dead_sandboxes`]: the kubelet's garbage collection runs once a
+/// minute); past it the next round starts anyway, and the report says so.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(150);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Variant {
@@ -511,10 +511,7 @@ fn pids() -> Vec<u32> {
         .collect()
 }
 
-/// How many containerd shims run on the node: one per pod sandbox, from the sandbox's
-/// start until the kubelet has stopped it, run the CNI plugins' DEL and removed it. A pod
-/// is gone from the API server before that: the kubelet deletes the object once the
-/// containers have stopped, and tears the sandbox down afterwards.
+/// How many containerd shims run on the node: one per running pod sandbox.
 fn shim_count() -> usize {
     pids()
         .into_iter()
@@ -525,12 +522,18 @@ fn shim_count() -> usize {
         .count()
 }
 
-/// Whether the node still tears down pods of earlier rounds: more shims run than before
-/// the round began (`baseline`). A round measured while the last one's sandboxes are still
-/// being stopped shares the CPU with that work (runc, the CNI plugins' DEL, unmounts), so
-/// its variant would pay for the one before it.
-fn node_busy_with_old_pods(baseline: usize) -> bool {
-    shim_count() > baseline
+/// Pod sandboxes containerd still keeps that no longer run: those of deleted pods, until
+/// the kubelet's container garbage collection (once a minute) removes them, which runs
+/// the CNI plugins' DEL, runc and unmounts for each. A round that starts before that shares
+/// the CPU with it: the next variant would pay for the last one's pods. Counted as the
+/// CRI plugin's sandbox directories beyond the shims that run.
+fn dead_sandboxes() -> usize {
+    let dir = format!(
+        "{}/containerd/io.containerd.grpc.v1.cri/sandboxes",
+        node::ROOT
+    );
+    let kept = std::fs::read_dir(dir).map_or(0, |entries| entries.flatten().count());
+    kept.saturating_sub(shim_count())
 }
 
 /// `/proc/<pid>/stat`: the command name and the fields after it.
@@ -1366,7 +1369,6 @@ impl Bench {
         let names: Vec<String> = (0..n)
             .map(|i| format!("{}-{tag}-{i}", variant.label()))
             .collect();
-        let shims_before = shim_count();
         let before = self.metrics_now(results.is_some()).await;
         let cpu_before = cpu_snapshot();
         let started = Instant::now();
@@ -1555,19 +1557,19 @@ impl Bench {
         }
         let gone = Instant::now();
         let deadline = gone + TEARDOWN_LIMIT;
-        while node_busy_with_old_pods(shims_before) {
+        while dead_sandboxes() > 0 {
             if Instant::now() > deadline {
                 println!(
-                    "round {tag:>10} {:>12}: the node still ran {} shims more than before the round {TEARDOWN_LIMIT:?} after its pods were gone; the next round starts anyway",
+                    "round {tag:>10} {:>12}: {} sandboxes still kept {TEARDOWN_LIMIT:?} after the pods were gone; the next round starts anyway",
                     variant.title(),
-                    shim_count().saturating_sub(shims_before)
+                    dead_sandboxes()
                 );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         println!(
-            "round {tag:>10} {:>12}: sandboxes torn down {:.1} s after the pods were gone",
+            "round {tag:>10} {:>12}: sandboxes removed {:.1} s after the pods were gone",
             variant.title(),
             gone.elapsed().as_secs_f64()
         );

@@ -35,7 +35,9 @@
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
 //! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...)
-//! for a number of rounds, every pod deleted between rounds: gone from the API server, and
+//! for a number of rounds, each round starting one variant later than the last (the
+//! second round with idle sidecar, ..., and plain last), so that no variant always
+//! follows the same one; every pod deleted between rounds: gone from the API server, and
 //! its sandbox removed from the node by the kubelet's garbage collection (up to a minute
 //! later), so no round shares the CPU with the removal of the last one's sandboxes. Each
 //! pod's stages, in ms, come from three sources on this machine's one clock:
@@ -2097,7 +2099,12 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
         for &n in &sizes {
             let mut all: BTreeMap<Variant, Results> = BTreeMap::new();
             for round in 0..rounds {
-                for &variant in &variants {
+                // Each round starts one variant later than the last, so that no variant
+                // always follows the same one (a round inherits some of the last one's
+                // work on the node: order effects).
+                let mut order = variants.clone();
+                order.rotate_left(round % variants.len().max(1));
+                for &variant in &order {
                     let tag = format!("n{n}-r{}", round + 1);
                     let results = all.entry(variant).or_default();
                     bench.round(variant, n, &tag, Some(results)).await?;

@@ -517,10 +517,7 @@ fn pids() -> Vec<u32> {
 fn shim_count() -> usize {
     pids()
         .into_iter()
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim_end() == "containerd-shim")
-        })
+        .filter(|&pid| ProcStat::read(pid).is_some_and(|stat| stat.comm == "containerd-shim"))
         .count()
 }
 
@@ -1359,7 +1356,7 @@ impl Bench {
     }
 
     /// Creates `n` pods of `variant` at once, waits until all are Ready, records their
-    /// stages, then deletes them and waits until they are gone.
+    /// stages, then deletes them and waits until they are gone and their sandboxes removed.
     async fn round(
         &self,
         variant: Variant,
@@ -1558,23 +1555,25 @@ impl Bench {
             }
         }
         let gone = Instant::now();
-        let deadline = gone + TEARDOWN_LIMIT;
-        while dead_sandboxes() > 0 {
-            if Instant::now() > deadline {
+        loop {
+            let kept = dead_sandboxes();
+            if kept == 0 {
                 println!(
-                    "round {tag:>10} {:>12}: {} sandboxes still kept {TEARDOWN_LIMIT:?} after the pods were gone; the next round starts anyway",
+                    "round {tag:>10} {:>12}: sandboxes removed {:.1} s after the pods were gone",
                     variant.title(),
-                    dead_sandboxes()
+                    gone.elapsed().as_secs_f64()
+                );
+                break;
+            }
+            if gone.elapsed() > TEARDOWN_LIMIT {
+                println!(
+                    "round {tag:>10} {:>12}: {kept} sandboxes still kept {TEARDOWN_LIMIT:?} after the pods were gone; the next round starts anyway",
+                    variant.title()
                 );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        println!(
-            "round {tag:>10} {:>12}: sandboxes removed {:.1} s after the pods were gone",
-            variant.title(),
-            gone.elapsed().as_secs_f64()
-        );
         tokio::time::sleep(SETTLE).await;
 
         if let Some(path) = std::env::var_os("KUBEFLAKE_BENCH_OUT")

@@ -72,6 +72,8 @@ step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh
 step "checking the module graph (no cycles, no source file over 600 lines)"
 scripts/check-modules.py
+step "checking that every repository path the docs, manifests and module docs name exists"
+scripts/check-paths.py
 step "checking the rendered chart (every values variant) and the Dockerfile with checkov"
 charts/kubeflake/tests/checkov.sh
 

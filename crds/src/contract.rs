@@ -1,6 +1,6 @@
 //! The operator <-> sidecar injection contract: every name both sides must agree on.
 //!
-//! The operator's webhook (`operator/src/inject.rs`) writes these into the pods it
+//! The operator's webhook (`operator/src/inject/`) writes these into the pods it
 //! changes; the sidecar's command line (`sidecar/src/main.rs`) reads them. Both use the
 //! constants below and nothing else, so a rename is one change here and both sides follow.
 //! Apps read [`URL_ENV`] (and nothing else from this list).

@@ -86,10 +86,14 @@ pub enum Reason {
     /// release does not understand (written by a newer kubeflake); it is neither used nor
     /// changed.
     LeaseFormatUnsupported,
+    /// Ready=False (both modes): the API server's Lease policy or its binding is missing or
+    /// not as the chart installs it, so the operator assigns no slot and lists no claimant
+    /// (docs/safety.md rule 14).
+    LeasePolicyMissing,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::InvalidSpec,
         Reason::Deleting,
         Reason::EpochInFuture,
@@ -104,6 +108,7 @@ impl Reason {
         Reason::CounterExhausted,
         Reason::ValuesLeft,
         Reason::LeaseFormatUnsupported,
+        Reason::LeasePolicyMissing,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -122,6 +127,7 @@ impl Reason {
             Reason::CounterExhausted => "CounterExhausted",
             Reason::ValuesLeft => "ValuesLeft",
             Reason::LeaseFormatUnsupported => "LeaseFormatUnsupported",
+            Reason::LeasePolicyMissing => "LeasePolicyMissing",
         }
     }
 }

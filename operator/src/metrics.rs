@@ -63,6 +63,9 @@ pub struct Metrics {
     pub webhook_sequence_lookups: IntCounterVec,
     pub sidecar_bindings: IntCounterVec,
     pub watch_errors: IntCounterVec,
+    /// 1 while the operator hands out no slot and lists no claimant for want of the Lease
+    /// policy (`lease_policy_guard.rs`).
+    pub lease_policy_missing: IntGauge,
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
@@ -137,6 +140,10 @@ impl Metrics {
                 "kubeflake_operator_watch_errors_total",
                 "Failed list/watch calls, by watch (controller, rbac_idsequences, rbac_roles, rbac_rolebindings, webhook_idsequences); each is retried with back-off.",
                 &["watch"],
+            ),
+            lease_policy_missing: r.int_gauge(
+                "kubeflake_operator_lease_policy_missing",
+                "1 while the Lease policy or its binding is missing, not as the chart installs it, or unreadable, so that the operator assigns no slot and lists no claimant (docs/safety.md rule 14); 0 when it is in force or the operator runs with --unsafe-without-lease-policy.",
             ),
             slots_assigned: r.int_gauge(
                 "kubeflake_operator_slots_assigned",

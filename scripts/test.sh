@@ -74,6 +74,8 @@ step "checking the module graph (no cycles, no source file over 600 lines)"
 scripts/check-modules.py
 step "checking that every repository path the docs, manifests and module docs name exists"
 scripts/check-paths.py
+step "checking that docs/benchmarks.md is what bench/results/ makes and that bench/run lists every benchmark"
+bench/report.py --check
 step "checking the rendered chart (every values variant) and the Dockerfile with checkov"
 charts/kubeflake/tests/checkov.sh
 

@@ -130,6 +130,8 @@ checks_lane() {
 	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
 	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
 	scripts/check-deps.sh || status=$?
+	step "the fuzzers: the forwarding wire format and the Lease parsers (scripts/fuzz.sh)"
+	scripts/fuzz.sh "${KUBEFLAKE_FUZZ_SECONDS:-20}" || status=$?
 	return "$status"
 }
 # How the lanes run: one after another (the default), or at once with

@@ -1,5 +1,8 @@
 //! The oracle's dispatcher: its background task that serves each group of local strict
-//! requests from the term or forwards it to the oracle.
+//! requests from the term or forwards it to the oracle. A forwarded group's answer is used
+//! only if it comes from the term of the oracle Lease this sidecar follows and is the range
+//! asked for ([`Forwarder::forward`]); anything else is refused, counted in
+//! `kubeflake_strict_forward_errors_total` and logged.
 
 use super::*;
 
@@ -21,18 +24,18 @@ impl Oracle {
             let (total, min) = group::totals(&group);
             let route = match &self.lock().role {
                 Role::Oracle { .. } => Ok(None),
-                Role::Follower { address, .. } => Ok(Some(address.clone())),
+                Role::Follower { address, term } => Ok(Some((address.clone(), *term))),
                 Role::Unknown { why } => Err(SegmentRefusal::NoBlock(format!(
                     "strict: no oracle serves this sequence now ({why}); retry shortly"
                 ))),
             };
             let answer = match route {
                 Ok(None) => self.serve_here(total, min).await.map(|(block, _)| block),
-                Ok(Some(address)) => {
+                Ok(Some((address, term))) => {
                     let request = ForwardRequest { count: total, min };
                     self.metrics.strict_forwards.inc();
                     forwarder
-                        .forward(&address, request)
+                        .forward(&address, term, request)
                         .await
                         .map(|r| Block {
                             start: r.start,
@@ -40,6 +43,9 @@ impl Oracle {
                         })
                         .map_err(|e| {
                             self.metrics.strict_forward_errors.inc();
+                            if e.is_bad_reply() {
+                                tracing::warn!(error = %e, "strict: a forwarded group's answer was not used");
+                            }
                             SegmentRefusal::NoBlock(format!("strict: {e}"))
                         })
                 }

@@ -1,42 +1,35 @@
-//! Forwarding: how a sidecar that is not the oracle gets strict values from it, and how the
-//! oracle takes those requests. One TCP connection per forwarding sidecar, in the wire
+//! Forwarding: how a sidecar that is not the oracle gets strict values from it (the oracle's
+//! side is [`super::listen`]). One TCP connection per forwarding sidecar, in the wire
 //! format of [`kubeflake_crds::strict_oracle::wire`]; one request in flight on it, carrying
 //! every request queued meanwhile ([`ForwardRequest`]); the answer is one range
 //! ([`ForwardReply`]) the sender hands out in queue order.
 //!
-//! The listener is on the pod IP (other pods must reach it) and speaks only that format.
-//! Anyone who can reach it can burn values (gaps, never a duplicate or a value out of
-//! order); restricting who reaches it is a NetworkPolicy's job (docs/strict.md).
+//! A forwarder believes an answer only as far as it can check it (docs/safety.md rule 16):
+//! it must come from the term of the oracle Lease the forwarder follows (the reply's term,
+//! which every release's oracle sends) and be exactly the range asked for (`count` values,
+//! none below `min`, all below 2^63). Anything else is not used: the group is refused
+//! (503) and the connection dropped. Peers are not authenticated yet: whoever answers at
+//! the Lease's address in its term is believed.
+//!
+//! The oracle's port is on the pod IP (other pods must reach it). Anyone who can reach it
+//! can burn values up to the raise limit (2^62: gaps, never a duplicate, a value out of
+//! order, or a counter moved towards its end) and take connection slots within the
+//! listener's limits; restricting who reaches it is a NetworkPolicy's job (docs/strict.md).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubeflake_crds::strict_oracle::wire::{
-    self, HELLO_HEAD_LEN, Hello, MAX_FORWARD_COUNT, REFUSAL_HEAD_LEN, REQUEST_LEN, Reply,
-    ReplyKind, VALUES_LEN,
-};
+use kubeflake_crds::segment_counter::LIMIT;
+use kubeflake_crds::strict_oracle::wire::{Hello, REFUSAL_HEAD_LEN, Reply, ReplyKind, VALUES_LEN};
 use kubeflake_crds::strict_oracle::{ForwardReply, ForwardRequest};
-use kubeflake_runtime::serve::AcceptBackoff;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
-
-use super::Oracle;
-use crate::segment::SegmentRefusal;
+use tokio::net::TcpStream;
 
 /// How long one forwarded request may take (connect included).
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// A forwarder makes a new connection rather than use one idle this long (the oracle
-/// closes connections idle for [`SERVER_IDLE`], so the forwarder never writes into one
-/// the oracle is closing).
+/// closes connections idle for [`SERVER_IDLE`](super::listen::SERVER_IDLE), so the
+/// forwarder never writes into one the oracle is closing).
 const CLIENT_IDLE: Duration = Duration::from_secs(60);
-/// The oracle closes a connection with no request for this long (a forwarder that
-/// vanished without closing, e.g. its node gone).
-const SERVER_IDLE: Duration = Duration::from_secs(120);
-/// How long a new connection may take to send its hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Forwarding connections the oracle keeps open at once (one per sidecar of the sequence).
-const MAX_CONNECTIONS: usize = 4096;
 
 /// Why a forwarded request got no values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,12 +42,44 @@ pub enum ForwardError {
         status: u16,
         message: String,
     },
-    #[error("the strict oracle at {address} answered {count} values for {asked}: not used")]
+    #[error(
+        "the strict oracle at {address} answered values [{}, {}) when asked for {} values \
+         from {}: not what was asked, not used",
+        reply.start, reply.end, asked.count, asked.min
+    )]
     BadReply {
         address: String,
-        count: u64,
-        asked: u64,
+        reply: ForwardReply,
+        asked: ForwardRequest,
     },
+    #[error(
+        "the strict oracle at {address} answered in term {term}, but the oracle Lease this \
+         sidecar follows is in term {expected}: not used (the Lease changed hands and this \
+         sidecar has not seen it yet, or what answers there is not the Lease's holder)"
+    )]
+    WrongTerm {
+        address: String,
+        term: i32,
+        expected: i32,
+    },
+}
+
+impl ForwardError {
+    /// An answer came but was not used: the peer is not what the oracle Lease says.
+    pub fn is_bad_reply(&self) -> bool {
+        matches!(
+            self,
+            ForwardError::BadReply { .. } | ForwardError::WrongTerm { .. }
+        )
+    }
+}
+
+/// Whether `reply` is exactly what `request` asked for: `count` consecutive values, none
+/// below `min`, all below 2^63.
+fn answers(request: &ForwardRequest, reply: &ForwardReply) -> bool {
+    reply.start >= request.min
+        && reply.end <= LIMIT
+        && reply.end.checked_sub(reply.start) == Some(request.count)
 }
 
 /// What one exchange on a connection ended with, before it is judged.
@@ -88,10 +113,13 @@ impl Forwarder {
         }
     }
 
-    /// Sends `request` to the oracle at `address` and waits for its range.
+    /// Sends `request` to the oracle at `address`, serving in `term` (the oracle Lease's),
+    /// and waits for its range; an answer from another term, or not the range asked for,
+    /// is an error.
     pub async fn forward(
         &mut self,
         address: &str,
+        term: i32,
         request: ForwardRequest,
     ) -> Result<ForwardReply, ForwardError> {
         let unreachable = |message: String| ForwardError::Unreachable {
@@ -135,18 +163,23 @@ impl Forwarder {
                     message,
                 })
             }
-            Reply::Values(reply) => {
-                let count = reply.end.saturating_sub(reply.start);
-                if count != request.count || reply.start < request.min {
-                    self.conn = None;
-                    return Err(ForwardError::BadReply {
-                        address: address.to_string(),
-                        count,
-                        asked: request.count,
-                    });
-                }
-                Ok(reply)
+            Reply::Values(reply) if reply.term != term => {
+                self.conn = None;
+                Err(ForwardError::WrongTerm {
+                    address: address.to_string(),
+                    term: reply.term,
+                    expected: term,
+                })
             }
+            Reply::Values(reply) if !answers(&request, &reply) => {
+                self.conn = None;
+                Err(ForwardError::BadReply {
+                    address: address.to_string(),
+                    reply,
+                    asked: request,
+                })
+            }
+            Reply::Values(reply) => Ok(reply),
         }
     }
 
@@ -248,123 +281,5 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
                 message: String::from_utf8_lossy(&text).into_owned(),
             })
         }
-    }
-}
-
-/// The oracle's listener: accepts forwarding connections until `stop` says so.
-pub async fn listen(oracle: Arc<Oracle>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = backoff.accept(&listener, "strict oracle") => accepted,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                ?peer,
-                limit = MAX_CONNECTIONS,
-                "strict oracle: too many forwarding connections; closing the new one"
-            );
-            continue;
-        };
-        let oracle = oracle.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection(&oracle, stream, stop).await {
-                tracing::debug!(?peer, error = %e, "strict oracle: forwarding connection ended");
-            }
-            drop(slot);
-        });
-    }
-}
-
-/// Why the oracle ended a forwarding connection (logged at debug: forwarders reconnect).
-#[derive(Debug, thiserror::Error)]
-enum ConnectionEnd {
-    #[error("reading or writing: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("no hello within {HELLO_TIMEOUT:?}")]
-    NoHello,
-    #[error("a bad hello: {0}")]
-    BadHello(String),
-    #[error("idle for {SERVER_IDLE:?}")]
-    Idle,
-}
-
-/// One forwarding sidecar's connection: its hello, then request after request.
-async fn connection(
-    oracle: &Arc<Oracle>,
-    mut stream: TcpStream,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), ConnectionEnd> {
-    stream.set_nodelay(true)?;
-    let hello = tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut stream))
-        .await
-        .map_err(|_| ConnectionEnd::NoHello)?;
-    let refused = match hello {
-        Ok(Ok(hello)) if hello.sequence == oracle.config.sequence => None,
-        Ok(Ok(hello)) => Some(format!(
-            "this sidecar serves strict sequence {}, not {}",
-            oracle.config.sequence, hello.sequence
-        )),
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(message) = refused {
-        let reply = Reply::Refused {
-            status: 400,
-            message: message.clone(),
-        };
-        stream.write_all(&reply.encode()).await?;
-        return Err(ConnectionEnd::BadHello(message));
-    }
-    let mut frame = [0u8; REQUEST_LEN];
-    loop {
-        tokio::select! {
-            read = tokio::time::timeout(SERVER_IDLE, stream.read_exact(&mut frame)) => {
-                read.map_err(|_| ConnectionEnd::Idle)??;
-            }
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-        }
-        let reply = answer(oracle, ForwardRequest::decode(&frame)).await;
-        stream.write_all(&reply.encode()).await?;
-    }
-}
-
-pub(super) async fn read_hello<R: AsyncRead + Unpin>(
-    stream: &mut R,
-) -> std::io::Result<Result<Hello, wire::WireError>> {
-    let mut head = [0u8; HELLO_HEAD_LEN];
-    stream.read_exact(&mut head).await?;
-    let len = match Hello::name_len(&head) {
-        Ok(len) => len,
-        Err(e) => return Ok(Err(e)),
-    };
-    let mut name = vec![0u8; len];
-    stream.read_exact(&mut name).await?;
-    Ok(Hello::from_name(&name))
-}
-
-/// The oracle's answer to one forwarded group.
-pub async fn answer(oracle: &Arc<Oracle>, request: ForwardRequest) -> Reply {
-    if request.count == 0 || request.count > MAX_FORWARD_COUNT {
-        return Reply::Refused {
-            status: 400,
-            message: format!(
-                "count must be 1 to {MAX_FORWARD_COUNT}, not {}",
-                request.count
-            ),
-        };
-    }
-    match oracle.serve_forwarded(request).await {
-        Ok(reply) => Reply::Values(reply),
-        Err(refusal) => Reply::Refused {
-            status: match refusal {
-                SegmentRefusal::AfterAboveCounter { .. } => 409,
-                _ => 503,
-            },
-            message: refusal.to_string(),
-        },
     }
 }

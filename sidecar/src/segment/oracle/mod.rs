@@ -12,7 +12,7 @@
 //!   serves the group from the term (this sidecar is the oracle) or forwards it as one
 //!   request (another is); a request joins only a group formed after it arrived, so the
 //!   value it gets is taken at a moment inside its call;
-//! - the **listener** ([`forward::listen`]) serves other sidecars' forwarded groups from
+//! - the **listener** ([`listen::listen`]) serves other sidecars' forwarded groups from
 //!   the term.
 //!
 //! The role is a state enum ([`Role`]): only `Oracle` holds a [`Term`], so only the
@@ -26,6 +26,7 @@
 
 mod follow;
 pub mod forward;
+pub mod listen;
 pub mod pod_lock;
 pub mod store;
 pub mod term;
@@ -46,7 +47,7 @@ use self::follow::Follow;
 use self::forward::Forwarder;
 use self::pod_lock::PodLock;
 use self::store::{OracleStore, OracleStoreError};
-use self::term::{Term, TermRefusal};
+use self::term::{Need, Term, TermRefusal};
 use super::buffer::{Runs, SegmentRefusal, check_raise};
 use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
 use super::group;
@@ -60,8 +61,9 @@ pub const WINDOW: u64 = 1 << 16;
 pub enum Role {
     /// No oracle known: starting, or a hand-over under way.
     Unknown { why: String },
-    /// Another sidecar serves, at `address`.
-    Follower { address: String },
+    /// Another sidecar serves, at `address`, in `term` (the oracle Lease's, as this
+    /// sidecar last saw it): a reply from any other term is not used.
+    Follower { address: String, term: i32 },
     /// This sidecar holds the oracle Lease and serves.
     Oracle { term: Term, lease: OracleLease },
 }
@@ -70,8 +72,8 @@ pub enum Role {
 enum Take {
     /// Values taken, in this term.
     Served(Block, i32),
-    /// The window is short: reserve at least `want` from `min` first.
-    NeedsMore { want: u64, min: u64 },
+    /// The window is short: reserve what the term needs first.
+    NeedsMore(Need),
     /// This sidecar does not serve (another does, or none now).
     NotOracle,
 }
@@ -178,7 +180,7 @@ impl Oracle {
         });
         oracle.metrics.block_size.set(WINDOW as i64);
         if let Some(listener) = listener {
-            tokio::spawn(forward::listen(
+            tokio::spawn(listen::listen(
                 oracle.clone(),
                 listener,
                 oracle.stop_tx.subscribe(),
@@ -230,6 +232,11 @@ impl Oracle {
     }
 
     /// `want` consecutive values, each at least `min`, taken after this call began.
+    ///
+    /// The raise limit itself is kept by the term ([`Term::take`]), for every request,
+    /// local or forwarded. This check only keeps a request whose `min` the counter has not
+    /// reached out of a group (the group's `min` is its largest, so the whole group would be
+    /// refused) and answers it here, with the counter's `next`, also on a follower.
     pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.counter.as_ref(), &self.backoff, min).await?;
@@ -252,7 +259,8 @@ impl Oracle {
             .ok_or_else(|| SegmentRefusal::NoBlock("strict: an empty answer".into()))
     }
 
-    /// A group forwarded by another sidecar of the sequence.
+    /// A group forwarded by another sidecar of the sequence (or by anyone who reached the
+    /// port: its `min` is held to the raise limit by the term like any other).
     pub async fn serve_forwarded(
         self: &Arc<Self>,
         request: ForwardRequest,
@@ -274,7 +282,7 @@ impl Oracle {
         for _ in 0..3 {
             match self.take_now(count, min)? {
                 Take::Served(block, term) => return Ok((block, term)),
-                Take::NeedsMore { want, min } => self.extend(want, min).await?,
+                Take::NeedsMore(need) => self.extend(need).await?,
                 Take::NotOracle => {
                     return Err(SegmentRefusal::NoBlock(
                         "strict: this sidecar is not the sequence's oracle (a hand-over is under way)"
@@ -308,8 +316,8 @@ impl Oracle {
                 }
                 Ok(Take::Served(block, number))
             }
-            Err(TermRefusal::NeedsMore { want, min }) => Ok(Take::NeedsMore { want, min }),
-            Err(lapsed) => Err(refusal(&lapsed)),
+            Err(TermRefusal::NeedsMore(need)) => Ok(Take::NeedsMore(need)),
+            Err(refused) => Err(refusal(&refused)),
         }
     }
 
@@ -321,13 +329,15 @@ impl Oracle {
         let oracle = self.clone();
         tokio::spawn(async move {
             // A failure is logged and counted in `reserve`; the next request retries.
-            let _ = oracle.extend(WINDOW, 0).await;
+            let _ = oracle.extend(Need::from_next(WINDOW)).await;
         });
     }
 
-    /// Reserves at least `want` values from `min` on the counter and adds them to the term
-    /// (if it is still this sidecar's): one window write at a time.
-    async fn extend(&self, want: u64, min: u64) -> Result<(), SegmentRefusal> {
+    /// Reserves what `need` says on the counter and adds it to the term (if it is still
+    /// this sidecar's): one window write at a time. A [`Need`] comes only from the term's
+    /// raise check or from `next` (term.rs).
+    async fn extend(&self, need: Need) -> Result<(), SegmentRefusal> {
+        let (want, min) = (need.want(), need.min());
         let _one_at_a_time = self.extending.lock().await;
         let (number, floor, have) = {
             let s = self.lock();
@@ -387,14 +397,20 @@ fn refusal(r: &TermRefusal) -> SegmentRefusal {
             "strict: the oracle lease was not renewed for {since:?}; serving stops until a \
              renewal succeeds or another sidecar takes over"
         )),
-        TermRefusal::NeedsMore { .. } => {
+        TermRefusal::NeedsMore(_) => {
             SegmentRefusal::NoBlock("strict: the window is used up; reserving more".into())
         }
+        TermRefusal::AboveRaiseLimit { min, top } => SegmentRefusal::AfterAboveCounter {
+            after: min.saturating_sub(1),
+            next: *top,
+        },
     }
 }
 
 mod dispatch;
 mod tasks;
 
+#[cfg(test)]
+mod port_tests;
 #[cfg(test)]
 mod tests;

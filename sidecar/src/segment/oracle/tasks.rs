@@ -120,6 +120,7 @@ impl Oracle {
         match (&lease.address, ours) {
             (Some(address), false) => self.set_role(Role::Follower {
                 address: address.clone(),
+                term: lease.term,
             }),
             (_, true) => self.set_role(Role::Unknown {
                 why: "the oracle lease names this pod from an earlier start of this sidecar; \

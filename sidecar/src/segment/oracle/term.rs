@@ -6,18 +6,55 @@
 //! compare-and-set raising the counter's `next`) succeeded. Values of one term are served
 //! in increasing order; values skipped (an `after`, a remainder too short for a request,
 //! the window left at the term's end) are gaps, never served.
+//!
+//! Every value a term serves and every reservation it asks for passes [`Term::take`], and
+//! that is where the raise limit is kept (docs/safety.md rules 12 and 16): a `min` above
+//! [`RAISE_LIMIT`] and above everything the term reserved is refused before anything is
+//! skipped, so no request, local or forwarded, can move the counter towards its end. The
+//! only other way to ask for values, [`Need::from_next`], has no `min`.
 
 use std::time::{Duration, Instant};
 
 use crate::segment::Block;
+use crate::segment::buffer::RAISE_LIMIT;
 
 /// Why a term does not serve a request now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TermRefusal {
     /// No renewal succeeded for `serve_for`: another sidecar may take over soon.
     Lapsed { since: Duration },
-    /// The reserved values do not cover the request: reserve at least `want` from `min`.
-    NeedsMore { want: u64, min: u64 },
+    /// The reserved values do not cover the request: reserve what the [`Need`] says.
+    NeedsMore(Need),
+    /// `min` is above [`RAISE_LIMIT`] and above every value the term reserved (`top`, the
+    /// counter's `next` as this term wrote it): serving it would raise the counter towards
+    /// its end, so it is refused and nothing changes.
+    AboveRaiseLimit { min: u64, top: u64 },
+}
+
+/// Values a term needs reserved: at least `want`, from `min` on. Built only in this file:
+/// by [`Term::take`], after its raise check, or with no `min` at all
+/// ([`Need::from_next`]). So a reservation raises the counter past [`RAISE_LIMIT`] only to
+/// serve a `min` the term had already reserved up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    want: u64,
+    min: u64,
+}
+
+impl Need {
+    /// `want` values from the counter's `next`, whatever it is (a window ahead of need).
+    pub fn from_next(want: u64) -> Need {
+        Need { want, min: 0 }
+    }
+
+    pub fn want(&self) -> u64 {
+        self.want
+    }
+
+    /// The smallest value the reservation may start at (0: from `next`).
+    pub fn min(&self) -> u64 {
+        self.min
+    }
 }
 
 /// The serving state of an oracle that holds the Lease.
@@ -60,9 +97,14 @@ impl Term {
         }
     }
 
-    /// `count` consecutive values, each at least `min`, taken at `now`.
+    /// `count` consecutive values, each at least `min`, taken at `now`. A `min` above
+    /// [`RAISE_LIMIT`] and above [`top`](Self::top) is refused before anything is skipped.
     pub fn take(&mut self, count: u64, min: u64, now: Instant) -> Result<Block, TermRefusal> {
         self.serving_at(now)?;
+        let top = self.top();
+        if min > RAISE_LIMIT && min > top {
+            return Err(TermRefusal::AboveRaiseLimit { min, top });
+        }
         let count = count.max(1);
         loop {
             // Values below `min` are skipped (a gap).
@@ -82,10 +124,10 @@ impl Term {
                 Some(spare) => self.window = spare,
                 None => {
                     self.window.start = self.window.end;
-                    return Err(TermRefusal::NeedsMore {
+                    return Err(TermRefusal::NeedsMore(Need {
                         want: count,
                         min: min.max(self.window.end),
-                    });
+                    }));
                 }
             }
         }
@@ -141,7 +183,7 @@ mod tests {
         }
         assert_eq!(
             t.take(1, 0, t0),
-            Err(TermRefusal::NeedsMore { want: 1, min: 110 })
+            Err(TermRefusal::NeedsMore(Need { want: 1, min: 110 }))
         );
         t.add(Block {
             start: 110,
@@ -182,7 +224,38 @@ mod tests {
         assert_eq!(t.take(1, 50, t0).unwrap(), Block { start: 50, end: 51 });
         assert_eq!(
             t.take(1, 500, t0),
-            Err(TermRefusal::NeedsMore { want: 1, min: 500 })
+            Err(TermRefusal::NeedsMore(Need { want: 1, min: 500 }))
+        );
+    }
+
+    #[test]
+    fn rule16_a_min_above_the_raise_limit_and_the_terms_top_is_refused_and_skips_nothing() {
+        let (mut t, t0) = term(1, 100);
+        for min in [RAISE_LIMIT + 1, (1 << 63) - 1, u64::MAX] {
+            assert_eq!(
+                t.take(1, min, t0),
+                Err(TermRefusal::AboveRaiseLimit { min, top: 100 })
+            );
+        }
+        assert_eq!(t.remaining(), 99, "nothing skipped");
+        assert_eq!(t.take(1, 0, t0).unwrap(), Block { start: 1, end: 2 });
+        // Up to the limit, a min is served by raising the counter (a gap, by rule 12).
+        assert_eq!(
+            t.take(1, RAISE_LIMIT, t0),
+            Err(TermRefusal::NeedsMore(Need {
+                want: 1,
+                min: RAISE_LIMIT
+            }))
+        );
+        // Above it, only inside what the term reserved.
+        let (mut high, t0) = term(RAISE_LIMIT + 10, RAISE_LIMIT + 20);
+        let inside = RAISE_LIMIT + 15;
+        assert_eq!(
+            high.take(1, inside, t0).unwrap(),
+            Block {
+                start: inside,
+                end: inside + 1
+            }
         );
     }
 

@@ -12,13 +12,13 @@ use crate::segment::claim::fake::FakeStore;
 use kubeflake_crds::strict_oracle::MAX_FORWARD_COUNT;
 use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply};
 
-struct Group {
-    counter: Arc<FakeStore>,
-    leases: Arc<FakeOracleStore>,
+pub(super) struct Group {
+    pub(super) counter: Arc<FakeStore>,
+    pub(super) leases: Arc<FakeOracleStore>,
 }
 
 impl Group {
-    fn new() -> Group {
+    pub(super) fn new() -> Group {
         let counter = FakeStore::starting_at(1);
         counter
             .format
@@ -29,7 +29,7 @@ impl Group {
         }
     }
 
-    async fn sidecar(&self, uid: &str, broken: bool) -> Arc<Oracle> {
+    pub(super) async fn sidecar(&self, uid: &str, broken: bool) -> Arc<Oracle> {
         self.start(uid, broken, None).await
     }
 
@@ -57,7 +57,7 @@ impl Group {
 }
 
 /// Waits (bounded) until `pred` holds.
-async fn until(what: &str, mut pred: impl FnMut() -> bool) {
+pub(super) async fn until(what: &str, mut pred: impl FnMut() -> bool) {
     for _ in 0..300 {
         if pred() {
             return;
@@ -67,7 +67,7 @@ async fn until(what: &str, mut pred: impl FnMut() -> bool) {
     panic!("not reached within 6 s: {what}");
 }
 
-async fn take(o: &Arc<Oracle>) -> u64 {
+pub(super) async fn take(o: &Arc<Oracle>) -> u64 {
     for _ in 0..200 {
         if let Ok(v) = o.take_one_from(0).await {
             return v;
@@ -378,7 +378,7 @@ async fn rule15_an_oracle_never_serves_from_a_counter_not_marked_for_it() {
 
 /// Speaks the wire format to `a`'s listener by hand: a hello for `sequence`, then one
 /// request per `(count, min)`; the replies, in order.
-async fn by_hand(a: &Oracle, sequence: &str, requests: &[(u64, u64)]) -> Vec<Reply> {
+pub(super) async fn by_hand(a: &Oracle, sequence: &str, requests: &[(u64, u64)]) -> Vec<Reply> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let address = a.address.clone().expect("a listens");
     let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
@@ -439,7 +439,7 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
     let oracle = tokio::spawn(async move {
         for start in [10u64, 20] {
             let (mut s, _) = listener.accept().await.unwrap();
-            forward::read_hello(&mut s).await.unwrap().unwrap();
+            listen::read_hello(&mut s).await.unwrap().unwrap();
             let mut frame = [0u8; wire::REQUEST_LEN];
             s.read_exact(&mut frame).await.unwrap();
             let count = ForwardRequest::decode(&frame).count;
@@ -454,11 +454,11 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
     let mut forwarder = Forwarder::new("s");
     let request = ForwardRequest { count: 3, min: 0 };
     assert_eq!(
-        forwarder.forward(&address, request).await.unwrap().start,
+        forwarder.forward(&address, 1, request).await.unwrap().start,
         10
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let again = forwarder.forward(&address, request).await;
+    let again = forwarder.forward(&address, 1, request).await;
     assert_eq!(again.unwrap().start, 20, "asked again on a new connection");
     oracle.await.unwrap();
 }

@@ -5,7 +5,8 @@
 //! No Lease may panic a parser, and what a parser accepts is in range: a format it
 //! understands, a counter at most 2^63, a fence and a slot that are the numbers written,
 //! an oracle Lease whose timing is positive. What kubeflake writes it reads back: a counter
-//! written over a Lease, and the counter and oracle Leases it makes for a new sequence.
+//! written over a Lease, a slot Lease assigned, renewed or released, and the slot, counter
+//! and oracle Leases it makes for a new sequence.
 #![no_main]
 
 use std::time::Duration;
@@ -17,7 +18,7 @@ use kubeflake_crds::segment_counter::{
 };
 use kubeflake_crds::slot_lease::sequence_spec::assigned_sequence_spec;
 use kubeflake_crds::slot_lease::{
-    self, FENCE_ANNOTATION, LEASE_FORMAT, SLOT_LABEL, SlotLease, lease_format,
+    self, FENCE_ANNOTATION, Holder, LEASE_FORMAT, Releaser, SLOT_LABEL, SlotLease, lease_format,
 };
 use kubeflake_crds::strict_oracle::{self, OracleLease};
 use kubeflake_crds::{IdSequence, IdSequenceSpec, Slot};
@@ -85,6 +86,56 @@ fn slot(lease: &Lease) {
         Ok(&read),
         "read twice"
     );
+    slot_transitions(&read);
+}
+
+/// What the operator and the holder write from a slot Lease they read, read back: the
+/// assignment to a new holder (if free), the holder's renewal and the operator's release
+/// (if held). A transition may refuse; what it writes must parse, with the fence kept.
+fn slot_transitions(read: &SlotLease) {
+    let now = chrono::DateTime::from_timestamp(1_795_000_000, 123_456_789).expect("a time");
+    let holder = Holder {
+        uid: "0b7e-fuzz",
+        pod: "fuzz-pod",
+    };
+    if let Ok(lease) = read.assign(holder, &IdSequenceSpec::default(), now) {
+        let next = SlotLease::parse(&lease).expect("an assignment that does not read back");
+        assert_eq!(
+            next.holder.as_deref(),
+            Some(holder.uid),
+            "assigned to another"
+        );
+        assert_eq!(next.fence, read.fence, "the fence moved on assignment");
+        assert_eq!(
+            next.transitions,
+            read.transitions + 1,
+            "not one assignment more"
+        );
+    }
+    let Some(uid) = read.holder.as_deref() else {
+        return;
+    };
+    if let Ok(lease) = read.renew(uid, read.fence, now) {
+        let next = SlotLease::parse(&lease).expect("a renewal that does not read back");
+        assert_eq!(
+            (next.holder.as_deref(), next.fence),
+            (Some(uid), read.fence),
+            "renewed"
+        );
+    }
+    if let Ok(lease) = read.release(Releaser::Operator { holder: uid }, now) {
+        let next = SlotLease::parse(&lease).expect("a release that does not read back");
+        assert_eq!(
+            (next.holder.as_deref(), next.fence),
+            (None, read.fence),
+            "released"
+        );
+        assert_eq!(
+            next.released_time(),
+            Some(now.trunc_subsecs(6)),
+            "released when"
+        );
+    }
 }
 
 fn counter(lease: &Lease) {

@@ -13,6 +13,7 @@
 #     buildah: builds the images from the Dockerfile (e2e/images/build.sh);
 #     libc6-dev: the static C library for the fully static binaries in those images;
 #     ca-certificates: the CA roots copied into the images.
+#   g++: compiles libFuzzer's C++ for the fuzzers (libfuzzer-sys, scripts/fuzz.sh).
 #   postgresql, mariadb-server, sqlite3: the databases `kubectl kubeflake sql`'s functions
 #     are tested against (e2e/tests/sql_functions.rs). The test starts each server itself,
 #     in a private temp directory; the packages must not start a system-wide one, so the
@@ -39,6 +40,7 @@ have_file /etc/ssl/certs/ca-certificates.crt || need+=(ca-certificates)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 have_file /usr/sbin/mariadbd || need+=(mariadb-server)
 have_cmd sqlite3 || need+=(sqlite3)
+have_cmd g++ || need+=(g++)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 echo "install-deps: installing ${need[*]}" >&2
 sudo=""

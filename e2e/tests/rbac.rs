@@ -169,6 +169,10 @@ fn operator_rows() -> Vec<Row> {
     let webhook_secret = format!("secrets/{full}-webhook-tls");
     let webhook_config =
         format!("mutatingwebhookconfigurations.admissionregistration.k8s.io/{full}");
+    let lease_policy =
+        format!("validatingadmissionpolicies.admissionregistration.k8s.io/{full}-leases");
+    let lease_policy_binding =
+        format!("validatingadmissionpolicybindings.admissionregistration.k8s.io/{full}-leases");
     let mut status = row(
         "may patch IdSequence status",
         "patch",
@@ -379,6 +383,56 @@ fn operator_rows() -> Vec<Row> {
             "may not patch its webhook configuration (it updates)",
             "patch",
             webhook_config,
+            ClusterScoped,
+            false,
+        ),
+        // Rule 14: no slot or claim while the Lease policy is not in force; read by name only.
+        row(
+            "may get its Lease policy",
+            "get",
+            lease_policy.clone(),
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may get its Lease policy binding",
+            "get",
+            lease_policy_binding.clone(),
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may not change its Lease policy",
+            "update",
+            lease_policy.clone(),
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not delete its Lease policy",
+            "delete",
+            lease_policy,
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not delete its Lease policy binding",
+            "delete",
+            lease_policy_binding,
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not read other admission policies",
+            "get",
+            "validatingadmissionpolicies.admissionregistration.k8s.io/other",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not list admission policy bindings",
+            "list",
+            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
             ClusterScoped,
             false,
         ),

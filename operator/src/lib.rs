@@ -23,6 +23,7 @@
 //! | metrics, `/healthz`, `/readyz` | [`metrics`], [`http`] (a pass's own CPU: `kubeflake_operator_pass_cpu_seconds`, measured in `controller/snowflake/mod.rs`) |
 //! | an alert on these metrics | `charts/kubeflake/files/alerts.yaml` (the only list), its test in `charts/kubeflake/tests/alerts_test.yaml`, its runbook in `docs/alerts.md` ("Adding an alert") |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
+//! | no slot or claim without the Lease policy (fail closed, rule 14) | [`lease_policy_guard`] (checked by name; consulted in `controller/mod.rs`) |
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
 //!
 //! Tests of the code that writes to the API server run against a scripted fake API server
@@ -37,6 +38,7 @@ pub(crate) mod fake_api;
 pub mod http;
 pub mod index;
 pub mod inject;
+pub mod lease_policy_guard;
 pub mod metrics;
 pub mod rbac;
 pub mod watches;
@@ -73,6 +75,9 @@ pub struct OperatorConfig {
     /// reports not ready), so that the API server, which may still hold this replica's
     /// endpoint, is answered rather than refused. Zero, or no webhook: exit at once.
     pub shutdown_drain: Duration,
+    /// The Lease policy and binding without which no slot or claim is handed out
+    /// ([`lease_policy_guard`]); `None` only with `--unsafe-without-lease-policy`.
+    pub lease_policy: Option<lease_policy_guard::PolicyNames>,
 }
 
 /// Where the webhook listens, what it injects, and where its certificate comes from.

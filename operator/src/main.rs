@@ -9,6 +9,7 @@ use clap::Parser;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubeflake_operator::certs::SelfManaged;
 use kubeflake_operator::inject::SidecarTemplate;
+use kubeflake_operator::lease_policy_guard::PolicyNames;
 use kubeflake_operator::{CertSource, OperatorConfig, WebhookConfig, run};
 
 /// Reconciles kubeflake IdSequences: assigns worker slots to labelled pods through Leases.
@@ -45,6 +46,28 @@ struct Args {
     /// terminationGracePeriodSeconds.
     #[arg(long, default_value_t = 5, env = "KUBEFLAKE_SHUTDOWN_DRAIN_SECONDS")]
     shutdown_drain_seconds: u64,
+    /// The ValidatingAdmissionPolicy that guards kubeflake's Leases (the chart's
+    /// "<fullname>-leases"): no slot is assigned and no claimant listed while it or its
+    /// binding is missing or not as the chart installs it.
+    #[arg(
+        long,
+        default_value = "kubeflake-leases",
+        env = "KUBEFLAKE_LEASE_POLICY"
+    )]
+    lease_policy: String,
+    /// The ValidatingAdmissionPolicyBinding that puts that policy in force.
+    #[arg(
+        long,
+        default_value = "kubeflake-leases",
+        env = "KUBEFLAKE_LEASE_POLICY_BINDING"
+    )]
+    lease_policy_binding: String,
+    /// UNSAFE: hand out slots and claims without checking that the Lease policy is in force.
+    /// Without the policy any account the sidecar Role is bound to may write every kubeflake
+    /// Lease of its namespace, and IDs can repeat (docs/safety.md rule 14). The chart sets it
+    /// only with leasePolicy.enabled=false and leasePolicy.unsafeAssignWithoutPolicy=true.
+    #[arg(long, conflicts_with_all = ["lease_policy", "lease_policy_binding"])]
+    unsafe_without_lease_policy: bool,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -227,7 +250,7 @@ async fn main() {
             .unwrap_or_else(|_| "kubeflake-operator".into())
     });
     let config = OperatorConfig {
-        namespace: args.namespace,
+        namespace: args.namespace.clone(),
         metrics_addr: args.metrics_addr,
         instance,
         leader_election_namespace: args.leader_election_namespace,
@@ -235,6 +258,11 @@ async fn main() {
         webhook,
         sidecar_cluster_role: args.sidecar_cluster_role,
         shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
+        lease_policy: (!args.unsafe_without_lease_policy).then(|| PolicyNames {
+            policy: args.lease_policy,
+            binding: args.lease_policy_binding,
+            namespace: args.namespace.clone(),
+        }),
     };
     if let Err(e) = run(client, config, shutdown.token()).await {
         eprintln!("kubeflake-operator: error: {e:#}");

@@ -1,6 +1,10 @@
 //! How the operator runs: the probes and metrics server, the webhook, leader election, and
 //! the IdSequence controller with its watches and readiness. Wiring only: what a pass does
 //! is in [`crate::controller`].
+//!
+//! One piece (over 400 lines): the start and stop of one process, read in the order they
+//! happen (servers, election, caches, the Lease-policy guard, the controller, the drain);
+//! each part it starts is its own module.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -240,6 +244,9 @@ async fn run_controller(
         instance: Some(config.instance.clone()),
     };
     let ctx_metrics = metrics.clone();
+    // Nothing is handed out until the guard has seen the Lease policy in force.
+    let (gate, _guard) =
+        crate::lease_policy_guard::start(&client, config.lease_policy.clone(), metrics.clone());
     // No debounce: kube-runtime's debounce restarts its wait on every new trigger, so a
     // sequence whose pods arrive faster than the debounce (a mass start) was not passed
     // until a pause. Triggers still coalesce: one pass at a time per sequence, and what
@@ -250,6 +257,8 @@ async fn run_controller(
     )
     .with_config(runtime_controller::Config::default().debounce(Duration::ZERO))
     .trigger_backoff(backoff::WatchBackoff::default())
+    // Every sequence is passed again when the Lease policy's state changes.
+    .reconcile_all_on(gate.changes())
     .owns_stream(lease_stream)
     .watches_stream(pod_stream, |pod: Pod| {
         let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
@@ -258,14 +267,17 @@ async fn run_controller(
     .graceful_shutdown_on(stop.triggered());
     let sequences = controller.store();
     // The IdSequence cache too: per-sequence memory follows it (`Context::forget_gone`).
-    let ctx = Arc::new(controller::Context::new(
-        client.clone(),
-        pods.clone(),
-        leases.clone(),
-        sequences.clone(),
-        metrics,
-        reporter,
-    ));
+    let ctx = Arc::new(
+        controller::Context::new(
+            client.clone(),
+            pods.clone(),
+            leases.clone(),
+            sequences.clone(),
+            metrics,
+            reporter,
+        )
+        .with_lease_policy(gate),
+    );
     let bindings = config.sidecar_cluster_role.clone().map(|role| {
         tokio::spawn(rbac::keep_sidecar_bindings(
             client.clone(),

@@ -50,6 +50,11 @@ app.kubernetes.io/part-of: kubeflake
 {{- printf "%s-sidecar" (include "kubeflake.fullname" .) -}}
 {{- end -}}
 
+{{/* The Lease policy and its binding (both by this name). */}}
+{{- define "kubeflake.leasePolicy" -}}
+{{- printf "%s-leases" (include "kubeflake.fullname" .) -}}
+{{- end -}}
+
 {{/* The leader-election Lease: part of the release, so helm uninstall removes it. */}}
 {{- define "kubeflake.leaderLease" -}}
 {{- printf "%s-leader" (include "kubeflake.fullname" .) -}}

@@ -39,7 +39,7 @@ variants=(
 	"monitoring|metrics.serviceMonitor.enabled=true metrics.podMonitor.enabled=true metrics.prometheusRule.enabled=true metrics.dashboard.enabled=true metrics.dashboard.namespace=monitoring"
 	"no-webhook|webhook.enabled=false"
 	"no-flow-control|flowControl.enabled=false"
-	"no-lease-policy|leasePolicy.enabled=false"
+	"no-lease-policy|leasePolicy.enabled=false leasePolicy.unsafeAssignWithoutPolicy=true"
 	"one-replica|operator.replicas=1 operator.leaderElection.enabled=false operator.watchNamespace=apps operator.podDisruptionBudget.enabled=false metrics.service.enabled=false"
 	"listed-namespaces|flowControl.namespaces={apps,shop} flowControl.operatorPriorityLevel= webhook.extraSANs={kubeflake.example.com} webhook.excludeNamespaces={monitoring} webhook.failurePolicy=Ignore"
 	'?network-policy|networkPolicy.enabled=true json:networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}] json:networkPolicy.egress=[{"to":[{"ipBlock":{"cidr":"10.0.0.1/32"}}],"ports":[{"port":6443,"protocol":"TCP"}]}]'

@@ -97,7 +97,17 @@ fn newer_source(dir: &std::path::Path, than: std::time::SystemTime) -> bool {
     false
 }
 
-/// A `kubeflake-operator` process watching one namespace. Killed when dropped.
+/// What every operator these helpers start is given unless its arguments name a Lease
+/// policy (`--lease-policy <name>`, as e2e/tests/lease_policy_guard.rs does): these tests
+/// pin the operator's own rules (1, 9, 10, 13, 15) in namespaces where no Lease policy is
+/// bound, or one the operator is not told of (faults.rs binds its own). The policy is
+/// cluster-scoped, so binding one per test would also constrain other tests' deliberate
+/// writes. The chart's operator (`chart_support::ChartOperator`, the node tests) runs as
+/// installed: with the policy, and checking it.
+pub const WITHOUT_LEASE_POLICY: &str = "--unsafe-without-lease-policy";
+
+/// A `kubeflake-operator` process watching one namespace. Killed when dropped. Started
+/// with [`WITHOUT_LEASE_POLICY`] unless the arguments name a policy.
 pub struct Operator {
     pub process: Process,
     pub metrics_port: u16,
@@ -178,6 +188,9 @@ impl Operator {
             .chain(extra)
             .map(OsString::from),
         );
+        if !extra.contains(&"--lease-policy") {
+            args.push(WITHOUT_LEASE_POLICY.into());
+        }
         let spec = ProcessSpec {
             name: format!("kubeflake-operator-{tag}"),
             program,

@@ -20,6 +20,7 @@ use kubeflake_crds::IdSequence;
 use super::expectations::Expectations;
 use super::silence::SilenceBook;
 use crate::index::Index;
+use crate::lease_policy_guard::LeasePolicyGate;
 use crate::metrics::Metrics;
 
 /// Everything a pass needs. Shared by all passes.
@@ -37,6 +38,9 @@ pub struct Context {
     pub(crate) silence: SilenceBook,
     /// For each sequence, the lease writes of its last pass the cache may not show yet.
     pub(crate) expectations: Expectations,
+    /// Whether slots and claims may be handed out: the Lease policy is in force
+    /// ([`crate::lease_policy_guard`]; closed until `run.rs` connects the guard).
+    pub lease_policy: LeasePolicyGate,
 }
 
 impl Context {
@@ -57,6 +61,15 @@ impl Context {
             metrics,
             silence: SilenceBook::default(),
             expectations: Expectations::default(),
+            lease_policy: LeasePolicyGate::default(),
+        }
+    }
+
+    /// The context with `gate` deciding whether slots and claims may be handed out.
+    pub fn with_lease_policy(self, gate: LeasePolicyGate) -> Context {
+        Context {
+            lease_policy: gate,
+            ..self
         }
     }
 

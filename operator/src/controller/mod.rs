@@ -23,6 +23,7 @@ pub mod error;
 pub mod expectations;
 pub mod finalizer;
 pub mod injected;
+pub mod policy_gate;
 pub mod segment;
 pub mod silence;
 pub mod snowflake;
@@ -94,6 +95,10 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
         }
     };
     finalizer::ensure(seq, ctx).await?;
+    // Fail closed: nothing is handed out while the Lease policy is not in force (rule 14).
+    if let Some(action) = policy_gate::hold_back(seq, ctx).await? {
+        return Ok(action);
+    }
     match valid {
         Valid::Segment(params) => segment::reconcile(seq, ctx, &ns, &seq.name_any(), &params).await,
         Valid::Snowflake(params) => snowflake::reconcile(seq, ctx, &ns, &params).await,

@@ -19,13 +19,19 @@ pub enum ConditionType {
     Exhausted,
     /// Less than a year of timestamp bits is left (Snowflake mode).
     Expiring,
+    /// A Lease has the name of one of the sequence's Leases but was not made by kubeflake
+    /// (docs/safety.md rule 16): it is neither used, changed nor deleted. Set only once
+    /// one was found (then back to False when none is left), so a sequence that never had
+    /// one does not show it.
+    ForeignLeases,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 3] = [
+    pub const ALL: [ConditionType; 4] = [
         ConditionType::Ready,
         ConditionType::Exhausted,
         ConditionType::Expiring,
+        ConditionType::ForeignLeases,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -33,6 +39,7 @@ impl ConditionType {
             ConditionType::Ready => "Ready",
             ConditionType::Exhausted => "Exhausted",
             ConditionType::Expiring => "Expiring",
+            ConditionType::ForeignLeases => "ForeignLeases",
         }
     }
 }
@@ -90,10 +97,15 @@ pub enum Reason {
     /// not as the chart installs it, so the operator assigns no slot and lists no claimant
     /// (docs/safety.md rule 14).
     LeasePolicyMissing,
+    /// ForeignLeases=True, and Ready=False when the foreign Lease is the segment counter or
+    /// the strict oracle Lease (the sequence cannot work without its own).
+    ForeignLease,
+    /// ForeignLeases=False: none is left.
+    NoForeignLease,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 17] = [
         Reason::InvalidSpec,
         Reason::Deleting,
         Reason::EpochInFuture,
@@ -109,6 +121,8 @@ impl Reason {
         Reason::ValuesLeft,
         Reason::LeaseFormatUnsupported,
         Reason::LeasePolicyMissing,
+        Reason::ForeignLease,
+        Reason::NoForeignLease,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -128,6 +142,8 @@ impl Reason {
             Reason::ValuesLeft => "ValuesLeft",
             Reason::LeaseFormatUnsupported => "LeaseFormatUnsupported",
             Reason::LeasePolicyMissing => "LeasePolicyMissing",
+            Reason::ForeignLease => "ForeignLease",
+            Reason::NoForeignLease => "NoForeignLease",
         }
     }
 }

@@ -9,6 +9,8 @@
 //!   layout whose bits do not add up, plus encode/decode.
 //! - [`timebase`]: the epoch and time unit that turn wall-clock instants into ticks.
 //! - [`manifest`]: reading an `IdSequence` manifest file.
+//! - [`ownership`]: which Leases are kubeflake's: their names and labels, and how every
+//!   parser, the operator and the sidecar recognise them (docs/safety.md rule 16).
 //! - [`segment_counter`]: the Lease that holds a Segment-mode sequence's counter.
 //! - [`strict_oracle`]: the strict oracle Lease, its timing and the forwarding wire format.
 //! - [`text_form`]: an ID as text: decimal, or fixed-width base32/base62 that sort like IDs.
@@ -20,6 +22,7 @@ pub mod contract;
 pub mod layout;
 pub mod lease_policy;
 pub mod manifest;
+pub mod ownership;
 pub mod segment_counter;
 pub mod sequence;
 pub mod slot_lease;

@@ -8,7 +8,7 @@
 //! | field                               | meaning                                        |
 //! |-------------------------------------|------------------------------------------------|
 //! | name `<sequence>-segment-counter`   | one per sequence                               |
-//! | label `kubeflake.io/segment-counter`| the sequence name (never `kubeflake.io/sequence`, so slot code never sees it) |
+//! | label `kubeflake.io/segment-counter`| the sequence name (never `kubeflake.io/sequence`, so slot code never sees it); a Lease with the name but without this label is not a counter ([`crate::ownership`]) |
 //! | annotation `kubeflake.io/next`      | the first value not yet claimed (decimal)      |
 //! | annotation `kubeflake.io/claims`    | blocks claimed so far (for the status's rate)  |
 //! | annotation `kubeflake.io/format`    | the format the counter is written in ([`LEASE_FORMAT`]; absent = 1): a newer one is refused, see [`crate::slot_lease`] |
@@ -32,8 +32,7 @@ pub const COUNTER_FORMAT_ORACLE: u64 = 2;
 /// write), 2 ([`COUNTER_FORMAT_ORACLE`]).
 pub const COUNTER_FORMAT: u64 = COUNTER_FORMAT_ORACLE;
 
-/// Label on the counter Lease: the sequence's name.
-pub const COUNTER_LABEL: &str = "kubeflake.io/segment-counter";
+pub use crate::ownership::{COUNTER_LABEL, counter_name};
 /// Annotation: the first value not yet claimed.
 pub const NEXT_ANNOTATION: &str = "kubeflake.io/next";
 /// Annotation: how many blocks were claimed.
@@ -42,11 +41,6 @@ pub const CLAIMS_ANNOTATION: &str = "kubeflake.io/claims";
 pub const CLAIMANTS_ANNOTATION: &str = "kubeflake.io/claimants";
 /// One past the largest value: values are positive signed 64-bit integers.
 pub const LIMIT: u64 = 1 << 63;
-
-/// The counter Lease's name for a sequence.
-pub fn counter_name(sequence: &str) -> String {
-    format!("{sequence}-segment-counter")
-}
 
 /// Why a Lease is not a well-formed counter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +56,9 @@ pub enum CounterError {
     },
     #[error("lease {name} has no {NEXT_ANNOTATION} annotation: it is not a segment counter")]
     Missing { name: String },
+    /// Not kubeflake's (docs/safety.md rule 16): never read further, never written.
+    #[error(transparent)]
+    Foreign(#[from] crate::ownership::Foreign),
     #[error(
         "segment counter Lease {name} was written by a newer kubeflake (format {found} in \
          {FORMAT_ANNOTATION}; this release understands formats up to {understood}): no value is \
@@ -112,7 +109,10 @@ impl Counter {
     /// Reads a counter Lease.
     pub fn parse(lease: &Lease) -> Result<Counter, CounterError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
-        // The format first: in a format this release does not know, no field is read.
+        // Kubeflake's at all (its label, and the name the label gives it; rule 16)? A
+        // foreign Lease was never guarded by the Lease policy: its `next` means nothing.
+        crate::ownership::check_named(lease, crate::ownership::LeaseKind::SegmentCounter)?;
+        // The format next: in a format this release does not know, no field is read.
         let format =
             lease_format_up_to(lease, COUNTER_FORMAT).map_err(|problem| match problem {
                 FormatProblem::Newer(found) => CounterError::UnsupportedFormat {

@@ -53,15 +53,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use crate::layout::{Slot, Tick};
+use crate::ownership::{self, LeaseKind};
 use crate::{IdSequence, IdSequenceSpec};
 
 pub mod sequence_spec;
 pub use sequence_spec::{SEQUENCE_SPEC_ANNOTATION, assigned_sequence_spec};
 
-/// Label on pods that take part in a sequence, and on that sequence's slot leases.
-pub const SEQUENCE_LABEL: &str = "kubeflake.io/sequence";
-/// Label on a slot lease: the slot number.
-pub const SLOT_LABEL: &str = "kubeflake.io/slot";
+pub use crate::ownership::{SEQUENCE_LABEL, SLOT_LABEL, lease_name, slot_of_name};
 /// Label on a slot lease: the holder pod's UID (absent when free).
 pub const HOLDER_LABEL: &str = "kubeflake.io/holder";
 /// Annotation on a slot lease: the fence, in ticks.
@@ -73,23 +71,33 @@ pub const RELEASED_AT_ANNOTATION: &str = "kubeflake.io/released-at";
 /// Annotation on a slot lease and on a segment counter Lease: the format the Lease is
 /// written in, a whole number. Absent means format 1, what kubeflake 0.1.0 wrote.
 pub const FORMAT_ANNOTATION: &str = "kubeflake.io/format";
+/// The highest fence a slot Lease may carry: a tick of the widest layout (63 bits). A
+/// larger one is refused as unreadable, not wrapped or clamped.
+pub const MAX_FENCE: Tick = Tick(i64::MAX as u64);
 /// The highest Lease format this release understands, and the one it writes.
 pub const LEASE_FORMAT: u64 = 1;
 /// Finalizer on an IdSequence: its leases are removed before it goes (rule 10).
 pub const FINALIZER: &str = "kubeflake.io/slot-leases";
-
-/// The lease name of a slot.
-pub fn lease_name(sequence: &str, slot: Slot) -> String {
-    format!("{sequence}-slot-{}", slot.0)
-}
 
 /// Why a Lease is not a well-formed slot lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SlotLeaseError {
     #[error("lease {name} has no valid {SLOT_LABEL} label")]
     BadSlot { name: String },
-    #[error("lease {name} has a {FENCE_ANNOTATION} annotation that is not a tick count: {value:?}")]
+    #[error(
+        "lease {name} has a {FENCE_ANNOTATION} annotation that is not a tick count from 0 to \
+         2^63-1: {value:?}; it is neither used nor changed: set it by hand to at least the \
+         highest tick any holder of the slot may have used, never lower"
+    )]
     BadFence { name: String, value: String },
+    #[error(
+        "slot lease {name} has spec.leaseTransitions {value}: kubeflake counts acquisitions \
+         from 0 up to 2^31-2; it is neither used nor changed"
+    )]
+    BadTransitions { name: String, value: i32 },
+    /// Not kubeflake's (docs/safety.md rule 16): never read further.
+    #[error(transparent)]
+    Foreign(#[from] crate::ownership::Foreign),
     #[error(
         "slot lease {name} was written by a newer kubeflake (format {found} in {FORMAT_ANNOTATION}; \
          this release understands formats up to {understood}): it is neither used nor changed. \
@@ -235,7 +243,10 @@ impl SlotLease {
     pub fn parse_shared(read: Arc<Lease>) -> Result<SlotLease, SlotLeaseError> {
         let lease = read.as_ref();
         let name = lease.metadata.name.clone().unwrap_or_default();
-        // The format first: in a format this release does not know, no field is read.
+        // Kubeflake's at all (its label, and the name the label gives it; rule 16)? A
+        // foreign Lease's fields mean nothing.
+        ownership::check_named(lease, LeaseKind::Slot)?;
+        // The format next: in a format this release does not know, no field is read.
         let format = lease_format(lease).map_err(|problem| match problem {
             FormatProblem::Newer(found) => SlotLeaseError::UnsupportedFormat {
                 name: name.clone(),
@@ -256,12 +267,24 @@ impl SlotLease {
             .ok_or_else(|| SlotLeaseError::BadSlot { name: name.clone() })?;
         let fence = match annotations.and_then(|a| a.get(FENCE_ANNOTATION)) {
             None => Tick(0),
-            Some(v) => Tick(v.parse::<u64>().map_err(|_| SlotLeaseError::BadFence {
-                name: name.clone(),
-                value: v.clone(),
-            })?),
+            Some(v) => Tick(
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|f| *f <= MAX_FENCE.0)
+                    .ok_or_else(|| SlotLeaseError::BadFence {
+                        name: name.clone(),
+                        value: v.clone(),
+                    })?,
+            ),
         };
         let spec = lease.spec.as_ref();
+        let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+        if !(0..i32::MAX).contains(&transitions) {
+            return Err(SlotLeaseError::BadTransitions {
+                name,
+                value: transitions,
+            });
+        }
         Ok(SlotLease {
             slot,
             holder: spec
@@ -271,7 +294,7 @@ impl SlotLease {
                 .and_then(|a| a.get(HOLDER_POD_ANNOTATION))
                 .cloned(),
             fence,
-            transitions: spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+            transitions,
             resource_version: lease.metadata.resource_version.clone(),
             released_at: annotations
                 .and_then(|a| a.get(RELEASED_AT_ANNOTATION))
@@ -307,7 +330,15 @@ impl SlotLease {
         let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(FENCE_ANNOTATION.to_string(), self.fence.0.to_string());
         annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
-        let transitions = self.transitions + 1;
+        let transitions = self
+            .transitions
+            .checked_add(1)
+            // What parses: an assignment that could not be read back is refused.
+            .filter(|t| *t < i32::MAX)
+            .ok_or_else(|| SlotLeaseError::BadTransitions {
+                name: self.name.clone(),
+                value: self.transitions,
+            })?;
         match sequence_spec::note(sequence, transitions) {
             Some(note) => annotations.insert(SEQUENCE_SPEC_ANNOTATION.to_string(), note),
             // Without a note the sidecar reads the sequence; an older note must not stay.

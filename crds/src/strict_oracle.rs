@@ -12,7 +12,7 @@
 //! | `spec.acquireTime`, `renewTime`      | when taken / last renewed (for people: nobody compares them with a clock) |
 //! | annotation `kubeflake.io/oracle-address` | `ip:port` where the oracle takes forwarded requests |
 //! | annotation `kubeflake.io/claimants`  | the pods that may take it (the operator keeps it, as on the counter) |
-//! | label `kubeflake.io/strict-oracle`   | the sequence's name (not `kubeflake.io/sequence`: slot code never sees it) |
+//! | label `kubeflake.io/strict-oracle`   | the sequence's name (not `kubeflake.io/sequence`: slot code never sees it); without it the Lease is not kubeflake's ([`crate::ownership`]) |
 //!
 //! **Timing**, with `D` the lease duration and `ρ` = [`RATE_BOUND`] the most a pod's
 //! monotonic clock may run fast or slow against real time ([`OracleTiming`]):
@@ -55,8 +55,7 @@ pub use self::wire::{ForwardReply, ForwardRequest, MAX_FORWARD_COUNT};
 use crate::segment_counter::CLAIMANTS_ANNOTATION;
 use crate::slot_lease::FORMAT_ANNOTATION;
 
-/// Label on the oracle Lease: the sequence's name.
-pub const ORACLE_LABEL: &str = "kubeflake.io/strict-oracle";
+pub use crate::ownership::{ORACLE_LABEL, oracle_name};
 /// Annotation on the oracle Lease: `ip:port` of the oracle's forwarding listener.
 pub const ADDRESS_ANNOTATION: &str = "kubeflake.io/oracle-address";
 pub use crate::segment_counter::COUNTER_FORMAT_ORACLE;
@@ -64,14 +63,12 @@ pub use crate::segment_counter::COUNTER_FORMAT_ORACLE;
 pub const ORACLE_LEASE_FORMAT: u64 = 1;
 /// `D` of a new oracle Lease, in seconds.
 pub const DEFAULT_LEASE_SECONDS: i32 = 5;
+/// The longest `D` read: an hour (the operator writes [`DEFAULT_LEASE_SECONDS`]); a
+/// longer one is refused, not clamped.
+pub const MAX_LEASE_SECONDS: i32 = 3600;
 /// `ρ`: the most a pod's monotonic clock may run fast or slow against real time (1/20:
 /// far beyond any real clock's drift).
 pub const RATE_BOUND: (u32, u32) = (1, 20);
-
-/// The oracle Lease's name for a sequence.
-pub fn oracle_name(sequence: &str) -> String {
-    format!("{sequence}-strict-oracle")
-}
 
 /// How long an oracle may serve after a renewal, and how long others wait to take over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +115,8 @@ impl OracleTiming {
 pub enum OracleLeaseError {
     #[error(
         "oracle lease {name} has leaseDurationSeconds {value:?}: it must be a whole number of \
-         seconds from 1 up; the operator writes {DEFAULT_LEASE_SECONDS}, put that back"
+         seconds from 1 to {MAX_LEASE_SECONDS}; the operator writes {DEFAULT_LEASE_SECONDS}, put \
+         that back"
     )]
     BadDuration { name: String, value: Option<i32> },
     #[error(
@@ -126,6 +124,14 @@ pub enum OracleLeaseError {
          understands format {ORACLE_LEASE_FORMAT}: upgrade the sidecars, nothing was written"
     )]
     UnsupportedFormat { name: String, found: String },
+    #[error(
+        "oracle lease {name} has spec.leaseTransitions {value}: kubeflake counts terms from 0 \
+         up to 2^31-2; nothing was written"
+    )]
+    BadTerm { name: String, value: i32 },
+    /// Not kubeflake's (docs/safety.md rule 16): never read further, never written.
+    #[error(transparent)]
+    Foreign(#[from] crate::ownership::Foreign),
 }
 
 /// Why a transition refuses the Lease as read: read it again and decide again.
@@ -164,6 +170,9 @@ pub struct OracleLease {
 impl OracleLease {
     pub fn parse(lease: Lease) -> Result<OracleLease, OracleLeaseError> {
         let name = lease.metadata.name.clone().unwrap_or_default();
+        // Kubeflake's at all (its label, and the name the label gives it; rule 16)? A
+        // foreign Lease was never guarded by the Lease policy: its address means nothing.
+        crate::ownership::check_named(&lease, crate::ownership::LeaseKind::StrictOracle)?;
         let annotations = lease.metadata.annotations.as_ref();
         if let Some(found) = annotations.and_then(|a| a.get(FORMAT_ANNOTATION))
             && found != &ORACLE_LEASE_FORMAT.to_string()
@@ -176,12 +185,17 @@ impl OracleLease {
         let spec = lease.spec.as_ref();
         let seconds = spec.and_then(|s| s.lease_duration_seconds);
         let secs = seconds
-            .filter(|s| *s >= 1)
+            .filter(|s| (1..=MAX_LEASE_SECONDS).contains(s))
             .and_then(|s| u64::try_from(s).ok())
             .ok_or_else(|| OracleLeaseError::BadDuration {
                 name: name.clone(),
                 value: seconds,
             })?;
+        let term = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+        // A take writes term + 1: the largest term could not be taken over.
+        if !(0..i32::MAX).contains(&term) {
+            return Err(OracleLeaseError::BadTerm { name, value: term });
+        }
         Ok(OracleLease {
             holder: spec
                 .and_then(|s| s.holder_identity.clone())
@@ -190,7 +204,7 @@ impl OracleLease {
                 .and_then(|a| a.get(ADDRESS_ANNOTATION).cloned())
                 .filter(|a| !a.is_empty()),
             timing: OracleTiming::new(Duration::from_secs(secs)),
-            term: spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+            term,
             resource_version: lease.metadata.resource_version.clone(),
             name,
             read: Arc::new(lease),
@@ -210,6 +224,7 @@ impl OracleLease {
         spec.holder_identity = Some(uid.to_string());
         spec.acquire_time = Some(MicroTime(to_timestamp(now)));
         spec.renew_time = Some(MicroTime(to_timestamp(now)));
+        // Below i32::MAX by the parse: never saturates.
         spec.lease_transitions = Some(self.term.saturating_add(1));
         next
     }

@@ -6,12 +6,22 @@
 //! |--------------------------------------------------------|------------------------------------------------|----------------------------------|---------------------|
 //! | the operator's service account                         | anything ([`assign`], operator [`release`], create, delete) | anything but lowering   | anything            |
 //! | a pod-bound token of the pod named in `holderIdentity` | [`renew`] or holder [`release`], nothing else  | -                                | -                   |
-//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] (any pod while the counter has none: see below) | - | raise `next` and `claims` only | [`take`], [`renew`](OracleLease::renew) or [`release`](OracleLease::release) for itself only (see below) |
+//! | a pod-bound token of a pod in [`CLAIMANTS_ANNOTATION`] (any pod while the counter has none: see below) | - | raise `next` and `claims` only, up to [`LIMIT`] | [`take`], [`renew`](OracleLease::renew) or [`release`](OracleLease::release) for itself only (see below) |
 //! | the namespace and garbage collectors                   | delete                                         | delete                           | delete              |
 //! | the exempt groups (break glass, `system:masters`)      | anything                                       | anything but lowering            | anything            |
 //! | anyone else                                            | nothing                                        | nothing                          | nothing             |
 //!
 //! Nobody at all lowers a counter's `next` or `claims` in place: values below were issued.
+//!
+//! **Ranges, not digit counts** (docs/safety.md rules 14 and 16): nobody at all writes a
+//! counter's `next` or `claims` above [`LIMIT`] (what [`Counter::parse`] reads), or a slot
+//! Lease's fence above [`FENCE_LIMIT`] (the last tick any layout holds); a value already
+//! there may stay. One such write used to make every sidecar and the operator refuse the
+//! counter, or a slot, for good. The checks compare the text (length, then text order), so
+//! they never fail on a value `uint()` cannot hold, and they come before the other checks
+//! of their Lease, whose message the API server would otherwise give (it gives the first
+//! refusal's). They are added beside the checks of earlier releases, which stay word for
+//! word (rule 15).
 //!
 //! A counter without [`CLAIMANTS_ANNOTATION`] was created by an operator before 0.2, which
 //! did not keep the list: until this release's operator lists the claimants (its first pass
@@ -55,8 +65,11 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use crate::layout::TIMESTAMP_BITS;
+#[cfg(doc)]
+use crate::segment_counter::Counter;
 use crate::segment_counter::{
-    CLAIMANTS_ANNOTATION, CLAIMS_ANNOTATION, COUNTER_LABEL, NEXT_ANNOTATION,
+    CLAIMANTS_ANNOTATION, CLAIMS_ANNOTATION, COUNTER_LABEL, LIMIT, NEXT_ANNOTATION,
 };
 use crate::slot_lease::{
     FENCE_ANNOTATION, FORMAT_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION,
@@ -129,6 +142,32 @@ fn not_lowered(a: &str) -> String {
         "!({old}) || (({new}) && uint(variables.newAnnotations['{a}']) >= uint(variables.oldAnnotations['{a}']))",
         old = numeric("old", a),
         new = numeric("new", a),
+    )
+}
+
+/// The highest fence anyone may write on a slot Lease: the last tick the widest timestamp
+/// field ([`TIMESTAMP_BITS`]) holds. A sequence's own layout may end sooner; its sidecar
+/// refuses a fence beyond that layout's last tick (the slot is then unusable, and says so).
+pub const FENCE_LIMIT: u64 = (1 << TIMESTAMP_BITS.1) - 1;
+
+/// CEL: the string `value` is a whole number from 0 to `bound`, decided without
+/// converting it (`uint()` fails from 2^64, `int()` from 2^63): at most as many digits as
+/// `bound`, and, with as many, not after it in text order, which for digit strings of one
+/// length is numeric order.
+fn in_range(value: &str, bound: u64) -> String {
+    let digits = bound.to_string().len();
+    format!(
+        "({value}.matches('^[0-9]{{1,{digits}}}$') && (size({value}) < {digits} || {value} <= '{bound}'))"
+    )
+}
+
+/// CEL: a write leaves annotation `a` absent, as it was, or a whole number from 0 to
+/// `bound`: nobody writes a value the parsers refuse (docs/safety.md rules 14 and 16).
+fn written_in_range(a: &str, bound: u64) -> String {
+    format!(
+        "(!('{a}' in variables.newAnnotations) \
+         || variables.newAnnotations[?'{a}'] == variables.oldAnnotations[?'{a}'] || {})",
+        in_range(&format!("variables.newAnnotations['{a}']"), bound)
     )
 }
 
@@ -302,6 +341,21 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
     ];
     let who = "request.userInfo.username + (variables.podUid == '' ? ' (no pod-bound token)' : ' (pod ' + variables.podUid + ')')";
     let validations = vec![
+        // Ranges first: the API server gives the first refusal's message, so it names the
+        // range whoever writes, and no later check meets a value `uint()` cannot hold.
+        validation(
+            format!(
+                "!variables.isSlot || {}",
+                written_in_range(FENCE_ANNOTATION, FENCE_LIMIT)
+            ),
+            format!(
+                "'slot Lease ' + request.name + ': {FENCE_ANNOTATION} must be a whole number of \
+                 ticks from 0 to {FENCE_LIMIT} (2^{bits} - 1, the last tick any layout holds), for \
+                 every user (docs/safety.md rule 14); this write has \"' \
+                 + variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('') + '\"'",
+                bits = TIMESTAMP_BITS.1,
+            ),
+        ),
         validation(
             "!variables.isSlot || variables.trusted || variables.isHolder".into(),
             format!(
@@ -329,6 +383,22 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
                  operator, and by the sidecars of pods labelled for its sequence with their own token \
                  (listed in {CLAIMANTS_ANNOTATION} by the operator), which may only raise \
                  {NEXT_ANNOTATION} and {CLAIMS_ANNOTATION}; ' + {who} + ' may not'"
+            ),
+        ),
+        validation(
+            format!(
+                "!variables.isCounter || ({} && {})",
+                written_in_range(NEXT_ANNOTATION, LIMIT),
+                written_in_range(CLAIMS_ANNOTATION, LIMIT),
+            ),
+            format!(
+                "'segment counter Lease ' + request.name + ': {NEXT_ANNOTATION} and \
+                 {CLAIMS_ANNOTATION} must be whole numbers from 0 to {LIMIT} (2^{bits}; the \
+                 counter parser refuses more), for every user (docs/safety.md rule 14); this \
+                 write has \"' \
+                 + variables.newAnnotations[?'{NEXT_ANNOTATION}'].orValue('') + '\" and \"' \
+                 + variables.newAnnotations[?'{CLAIMS_ANNOTATION}'].orValue('') + '\"'",
+                bits = LIMIT.trailing_zeros(),
             ),
         ),
         validation(

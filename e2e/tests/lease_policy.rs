@@ -694,3 +694,131 @@ async fn rule14_only_listed_claimants_take_renew_or_release_the_strict_oracle_le
         .context("the operator deletes the oracle lease")?;
     Ok(())
 }
+
+/// `lease` with its fence annotation set to `fence`, text as sent (a value the protocol's
+/// transitions would never write).
+fn with_fence(mut lease: Lease, fence: &str) -> Lease {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(slot_lease::FENCE_ANNOTATION.into(), fence.into());
+    lease
+}
+
+/// A claim with `next` and `claims` sent as these texts.
+fn claim_text(next: &str, claims: &str) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"metadata": {"annotations": {
+        NEXT_ANNOTATION: next,
+        kubeflake_crds::segment_counter::CLAIMS_ANNOTATION: claims,
+    }}}))
+}
+
+/// Issue 54, finding 4: the policy bounded fences and counters by digit count (19), so a
+/// listed claimant could write `next = 9999999999999999999` (or 2^63 + 1), which
+/// `Counter::parse` refuses, and every sidecar and the operator refused the counter for
+/// good; a holder could write a fence no layout holds. Now every user, cluster admin and
+/// operator included, is refused with a message naming the range, decided on the text
+/// (a value `uint()` cannot hold is refused the same way, not by an evaluation error), and
+/// the bounds themselves still go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule16_the_policy_refuses_a_counter_or_fence_beyond_what_the_parsers_accept() -> Result<()>
+{
+    use kubeflake_crds::lease_policy::FENCE_LIMIT;
+    use kubeflake_crds::segment_counter::{Counter, LIMIT};
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-ranges").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
+    let (uid_a, a) = &w.pod_a;
+    let (uid_c, c) = &w.claimer;
+    let admin = cluster.client()?;
+    let now = Utc::now();
+    let counter_range = format!("must be whole numbers from 0 to {LIMIT}");
+    let fence_range = format!("must be a whole number of ticks from 0 to {FENCE_LIMIT}");
+
+    // The counter: a listed claimant, the operator and a cluster admin alike.
+    let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
+    counter
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CLAIMANTS_ANNOTATION.into(), uid_c.clone());
+    leases(&w.operator, ns)
+        .create(&PostParams::default(), &counter)
+        .await
+        .context("the operator creates the counter listing pod C")?;
+    patch_counter(ns, c, claim(2000, 1))
+        .await
+        .context("pod C claims a block")?;
+    let past_limit = (LIMIT + 1).to_string();
+    for (next, claims, what) in [
+        ("9999999999999999999", "2", "next 9,999,999,999,999,999,999"),
+        (past_limit.as_str(), "2", "next 2^63 + 1"),
+        ("18446744073709551616", "2", "next 2^64 (past uint)"),
+        ("3000", past_limit.as_str(), "claims 2^63 + 1"),
+        ("soon", "2", "next not a number"),
+    ] {
+        for (who, client) in [
+            ("listed pod C", c),
+            ("the operator", &w.operator),
+            ("a cluster admin", &admin),
+        ] {
+            refused(
+                patch_counter(ns, client, claim_text(next, claims)).await,
+                &format!("{who} writes {what}"),
+                &counter_range,
+            )?;
+        }
+    }
+    let at_limit = patch_counter(ns, c, claim(LIMIT, 2))
+        .await
+        .context("pod C raises next to 2^63, the limit itself")?;
+    ensure!(
+        Counter::parse(&at_limit)?.next == LIMIT,
+        "the counter at its limit still parses"
+    );
+
+    // The slot: its holder, the operator and a cluster admin alike.
+    let created = leases(&w.operator, ns)
+        .create(&PostParams::default(), &vacant(ns, 0))
+        .await
+        .context("the operator creates a vacant slot lease")?;
+    let held = replace(
+        &w.operator,
+        ns,
+        &slot_lease::assign(&created, holder(uid_a), &lease_spec(), now)?,
+    )
+    .await
+    .context("the operator assigns the slot to pod A")?;
+    let held = replace(a, ns, &slot_lease::renew(&held, uid_a, Tick(500), now)?)
+        .await
+        .context("pod A renews its slot")?;
+    let past_fence_limit = (FENCE_LIMIT + 1).to_string();
+    for (fence, what) in [
+        (past_fence_limit.as_str(), "fence 2^55"),
+        ("9999999999999999999", "fence 9,999,999,999,999,999,999"),
+        ("18446744073709551616", "fence 2^64 (past uint)"),
+        ("soon", "a fence that is not a number"),
+    ] {
+        for (who, client) in [
+            ("holder pod A", a),
+            ("the operator", &w.operator),
+            ("a cluster admin", &admin),
+        ] {
+            refused(
+                replace(client, ns, &with_fence(held.clone(), fence)).await,
+                &format!("{who} writes {what}"),
+                &fence_range,
+            )?;
+        }
+    }
+    let at_limit = replace(a, ns, &with_fence(held.clone(), &FENCE_LIMIT.to_string()))
+        .await
+        .context("pod A raises its fence to 2^55 - 1, the limit itself")?;
+    ensure!(
+        slot_lease::SlotLease::parse(&at_limit)?.fence == Tick(FENCE_LIMIT),
+        "the fence at its limit still parses"
+    );
+    Ok(())
+}

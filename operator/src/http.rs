@@ -9,7 +9,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use kube::runtime::watcher;
 use kubeflake_runtime::reply::Reply;
-use kubeflake_runtime::serve::ServeOptions;
+use kubeflake_runtime::serve::{Limits, ServeOptions};
 use kubeflake_runtime::shutdown::ShutdownToken;
 use tokio::net::TcpListener;
 
@@ -183,12 +183,16 @@ fn answer(path: &str, health: &Health, metrics: &Metrics) -> Reply {
     }
 }
 
+/// The bounds of the probe and metrics port, which listens on the pod IP: the kubelet and
+/// Prometheus need a few connections, so 64; the serve loop's header and idle bounds.
+pub const PROBE_LIMITS: Limits = Limits::DEFAULT.with_max_connections(64);
+
 /// Serves the probes and metrics until the task is dropped (the shared serve loop:
-/// header-read timeout, accept back-off).
+/// connection cap, header and idle timeouts, accept back-off).
 pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: Arc<Metrics>) {
     let options = ServeOptions {
         name: "operator probes",
-        header_read_timeout: Duration::from_secs(10),
+        limits: PROBE_LIMITS,
         drain: Duration::ZERO,
     };
     let handler = move |req: hyper::Request<hyper::body::Incoming>| {

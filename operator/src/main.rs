@@ -220,6 +220,7 @@ impl WebhookArgs {
 async fn main() {
     let args = Args::parse();
     kubeflake_runtime::log::init(args.log_format);
+    kubeflake_runtime::limits::raise_open_files_logged("kubeflake-operator");
     // First, so that a SIGTERM during start-up is a graceful stop too.
     let shutdown = match kubeflake_runtime::shutdown::Shutdown::on_signals() {
         Ok(shutdown) => shutdown,

@@ -66,7 +66,7 @@ async fn start_webhook(
         listener,
         acceptor,
         handler,
-        webhook::Timeouts::default(),
+        webhook::Bounds::DEFAULT,
     ));
     Ok(serving)
 }

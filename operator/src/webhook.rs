@@ -15,9 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::StreamExt;
-use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::{Method, Request, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
@@ -27,7 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kubeflake_crds::IdSequence;
 use kubeflake_runtime::reply::{self, Reply};
-use kubeflake_runtime::serve::ServeOptions;
+use kubeflake_runtime::serve::{BodyLimits, Limits, ServeOptions, read_body};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -38,8 +38,12 @@ use crate::metrics::Metrics;
 
 /// The URL path the MutatingWebhookConfiguration points at.
 pub const PATH: &str = "/mutate-v1-pod";
-/// Largest AdmissionReview accepted (pods are at most about 1.5 MiB in etcd).
-const MAX_BODY: usize = 4 << 20;
+/// Largest AdmissionReview accepted: 1 MiB. A review of a pod's CREATE carries the pod
+/// once (no old object) plus a few hundred bytes; a pod's annotations are at most 256 KiB
+/// together and a big manifest's spec is tens of KiB, so a real review is far below it.
+/// With [`Bounds::DEFAULT`]'s 64 connections, bodies hold at most 64 MiB of the
+/// operator's 256 Mi; the 4 MiB of before let about 64 slow bodies pass that limit.
+pub const MAX_BODY: usize = 1 << 20;
 
 /// What the webhook handlers share.
 pub struct Webhook {
@@ -87,8 +91,13 @@ fn error(status: StatusCode, message: &str) -> Reply {
 }
 
 impl Webhook {
-    /// Answers one HTTP request; never panics, every error is a JSON body.
-    async fn answer(&self, req: Request<Incoming>) -> Reply {
+    /// Answers one HTTP request, reading its body within `body`; never panics, every
+    /// error is a JSON body (413 too large, 408 too slow).
+    async fn answer<B>(&self, req: Request<B>, body: BodyLimits) -> Reply
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         if req.uri().path() != PATH {
             return error(
                 StatusCode::NOT_FOUND,
@@ -101,13 +110,11 @@ impl Webhook {
                 "use POST with an AdmissionReview",
             );
         }
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(b) => b.to_bytes(),
+        let body = match read_body(req, body).await {
+            Ok((_, bytes)) => bytes,
             Err(e) => {
-                return error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("cannot read the body: {e}"),
-                );
+                tracing::info!(error = %e, "AdmissionReview not read");
+                return e.reply();
             }
         };
         let review: AdmissionReview<Pod> = match serde_json::from_slice(&body) {
@@ -265,44 +272,62 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
         .map_err(|e| anyhow::anyhow!("cannot listen on --webhook-addr {addr}: {e}"))
 }
 
-/// How long a connection may take for each step before it is dropped, so that slow or
-/// stuck clients cannot hold connections (and file descriptors) open forever.
+/// What the webhook lets one client hold, so that slow or many clients cannot take the
+/// operator's memory or hold every connection (with `failurePolicy: Fail` a stalled
+/// webhook stops every labelled pod from being created).
 #[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
+pub struct Bounds {
     /// From TCP accept to a completed TLS handshake.
     pub handshake: Duration,
-    /// To receive a request's complete headers (hyper's `header_read_timeout`).
-    pub header_read: Duration,
+    /// The connection cap, the header's size and time, the idle time.
+    pub connections: Limits,
+    /// The AdmissionReview's size and the time it may take to arrive.
+    pub body: BodyLimits,
 }
 
-impl Default for Timeouts {
-    /// The API server's webhook timeout is at most 30 s; a well-behaved client needs far
-    /// less than this for either step.
+impl Bounds {
+    /// The API server sends a review in one go and waits at most the configuration's
+    /// `timeoutSeconds` (the chart's 5 s, at most 30 s) for the answer: 10 s for the
+    /// handshake, 5 s for the header and 5 s for the body are plenty; 10 s idle between
+    /// reviews; 64 connections (one replica's in-flight reviews are a few; a connection
+    /// being answered is never closed, a full listener closes its longest-waiting one).
+    pub const DEFAULT: Bounds = Bounds {
+        handshake: Duration::from_secs(10),
+        connections: Limits {
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(10),
+            ..Limits::DEFAULT
+        },
+        body: BodyLimits {
+            max_bytes: MAX_BODY,
+            timeout: Duration::from_secs(5),
+        },
+    };
+}
+
+impl Default for Bounds {
     fn default() -> Self {
-        Timeouts {
-            handshake: Duration::from_secs(10),
-            header_read: Duration::from_secs(10),
-        }
+        Bounds::DEFAULT
     }
 }
 
-/// Serves the webhook until the task is dropped: the shared serve loop, with each
-/// connection's TLS handshake bounded by `timeouts.handshake`.
+/// Serves the webhook until the task is dropped: the shared serve loop within `bounds`,
+/// with each connection's TLS handshake bounded by `bounds.handshake`.
 pub async fn serve(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     webhook: Arc<Webhook>,
-    timeouts: Timeouts,
+    bounds: Bounds,
 ) {
     let options = ServeOptions {
         name: "webhook",
-        header_read_timeout: timeouts.header_read,
+        limits: bounds.connections,
         drain: Duration::ZERO,
     };
     let handshake = move |stream: tokio::net::TcpStream, peer: SocketAddr| {
         let acceptor = acceptor.clone();
         async move {
-            match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await {
+            match tokio::time::timeout(bounds.handshake, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => Some(tls),
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -317,7 +342,7 @@ pub async fn serve(
     };
     let handler = move |req: Request<Incoming>| {
         let webhook = webhook.clone();
-        async move { webhook.answer(req).await }
+        async move { webhook.answer(req, bounds.body).await }
     };
     kubeflake_runtime::serve::serve_upgraded(
         listener,

@@ -70,7 +70,7 @@ fn main() -> std::io::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     let options = ServeOptions {
         name: "conn_cost",
-        header_read_timeout: Duration::from_secs(30),
+        limits: kubeflake_runtime::serve::Limits::DEFAULT,
         drain: Duration::from_secs(1),
     };
     runtime.spawn(serve(

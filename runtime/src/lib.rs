@@ -8,8 +8,9 @@
 //! - [`clock`]: injectable clocks and the one wall-clock step check (wall against
 //!   monotonic since a sample), used by the sidecar's step detector and skew gate.
 //! - [`cpu`]: the calling thread's CPU time, to measure work on a busy machine.
-//! - [`serve`]: the one HTTP/1 serve loop: header-read timeout, accept back-off,
-//!   graceful drain.
+//! - [`serve`]: the one HTTP/1 serve loop: a connection cap per listener, small header
+//!   buffers, header, idle and body timeouts, accept back-off, graceful drain.
+//! - [`limits`]: the process's open-file limit, raised to its hard limit at start.
 //! - [`reply`]: JSON and text replies, and the JSON error body every endpoint uses.
 //! - [`metrics`]: registering Prometheus metrics and rendering them.
 //! - [`kube_error`]: what a Kubernetes API error means for the caller (conflict, gone).
@@ -23,6 +24,7 @@ pub mod backoff;
 pub mod clock;
 pub mod cpu;
 pub mod kube_error;
+pub mod limits;
 pub mod log;
 pub mod metrics;
 pub mod reply;

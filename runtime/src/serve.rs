@@ -1,17 +1,29 @@
 //! The one HTTP/1 serve loop of every kubeflake server (the sidecar's API and probes,
 //! the operator's probes and metrics, the operator's webhook over TLS).
 //!
-//! What it guarantees, whatever it serves:
-//! - a client that sends half a request header is disconnected after
-//!   [`ServeOptions::header_read_timeout`] (a slow client cannot hold a connection);
-//! - a failing `accept()` (typically EMFILE, out of file descriptors) backs off
-//!   ([`AcceptBackoff`]) instead of spinning at full CPU;
+//! What it guarantees, whatever it serves ([`Limits`] sets each bound):
+//! - at most [`Limits::max_connections`] open connections on the listener; a newcomer
+//!   beyond it closes the connection that has waited on its client for longest (idle,
+//!   half a header, a slow body: [`conns`]), and while every connection is being answered
+//!   the loop stops accepting until one ends, so a fresh request always gets through and
+//!   flooding one listener cannot take the file descriptors of another;
+//! - a request's header is at most [`Limits::max_header_bytes`] (hyper answers 431 past
+//!   it) and must be complete [`Limits::header_read_timeout`] after its first byte; an
+//!   idle connection is closed after [`Limits::idle_timeout`]; a body is read with
+//!   [`read_body`], bounded in size and time;
+//! - a failing `accept()` backs off ([`AcceptBackoff`]) instead of spinning at full CPU,
+//!   and when it fails for want of file descriptors (EMFILE) the longest-waiting
+//!   connection is closed to free one;
 //! - on shutdown the listener closes at once and open connections get
 //!   [`ServeOptions::drain`] to finish their requests.
+
+mod body;
+pub mod conns;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::Request;
@@ -22,6 +34,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+pub use body::{BodyError, BodyLimits, read_body};
+use conns::{ConnActivity, Conns, Phase, Tracked};
+
 use crate::reply::Reply;
 
 /// How a server treats its connections.
@@ -29,10 +44,61 @@ use crate::reply::Reply;
 pub struct ServeOptions {
     /// Names the server in logs ("sidecar API", "webhook", ...).
     pub name: &'static str,
-    /// Longest time a client may take to send a request's header.
-    pub header_read_timeout: Duration,
+    /// What one listener lets its clients hold.
+    pub limits: Limits,
     /// Longest time open connections get to finish after shutdown.
     pub drain: Duration,
+}
+
+/// What one listener lets its clients hold, so that neither many connections nor slow
+/// ones can take the process's memory or file descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most connections open at once on the listener.
+    pub max_connections: usize,
+    /// Largest request header, in bytes (hyper's read buffer; at least 8 KiB, hyper's
+    /// floor, which [`Limits::max_header_bytes`] enforces).
+    pub max_header_bytes: usize,
+    /// Longest time from a request's first byte to its complete header.
+    pub header_read_timeout: Duration,
+    /// Longest time a connection may stay open with no request (after it is accepted, or
+    /// after an answer).
+    pub idle_timeout: Duration,
+}
+
+/// hyper refuses a smaller read buffer.
+const HYPER_MIN_BUF: usize = 8 * 1024;
+
+impl Limits {
+    /// The bounds of a kubeflake server unless it says otherwise: 1,024 connections, a
+    /// 16 KiB header (a kubeflake request is a few hundred bytes; hyper's default,
+    /// ~400 KiB, let 200 half-sent headers take 80 MB), 5 s to send it, 30 s idle (as long
+    /// as hyper's own default, longer than common client pools keep idle connections).
+    pub const DEFAULT: Limits = Limits {
+        max_connections: 1024,
+        max_header_bytes: 16 * 1024,
+        header_read_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+    };
+
+    /// The same with at most `max` connections.
+    pub const fn with_max_connections(self, max: usize) -> Limits {
+        Limits {
+            max_connections: max,
+            ..self
+        }
+    }
+
+    /// The header bound hyper is given: never under its floor.
+    fn hyper_buf(&self) -> usize {
+        self.max_header_bytes.max(HYPER_MIN_BUF)
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
 }
 
 /// Backs off after a failed `accept()`: 10 ms, doubling, at most 1 s; back to nothing
@@ -149,31 +215,19 @@ pub async fn serve_upgraded<L, U, UF, IO, H, F>(
     F: Future<Output = Reply> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
+    let conns = Conns::new(options.name, options.limits.max_connections);
     let mut backoff = AcceptBackoff::default();
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = backoff.accept(&listener, options.name) => accepted,
+        let accepted = tokio::select! {
+            accepted = accept_with_room(&listener, &conns, &mut backoff, options.name) => accepted,
             () = &mut shutdown => break,
         };
+        let (stream, peer, registered) = accepted;
         let (upgrade, handler, watcher) = (upgrade.clone(), handler.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            let peer_text = format!("{peer:?}");
-            let Some(io) = upgrade(stream, peer).await else {
-                return;
-            };
-            let service = service_fn(move |req| {
-                let reply = handler(req);
-                async move { Ok::<_, Infallible>(reply.await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(options.header_read_timeout)
-                .serve_connection(TokioIo::new(io), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(server = options.name, peer = %peer_text, error = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(
+            stream, peer, registered, options, upgrade, handler, watcher,
+        ));
     }
     drop(listener);
     tokio::select! {
@@ -182,140 +236,100 @@ pub async fn serve_upgraded<L, U, UF, IO, H, F>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::reply;
-    use hyper::StatusCode;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    fn options(header_read_timeout: Duration) -> ServeOptions {
-        ServeOptions {
-            name: "test",
-            header_read_timeout,
-            drain: Duration::from_secs(5),
+/// Waits until the listener has room ([`Conns::room`]), then accepts the next connection
+/// and registers it (when every connection came to be answered meanwhile, the newcomer
+/// waits for room, not closed), backing off after each failure; a failure for want of
+/// file descriptors also closes the connection that has waited on its client for longest.
+async fn accept_with_room<L: Listener>(
+    listener: &L,
+    conns: &Arc<Conns>,
+    backoff: &mut AcceptBackoff,
+    name: &'static str,
+) -> (L::Stream, L::Peer, conns::Registered) {
+    loop {
+        conns.room().await;
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                backoff.succeeded();
+                loop {
+                    if let Some(registered) = conns.admit() {
+                        return (stream, peer, registered);
+                    }
+                    conns.room().await;
+                }
+            }
+            Err(e) => {
+                let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                let freed = out_of_files && conns.close_one("out of file descriptors");
+                let pause = backoff.failed();
+                tracing::warn!(server = name, error = %e, freed_one = freed, pause_ms = pause.as_millis() as u64, "accept failed; backing off");
+                tokio::time::sleep(pause).await;
+            }
         }
     }
-
-    async fn ok(_req: Request<Incoming>) -> Reply {
-        reply::body(StatusCode::OK, reply::TEXT, "ok")
-    }
-
-    async fn started(
-        header_read_timeout: Duration,
-    ) -> (
-        SocketAddr,
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    ) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, options(header_read_timeout), ok, async {
-            let _ = stopped.await;
-        }));
-        (addr, stop, server)
-    }
-
-    #[test]
-    fn accept_errors_back_off_doubling_up_to_a_second_and_reset_on_success() {
-        let mut b = AcceptBackoff::default();
-        let pauses: Vec<_> = (0..9).map(|_| b.failed()).collect();
-        assert_eq!(pauses[0], Duration::from_millis(10));
-        assert_eq!(pauses[1], Duration::from_millis(20));
-        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(pauses[8], Duration::from_secs(1));
-        b.succeeded();
-        assert_eq!(b.failed(), Duration::from_millis(10));
-    }
-
-    #[tokio::test]
-    async fn a_half_sent_request_header_is_disconnected_after_the_header_read_timeout() {
-        let (addr, stop, server) = started(Duration::from_millis(200)).await;
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localh")
-            .await
-            .unwrap();
-        let mut rest = Vec::new();
-        // Without the timeout the read would wait forever; the bound only keeps a broken
-        // build from hanging the test run.
-        let read =
-            tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut rest)).await;
-        assert!(
-            read.is_ok(),
-            "the connection is still open after a partial request header"
-        );
-        let _ = stop.send(());
-        server.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn after_shutdown_the_listener_is_closed_and_the_loop_returns() {
-        let (addr, stop, server) = started(Duration::from_secs(10)).await;
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut answer = String::new();
-        client.read_to_string(&mut answer).await.unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        let _ = stop.send(());
-        server.await.unwrap();
-        assert!(
-            TcpStream::connect(addr).await.is_err(),
-            "the listener is closed"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_same_loop_serves_a_unix_socket() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("api.sock");
-        let listener = crate::unix_socket::bind(&path, 0o600).unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(
-            listener,
-            options(Duration::from_secs(10)),
-            ok,
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        let mut client = UnixStream::connect(&path).await.unwrap();
-        client
-            .write_all(b"GET /id HTTP/1.1\r\nHost: kubeflake\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut answer = String::new();
-        client.read_to_string(&mut answer).await.unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        assert!(answer.ends_with("ok"), "{answer}");
-        let _ = stop.send(());
-        server.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn an_upgrade_that_gives_up_drops_the_stream_without_serving_it() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve_upgraded(
-            listener,
-            options(Duration::from_secs(10)),
-            |_stream: TcpStream, _peer| async { None::<TcpStream> },
-            ok,
-            std::future::pending(),
-        ));
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        let _ = client.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        let mut answer = Vec::new();
-        let read =
-            tokio::time::timeout(Duration::from_secs(30), client.read_to_end(&mut answer)).await;
-        server.abort();
-        assert!(
-            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
-            "{read:?} {answer:?}"
-        );
-    }
 }
+
+/// Serves one accepted connection: upgraded, then HTTP/1 until it ends, is closed to make
+/// room, or stays too long in a phase that waits on its client.
+async fn serve_connection<S, P, U, UF, IO, H, F>(
+    stream: S,
+    peer: P,
+    registered: conns::Registered,
+    options: ServeOptions,
+    upgrade: U,
+    handler: H,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    S: Send + 'static,
+    P: std::fmt::Debug + Send + 'static,
+    U: Fn(S, P) -> UF + Send + 'static,
+    UF: Future<Output = Option<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let peer_text = format!("{peer:?}");
+    let activity = registered.activity.clone();
+    let limits = options.limits;
+    let io = tokio::select! {
+        io = upgrade(stream, peer) => io,
+        () = registered.close.cancelled() => None,
+    };
+    let Some(io) = io else {
+        return;
+    };
+    let in_service = activity.clone();
+    let service = service_fn(move |mut req: Request<Incoming>| {
+        in_service.set(Phase::Busy);
+        req.extensions_mut()
+            .insert(ConnActivity(in_service.clone()));
+        let reply = handler(req);
+        let done = in_service.clone();
+        async move {
+            let reply = reply.await;
+            done.set(Phase::Idle);
+            Ok::<_, Infallible>(reply)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // The header and idle bounds are the watchdog's below: hyper's own header timer
+        // runs from the start of the idle wait, so it would count idle time against a
+        // request's header.
+        .header_read_timeout(None)
+        .max_buf_size(limits.hyper_buf())
+        .serve_connection(TokioIo::new(Tracked::new(io, activity.clone())), service);
+    tokio::select! {
+        served = watcher.watch(conn) => if let Err(e) = served {
+            tracing::debug!(server = options.name, peer = %peer_text, error = %e, "connection ended with an error");
+        },
+        () = registered.close.cancelled() => {}
+        what = activity.overdue(&limits) => {
+            tracing::debug!(server = options.name, peer = %peer_text, waiting = what, "connection closed: its client took too long");
+        }
+    }
+    drop(registered);
+}
+
+#[cfg(test)]
+mod tests;

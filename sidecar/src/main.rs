@@ -473,6 +473,7 @@ fn main() {
         None => Run::Standalone(cli.standalone),
     };
     kubeflake_runtime::log::init(cli.log_format);
+    kubeflake_runtime::limits::raise_open_files_logged("kubeflake-sidecar");
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Run::Cluster(args) = &command {
         builder.worker_threads(usize::from(args.runtime_threads));

@@ -23,10 +23,10 @@ use tokio::net::TcpListener;
 /// The same bytes as a kubeflake text answer to `GET /id`: 19 digits and a newline.
 const CONSTANT_ID: &[u8] = b"7263811919712256001\n";
 
-/// The sidecar's header-read timeout and a short drain: the ceiling has nothing to finish.
+/// The serve loop's default limits and a short drain: the ceiling has nothing to finish.
 const OPTIONS: ServeOptions = ServeOptions {
     name: "ceiling",
-    header_read_timeout: Duration::from_secs(30),
+    limits: kubeflake_runtime::serve::Limits::DEFAULT,
     drain: Duration::from_secs(1),
 };
 

@@ -3,26 +3,33 @@
 use super::*;
 use tokio::io::AsyncReadExt;
 
-#[tokio::test]
-async fn a_client_that_never_completes_the_tls_handshake_is_disconnected() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
+mod bounds;
+
+/// A webhook whose API server is nowhere (for tests that never reach it).
+fn unreachable_webhook() -> Webhook {
     let client = kube::Client::try_from(kube::Config::new(
         "http://127.0.0.1:1".parse().expect("a URL"),
     ))
     .expect("a client");
-    let webhook = Arc::new(Webhook {
+    Webhook {
         client,
         template: template(),
         metrics: Arc::new(Metrics::new()),
         sequences: reflector::store().0,
-    });
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_never_completes_the_tls_handshake_is_disconnected() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let webhook = Arc::new(unreachable_webhook());
     let acceptor = tls_acceptor(Arc::new(ServingCert::default())).expect("acceptor");
-    let timeouts = Timeouts {
+    let bounds = Bounds {
         handshake: Duration::from_millis(100),
-        header_read: Duration::from_millis(100),
+        ..Bounds::DEFAULT
     };
-    let server = tokio::spawn(serve(listener, acceptor, webhook, timeouts));
+    let server = tokio::spawn(serve(listener, acceptor, webhook, bounds));
     let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut buf = [0u8; 16];
     // Without the timeout the read would wait forever; the bound only keeps a broken

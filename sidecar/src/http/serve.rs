@@ -1,6 +1,7 @@
 //! Which routes each listener serves: the API on loopback (and the Unix socket), the
-//! probes and metrics on the probe port. The connection loop itself (accept back-off,
-//! header-read timeout, graceful drain) is the shared one of `kubeflake-runtime`.
+//! probes and metrics on the probe port, and the bounds of each ([`API_LIMITS`],
+//! [`PROBE_LIMITS`]). The connection loop itself (connection cap, header and idle
+//! timeouts, accept back-off, graceful drain) is the shared one of `kubeflake-runtime`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use kubeflake_crds::contract::SOCKET_MODE;
-use kubeflake_runtime::serve::{Listener, ServeOptions};
+use kubeflake_runtime::serve::{Limits, Listener, ServeOptions};
 use kubeflake_runtime::shutdown::{ShutdownToken, drain};
 use kubeflake_runtime::unix_socket::{self, SocketError};
 use serde_json::json;
@@ -21,12 +22,22 @@ use super::reply::{Reply, json_reply};
 use super::route::{Route, probe_routes_text};
 use super::routes::Api;
 
-/// How long a client may take to send a request's headers before the connection is
-/// closed: a client that sends half a request must not hold a connection forever.
-/// hyper also counts a keep-alive connection's idle time before the next request against
-/// it, so this is as long as hyper's own default (30 s), longer than the idle timeout of
-/// common client pools.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The bounds of each listener of the ID API (loopback TCP and the Unix socket, each with
+/// a cap of its own, so that filling one leaves the other to the app): the runtime's
+/// defaults ([`Limits::DEFAULT`]): 1,024 connections, a 16 KiB header sent within 5 s of
+/// its first byte, 30 s idle. A full listener closes its longest-idle or slowest
+/// connection for a newcomer, so a fresh `/id` is answered; 1,024 idle connections cost
+/// about 20 MB, inside the chart's 64 Mi sidecar limit.
+pub const API_LIMITS: Limits = Limits::DEFAULT;
+
+/// The bounds of the probe port, which listens on the pod IP: the kubelet and Prometheus
+/// need a few connections, so 64, with the API's header and idle bounds. Its own cap keeps
+/// a flood from the pod network off the file descriptors the ID API needs.
+pub const PROBE_LIMITS: Limits = Limits::DEFAULT.with_max_connections(64);
+
+/// How long a client may take to send a request's header, from its first byte, before
+/// the connection is closed (idle connections have [`Limits::idle_timeout`], 30 s).
+pub const HEADER_READ_TIMEOUT: Duration = API_LIMITS.header_read_timeout;
 
 /// What a serve loop serves: one request in, one reply out (never an error: errors are
 /// replies too).
@@ -84,7 +95,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    serve_routes(listener, api, shutdown, drain, false, HEADER_READ_TIMEOUT).await
+    serve_routes(listener, api, shutdown, drain, false, API_LIMITS).await
 }
 
 /// Why the API's listeners could not be bound, naming the flag to fix.
@@ -151,13 +162,21 @@ pub async fn serve_api(
         .and_then(|a| a.as_pathname().map(|p| p.to_path_buf()));
     tokio::join!(
         serve_loop(
+            "sidecar API (TCP)",
             tcp,
             api.clone(),
             shutdown.triggered(),
             drain,
-            HEADER_READ_TIMEOUT
+            API_LIMITS
         ),
-        serve_loop(unix, api, shutdown.triggered(), drain, HEADER_READ_TIMEOUT),
+        serve_loop(
+            "sidecar API (socket)",
+            unix,
+            api,
+            shutdown.triggered(),
+            drain,
+            API_LIMITS
+        ),
     );
     if let Some(path) = socket_path
         && let Err(e) = std::fs::remove_file(&path)
@@ -200,7 +219,7 @@ impl ProbeServer {
             closed,
             PROBE_CLOSE_DRAIN,
             true,
-            HEADER_READ_TIMEOUT,
+            PROBE_LIMITS,
         ));
         ProbeServer { close, task }
     }
@@ -219,13 +238,13 @@ async fn serve_routes(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
     probes_only: bool,
-    header_read_timeout: Duration,
+    limits: Limits,
 ) {
     if probes_only {
         let routes = Arc::new(ProbeRoutes(api));
-        serve_loop(listener, routes, shutdown, drain, header_read_timeout).await
+        serve_loop("sidecar probes", listener, routes, shutdown, drain, limits).await
     } else {
-        serve_loop(listener, api, shutdown, drain, header_read_timeout).await
+        serve_loop("sidecar API (TCP)", listener, api, shutdown, drain, limits).await
     }
 }
 
@@ -233,15 +252,16 @@ async fn serve_routes(
 /// (TCP or a Unix socket) and answers their requests with `routes` until `shutdown`
 /// completes, then drains for up to `drain`.
 pub async fn serve_loop<L: Listener, R: Routes>(
+    name: &'static str,
     listener: L,
     routes: Arc<R>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
-    header_read_timeout: Duration,
+    limits: Limits,
 ) {
     let options = ServeOptions {
-        name: "sidecar",
-        header_read_timeout,
+        name,
+        limits,
         drain,
     };
     let handler = move |req: Request<Incoming>| {

@@ -36,7 +36,10 @@ async fn a_half_sent_request_is_closed_after_the_header_read_timeout() {
             },
             Duration::from_millis(100),
             probes_only,
-            Duration::from_millis(200),
+            Limits {
+                header_read_timeout: Duration::from_millis(200),
+                ..API_LIMITS
+            },
         ));
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
         client

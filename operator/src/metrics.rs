@@ -8,6 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+pub mod foreign;
+
+pub use self::foreign::{ForeignBook, ForeignLease, Source};
+
 use kubeflake_runtime::metrics::Registrar;
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
@@ -66,6 +70,11 @@ pub struct Metrics {
     /// 1 while the operator hands out no slot and lists no claimant for want of the Lease
     /// policy (`lease_policy_guard.rs`).
     pub lease_policy_missing: IntGauge,
+    /// Foreign Leases (docs/safety.md rule 16) when first noted, by kind.
+    pub foreign_found: IntCounterVec,
+    /// The foreign Leases known now, per sequence: exported summed, at scrape time.
+    pub foreign: ForeignBook,
+    foreign_leases: IntGauge,
     slots_assigned: IntGauge,
     slots_free: IntGauge,
     sequences: IntGauge,
@@ -145,6 +154,16 @@ impl Metrics {
                 "kubeflake_operator_lease_policy_missing",
                 "1 while the Lease policy or its binding is missing, not as the chart installs it, or unreadable, so that the operator assigns no slot and lists no claimant (docs/safety.md rule 14); 0 when it is in force or the operator runs with --unsafe-without-lease-policy.",
             ),
+            foreign_found: r.counter_vec(
+                "kubeflake_operator_foreign_leases_found_total",
+                "Leases found with the name of a sequence's slot Lease, segment counter or strict oracle Lease that kubeflake did not make (no kubeflake label, or not owned by the sequence), by kind (slot, segment_counter, strict_oracle); each counted when first found. Never used, changed or deleted: see the sequence's ForeignLeases condition.",
+                &["kind"],
+            ),
+            foreign: ForeignBook::default(),
+            foreign_leases: r.int_gauge(
+                "kubeflake_operator_foreign_leases",
+                "Foreign Leases known now (a kubeflake name, not made by kubeflake), over all sequences; 0 once each was deleted.",
+            ),
             slots_assigned: r.int_gauge(
                 "kubeflake_operator_slots_assigned",
                 "Slots held by pods, summed over all sequences.",
@@ -183,6 +202,9 @@ impl Metrics {
         for watch in WATCH_LABELS {
             m.watch_errors.with_label_values(&[watch]);
         }
+        for kind in kubeflake_crds::ownership::LeaseKind::ALL {
+            m.foreign_found.with_label_values(&[kind.metric_label()]);
+        }
         m
     }
 
@@ -198,6 +220,7 @@ impl Metrics {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
         all.remove(&format!("{ns}/{name}"));
         self.refresh(&all);
+        self.foreign.forget(ns, name);
     }
 
     /// Keeps the figures of the sequences (`namespace/name`) for which `exists` holds only
@@ -206,6 +229,7 @@ impl Metrics {
         let mut all = self.per_sequence.lock().unwrap_or_else(|p| p.into_inner());
         let before = all.len();
         all.retain(|key, _| exists(key));
+        self.foreign.retain(&exists);
         if all.len() != before {
             self.refresh(&all);
         }
@@ -243,6 +267,8 @@ impl Metrics {
     pub fn render_at(&self, now_ms: i64) -> String {
         self.oldest_slot_wait
             .set(self.oldest_slot_wait_seconds(now_ms));
+        self.foreign_leases
+            .set(i64::try_from(self.foreign.total()).unwrap_or(i64::MAX));
         kubeflake_runtime::metrics::render(&self.registry)
     }
 }

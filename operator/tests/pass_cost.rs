@@ -155,6 +155,7 @@ fn one_pass(
         silent: &silent,
         now: Tick(0),
         assign: true,
+        taken: &Default::default(),
     });
     assert!(plan.steps.is_empty(), "a steady sequence plans no write");
     cpu.elapsed().expect("Linux tells a thread's CPU time")

@@ -14,6 +14,7 @@
 //!
 //! Below them: [`silence`] (rule 9's
 //! clock), [`expectations`] (a pass waits for the cache to see the last pass's writes),
+//! [`foreign`] (Leases with a kubeflake name that kubeflake did not make: rule 16),
 //! [`context`], [`error`].
 //! Every write is a compare-and-swap (docs/safety.md rule 1): a conflict is normal, the
 //! pass is repeated.
@@ -22,6 +23,7 @@ pub mod context;
 pub mod error;
 pub mod expectations;
 pub mod finalizer;
+pub mod foreign;
 pub mod injected;
 pub mod policy_gate;
 pub mod segment;

@@ -116,6 +116,7 @@ fn slot_lease(holder: Option<&str>, fence: u64) -> Lease {
         "metadata": {
             "name": "orders-slot-0", "namespace": NS, "resourceVersion": "5",
             "labels": labels, "annotations": annotations,
+            "ownerReferences": [owner()],
         },
         "spec": {
             "holderIdentity": holder.map(|h| format!("uid-{h}")),
@@ -123,6 +124,15 @@ fn slot_lease(holder: Option<&str>, fence: u64) -> Lease {
         },
     }))
     .expect("a lease")
+}
+
+/// The controller owner reference the operator puts on the slot and oracle Leases it makes
+/// for the fixture's sequence (uid `seq-uid`).
+fn owner() -> Value {
+    json!({
+        "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence", "name": SEQ,
+        "uid": "seq-uid", "controller": true,
+    })
 }
 
 fn echo(seq: &IdSequence) -> Value {
@@ -139,12 +149,20 @@ fn status_patches(api: &FakeApi) -> Vec<IdSequenceStatus> {
 #[tokio::test]
 async fn a_409_on_a_lease_write_requeues_soon_and_counts_a_conflict() {
     let seq = sequence(IdSequenceSpec::default(), true, false);
+    // The name is taken by the operator's own Lease (another replica was first): a
+    // conflict, read to tell it from a foreign Lease (rule 16).
     let api = FakeApi::new()
         .expect(
             Method::POST,
             LEASES,
             409,
             failure(409, "AlreadyExists", "taken"),
+        )
+        .expect(
+            Method::GET,
+            &format!("{LEASES}/orders-slot-0"),
+            200,
+            json!(slot_lease(Some("b"), 0)),
         )
         .expect(Method::PATCH, STATUS, 200, echo(&seq));
     let f = fixture(&api, vec![pod("a")], vec![]);
@@ -997,5 +1015,6 @@ async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pa
     assert_eq!(f.ctx.metrics.assignments.get(), 1);
 }
 
+mod foreign;
 mod key_form;
 mod strict;

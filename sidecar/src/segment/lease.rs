@@ -10,6 +10,10 @@
 //! to start again. Reads must stay quorum reads (no `resourceVersion=0`): a cached, older
 //! counter would look like one that went backwards.
 //!
+//! A Lease with the counter's name but without its label was not made by kubeflake (a
+//! tenant may create one before the operator does; docs/safety.md rule 16): its parse
+//! refuses it, so the sidecar claims nothing from it and is not ready, saying what to do.
+//!
 //! Each claim also reads the IdSequence's `status.segment.blocksClaimed` (from the API
 //! server's cache: an older status is only less strict), the claim count the operator last
 //! saw: a counter with fewer claims is an older copy and is refused (see `claim`).
@@ -168,5 +172,31 @@ mod tests {
             message.contains("orders-segment-counter") && message.contains("format 3"),
             "{message}"
         );
+    }
+
+    /// Rule 16: a Lease with the counter's name that a tenant made before the operator
+    /// (no kubeflake label, so the Lease policy never guarded it) is not the counter: the
+    /// sidecar claims nothing from it, whatever `next` it says, and says what to do.
+    #[tokio::test]
+    async fn rule16_a_counter_lease_a_tenant_precreated_is_never_claimed_from() {
+        let mut forged = new_counter("orders", "ns", 7);
+        forged.metadata.labels = None;
+        let body = serde_json::to_value(&forged).unwrap();
+        let (client, seen) = fake_api::client(move |_, _, _| (200, body.clone()));
+        let err = LeaseCounter::new(client, "ns", "orders")
+            .read()
+            .await
+            .unwrap_err();
+        let StoreError::Corrupt(message) = err else {
+            panic!("another error: {err}");
+        };
+        for part in [
+            "orders-segment-counter",
+            "not made by kubeflake",
+            "Delete Lease",
+        ] {
+            assert!(message.contains(part), "{part:?}: {message}");
+        }
+        assert_eq!(seen.lock().unwrap().len(), 1, "one read, no write");
     }
 }

@@ -25,6 +25,11 @@
 //! is `LeaseFormatUnsupported`: not raised, no claimants written, the pass fails (counted
 //! as `bad_counter`).
 //!
+//! **A counter or oracle Lease kubeflake did not make is refused** (docs/safety.md rule 16):
+//! one with the name but not the label (made by a tenant with Lease `create` rights before
+//! the operator made its own) is never adopted, raised, given claimants or deleted; the
+//! sequence is `Ready=False ForeignLease` until someone deletes it ([`super::foreign`]).
+//!
 //! A **strict** sequence's counter is in format 2 (served by an oracle) and the sequence has
 //! an oracle Lease listing the same claimants: see [`oracle`].
 
@@ -39,16 +44,19 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
+use kubeflake_crds::ownership::LeaseKind;
 use kubeflake_crds::segment_counter::{
     CLAIMANTS_ANNOTATION, Counter, claimants, claimants_value, counter_name, new_counter,
 };
 use kubeflake_crds::sequence::{IdSequence, SegmentParams};
+use kubeflake_crds::strict_oracle::oracle_name;
 use serde_json::json;
 
 use self::counter::{Trouble, segment_status};
 use super::context::Context;
 use super::error::{Error, is_conflict};
 use super::update_status::update_status;
+use crate::metrics::Source;
 use kubeflake_crds::conditions::{ConditionType, condition, not_ready_status};
 
 pub use self::counter::{LastSeen, counter_existed, observe, went_back};
@@ -77,6 +85,11 @@ pub async fn reconcile(
         }
     }
     if let Some(lease) = &found {
+        // Found by name, but kubeflake's only with its label (rule 16): a Lease a tenant
+        // made before the operator did is never adopted, written or deleted.
+        if let Err(foreign) = super::foreign::check(seq, lease, LeaseKind::SegmentCounter) {
+            return refuse(seq, ctx, &foreign).await;
+        }
         let counter = match Counter::parse(lease) {
             Ok(counter) => counter,
             Err(e) if e.is_format() => {
@@ -91,6 +104,8 @@ pub async fn reconcile(
             return counter_trouble(seq, ctx, &Trouble::WentBack { last, found }).await;
         }
     }
+    // Not foreign (or gone): no longer reported.
+    ctx.metrics.foreign.clear(ns, name, &lease_name);
     let lease = match found {
         None => match api
             .create(&PostParams::default(), &new_counter_for(name, ns, params))
@@ -153,11 +168,18 @@ pub async fn reconcile(
     } else {
         lease
     };
-    if params.strict && !oracle::sync_oracle(&api, seq, ns, &uids).await? {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+    if params.strict {
+        match oracle::sync_oracle(&api, seq, ns, &uids).await? {
+            oracle::Synced::Done => {
+                ctx.metrics.foreign.clear(ns, name, &oracle_name(name));
+            }
+            oracle::Synced::Retry => return Ok(Action::requeue(Duration::from_millis(500))),
+            oracle::Synced::Foreign(foreign) => return refuse(seq, ctx, &foreign).await,
+        }
     }
     let counter = Counter::parse(&lease)?;
     let status = segment_status(seq, &counter, Utc::now());
+    let status = super::foreign::with_condition(status, seq, ctx);
     update_status(seq, ctx, status).await?;
     Ok(Action::requeue(RESYNC))
 }
@@ -219,6 +241,18 @@ async fn sync_claimants(
         Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The sequence's counter or oracle Lease is foreign (rule 16): reported once, Ready=False,
+/// nothing written to it; looked at again like any Segment sequence.
+async fn refuse(
+    seq: &IdSequence,
+    ctx: &Context,
+    foreign: &kubeflake_crds::ownership::Foreign,
+) -> Result<Action, Error> {
+    super::foreign::report(seq, ctx, foreign, None, Source::Read).await;
+    update_status(seq, ctx, super::foreign::refused_status(seq, ctx, foreign)).await?;
+    Ok(Action::requeue(RESYNC))
 }
 
 /// Ready=False with the trouble's reason, a Warning Event when it is new, and the last good

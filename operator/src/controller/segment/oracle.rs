@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+use kubeflake_crds::ownership::{Foreign, LeaseKind};
 use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, Counter};
 use kubeflake_crds::sequence::IdSequence;
 use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
@@ -73,16 +74,27 @@ pub async fn ensure_oracle_format(api: &Api<Lease>, lease: Lease) -> Result<Opti
     }
 }
 
+/// What [`sync_oracle`] found.
+#[derive(Debug)]
+pub enum Synced {
+    /// The oracle Lease exists and lists the claimants.
+    Done,
+    /// A write lost a race (the Lease was created or changed meanwhile): retry the pass.
+    Retry,
+    /// A Lease with the oracle Lease's name that kubeflake did not make (rule 16): not
+    /// written; the caller reports it.
+    Foreign(Foreign),
+}
+
 /// Creates the sequence's oracle Lease when it does not exist (owned by `seq`, listing
-/// `uids`), or lists `uids` on it when it lists others. `false` when a write lost a race
-/// (the Lease was created or changed meanwhile): the pass is retried. An oracle Lease in a
-/// format this release does not understand is never written.
+/// `uids`), or lists `uids` on it when it lists others. An oracle Lease in a format this
+/// release does not understand, or one kubeflake did not make, is never written.
 pub async fn sync_oracle(
     api: &Api<Lease>,
     seq: &IdSequence,
     ns: &str,
     uids: &str,
-) -> Result<bool, Error> {
+) -> Result<Synced, Error> {
     let sequence = seq.name_any();
     let name = oracle_name(&sequence);
     match api.get_opt(&name).await? {
@@ -91,19 +103,27 @@ pub async fn sync_oracle(
             match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => {
                     tracing::info!(sequence = %sequence, namespace = ns, oracle = %name, "created the strict oracle Lease");
-                    Ok(true)
+                    Ok(Synced::Done)
                 }
-                Err(e) if is_conflict(&e) => Ok(false),
+                Err(e) if is_conflict(&e) => Ok(Synced::Retry),
                 Err(e) => Err(e.into()),
             }
         }
         Some(lease) => {
+            // Found by name, but kubeflake's only with its label and owner (rule 16).
+            if let Err(foreign) = super::super::foreign::check(seq, &lease, LeaseKind::StrictOracle)
+            {
+                return Ok(Synced::Foreign(foreign));
+            }
             if let Err(e @ OracleLeaseError::UnsupportedFormat { .. }) =
                 OracleLease::parse(lease.clone())
             {
                 return Err(e.into());
             }
-            Ok(sync_claimants(api, lease, uids).await?.is_some())
+            Ok(match sync_claimants(api, lease, uids).await? {
+                Some(_) => Synced::Done,
+                None => Synced::Retry,
+            })
         }
     }
 }

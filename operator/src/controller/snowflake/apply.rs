@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kubeflake_crds::Slot;
+use kubeflake_crds::ownership::{Foreign, LeaseKind};
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
 use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease, TransitionError};
 
@@ -21,6 +22,7 @@ use super::plan::{PodInfo, ReleaseReason, Step};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, is_conflict, is_not_found};
 use crate::controller::expectations::Written;
+use crate::controller::foreign;
 
 /// What happened to one attempted write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,12 @@ pub enum Outcome {
     /// Another writer changed the lease first (counted in
     /// `kubeflake_operator_write_conflicts_total`).
     Conflict,
+    /// The slot's Lease name is taken by a Lease kubeflake did not make (rule 16): nothing
+    /// was written; the slot is skipped from now on, and the pod gets another.
+    Foreign {
+        slot: Slot,
+        foreign: Foreign,
+    },
 }
 
 /// The lease a planned step of sequence `sequence` writes, and the version it replaces
@@ -122,7 +130,12 @@ pub async fn execute(
                 Ok(next) => next,
                 Err(e) => return refused(ctx, e),
             };
-            leases.create(&PostParams::default(), &next).await
+            match leases.create(&PostParams::default(), &next).await {
+                // The name is taken: by our own Lease the cache does not show yet (a
+                // conflict), or by someone else's, which the cache never shows.
+                Err(e) if is_conflict(&e) => return name_taken(ctx, &leases, seq, *slot).await,
+                written => written,
+            }
         }
     };
     match write {
@@ -156,6 +169,25 @@ pub async fn execute(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Creating slot `slot`'s Lease found its name taken: reads it. Foreign (rule 16): reported
+/// by the caller, and the slot is skipped from now on. Kubeflake's (the cache is behind) or
+/// gone again: a conflict, the pass repeats.
+async fn name_taken(
+    ctx: &Context,
+    leases: &Api<Lease>,
+    seq: &IdSequence,
+    slot: Slot,
+) -> Result<Outcome, Error> {
+    let name = slot_lease::lease_name(&seq.name_any(), slot);
+    if let Some(lease) = leases.get_opt(&name).await?
+        && let Err(foreign) = foreign::check(seq, &lease, LeaseKind::Slot)
+    {
+        return Ok(Outcome::Foreign { slot, foreign });
+    }
+    ctx.metrics.conflicts.inc();
+    Ok(Outcome::Conflict)
 }
 
 /// Confirms with a direct read (not the cache) whether the holder pod still exists.

@@ -15,6 +15,10 @@
 //! Slot reclaim (which slot goes, and when) is decided in [`plan`]; silence is measured in
 //! [`crate::controller::silence`]; the writes that reclaim are in [`apply`].
 //!
+//! A slot Lease kubeflake did not make (rule 16: named like one of the sequence's, but not
+//! labelled or not owned by it) is never planned with, written or deleted; its slot is
+//! skipped and it is reported once ([`super::foreign`]).
+//!
 //! A slot Lease in a format this release does not understand (written by a newer
 //! kubeflake) stops the pass before planning, in normal passes and in deletion alike:
 //! nothing is assigned, reclaimed or deleted, `Ready=False LeaseFormatUnsupported` and a
@@ -42,9 +46,11 @@ use super::context::Context;
 use super::error::Error;
 use super::expectations::{Readiness, Written};
 use super::finalizer;
+use super::foreign;
 use super::update_status::update_status;
 use super::validate::Teardown;
-use crate::metrics::SlotFigures;
+use crate::metrics::{SlotFigures, Source};
+use kubeflake_crds::ownership::slot_of_name;
 
 /// Writes in flight at once within one pass.
 const WRITE_CONCURRENCY: usize = 8;
@@ -105,11 +111,14 @@ async fn pass(
             tracing::warn!(sequence = %name, namespace = ns, unseen, "the cache still does not show the last pass's writes; planning anyway (every write is a compare-and-swap)");
         }
     }
+    // Foreign slot Leases found by a create (rule 16) are read again now and then: one
+    // deleted frees its slot.
+    foreign::recheck_slots(seq, ctx, ns).await?;
     // What a pass computes (no await until the plan is made) is measured in CPU time, which
     // depends only on this sequence's objects (the index), not on how busy the machine is.
     let compute = ThreadCpu::start();
-    let leases = match observe::leases(&ctx.leases, ns, &name) {
-        Ok(leases) => leases,
+    let (leases, foreign_cached) = match observe::sorted(&ctx.leases, seq) {
+        Ok(sorted) => sorted,
         Err(e) if e.is_format() => {
             events::unreadable_lease(seq, ctx, &e).await?;
             return Err(e.into());
@@ -119,6 +128,14 @@ async fn pass(
     let key_form = params.is_some_and(|p| !p.layout.is_time_ordered());
     let pods = observe::pods(&ctx.pods, ns, &name, key_form);
     let silent = ctx.silence.silent(ns, &name, &leases, lease_duration);
+    // Slots whose Lease name a foreign Lease takes: known ones, and those the cache shows
+    // (labelled for the sequence, but not named or owned as kubeflake's).
+    let mut taken = ctx.metrics.foreign.taken_slots(ns, &name);
+    taken.extend(
+        foreign_cached
+            .iter()
+            .filter_map(|f| slot_of_name(&name, &f.name)),
+    );
     let plan = plan::plan(&Observed {
         capacity,
         leases: &leases,
@@ -126,10 +143,18 @@ async fn pass(
         silent: &silent,
         now,
         assign: params.is_some() && seq.metadata.deletion_timestamp.is_none(),
+        taken: &taken,
     });
     if let Some(cpu) = compute.elapsed() {
         ctx.metrics.pass_cpu.observe(cpu.as_secs_f64());
     }
+    let mut cached = std::collections::BTreeSet::new();
+    for f in foreign_cached {
+        let slot = slot_of_name(&name, &f.name);
+        foreign::report(seq, ctx, &f, slot, Source::Cache).await;
+        cached.insert(f.name);
+    }
+    ctx.metrics.foreign.seen_in_cache(ns, &name, &cached);
     let results: Vec<(Written, Result<Outcome, Error>)> = futures::stream::iter(plan.steps.clone())
         .map(|step| async {
             let written = apply::written_by(&name, &step);
@@ -149,6 +174,10 @@ async fn pass(
     let mut failed = None;
     for (written, result) in results {
         match result {
+            Ok(Outcome::Foreign { slot, foreign: f }) => {
+                foreign::report(seq, ctx, &f, Some(slot), Source::Read).await;
+                outcomes.push(Outcome::Foreign { slot, foreign: f });
+            }
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
                 // Every failure is logged; the first is returned after publishing.
@@ -192,8 +221,10 @@ pub async fn reconcile(
         Ran::Planned(pass) => pass,
         Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
     };
-    let conflicts = pass.count(|o| matches!(o, Outcome::Conflict));
+    // A slot found taken by a foreign Lease: plan again soon, so the pod gets the next one.
+    let conflicts = pass.count(|o| matches!(o, Outcome::Conflict | Outcome::Foreign { .. }));
     let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting);
+    let status = foreign::with_condition(status, seq, ctx);
     // The pass's Events and its status are independent writes: made at once, so that the
     // next pass of a busy sequence starts an API round trip sooner.
     let (_, status_written) = tokio::join!(

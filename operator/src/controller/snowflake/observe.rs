@@ -6,6 +6,8 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::ownership::{Foreign, LeaseKind};
 use kubeflake_crds::slot_lease::{self, SlotLease, SlotLeaseError};
 
 use super::plan::PodInfo;
@@ -22,6 +24,26 @@ pub fn leases(
         .into_iter()
         .map(SlotLease::parse_shared)
         .collect()
+}
+
+/// The sequence's slot leases from the cache, kubeflake's apart from the foreign ones
+/// (docs/safety.md rule 16): labelled for the sequence, but named otherwise than their
+/// labels say, or not owned by the sequence (`uid`). Those are never planned with, written
+/// or deleted.
+pub fn sorted(
+    cache: &Index<Lease>,
+    seq: &IdSequence,
+) -> Result<(Vec<SlotLease>, Vec<Foreign>), SlotLeaseError> {
+    let (ns, name) = (seq.namespace().unwrap_or_default(), seq.name_any());
+    let mut ours = Vec::new();
+    let mut foreign = Vec::new();
+    for lease in cache.of(&ns, &name) {
+        match crate::controller::foreign::check(seq, &lease, LeaseKind::Slot) {
+            Ok(()) => ours.push(SlotLease::parse_shared(lease)?),
+            Err(f) => foreign.push(f),
+        }
+    }
+    Ok((ours, foreign))
 }
 
 /// The resourceVersion of lease `name` in namespace `ns` as the cache holds it, if it does.

@@ -5,7 +5,8 @@
 //!   before the write) or when the operator saw the lease unchanged for a lease duration;
 //! - waiting pods get free slots, oldest pod first; slots whose fence has passed come first,
 //!   then never-used ones, then least recently released;
-//! - a pod that somehow holds two slots keeps the lowest; the others are released.
+//! - a pod that somehow holds two slots keeps the lowest; the others are released;
+//! - a slot whose Lease name a foreign Lease takes (rule 16) is never handed out.
 //!
 //! The plan is only a proposal: every write is a compare-and-swap on the lease's
 //! `resourceVersion`, so a stale view makes a write fail, never makes it wrong.
@@ -88,6 +89,9 @@ pub struct Observed<'a> {
     pub now: Tick,
     /// Whether new slots may be handed out (not while the sequence is being deleted).
     pub assign: bool,
+    /// Slots whose Lease name a foreign Lease takes (docs/safety.md rule 16): never handed
+    /// out, so that a waiting pod gets the next free slot instead of this one forever.
+    pub taken: &'a BTreeSet<Slot>,
 }
 
 /// Decides releases and assignments.
@@ -178,13 +182,14 @@ pub(super) fn free_slots(o: &Observed<'_>, want: usize) -> Vec<(Slot, Option<Slo
         .leases
         .iter()
         .filter(|l| l.holder.is_none() && u64::from(l.slot.0) < o.capacity)
+        .filter(|l| !o.taken.contains(&l.slot))
         .map(|l| (key(Some(l)), l))
         .collect();
     released.sort_by(|(a_key, a), (b_key, b)| (a_key, a.slot).cmp(&(b_key, b.slot)));
     let never_used_key = key(None);
     let mut never_used = (0..o.capacity)
         .map(|n| Slot(n as u32))
-        .filter(|slot| !used.contains(slot))
+        .filter(|slot| !used.contains(slot) && !o.taken.contains(slot))
         .peekable();
     let mut released = released.into_iter().peekable();
     let mut free = Vec::with_capacity(want.min(o.capacity as usize));

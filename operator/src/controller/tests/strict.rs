@@ -51,6 +51,9 @@ fn oracle(claimants: &str, version: &str) -> Lease {
         .get_or_insert_with(Default::default)
         .insert(CLAIMANTS_ANNOTATION.into(), claimants.into());
     lease.metadata.resource_version = Some(version.into());
+    // Owned by the sequence, as the operator creates it (rule 16: else it is foreign).
+    lease.metadata.owner_references =
+        Some(vec![serde_json::from_value(owner()).expect("an owner")]);
     lease
 }
 

@@ -333,4 +333,42 @@ mod tests {
         assert!(matches!(known(refused), Some(None)), "a watch error");
         assert!(known(Ok(Event::InitDone)).is_none(), "nothing new");
     }
+
+    /// Rule 16: a Lease with the oracle Lease's name that a tenant made (no kubeflake label,
+    /// so the Lease policy never guarded it) is not the oracle Lease: its address is never
+    /// believed, read or watched.
+    #[tokio::test]
+    async fn rule16_an_unlabelled_oracle_lease_is_refused_and_its_address_never_believed() {
+        let mut forged = lease(5);
+        forged.metadata.labels = None;
+        forged
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                kubeflake_crds::strict_oracle::ADDRESS_ANNOTATION.into(),
+                "10.9.9.9:7072".into(),
+            );
+        assert!(
+            matches!(
+                known(Ok(Event::Apply(forged.clone())), "s-strict-oracle"),
+                Some(None)
+            ),
+            "not taken from the watch"
+        );
+        let body = serde_json::to_value(&forged).expect("serialises");
+        let (client, _) = crate::fake_api::client(move |_, _, _| (200, body.clone()));
+        let err = KubeOracleStore::new(client, "ns", "s")
+            .read()
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(err, OracleStoreError::Bad(OracleLeaseError::Foreign(_))),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("Delete Lease s-strict-oracle"),
+            "{err}"
+        );
+    }
 }

@@ -45,7 +45,40 @@ fn observe<'a>(
         silent,
         now: Tick(1000),
         assign: true,
+        taken: &NONE_TAKEN,
     }
+}
+
+static NONE_TAKEN: BTreeSet<Slot> = BTreeSet::new();
+
+/// Rule 16: a slot whose Lease name a foreign Lease takes (a tenant's, unlabelled) is never
+/// handed out: before, the oldest waiting pod was planned onto it on every pass, the create
+/// failed with 409, and the pod waited forever.
+#[test]
+fn rule16_a_slot_a_foreign_lease_takes_is_skipped_and_the_waiting_pod_gets_the_next() {
+    let pods = [pod("a", "100")];
+    let taken = BTreeSet::from([Slot(0), Slot(1)]);
+    let silent = BTreeSet::new();
+    let planned = plan(&Observed {
+        taken: &taken,
+        ..observe(4, &[], &pods, &silent)
+    });
+    assert_eq!(assignments(&planned), [("a".to_string(), 2)]);
+    // A free slot Lease of kubeflake's own is skipped too when its name is taken (it
+    // cannot be, but the planner does not rely on that).
+    let leases = [lease(0, None, 0, None)];
+    let planned = plan(&Observed {
+        taken: &taken,
+        ..observe(4, &leases, &pods, &silent)
+    });
+    assert_eq!(assignments(&planned), [("a".to_string(), 2)]);
+    // Every free slot taken: the pod waits, and says so.
+    let all = BTreeSet::from([Slot(0), Slot(1), Slot(2), Slot(3)]);
+    let planned = plan(&Observed {
+        taken: &all,
+        ..observe(4, &[], &pods, &silent)
+    });
+    assert_eq!((planned.steps.len(), planned.still_waiting), (0, 1));
 }
 
 fn assignments(plan: &Plan) -> Vec<(String, u32)> {

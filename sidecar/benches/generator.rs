@@ -98,11 +98,10 @@ fn main() {
         ];
         for _ in 0..RUNS {
             for (variant, config) in generators {
-                let g = Arc::new(Generator::start_above(
-                    config,
-                    Tick(0),
-                    Arc::new(SystemClock::new()),
-                ));
+                let g = Arc::new(
+                    Generator::start_above(config, Tick(0), Arc::new(SystemClock::new()))
+                        .expect("fence 0 is within every layout"),
+                );
                 g.raise_fence(Tick(u64::MAX >> 28));
                 let secs = time_threads(threads, move || {
                     for _ in 0..IDS_PER_THREAD {

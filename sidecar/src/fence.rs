@@ -323,7 +323,7 @@ impl LocalFence {
         let high_water = g.high_water_tick().0;
         let drift = g.config().timebase.ticks_in_ms(g.config().max_drift_ms);
         let now = g.now_tick().map(|t| t.0).unwrap_or(0);
-        let reach = (now + drift).max(high_water);
+        let reach = now.saturating_add(drift).max(high_water);
         if written >= reach.saturating_add(self.ahead_ticks / 2) {
             return None;
         }

@@ -146,6 +146,23 @@ impl Refusal {
     }
 }
 
+/// Why a generator cannot start for a slot: the fence found is beyond the last tick the
+/// sequence's layout holds, so no tick above it exists and the slot can issue no ID. Never
+/// written by kubeflake's own renewals for a layout in use (they write the clock plus a
+/// lease duration); a fence this high was written by hand, by another sequence's layout, or
+/// by a compromised holder (docs/safety.md rule 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "the fence to start above (tick {fence}) is beyond tick {max_tick}, the last this \
+         sequence's layout can hold: no tick above it is left, so this slot can issue no ID \
+         and is not served. Check the slot Lease's kubeflake.io/fence (or the fence file): \
+         kubeflake never writes one beyond the layout, so it was written by hand or by \
+         someone else; the slot stays unusable until its fence is within the layout"
+    )]
+    FenceBeyondLayout { fence: u64, max_tick: u64 },
+}
+
 /// Consecutive positions reserved by one call; turn them into IDs with [`Generator::id_at`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
@@ -188,15 +205,33 @@ pub struct Generator {
 impl Generator {
     /// A generator that will only use ticks above `found_fence` (rule 4), and none at all
     /// until [`raise_fence`](Self::raise_fence) is called with a higher, persisted fence.
+    /// Refused when `found_fence` (read from the API server or a file) is beyond the
+    /// layout's last tick: the start position would not fit (docs/safety.md rule 16).
     pub fn start_above(
         config: WorkerConfig,
         found_fence: Tick,
         clock: Arc<dyn Clock>,
-    ) -> Generator {
+    ) -> Result<Generator, StartError> {
         let seq_bits = config.layout.sequence_bits();
         // Pretend the whole fence tick is used up: the next position is (found_fence + 1, 0).
-        let last = ((found_fence.0 + 1) << seq_bits) - 1;
-        Generator {
+        // Within the layout that is at most 2^(timestampBits + sequenceBits) - 1 < 2^62;
+        // checked all the same, so that no fence ever yields a wrapped position.
+        let max_tick = config.layout.max_tick().0;
+        let beyond = StartError::FenceBeyondLayout {
+            fence: found_fence.0,
+            max_tick,
+        };
+        if found_fence.0 > max_tick {
+            return Err(beyond);
+        }
+        let last = found_fence
+            .0
+            .checked_add(1)
+            .and_then(|next_tick| next_tick.checked_mul(1u64 << seq_bits))
+            .map(|next_position| next_position - 1)
+            .filter(|last| last & STOPPED == 0)
+            .ok_or(beyond)?;
+        Ok(Generator {
             node: config.layout.node_bits(config.datacenter, config.slot),
             seq_bits,
             max_drift_ticks: config.max_drift_ms / config.timebase.unit().millis(),
@@ -208,7 +243,7 @@ impl Generator {
             wanted: AtomicU64::new(0),
             asked: Arc::new(Notify::new()),
             raised: Arc::new(Notify::new()),
-        }
+        })
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -221,6 +256,16 @@ impl Generator {
             .timebase
             .tick_at(self.clock.wall_micros() / 1000)
             .ok_or(Refusal::ClockBeforeEpoch)
+    }
+
+    /// The first position of `tick`; a tick past the layout's last has none (its shift
+    /// could wrap), and every ID from then on is refused.
+    #[inline]
+    fn position_of(&self, tick: Tick) -> Result<u64, Refusal> {
+        if tick > self.config.layout.max_tick() {
+            return Err(Refusal::TimestampExhausted);
+        }
+        Ok(tick.0 << self.seq_bits)
     }
 
     /// Reserves `count` (>= 1) consecutive positions.
@@ -238,7 +283,7 @@ impl Generator {
     pub fn reserve_from(&self, count: u64, floor: u64) -> Result<Reservation, Refusal> {
         debug_assert!(count >= 1);
         let now = self.now_tick()?;
-        let now_position = now.0 << self.seq_bits;
+        let now_position = self.position_of(now)?;
         let mut last = self.last.load(Ordering::Acquire);
         loop {
             let fence = self.fence.load(Ordering::Acquire);
@@ -320,7 +365,7 @@ impl Generator {
         self.check(
             self.last.load(Ordering::Acquire),
             now,
-            now.0 << self.seq_bits,
+            self.position_of(now)?,
             1,
             0,
             self.reachable(),
@@ -382,7 +427,7 @@ impl Generator {
             // value running ahead of this clock, not this sidecar failing: say so, with
             // when it could be served (the fence and drift checks below still apply).
             let first_tick = first >> self.seq_bits;
-            let limit = now.0 + self.max_drift_ticks;
+            let limit = now.0.saturating_add(self.max_drift_ticks);
             if first_tick > limit {
                 let unit = self.config.timebase.unit().millis();
                 return Err(Refusal::AfterAheadOfClock {
@@ -393,7 +438,10 @@ impl Generator {
                 });
             }
         }
-        let end = first + (count - 1);
+        // `count` comes from a request: a sum past 2^64 cannot fit anywhere.
+        let end = first
+            .checked_add(count.saturating_sub(1))
+            .ok_or(Refusal::BatchTooLarge { requested: count })?;
         let end_tick = end >> self.seq_bits;
         if end_tick > self.config.layout.max_tick().0 {
             return Err(Refusal::TimestampExhausted);
@@ -414,16 +462,17 @@ impl Generator {
                 needed: end_tick,
             });
         }
-        if end_tick > now.0 + self.max_drift_ticks {
-            if count > 1 && (first >> self.seq_bits) <= now.0 + self.max_drift_ticks {
+        let drift_limit = now.0.saturating_add(self.max_drift_ticks);
+        if end_tick > drift_limit {
+            if count > 1 && (first >> self.seq_bits) <= drift_limit {
                 return Err(Refusal::BatchTooLarge { requested: count });
             }
             let unit = self.config.timebase.unit().millis();
             let behind_ticks = end_tick - now.0;
             return Err(Refusal::AheadOfClock {
-                behind_ms: behind_ticks * unit,
+                behind_ms: behind_ticks.saturating_mul(unit),
                 max_drift_ms: self.config.max_drift_ms,
-                retry_after_ms: (behind_ticks - self.max_drift_ticks) * unit,
+                retry_after_ms: (behind_ticks - self.max_drift_ticks).saturating_mul(unit),
             });
         }
         Ok((first, end))

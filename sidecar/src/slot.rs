@@ -45,6 +45,9 @@ pub enum SlotError {
     LeaseWatchRefused(String),
     #[error(transparent)]
     LocalFence(#[from] crate::fence::FenceFileError),
+    /// The fence found is beyond the layout's last tick: the slot can issue no ID.
+    #[error(transparent)]
+    Start(#[from] crate::generator::StartError),
     #[error("the wall clock stepped since the skew check; the fence is not raised")]
     ClockStepped,
     #[error(

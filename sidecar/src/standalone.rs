@@ -64,6 +64,11 @@ pub enum StandaloneError {
         found: FenceIdentity,
         expected: FenceIdentity,
     },
+    #[error("fence file {path}: {source}")]
+    FenceBeyondLayout {
+        path: PathBuf,
+        source: crate::generator::StartError,
+    },
     #[error(transparent)]
     Listen(#[from] ListenError),
     #[error(transparent)]
@@ -262,11 +267,14 @@ impl Standalone {
             slot,
             max_drift_ms: p.max_drift_ms,
         };
-        let generator = Arc::new(Generator::start_above(
-            worker,
-            Tick(found_fence),
-            clock.clone(),
-        ));
+        let generator = Arc::new(
+            Generator::start_above(worker, Tick(found_fence), clock.clone()).map_err(|source| {
+                StandaloneError::FenceBeyondLayout {
+                    path: file.path().to_path_buf(),
+                    source,
+                }
+            })?,
+        );
         let metrics = Arc::new(Metrics::new());
         let ahead_ticks = p
             .timebase

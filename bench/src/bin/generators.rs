@@ -85,7 +85,8 @@ fn kubeflake(max_drift_ms: u64) -> Arc<Generator> {
         },
         Tick(0),
         Arc::new(SystemClock::new()),
-    );
+    )
+    .expect("fence 0 is within every layout");
     // The fence is persisted ahead in the product; in process, any tick is allowed.
     g.raise_fence(Tick(u64::MAX >> 24));
     Arc::new(g)

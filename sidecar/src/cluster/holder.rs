@@ -123,7 +123,12 @@ impl Ctx {
             Ok(worker) => worker,
             Err(e) => return Err(Acquire::Retry(e, Unheld { file, found: None })),
         };
-        let generator = Arc::new(Generator::start_above(worker, start, self.clock.clone()));
+        // A fence beyond the layout leaves this slot nothing to issue: reported (the pod is
+        // not ready, saying why) and tried again, never served from a wrapped position.
+        let generator = match Generator::start_above(worker, start, self.clock.clone()) {
+            Ok(generator) => Arc::new(generator),
+            Err(e) => return Err(Acquire::Retry(e.into(), Unheld { file, found: None })),
+        };
         let ahead = params
             .timebase
             .ticks_in_ms(self.config.local_fence_ahead.as_millis() as u64);
@@ -198,8 +203,8 @@ impl Ctx {
         let now = generator.now_tick().map(|t| t.0).unwrap_or(0);
         let ahead = params
             .timebase
-            .ticks_in_ms(params.lease_duration_secs * 1000);
-        let target = Tick(now.max(generator.high_water_tick().0) + ahead);
+            .ticks_in_ms(params.lease_duration_secs.saturating_mul(1000));
+        let target = Tick(now.max(generator.high_water_tick().0).saturating_add(ahead));
         let result = slot.raise_fence(target).await;
         let label = if result.is_ok() { "ok" } else { "error" };
         self.metrics.fence_writes.with_label_values(&[label]).inc();

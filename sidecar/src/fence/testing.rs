@@ -23,7 +23,7 @@ pub(crate) fn generator_at(now_ms: u64) -> (Arc<Generator>, Arc<ManualClock>) {
         max_drift_ms: 2000,
     };
     (
-        Arc::new(Generator::start_above(config, Tick(0), clock.clone())),
+        Arc::new(Generator::start_above(config, Tick(0), clock.clone()).unwrap()),
         clock,
     )
 }

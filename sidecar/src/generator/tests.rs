@@ -19,7 +19,7 @@ fn config(layout: Layout) -> WorkerConfig {
 /// A generator at START_MS with a fence far ahead, and its clock.
 fn generator_with(layout: Layout, found_fence: u64) -> (Generator, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(layout), Tick(found_fence), clock.clone());
+    let g = Generator::start_above(config(layout), Tick(found_fence), clock.clone()).unwrap();
     g.raise_fence(Tick(u64::MAX >> 2));
     (g, clock)
 }
@@ -136,7 +136,7 @@ fn rule8_large_rollback_is_refused_then_recovers_by_itself() {
 #[test]
 fn rule2_no_tick_above_the_fence_is_used() {
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone());
+    let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone()).unwrap();
     assert!(
         matches!(g.next_id(), Err(Refusal::FenceReached { fence: 0, .. })),
         "no fence yet"
@@ -157,7 +157,7 @@ fn rule2_no_tick_above_the_fence_is_used() {
 #[test]
 fn rule3_stop_at_the_fence_then_resume_when_it_is_raised() {
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone());
+    let g = Generator::start_above(config(Layout::default()), Tick(0), clock.clone()).unwrap();
     g.raise_fence(Tick(1_000_010));
     clock.advance_millis(20);
     assert!(
@@ -173,7 +173,7 @@ fn rule4_a_new_holder_starts_strictly_above_the_fence_it_found() {
     // The previous holder's clock ran 30 s ahead; its IDs reached tick START+30000.
     let found = 1_000_000 + 30_000;
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(Layout::default()), Tick(found), clock.clone());
+    let g = Generator::start_above(config(Layout::default()), Tick(found), clock.clone()).unwrap();
     g.raise_fence(Tick(found + 120_000));
     assert!(
         matches!(g.next_id(), Err(Refusal::AheadOfClock { .. })),
@@ -211,7 +211,7 @@ fn rule5_fence_never_goes_down_while_running() {
 fn batches_are_consecutive_and_refused_whole_when_they_cannot_fit() {
     let layout = Layout::new(44, 0, 16, 3, 63).unwrap();
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(layout), Tick(0), clock.clone());
+    let g = Generator::start_above(config(layout), Tick(0), clock.clone()).unwrap();
     g.raise_fence(Tick(1_000_001)); // two ticks: 16 positions
     let r = g.reserve(10).unwrap();
     assert_eq!(r.count, 10);
@@ -229,7 +229,7 @@ fn batches_are_consecutive_and_refused_whole_when_they_cannot_fit() {
 #[test]
 fn clock_before_the_epoch_is_refused() {
     let clock = Arc::new(ManualClock::at_millis(EPOCH_MS - 1));
-    let g = Generator::start_above(config(Layout::default()), Tick(0), clock);
+    let g = Generator::start_above(config(Layout::default()), Tick(0), clock).unwrap();
     g.raise_fence(Tick(1 << 40));
     assert_eq!(g.next_id(), Err(Refusal::ClockBeforeEpoch));
 }
@@ -239,7 +239,7 @@ fn timestamp_exhaustion_is_refused() {
     let layout = Layout::new(30, 0, 11, 22, 63).unwrap();
     let max = layout.max_tick().0;
     let clock = Arc::new(ManualClock::at_millis(EPOCH_MS + max + 5));
-    let g = Generator::start_above(config(layout), Tick(0), clock);
+    let g = Generator::start_above(config(layout), Tick(0), clock).unwrap();
     g.raise_fence(Tick(u64::MAX >> 2));
     assert_eq!(g.next_id(), Err(Refusal::TimestampExhausted));
 }
@@ -379,7 +379,7 @@ fn rule12_every_position_after_is_the_lowest_position_above_the_after() {
         datacenter: DatacenterId(2),
         ..config(layout)
     };
-    let g = Generator::start_above(cfg, Tick(0), clock);
+    let g = Generator::start_above(cfg, Tick(0), clock).unwrap();
     for tick in [0, 1, 1_000_000] {
         for dc in 0..4 {
             for slot in [0, 6, 7, 8, (1 << 14) - 1] {
@@ -405,7 +405,7 @@ fn rule12_ids_of_other_datacenters_order_by_tick_then_datacenter_and_worker() {
         datacenter: DatacenterId(1),
         ..config(layout)
     };
-    let g = Generator::start_above(cfg, Tick(0), clock);
+    let g = Generator::start_above(cfg, Tick(0), clock).unwrap();
     g.raise_fence(Tick(u64::MAX >> 2));
     // Datacenter 0, even its highest worker, sorts below datacenter 1 in the same tick.
     let x = foreign(layout, 1_000_500, 0, 255, 4095);
@@ -478,7 +478,7 @@ fn rule12_an_after_moves_the_position_up_to_the_edge_of_the_drift_limit_and_no_f
 fn rule12_an_after_never_takes_the_generator_past_its_fence() {
     let layout = Layout::default();
     let clock = Arc::new(ManualClock::at_millis(START_MS));
-    let g = Generator::start_above(config(layout), Tick(0), clock.clone());
+    let g = Generator::start_above(config(layout), Tick(0), clock.clone()).unwrap();
     g.raise_fence(Tick(1_000_100));
     let at_fence = foreign(layout, 1_000_100, 0, 3, 0);
     let id = after(&g, at_fence).unwrap();
@@ -713,4 +713,62 @@ fn rule12_after_orders_by_time_worker_and_issue_order_in_every_key_form() {
             );
         }
     }
+}
+
+/// Issue 54, finding 4: `((fence + 1) << sequenceBits) - 1` on a fence read from the API
+/// server or a file. Before the check, fence 2^60 wrapped to position 4,095 (tick 0, so the
+/// first ID came at the wall clock, far below the fence: rule 4 broken) and `u64::MAX`
+/// panicked in a debug build; now both are refused, naming the fence and the layout's end.
+#[test]
+fn rule16_a_fence_beyond_the_layouts_last_tick_is_refused_never_wrapped() {
+    let layout = Layout::new(41, 0, 10, 12, 63).unwrap();
+    let max_tick = layout.max_tick().0;
+    for fence in [max_tick + 1, 1 << 60, u64::MAX] {
+        let clock = Arc::new(ManualClock::at_millis(START_MS));
+        match Generator::start_above(config(layout), Tick(fence), clock) {
+            Ok(g) => panic!(
+                "fence {fence} started a generator whose next tick is {}",
+                g.high_water_tick().0 + 1
+            ),
+            Err(e) => {
+                assert_eq!(e, StartError::FenceBeyondLayout { fence, max_tick });
+                let message = e.to_string();
+                for part in [
+                    fence.to_string(),
+                    max_tick.to_string(),
+                    "can issue no ID".to_string(),
+                ] {
+                    assert!(message.contains(&part), "{part:?} missing: {message}");
+                }
+            }
+        }
+    }
+}
+
+/// The layout's last tick itself is a fence like any other: the generator starts, and
+/// every ID is refused as the end of the timestamp bits, never wrapped into a low one.
+#[test]
+fn rule16_a_fence_at_the_layouts_last_tick_starts_and_issues_nothing() {
+    let layout = Layout::new(30, 0, 11, 22, 63).unwrap();
+    let max_tick = layout.max_tick();
+    let clock = Arc::new(ManualClock::at_millis(START_MS));
+    let g = Generator::start_above(config(layout), max_tick, clock).unwrap();
+    g.raise_fence(Tick(u64::MAX));
+    assert_eq!(g.high_water_tick(), max_tick);
+    assert_eq!(g.next_id(), Err(Refusal::TimestampExhausted));
+    assert_eq!(g.check_ready(), Err(Refusal::TimestampExhausted));
+}
+
+/// A batch whose last position would pass 2^64 is refused whole, not wrapped (a debug
+/// build panicked on the sum before).
+#[test]
+fn rule16_a_batch_whose_end_would_pass_2_64_is_refused_not_wrapped() {
+    let (g, _) = generator_with(Layout::default(), 0);
+    assert_eq!(
+        g.reserve(u64::MAX),
+        Err(Refusal::BatchTooLarge {
+            requested: u64::MAX
+        })
+    );
+    assert!(g.next_id().is_ok(), "and it keeps serving");
 }

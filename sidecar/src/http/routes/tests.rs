@@ -70,7 +70,7 @@ fn ready_generator_with_fence(fence: Option<kubeflake_crds::Tick>) -> Arc<Genera
         slot: Slot(1),
         max_drift_ms: 2000,
     };
-    let g = Generator::start_above(config, Tick(0), clock);
+    let g = Generator::start_above(config, Tick(0), clock).unwrap();
     if let Some(fence) = fence {
         g.raise_fence(fence);
     }

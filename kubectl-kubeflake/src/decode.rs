@@ -1,5 +1,5 @@
 //! `decode <id>...`: the fields of IDs under one layout, and whether each ID is above the
-//! one before it (what `after=<previous>` guarantees, README "after"), so an incident
+//! one before it (what `after=<previous>` guarantees, docs/api.md, `after`), so an incident
 //! review can check that causally later events got larger IDs.
 //!
 //! Every argument is checked before anything is printed, so a script never gets half an

@@ -9,15 +9,14 @@ mod tests;
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
-use kubeflake_crds::conditions::{ConditionType, Reason, condition, not_ready_status};
+use kubeflake_crds::conditions::Reason;
 use kubeflake_crds::sequence::IdSequence;
 
 use super::context::Context;
 use super::error::Error;
-use super::update_status::update_status;
+use super::update_status::not_ready;
 
 /// How soon a sequence held back is looked at again (a change of the policy's state wakes
 /// every sequence sooner: `LeasePolicyGate::changes`).
@@ -36,19 +35,6 @@ pub async fn hold_back(seq: &IdSequence, ctx: &Context) -> Result<Option<Action>
          (docs/safety.md rule 14): {why}"
     );
     tracing::warn!(sequence = %seq.name_any(), namespace = seq.namespace().unwrap_or_default(), reason = reason.as_str(), %message, "sequence held back");
-    let was = condition(seq.status.as_ref(), ConditionType::Ready).map(|c| c.reason.clone());
-    if was.as_deref() != Some(reason.as_str()) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.as_str().into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "CheckLeasePolicy".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
-    }
-    update_status(seq, ctx, not_ready_status(seq, reason, &message)).await?;
+    not_ready(seq, ctx, reason, "CheckLeasePolicy", &message).await?;
     Ok(Some(Action::requeue(HELD_BACK)))
 }

@@ -9,7 +9,9 @@
 //! the slot Leases, which are (docs/safety.md rule 1), and the next pass corrects it.
 
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
+use kubeflake_crds::conditions::{ConditionType, Reason, condition, not_ready_status};
 use kubeflake_crds::sequence::{IdSequence, IdSequenceStatus};
 use serde_json::json;
 
@@ -18,6 +20,32 @@ use super::error::Error;
 
 /// The field manager of the operator's status writes.
 pub const FIELD_MANAGER: &str = "kubeflake-operator";
+
+/// Ready=False for `reason` with `message`, and a Warning Event (action `action`) when that
+/// reason is new on the sequence: how a pass that hands nothing out says why. Everything
+/// else in the status is kept as it is.
+pub async fn not_ready(
+    seq: &IdSequence,
+    ctx: &Context,
+    reason: Reason,
+    action: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let was = condition(seq.status.as_ref(), ConditionType::Ready).map(|c| c.reason.clone());
+    if was.as_deref() != Some(reason.as_str()) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.as_str().into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an Event");
+        }
+    }
+    update_status(seq, ctx, not_ready_status(seq, reason, message)).await
+}
 
 /// Writes `status` when it differs from what `seq` holds.
 pub async fn update_status(

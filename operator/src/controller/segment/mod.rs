@@ -40,10 +40,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
 use kubeflake_crds::ownership::LeaseKind;
 use kubeflake_crds::segment_counter::{
     CLAIMANTS_ANNOTATION, Counter, claimants, claimants_value, counter_name, new_counter,
@@ -55,9 +54,8 @@ use serde_json::json;
 use self::counter::{Trouble, segment_status};
 use super::context::Context;
 use super::error::{Error, is_conflict};
-use super::update_status::update_status;
+use super::update_status::{not_ready, update_status};
 use crate::metrics::Source;
-use kubeflake_crds::conditions::{ConditionType, condition, not_ready_status};
 
 pub use self::counter::{LastSeen, counter_existed, observe, went_back};
 
@@ -266,20 +264,6 @@ async fn counter_trouble(
     let message = trouble.message(&name);
     tracing::error!(sequence = %name, namespace = seq.namespace().unwrap_or_default(), reason = trouble.reason().as_str(), %message, "segment counter cannot be trusted");
     let reason = trouble.reason();
-    let was = condition(seq.status.as_ref(), ConditionType::Ready).map(|c| c.reason.clone());
-    let status = not_ready_status(seq, reason, &message);
-    if was.as_deref() != Some(reason.as_str()) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.as_str().into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "CheckCounter".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
-    }
-    update_status(seq, ctx, status).await?;
+    not_ready(seq, ctx, reason, "CheckCounter", &message).await?;
     Ok(Action::requeue(RESYNC))
 }

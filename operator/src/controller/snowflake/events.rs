@@ -9,10 +9,8 @@ use kubeflake_crds::slot_lease::SlotLeaseError;
 use super::apply::Outcome;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
-use crate::controller::update_status::update_status;
-use kubeflake_crds::conditions::{
-    ConditionStatus, ConditionType, Reason, condition, has_condition, not_ready_status,
-};
+use crate::controller::update_status::not_ready;
+use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, has_condition};
 
 /// The Events for this pass's outcomes: `(type, reason, action, note)`. Pure.
 pub fn events_for(
@@ -123,18 +121,5 @@ pub async fn unreadable_lease(
          is readable: {e}"
     );
     tracing::error!(sequence = %seq.name_any(), namespace = seq.namespace().unwrap_or_default(), reason = reason.as_str(), %message, "slot Lease in a format this operator does not understand");
-    let was = condition(seq.status.as_ref(), ConditionType::Ready).map(|c| c.reason.clone());
-    if was.as_deref() != Some(reason.as_str()) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.as_str().into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "CheckLeases".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &seq.object_ref(&())).await {
-            tracing::warn!(error = %e, "could not record an Event");
-        }
-    }
-    update_status(seq, ctx, not_ready_status(seq, reason, &message)).await
+    not_ready(seq, ctx, reason, "CheckLeases", &message).await
 }

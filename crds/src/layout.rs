@@ -43,6 +43,13 @@ pub const JS_SAFE_TOTAL_BITS: u8 = 53;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Tick(pub u64);
 
+/// The last tick any layout holds: that of the widest timestamp field
+/// (`TIMESTAMP_BITS.1`, 55 bits). The one bound of a fence everywhere: the Lease policy
+/// refuses a write above it and every fence parser refuses to read one above it, so what
+/// one accepts the other does (docs/safety.md rule 14). A sequence's own layout may end
+/// sooner ([`Layout::max_tick`]).
+pub const MAX_TICK: Tick = Tick((1 << TIMESTAMP_BITS.1) - 1);
+
 /// A worker slot: `0 .. 2^workerBits`. Assigned by the operator, never derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Slot(pub u32);

@@ -65,7 +65,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use crate::layout::TIMESTAMP_BITS;
+use crate::layout::{MAX_TICK, TIMESTAMP_BITS};
 #[cfg(doc)]
 use crate::segment_counter::Counter;
 use crate::segment_counter::{
@@ -145,10 +145,12 @@ fn not_lowered(a: &str) -> String {
     )
 }
 
-/// The highest fence anyone may write on a slot Lease: the last tick the widest timestamp
-/// field ([`TIMESTAMP_BITS`]) holds. A sequence's own layout may end sooner; its sidecar
-/// refuses a fence beyond that layout's last tick (the slot is then unusable, and says so).
-pub const FENCE_LIMIT: u64 = (1 << TIMESTAMP_BITS.1) - 1;
+/// The highest fence anyone may write on a slot Lease: [`MAX_TICK`], the last tick the
+/// widest timestamp field ([`TIMESTAMP_BITS`]) holds, and the same bound the fence parser
+/// ([`crate::slot_lease::MAX_FENCE`]) reads up to. A sequence's own layout may end sooner;
+/// its sidecar refuses a fence beyond that layout's last tick (the slot is then unusable,
+/// and says so).
+pub const FENCE_LIMIT: u64 = MAX_TICK.0;
 
 /// CEL: the string `value` is a whole number from 0 to `bound`, decided without
 /// converting it (`uint()` fails from 2^64, `int()` from 2^63): at most as many digits as

@@ -71,9 +71,10 @@ pub const RELEASED_AT_ANNOTATION: &str = "kubeflake.io/released-at";
 /// Annotation on a slot lease and on a segment counter Lease: the format the Lease is
 /// written in, a whole number. Absent means format 1, what kubeflake 0.1.0 wrote.
 pub const FORMAT_ANNOTATION: &str = "kubeflake.io/format";
-/// The highest fence a slot Lease may carry: a tick of the widest layout (63 bits). A
-/// larger one is refused as unreadable, not wrapped or clamped.
-pub const MAX_FENCE: Tick = Tick(i64::MAX as u64);
+/// The highest fence a slot Lease may carry: the last tick of the widest layout
+/// ([`MAX_TICK`](crate::layout::MAX_TICK), 2^55-1), the bound the Lease policy enforces on
+/// every write. A larger one is refused as unreadable, not wrapped or clamped.
+pub const MAX_FENCE: Tick = crate::layout::MAX_TICK;
 /// The highest Lease format this release understands, and the one it writes.
 pub const LEASE_FORMAT: u64 = 1;
 /// Finalizer on an IdSequence: its leases are removed before it goes (rule 10).
@@ -86,7 +87,7 @@ pub enum SlotLeaseError {
     BadSlot { name: String },
     #[error(
         "lease {name} has a {FENCE_ANNOTATION} annotation that is not a tick count from 0 to \
-         2^63-1: {value:?}; it is neither used nor changed: set it by hand to at least the \
+         2^55-1 (the last tick any layout holds): {value:?}; it is neither used nor changed: set it by hand to at least the \
          highest tick any holder of the slot may have used, never lower"
     )]
     BadFence { name: String, value: String },

@@ -247,5 +247,7 @@ pub enum TextFormError {
     TooLarge { form: TextForm, text: String },
 }
 
+mod pattern;
+
 #[cfg(test)]
 mod tests;

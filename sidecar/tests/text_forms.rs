@@ -123,7 +123,7 @@ fn snowflake_ids_come_in_the_form_asked_for_and_decode_reads_that_form_back() {
     let decimal = get(s.addr, &format!("/decode/{id}")).json();
     for form in [TextForm::Base32, TextForm::Base62] {
         let text = form.encode(id);
-        let answer = get(s.addr, &format!("/decode/{text}?format={form}"));
+        let answer = get(s.addr, &format!("/decode/{form}/{text}"));
         assert_eq!(answer.status, 200, "{}", answer.body);
         assert_eq!(
             answer.json(),
@@ -133,10 +133,14 @@ fn snowflake_ids_come_in_the_form_asked_for_and_decode_reads_that_form_back() {
         assert_eq!(answer.json()["id"], id.to_string(), "id stays decimal");
     }
     let lower = TextForm::Base32.encode(id).to_lowercase();
-    let answer = get(s.addr, &format!("/decode/{lower}?format=base32"));
+    let answer = get(s.addr, &format!("/decode/base32/{lower}"));
     assert_eq!(answer.json(), decimal, "base32 is read in any case");
-    let explicit = get(s.addr, &format!("/decode/{id}?format=decimal"));
-    assert_eq!(explicit.json(), decimal);
+    let short = TextForm::Base62
+        .encode(id)
+        .trim_start_matches('0')
+        .to_string();
+    let answer = get(s.addr, &format!("/decode/base62/{short}"));
+    assert_eq!(answer.json(), decimal, "leading zeros may be left out");
 }
 
 #[test]
@@ -162,11 +166,11 @@ fn segment_values_come_in_the_form_asked_for_and_decode_reads_that_form_back() {
     check_form(&s, TextForm::Base62);
     let answer = get(s.addr, "/id?format=base62");
     assert_eq!(lines(&answer), [TextForm::Base62.encode(1_610)]);
-    let decoded = get(s.addr, "/decode/0000000000zz?format=base32");
+    let decoded = get(s.addr, "/decode/base32/0000000000zz");
     assert_eq!(decoded.status, 200, "{}", decoded.body);
     assert_eq!(decoded.json()["id"], (31 * 32 + 31).to_string());
     assert_eq!(decoded.json()["mode"], "Segment");
-    let decoded = get(s.addr, "/decode/AzL8n0Y58m7?format=base62");
+    let decoded = get(s.addr, "/decode/base62/AzL8n0Y58m7");
     assert_eq!(decoded.json()["id"], i64::MAX.to_string());
 }
 
@@ -202,7 +206,27 @@ fn an_unknown_format_is_a_400_naming_the_parameter_and_the_forms() {
         "query parameter \"format\" is given twice",
     );
     assert_refused(&s, "/decode/1?after=2", "unknown query parameter \"after\"");
+    assert_refused(&s, "/decode/base32/1?after=2", "unknown query parameter");
     assert_eq!(get(s.addr, "/id").status, 200, "still serving");
+}
+
+/// The text form of `/decode` is in its path, so that the OpenAPI document can say which
+/// texts each path takes; a `format=` there names the path to ask instead.
+#[test]
+fn decode_with_a_format_parameter_is_a_400_naming_the_path_to_ask() {
+    for s in [snowflake(), segment(1)] {
+        assert_refused(
+            &s,
+            "/decode/7ZZZZZZZZZZZZ?format=base32",
+            "ask /decode/base32/<id>",
+        );
+        assert_refused(&s, "/decode/1?format=decimal", "ask /decode/<id>");
+        assert_refused(
+            &s,
+            "/decode/base62/1?format=base62",
+            "ask /decode/base62/<id>",
+        );
+    }
 }
 
 #[test]
@@ -210,29 +234,25 @@ fn a_text_that_is_not_an_id_in_the_form_is_a_400_saying_why() {
     for s in [snowflake(), segment(1)] {
         assert_refused(
             &s,
-            "/decode/8000000000000?format=base32",
+            "/decode/base32/8000000000000",
             "its value is 2^63 or more, and the largest ID is 7ZZZZZZZZZZZZ",
         );
         assert_refused(
             &s,
-            "/decode/AzL8n0Y58m8?format=base62",
+            "/decode/base62/AzL8n0Y58m8",
             "the largest ID is AzL8n0Y58m7",
         );
         assert_refused(
             &s,
-            "/decode/06Y45HNU00000?format=base32",
+            "/decode/base32/06Y45HNU00000",
             "'U' (character 8) is not a base32 digit",
         );
         assert_refused(
             &s,
-            "/decode/250096622069874688?format=base62",
+            "/decode/base62/250096622069874688",
             "it has 18 characters, but base62 IDs have at most 11",
         );
-        assert_refused(
-            &s,
-            "/decode/?format=base32",
-            "an empty text is not a base32 ID",
-        );
+        assert_refused(&s, "/decode/base32/", "an empty text is not a base32 ID");
         // Decimal stays digits only: a sign is not a digit.
         assert_refused(&s, "/decode/+5", "\"+5\" is not a");
     }

@@ -8,12 +8,12 @@
 //! |--------------------|------------------------------------------------------------|
 //! | `GET /id`          | one ID, decimal text; `{"id":"..."}` for `Accept: application/json` |
 //! | `GET /ids?count=N` | N IDs, one per line; `{"ids":["...",...]}` as JSON          |
-//! | `GET /decode/<id>` | the fields of an ID as JSON                                 |
+//! | `GET /decode/<id>` | the fields of an ID (decimal) as JSON; `/decode/base32/<id>`, `/decode/base62/<id>` read the compact forms |
 //! | `GET /healthz`     | 200 while the process runs                                  |
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |
 //! | `GET /readyz?wait=<ms>` | the same, held until ready or `<ms>` (at most 10 s) have passed: the startup probe's long poll (and 0.1.0's postStart hook's) |
 //! | `GET /metrics`     | Prometheus text (also on the probe port, for Prometheus)    |
-//! | `GET /openapi.yaml` | this API's OpenAPI description                             |
+//! | `GET /openapi.yaml` | this API's OpenAPI description, of this sidecar's ID range ([`openapi`]) |
 //!
 //! `/id` and `/ids` take `after=<x>`: only values greater than `x` (docs/safety.md rule
 //! 12); an `after` this sidecar cannot honour now is a 409 (`after_ahead_of_clock` with
@@ -32,10 +32,12 @@
 //!   list of routes (404 text, probe port, OpenAPI check) comes from it. Add a route there.
 //! - [`routes`]: route handling, a `Request` in, a `Response` out. It only reads the
 //!   serving state ([`crate::state`]); answers each [`route::Route`].
+//! - [`openapi`]: the API's description, as served.
 //! - [`reply`]: replies and errors as JSON or text.
 //! - [`serve`](mod@serve): the connection loop (accept, header-read timeout, graceful drain),
 //!   independent of the routes it serves.
 
+pub mod openapi;
 pub mod reply;
 pub mod route;
 pub mod routes;

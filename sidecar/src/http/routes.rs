@@ -6,6 +6,7 @@
 //! query parsing (`count`, `after`, `format`) and the reply building; splitting them would
 //! spread one route over several files.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,10 +21,11 @@ use tokio::sync::Semaphore;
 
 use held::{HeldIds, READYZ_WAITERS, readyz_wait};
 
+use super::openapi;
 use super::reply::{
     HttpError, Reply, body, json_reply, many_values_reply, one_value_reply, unavailable,
 };
-use super::route::{OPENAPI_YAML, Route};
+use super::route::Route;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::segment::Source;
@@ -79,6 +81,41 @@ fn query_params<'a>(
         params.push((key, value));
     }
     Ok(params)
+}
+
+/// The largest ID this sidecar may issue or decode: its layout's (2^63-1 or 2^53-1) in
+/// Snowflake mode, 2^63-1 otherwise (segment values; a sidecar not serving yet answers
+/// `/decode` with a 503 whatever the document allows).
+fn largest_id(state: &Serving) -> u64 {
+    match state {
+        Serving::Snowflake(g) => u64::MAX >> (64 - g.config().layout.total_bits()),
+        _ => (1 << 63) - 1,
+    }
+}
+
+/// `/decode` takes no query: its text form is in the path (`/decode/base32/<id>`), so that
+/// the OpenAPI document can say exactly which texts each path accepts. A `format=` (as
+/// `/id` takes) is answered with the path to use instead.
+fn decode_query(query: Option<&str>, form: TextForm) -> Result<(), HttpError> {
+    let asked = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("format="));
+    if let Some(asked) = asked {
+        let path = match parse_format(Some(asked))? {
+            TextForm::Decimal => "/decode/<id>".to_string(),
+            other => format!("/decode/{}/<id>", other.name()),
+        };
+        return Err(HttpError::BadRequest(format!(
+            "/decode takes no format= parameter: the text form is part of the path; ask \
+             {path} (this request was read as /decode{}/<id>)",
+            match form {
+                TextForm::Decimal => String::new(),
+                other => format!("/{}", other.name()),
+            }
+        )));
+    }
+    query_params(query, &[]).map(|_| ())
 }
 
 /// What `/id` and `/ids` were asked for: how many values, the raw `after` value, and the
@@ -466,8 +503,7 @@ impl Api {
                     other => Err(not_ready(other)),
                 })
             }
-            Route::Decode(raw) => query_params(query, &["format"]).and_then(|params| {
-                let form = parse_format(params.first().map(|(_, v)| *v))?;
+            Route::Decode(form, raw) => decode_query(query, form).and_then(|()| {
                 match state {
                     Serving::Segment(_) => Api::segment_decode(raw, form),
                     Serving::Snowflake(g) => Api::decode(g, raw, form),
@@ -493,11 +529,12 @@ impl Api {
                     _ => Planned::Reply(reply),
                 }
             }),
-            Route::OpenApi => Ok(Planned::Reply(body(
-                StatusCode::OK,
-                "application/yaml",
-                OPENAPI_YAML,
-            ))),
+            Route::OpenApi => Ok(Planned::Reply(
+                match openapi::document_for(largest_id(state)) {
+                    Cow::Borrowed(text) => body(StatusCode::OK, "application/yaml", text),
+                    Cow::Owned(text) => body(StatusCode::OK, "application/yaml", text),
+                },
+            )),
             Route::Metrics => Ok(Planned::Reply(self.metrics_text(state))),
         };
         (label, result)

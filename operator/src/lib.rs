@@ -24,6 +24,7 @@
 //! | an alert on these metrics | `charts/kubeflake/files/alerts.yaml` (the only list), its test in `charts/kubeflake/tests/alerts_test.yaml`, its runbook in `docs/alerts.md` ("Adding an alert") |
 //! | the sidecar-injecting webhook | [`inject`] (pure), [`webhook`] (HTTPS), [`certs`] |
 //! | no slot or claim without the Lease policy (fail closed, rule 14) | [`lease_policy_guard`] (checked by name; consulted in `controller/mod.rs`) |
+//! | the NetworkPolicy of each sequence (sidecar ports) | `controller/network_policy.rs`; its flags: [`network_policies`] |
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
 //!
 //! Tests of the code that writes to the API server run against a scripted fake API server
@@ -40,6 +41,7 @@ pub mod index;
 pub mod inject;
 pub mod lease_policy_guard;
 pub mod metrics;
+pub mod network_policies;
 pub mod rbac;
 pub mod watches;
 pub mod webhook;
@@ -78,6 +80,9 @@ pub struct OperatorConfig {
     /// The Lease policy and binding without which no slot or claim is handed out
     /// ([`lease_policy_guard`]); `None` only with `--unsafe-without-lease-policy`.
     pub lease_policy: Option<lease_policy_guard::PolicyNames>,
+    /// The NetworkPolicy made for each IdSequence; `None` makes none
+    /// (`controller/network_policy.rs`).
+    pub network_policies: Option<network_policies::Config>,
 }
 
 /// Where the webhook listens, what it injects, and where its certificate comes from.

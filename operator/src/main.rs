@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubeflake_operator::certs::SelfManaged;
 use kubeflake_operator::inject::SidecarTemplate;
 use kubeflake_operator::lease_policy_guard::PolicyNames;
+use kubeflake_operator::network_policies::{self as network_policy, Mode as NetworkPolicyMode};
 use kubeflake_operator::{CertSource, OperatorConfig, WebhookConfig, run};
 
 /// Reconciles kubeflake IdSequences: assigns worker slots to labelled pods through Leases.
@@ -68,6 +69,18 @@ struct Args {
     /// only with leasePolicy.enabled=false and leasePolicy.unsafeAssignWithoutPolicy=true.
     #[arg(long, conflicts_with_all = ["lease_policy", "lease_policy_binding"])]
     unsafe_without_lease_policy: bool,
+    /// Make a NetworkPolicy per IdSequence, in its namespace, for the sidecars' ports on
+    /// the pod IP (docs/install.md, "Network policies"): the strict oracle's port only from
+    /// the sequence's pods, the probe port from --sequence-network-policy-probe-from, and
+    /// with allow-other-ports every other port from anywhere (which also opens them where a
+    /// default-deny policy closed them); kubeflake-ports-only leaves the app's ports closed
+    /// unless other policies allow them. Default: no policy.
+    #[arg(long, value_enum, env = "KUBEFLAKE_SEQUENCE_NETWORK_POLICY")]
+    sequence_network_policy: Option<NetworkPolicyMode>,
+    /// Who may reach the sidecars' probe port under those policies: a JSON list of
+    /// NetworkPolicyPeer objects. Empty list: anyone.
+    #[arg(long, default_value = "[]", requires = "sequence_network_policy")]
+    sequence_network_policy_probe_from: String,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -229,6 +242,23 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    let network_policies = match args.sequence_network_policy.map(|mode| {
+        network_policy::parse_peers(&args.sequence_network_policy_probe_from).map(|probe_from| {
+            network_policy::Config {
+                mode,
+                probe_port: args.webhook.sidecar_probe_port,
+                oracle_port: kubeflake_crds::contract::DEFAULT_ORACLE_PORT,
+                probe_from,
+            }
+        })
+    }) {
+        None => None,
+        Some(Ok(config)) => Some(config),
+        Some(Err(e)) => {
+            eprintln!("kubeflake-operator: error: {e}");
+            std::process::exit(2);
+        }
+    };
     let webhook = match args.webhook.config() {
         Ok(w) => w,
         Err(e) => {
@@ -259,6 +289,7 @@ async fn main() {
         webhook,
         sidecar_cluster_role: args.sidecar_cluster_role,
         shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
+        network_policies,
         lease_policy: (!args.unsafe_without_lease_policy).then(|| PolicyNames {
             policy: args.lease_policy,
             binding: args.lease_policy_binding,

@@ -66,6 +66,8 @@ pub struct Metrics {
     pub webhook_seconds: Histogram,
     pub webhook_sequence_lookups: IntCounterVec,
     pub sidecar_bindings: IntCounterVec,
+    /// The sequences' NetworkPolicies written or refused, by outcome.
+    pub network_policies: IntCounterVec,
     pub watch_errors: IntCounterVec,
     /// 1 while the operator hands out no slot and lists no claimant for want of the Lease
     /// policy (`lease_policy_guard.rs`).
@@ -144,6 +146,11 @@ impl Metrics {
                 "kubeflake_operator_sidecar_bindings_total",
                 "Sidecar Roles and RoleBindings written, by action (created, updated, deleted).",
                 &["action"],
+            ),
+            network_policies: r.counter_vec(
+                "kubeflake_operator_network_policies_total",
+                "The IdSequences' NetworkPolicies (made only with --sequence-network-policy), by outcome: created, updated, conflict (another writer was first; read again next pass), error (logged), foreign (a same-named policy kubeflake did not make, never adopted; counted when first found).",
+                &["outcome"],
             ),
             watch_errors: r.counter_vec(
                 "kubeflake_operator_watch_errors_total",

@@ -276,7 +276,13 @@ async fn run_controller(
             metrics,
             reporter,
         )
-        .with_lease_policy(gate),
+        .with_lease_policy(gate)
+        .with_network_policies(
+            config
+                .network_policies
+                .clone()
+                .map(|c| Arc::new(crate::network_policies::SequencePolicies::new(c))),
+        ),
     );
     let bindings = config.sidecar_cluster_role.clone().map(|role| {
         tokio::spawn(rbac::keep_sidecar_bindings(

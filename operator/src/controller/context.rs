@@ -22,6 +22,7 @@ use super::silence::SilenceBook;
 use crate::index::Index;
 use crate::lease_policy_guard::LeasePolicyGate;
 use crate::metrics::Metrics;
+use crate::network_policies::SequencePolicies;
 
 /// Everything a pass needs. Shared by all passes.
 pub struct Context {
@@ -41,6 +42,9 @@ pub struct Context {
     /// Whether slots and claims may be handed out: the Lease policy is in force
     /// ([`crate::lease_policy_guard`]; closed until `run.rs` connects the guard).
     pub lease_policy: LeasePolicyGate,
+    /// The sequences' NetworkPolicies, when the operator makes them
+    /// (`controller/network_policy.rs`); `None`: it makes none.
+    pub network_policies: Option<Arc<SequencePolicies>>,
 }
 
 impl Context {
@@ -62,6 +66,15 @@ impl Context {
             silence: SilenceBook::default(),
             expectations: Expectations::default(),
             lease_policy: LeasePolicyGate::default(),
+            network_policies: None,
+        }
+    }
+
+    /// The context making each sequence's NetworkPolicy as `policies` say.
+    pub fn with_network_policies(self, policies: Option<Arc<SequencePolicies>>) -> Context {
+        Context {
+            network_policies: policies,
+            ..self
         }
     }
 

@@ -6,7 +6,8 @@
 //!
 //! 1. [`validate`]: spec -> parameters (pure); an invalid spec gets `Ready=False
 //!    InvalidSpec`. A sequence being deleted is read leniently instead, so it can go.
-//! 2. [`finalizer`]: added on the first pass, removed when deletion finishes.
+//! 2. [`finalizer`]: added on the first pass, removed when deletion finishes; then
+//!    [`network_policy`]: the sequence's NetworkPolicy, when the operator makes them.
 //! 3. By mode: [`snowflake`] (observe -> plan -> apply -> events -> status; also deletion)
 //!    or [`segment`] (the counter Lease).
 //! 4. [`update_status`](mod@update_status): the one status writer; an unchanged status is not written.
@@ -25,6 +26,7 @@ pub mod expectations;
 pub mod finalizer;
 pub mod foreign;
 pub mod injected;
+pub mod network_policy;
 pub mod policy_gate;
 pub mod segment;
 pub mod silence;
@@ -97,6 +99,8 @@ async fn reconcile_inner(seq: &IdSequence, ctx: &Context) -> Result<Action, Erro
         }
     };
     finalizer::ensure(seq, ctx).await?;
+    // The sidecars' ports, when the operator makes NetworkPolicies; never stops the pass.
+    network_policy::keep(seq, ctx).await;
     // Fail closed: nothing is handed out while the Lease policy is not in force (rule 14).
     if let Some(action) = policy_gate::hold_back(seq, ctx).await? {
         return Ok(action);

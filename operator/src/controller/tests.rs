@@ -286,7 +286,7 @@ async fn a_pod_gone_release_happens_when_the_direct_read_finds_no_pod() {
 
 #[tokio::test]
 async fn deletion_waits_and_keeps_the_finalizer_while_a_slot_is_held_or_fenced() {
-    let far = u64::MAX / 2;
+    let far = kubeflake_crds::layout::MAX_TICK.0;
     for (lease, pods) in [
         (slot_lease(Some("a"), 0), vec![pod("a")]),
         (slot_lease(None, far), vec![]),

@@ -1,0 +1,3 @@
+module github.com/kubeflake/kubeflake/clients/go
+
+go 1.22

@@ -1,0 +1,154 @@
+package kubeflake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// transport is kept-alive HTTP/1.1 to the sidecar over TCP or a Unix socket.
+type transport struct {
+	endpoint endpoint
+	base     string
+	client   *http.Client
+}
+
+func newTransport(ep endpoint, s Settings) *transport {
+	dialer := &net.Dialer{Timeout: s.RequestTimeout, KeepAlive: 30 * time.Second}
+	rt := &http.Transport{
+		MaxIdleConns:        16,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		Proxy:               nil, // loopback only: never through an HTTP proxy
+		DialContext:         dialer.DialContext,
+	}
+	base := "http://" + ep.host
+	if ep.socket != "" {
+		socket := ep.socket
+		rt.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", socket)
+		}
+		base = "http://kubeflake"
+	}
+	return &transport{endpoint: ep, base: base, client: &http.Client{Transport: rt}}
+}
+
+// get does one GET and returns the body of a 200; any other answer is a typed *Error.
+func (t *transport) get(ctx context.Context, path string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
+	if err != nil {
+		return nil, 0, &Error{Kind: KindProtocol, Message: "building the request for " + path, Err: err}
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := t.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
+			return nil, 0, ctx.Err()
+		}
+		return nil, 0, &Error{Kind: KindNoSidecar, Err: err, Message: fmt.Sprintf(
+			"no kubeflake sidecar answered at %s; check KUBEFLAKE_SOCKET / KUBEFLAKE_URL and that the sidecar runs", t.endpoint)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, &Error{Kind: KindNoSidecar, Err: err, Message: fmt.Sprintf("the answer of the sidecar at %s to %s broke off", t.endpoint, path)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, resp.StatusCode, errorFromResponse(resp.StatusCode, body, resp.Header.Get("Retry-After"), path)
+	}
+	return body, resp.StatusCode, nil
+}
+
+func (t *transport) getIDs(ctx context.Context, path string) ([]int64, error) {
+	body, _, err := t.get(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return parseIDs(body, path)
+}
+
+func (t *transport) ids(ctx context.Context, count int, after string) ([]int64, error) {
+	path := "/ids?count=" + strconv.Itoa(count)
+	if after != "" {
+		path += "&after=" + after
+	}
+	return t.getIDs(ctx, path)
+}
+
+// parseIDs reads decimal IDs, one per line; the whole answer or an error (never a part).
+func parseIDs(body []byte, path string) ([]int64, error) {
+	ids := make([]int64, 0, bytes.Count(body, []byte{'\n'})+1)
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		var v int64
+		for _, ch := range line {
+			d := int64(ch - '0')
+			if ch < '0' || ch > '9' || v > (math.MaxInt64-d)/10 {
+				return nil, &Error{Kind: KindProtocol, Message: fmt.Sprintf("%s: the answer is not decimal IDs below 2^63, one per line", path)}
+			}
+			v = v*10 + d
+		}
+		ids = append(ids, v)
+	}
+	if len(ids) == 0 {
+		return nil, &Error{Kind: KindProtocol, Message: path + ": the answer holds no ID"}
+	}
+	return ids, nil
+}
+
+// mode reads /readyz: "snowflake", "segment", "strict", or "" while the sidecar cannot
+// tell (it waits for a slot, or a segment sidecar is not ready).
+func (t *transport) mode(ctx context.Context) (string, error) {
+	body, status, err := t.get(ctx, "/readyz")
+	if err != nil && status != http.StatusServiceUnavailable {
+		return "", err
+	}
+	var doc struct {
+		Phase  string `json:"phase"`
+		Strict *bool  `json:"strict"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return "", &Error{Kind: KindProtocol, Message: "/readyz: the answer is not JSON"}
+	}
+	switch {
+	case doc.Phase == "snowflake":
+		return "snowflake", nil
+	case doc.Phase == "segment" && doc.Strict != nil && *doc.Strict:
+		return "strict", nil
+	case doc.Phase == "segment" && doc.Strict != nil:
+		return "segment", nil
+	}
+	return "", nil
+}
+
+func (t *transport) decode(ctx context.Context, id int64) (map[string]any, error) {
+	body, _, err := t.get(ctx, "/decode/"+strconv.FormatInt(id, 10))
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if d.Decode(&doc) != nil {
+		return nil, &Error{Kind: KindProtocol, Message: "/decode: the answer is not a JSON object"}
+	}
+	return doc, nil
+}
+
+func (t *transport) close() { t.client.CloseIdleConnections() }

@@ -1,0 +1,111 @@
+"""What the sync and asyncio clients share: where the sidecar is, the settings, how a
+batch size adapts and how long to wait before asking again (clients/SPEC.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+DEFAULT_URL = "http://127.0.0.1:7070"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the sidecar answers: a Unix socket path, or a host and port."""
+
+    socket: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 7070
+
+    @property
+    def transport(self) -> str:
+        return "unix" if self.socket else "tcp"
+
+    def __str__(self) -> str:
+        return f"unix:{self.socket}" if self.socket else f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def resolve(cls, url: str | None = None, socket: str | None = None) -> "Endpoint":
+        """The explicit arguments first, then KUBEFLAKE_SOCKET (when set and not empty),
+        then KUBEFLAKE_URL, then the sidecar's default address. A socket, when chosen, is
+        the only transport: there is no silent fallback to TCP."""
+        if socket:
+            return cls(socket=socket)
+        if url is None:
+            env_socket = os.environ.get("KUBEFLAKE_SOCKET")
+            if env_socket:
+                return cls(socket=env_socket)
+            url = os.environ.get("KUBEFLAKE_URL") or DEFAULT_URL
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(
+                f"KUBEFLAKE_URL must look like http://127.0.0.1:7070, not {url!r} "
+                "(the sidecar speaks plain HTTP on loopback)")
+        return cls(host=parts.hostname, port=parts.port or 80)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob, with the defaults of clients/SPEC.md."""
+
+    prefetch: bool = True          # False: every next() is one request
+    max_age: float | None = 1.0    # seconds a buffered Snowflake ID may wait; None: forever
+    max_wait: float = 5.0          # the bound on one call, retries and waits included
+    request_timeout: float = 2.0   # one HTTP exchange
+    min_batch: int = 64
+    max_batch: int = 10_000
+    refill_period: float = 0.1     # the batch size aims at one refill per this many seconds
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_batch <= self.max_batch:
+            raise ValueError(f"need 1 <= min_batch <= max_batch, got {self.min_batch} and {self.max_batch}")
+        if self.max_wait < 0 or self.request_timeout <= 0:
+            raise ValueError("max_wait must be >= 0 and request_timeout > 0 (seconds)")
+        if self.max_age is not None and self.max_age <= 0:
+            raise ValueError("max_age must be > 0 seconds, or None for no limit")
+
+
+def next_batch_size(current: int, lasted: float | None, settings: Settings) -> int:
+    """Leaf's rule: double the batch when the last one lasted under half the refill
+    period, halve it when it lasted over four periods; within [min_batch, max_batch]."""
+    size = current
+    if lasted is not None:
+        if lasted < settings.refill_period / 2:
+            size = current * 2
+        elif lasted > settings.refill_period * 4:
+            size = current // 2
+    return max(settings.min_batch, min(settings.max_batch, size))
+
+
+def low_water(batch: int) -> int:
+    """Refill when the buffer holds this many IDs or fewer: half a batch."""
+    return batch // 2
+
+
+def backoff(previous: float) -> float:
+    """The next wait after a failure that named no Retry-After: 50 ms doubling to 1 s."""
+    return 0.05 if previous <= 0 else min(previous * 2, 1.0)
+
+
+def parse_ids(body: bytes, what: str) -> list[int]:
+    from .errors import ProtocolError
+
+    try:
+        ids = [int(line) for line in body.split(b"\n") if line]
+    except ValueError:
+        raise ProtocolError(f"{what}: the answer is not decimal IDs, one per line") from None
+    if not ids or any(not 0 <= v < 2**63 for v in ids):
+        raise ProtocolError(f"{what}: the answer holds no ID or one outside 0..2^63-1")
+    return ids
+
+
+def mode_from_readyz(doc: dict) -> str | None:
+    """'snowflake', 'segment' or 'strict' from a /readyz body; None while the sidecar
+    cannot tell yet (it waits for a slot, or a segment sidecar is not ready)."""
+    phase = doc.get("phase")
+    if phase == "snowflake":
+        return "snowflake"
+    if phase == "segment" and "strict" in doc:
+        return "strict" if doc["strict"] else "segment"
+    return None

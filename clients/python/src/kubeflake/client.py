@@ -1,0 +1,374 @@
+"""The sync client: a prefetch buffer refilled by a background thread (clients/SPEC.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from . import _policy
+from ._http import TRANSPORT_ERRORS, Transport
+from ._policy import Endpoint, Settings
+from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response
+from .layout import Decoded, Layout
+
+
+@dataclass
+class Stats:
+    """Counters of one client; names as in clients/SPEC.md, "Observability"."""
+
+    ids: int = 0                 # IDs handed out by next()
+    buffer_depth: int = 0        # IDs in the buffer now
+    batch_size: int = 0          # the next refill's size
+    refills: int = 0             # successful /ids requests of the buffer
+    refill_seconds: float = 0.0  # their total duration
+    refill_errors: int = 0
+    waits: int = 0               # next() calls that found the buffer empty and waited
+    wait_seconds: float = 0.0
+    expired: int = 0             # buffered IDs dropped for being older than max_age
+    direct: int = 0              # requests that bypass the buffer (after=, strict, no prefetch)
+    errors: dict[str, int] = field(default_factory=dict)  # raised errors by kind
+
+
+class _Requester:
+    """The retry loop every request goes through: bounded by a deadline, honouring
+    Retry-After, turning failures into typed errors."""
+
+    def __init__(self, transport: Transport, settings: Settings):
+        self.transport = transport
+        self.settings = settings
+
+    def raw(self, path: str, timeout: float):
+        """One exchange, whatever its status; NoSidecar if none."""
+        try:
+            return self.transport.get(path, timeout)
+        except TRANSPORT_ERRORS as e:
+            raise NoSidecar(
+                f"no kubeflake sidecar answered at {self.transport.endpoint} ({e.__class__.__name__}: {e}); "
+                "check KUBEFLAKE_SOCKET / KUBEFLAKE_URL and that the sidecar runs") from e
+
+    def once(self, path: str, timeout: float) -> bytes:
+        """One attempt; raises the typed error of a failure."""
+        response = self.raw(path, timeout)
+        if response.status == 200:
+            return response.body
+        raise from_response(response.status, response.body, response.retry_after, path)
+
+    def get(self, path: str, deadline: float) -> bytes:
+        delay = 0.0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self.once(path, max(0.001, min(self.settings.request_timeout, remaining)))
+            except KubeflakeError as e:
+                if not e.retryable:
+                    raise
+                wait = getattr(e, "retry_after", None)
+                if wait is None:
+                    delay = _policy.backoff(delay)
+                    wait = delay
+                remaining = deadline - time.monotonic()
+                if wait > remaining:
+                    raise  # waiting as asked would pass the bound: say so now
+                time.sleep(wait)
+
+
+class Client:
+    """IDs from the kubeflake sidecar.
+
+    `next()` serves from a buffer that a background thread refills from `/ids?count=N`;
+    `next_after()` and every call on a strict sequence go to the sidecar directly. Safe to
+    share between threads. Use as a context manager or call `close()`.
+    """
+
+    def __init__(self, url: str | None = None, socket: str | None = None, **settings):
+        self.endpoint = Endpoint.resolve(url, socket)
+        self.settings = Settings(**settings)
+        self._transport = Transport(self.endpoint)
+        self._req = _Requester(self._transport, self.settings)
+        self._cond = threading.Condition(threading.Lock())
+        self._batches: deque[tuple[float, list[int]]] = deque()
+        self._head: list[int] = []
+        self._head_at = 0.0
+        self._pos = 0
+        self._batch = self.settings.min_batch
+        self._max_batch = self.settings.max_batch
+        self._want = False
+        self._refill_error: KubeflakeError | None = None
+        self._last_refill_at: float | None = None
+        self._retry_at = 0.0
+        self._mode: str | None = None
+        self._layout: Layout | None | bool = False  # False: not read yet
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._stats = Stats(batch_size=self._batch)
+
+    # -- the buffer --------------------------------------------------------------------
+
+    def next(self) -> int:
+        """The next ID. Raises a KubeflakeError subclass when none can be had within
+        `max_wait` seconds."""
+        if self._mode is None and self.settings.prefetch:
+            try:
+                self.mode()
+            except KubeflakeError as e:
+                with self._cond:
+                    self._count(e)
+                raise
+        if not self.settings.prefetch or self._mode == "strict":
+            return self._direct("/id")
+        cond = self._cond
+        with cond:
+            started = None
+            while True:
+                if self._pos < len(self._head):
+                    if (self.settings.max_age is not None and self._mode == "snowflake"
+                            and time.monotonic() - self._head_at > self.settings.max_age):
+                        self._expire_head()
+                        continue
+                    value = self._head[self._pos]
+                    self._pos += 1
+                    self._stats.buffer_depth -= 1
+                    self._stats.ids += 1
+                    if not self._want and self._stats.buffer_depth <= _policy.low_water(self._batch):
+                        self._ask_refill()
+                    if started is not None:
+                        self._stats.wait_seconds += time.monotonic() - started
+                    return value
+                if self._batches:
+                    self._head_at, self._head = self._batches.popleft()
+                    self._pos = 0
+                    continue
+                if self._closed:
+                    raise KubeflakeError("the client is closed")
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                    self._stats.waits += 1
+                self._ask_refill()
+                error = self._refill_error
+                if error is not None and not error.retryable:
+                    self._count(error)
+                    raise error
+                remaining = started + self.settings.max_wait - now
+                if remaining <= 0 or (error is not None and self._retry_at > started + self.settings.max_wait):
+                    # Out of time, or the sidecar asked to wait past the bound: say so now.
+                    self._stats.wait_seconds += now - started
+                    error = error or NoSidecar(
+                        f"no ID from the kubeflake sidecar at {self.endpoint} within "
+                        f"{self.settings.max_wait} s (max_wait)")
+                    self._count(error)
+                    raise error
+                cond.wait(remaining)
+
+    __call__ = next  # so that the client itself is a column default: default=client
+
+    def _expire_head(self) -> None:
+        dropped = len(self._head) - self._pos
+        self._stats.expired += dropped
+        self._stats.buffer_depth -= dropped
+        self._head, self._pos = [], 0
+
+    def _ask_refill(self) -> None:
+        self._want = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._refill_loop, name="kubeflake-refill", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _refill_loop(self) -> None:
+        delay = 0.0
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._want and not self._closed:
+                    cond.wait()
+                if self._closed:
+                    return
+                size = min(self._batch, self._max_batch)
+            started = time.monotonic()
+            try:
+                self.mode()
+                ids = _policy.parse_ids(
+                    self._req.once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
+            except BadRequest as e:
+                with cond:
+                    if size > 1:  # a sidecar with a smaller --max-batch: ask for fewer
+                        self._max_batch = size // 2
+                        self._batch = min(self._batch, self._max_batch)
+                    else:
+                        self._refill_error = e
+                        cond.notify_all()
+                continue
+            except KubeflakeError as e:
+                with cond:
+                    self._refill_error = e
+                    self._stats.refill_errors += 1
+                    cond.notify_all()
+                    wait = getattr(e, "retry_after", None)
+                    if wait is None:
+                        delay = _policy.backoff(delay)
+                        wait = delay
+                    self._retry_at = time.monotonic() + wait
+                    if not e.retryable:
+                        self._want = False
+                        continue
+                    # Wait as asked; next() calls' notifications do not cut it short.
+                    while not self._closed and (left := self._retry_at - time.monotonic()) > 0:
+                        cond.wait(left)
+                continue
+            done = time.monotonic()
+            delay = 0.0
+            with cond:
+                # One refill at a time, appended in the order fetched: segment values
+                # leave the buffer in the order the sidecar issued them.
+                self._batches.append((started, ids))
+                self._stats.buffer_depth += len(ids)
+                self._stats.refills += 1
+                self._stats.refill_seconds += done - started
+                lasted = None if self._last_refill_at is None else done - self._last_refill_at
+                self._last_refill_at = done
+                self._batch = min(_policy.next_batch_size(self._batch, lasted, self.settings), self._max_batch)
+                self._stats.batch_size = self._batch
+                self._refill_error = None
+                self._want = self._stats.buffer_depth <= _policy.low_water(self._batch)
+                cond.notify_all()
+
+    # -- requests that bypass the buffer ----------------------------------------------
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.settings.max_wait
+
+    def _direct(self, path: str) -> int:
+        with self._cond:
+            self._stats.direct += 1
+        try:
+            ids = _policy.parse_ids(self._req.get(path, self._deadline()), path)
+        except KubeflakeError as e:
+            with self._cond:
+                self._count(e)
+            raise
+        return ids[0]
+
+    def next_after(self, after: int) -> int:
+        """An ID greater than `after`, whichever pod issued it (docs/api.md, `after`).
+        Never from the buffer: a buffered ID may be below `after`."""
+        if not 0 <= after < 2**63:
+            raise ValueError(f"after must be an ID (0 <= after < 2^63), got {after}")
+        return self._direct(f"/id?after={after}")
+
+    def next_batch(self, count: int) -> list[int]:
+        """`count` IDs in increasing order in one request, not from the buffer."""
+        return _policy.parse_ids(self._req.get(f"/ids?count={count}", self._deadline()), "/ids")
+
+    def mode(self) -> str:
+        """'snowflake', 'segment' or 'strict', read once from the sidecar's /readyz (its
+        `phase`, and `strict` once a segment sidecar is ready)."""
+        if self._mode is None:
+            deadline = self._deadline()
+            delay = 0.0
+            while True:
+                try:
+                    response = self._req.raw("/readyz", self.settings.request_timeout)
+                    if response.status not in (200, 503):
+                        raise from_response(response.status, response.body, response.retry_after, "/readyz")
+                    mode = _policy.mode_from_readyz(_json(response.body, "/readyz"))
+                    if mode is not None:
+                        self._mode = mode
+                        break
+                    error: KubeflakeError = NoSidecar(
+                        f"the kubeflake sidecar at {self.endpoint} cannot say its mode yet "
+                        f"(it waits for a worker slot): {response.body[:200]!r}")
+                except NoSidecar as e:
+                    error = e
+                delay = _policy.backoff(delay)
+                if time.monotonic() + delay > deadline:
+                    raise error
+                time.sleep(delay)
+        return self._mode
+
+    # -- decode ------------------------------------------------------------------------
+
+    def layout(self) -> Layout | None:
+        """The sequence's layout, read once from the sidecar; None for segment mode and
+        for layouts with a key form (then `decode` asks the sidecar)."""
+        if self._layout is False:
+            self._layout = _read_layout(lambda path: _json(self._req.get(path, self._deadline()), path))
+        return self._layout
+
+    def decode(self, value: int) -> Decoded:
+        """An ID's fields, computed locally from the layout (agrees with /decode)."""
+        layout = self.layout()
+        if layout is None:
+            return _decoded(self.decode_remote(value))
+        return layout.decode(value)
+
+    def decode_remote(self, value: int) -> dict:
+        """The sidecar's own /decode answer."""
+        return _json(self._req.get(f"/decode/{value}", self._deadline()), "/decode")
+
+    # -- the rest ----------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        with self._cond:
+            return replace(self._stats, errors=dict(self._stats.errors))
+
+    def _count(self, error: KubeflakeError) -> None:
+        self._stats.errors[error.kind] = self._stats.errors.get(error.kind, 0) + 1
+
+    def close(self) -> None:
+        """Stops the refill thread; buffered IDs are dropped (gaps, never reused)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.request_timeout + 1)
+        self._transport.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _json(body: bytes, what: str) -> dict:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise ProtocolError(f"{what}: the answer is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"{what}: the answer is not a JSON object")
+    return doc
+
+
+def _decoded(doc: dict) -> Decoded:
+    from .layout import _parse_time
+
+    if doc.get("fields", ...) is None:
+        raise ValueError(f"{doc.get('id')} is a segment value: it carries no fields")
+    return Decoded(int(doc["id"]), int(doc["tick"]), int(doc["datacenter"]), int(doc["worker"]),
+                   int(doc["sequence"]), _parse_time(doc["time"]))
+
+
+def _read_layout(decode) -> Layout | None:
+    """The layout from three /decode answers (see kubeflake.layout); `decode(path)` gives
+    one as a dict and raises BadRequest for an ID outside the layout."""
+    zero = decode("/decode/0")
+    if zero.get("mode") == "Segment":
+        return None
+    largest, total = None, 0
+    for total_bits in (63, 53):
+        try:
+            largest = decode(f"/decode/{2**total_bits - 1}")
+            total = total_bits
+            break
+        except BadRequest:
+            continue
+    if largest is None or "tick" not in largest:
+        return None
+    tick_width = int(largest["tick"]).bit_length()
+    one_tick = decode(f"/decode/{1 << (total - tick_width)}")
+    return Layout.from_decodes(zero, largest, total, one_tick)

@@ -89,7 +89,8 @@ cargo test --workspace --locked --no-run "$@"
 #             one node per machine (fixed paths, a bridge, port 6443): they take turns.
 #   [other]   every other test binary (unit tests; e2e binaries whose control planes listen
 #             on free loopback ports of their own) and the doc tests.
-#   [checks]  Schemathesis against the sidecar just built, clippy, cargo deny.
+#   [checks]  Schemathesis and the client libraries (clients/test.sh) against the sidecar
+#             just built, clippy, cargo deny.
 # Why lanes at once can help: most of an e2e binary's time is waiting (Leases expiring, pods starting, processes
 # stopping). Run one at a time they kept the 2 cores 7-55 % busy, most under 35 % (CPU
 # sampled every 5 s, 2026-11-26): 25 min for the binaries. In lanes the same binaries took
@@ -126,6 +127,8 @@ checks_lane() {
 	local status=0
 	step "the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
 	scripts/check-openapi.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
+	step "the client libraries' tests and their conformance suite against the same sidecar (clients/test.sh)"
+	clients/test.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
 	step "cargo clippy (warnings are errors)"
 	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
 	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"

@@ -339,6 +339,8 @@ class Suite:
         d.ok("next")
         refused = sum(e.metric("kubeflake_http_requests_total", {"code": "503", "route": r}) for r in ("id", "ids"))
         refused -= refused_before
+        check(refused >= 1, "the sidecar no longer refused when the case began (its epoch had passed): "
+              "raise epoch_ahead_seconds in cases.json for this machine")
         check(refused <= c["max_refused_requests"],
               f"{refused} requests were refused while the sidecar asked for 1 s between tries: "
               "Retry-After was not honoured")

@@ -133,6 +133,8 @@ checks_lane() {
 	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
 	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
 	scripts/check-deps.sh || status=$?
+	step "the documentation site: built with mdBook, every link checked (scripts/docs-site.sh)"
+	scripts/docs-site.sh || status=$?
 	step "the fuzzers: the forwarding wire format and the Lease parsers (scripts/fuzz.sh)"
 	scripts/fuzz.sh "${KUBEFLAKE_FUZZ_SECONDS:-20}" || status=$?
 	return "$status"

@@ -42,6 +42,15 @@ SECTIONS: list[tuple[str, list[str]]] = [
         ],
     ),
     (
+        "From your app",
+        [
+            "docs/clients.md",
+            "clients/SPEC.md",
+            "clients/conformance/README.md",
+            "clients/python/README.md",
+        ],
+    ),
+    (
         "Operate",
         ["docs/operations.md", "docs/alerts.md", "docs/scale.md", "docs/security.md"],
     ),

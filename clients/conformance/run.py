@@ -400,6 +400,23 @@ class Suite:
         check(stats["direct"] == c["calls"] and stats["refills"] == 0,
               f"a strict sequence's next() must not use the buffer: stats {stats}")
 
+    def case_exhausted_is_final(self, c):
+        e = self.sidecar("segment_near_end")
+        d, _ = self.open(c["name"], {"KUBEFLAKE_SOCKET": e.socket}, c["settings"])
+        values, error = [], None
+        for _ in range(c["max_calls"]):
+            # The bound is far below max_wait: a client that waits out a final refusal hangs here.
+            answer = d.call("next", seconds=c["hang_seconds"])
+            if not answer["ok"]:
+                error = answer["error"]
+                break
+            values.append(int(answer["id"]))
+        check(error is not None, f"{c['max_calls']} values from a counter that had fewer: {values}")
+        check(error["kind"] == "exhausted" and error.get("reason") == "exhausted" and error.get("status") == 503,
+              f"expected exhausted, 503, reason exhausted; got {error}")
+        check(values == sorted(set(values)) and all(v >= 9223372036854775800 for v in values),
+              f"values before the end not in order or not from the counter: {values}")
+
     def case_max_age(self, c):
         a = self.sidecar("snowflake")
         d, _ = self.open(c["name"], {"KUBEFLAKE_SOCKET": a.socket}, c["settings"])

@@ -163,7 +163,6 @@ class Client:
                     raise error
                 cond.wait(remaining)
 
-    __call__ = next  # so that the client itself is a column default: default=client
 
     def _expire_head(self) -> None:
         dropped = len(self._head) - self._pos

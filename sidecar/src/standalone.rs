@@ -194,26 +194,8 @@ impl SegmentStandalone {
     pub async fn run(self, shutdown: ShutdownToken) -> Result<(), StandaloneError> {
         serve_api(self.listeners, self.api.clone(), shutdown, self.drain).await;
         self.state.publish(Serving::Stopping);
-        stop_segment(&self.segment).await;
+        self.segment.stop_and_log().await;
         Ok(())
-    }
-}
-
-/// Stops a segment source for good and gives back the unused top of its blocks when nobody
-/// claimed after it (docs/safety.md, segment mode rules 4/5). Both modes end this way.
-pub async fn stop_segment(segment: &Source) {
-    if let Some((unused, given)) = segment.stop().await {
-        tracing::info!(
-            unused_start = unused.start,
-            unused_end = unused.end,
-            given_back = given,
-            "stopped: unused values {}",
-            if given {
-                "given back to the counter"
-            } else {
-                "left as a gap"
-            }
-        );
     }
 }
 

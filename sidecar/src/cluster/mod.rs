@@ -69,7 +69,6 @@ use crate::http::{Api as HttpApi, ApiListeners, ListenError, ProbeServer, serve_
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
 use crate::segment::Source;
-use crate::standalone::stop_segment;
 use crate::state::{Serving, ServingCell, WaitReason};
 use crate::watch::{Notify, spawn_clock_watch};
 
@@ -204,7 +203,7 @@ impl Ctx {
                 Ok(())
             }
             Ending::Segment(segment) => {
-                stop_segment(&segment).await;
+                segment.stop_and_log().await;
                 Ok(())
             }
             Ending::Held(held) => self.release(held).await,

@@ -86,6 +86,24 @@ impl Source {
         }
     }
 
+    /// [`Source::stop`], and the log line saying what became of the unused values
+    /// (docs/safety.md, segment mode rules 4/5). Standalone and cluster mode end this way.
+    pub async fn stop_and_log(&self) {
+        if let Some((unused, given)) = self.stop().await {
+            tracing::info!(
+                unused_start = unused.start,
+                unused_end = unused.end,
+                given_back = given,
+                "stopped: unused values {}",
+                if given {
+                    "given back to the counter"
+                } else {
+                    "left as a gap"
+                }
+            );
+        }
+    }
+
     /// Stops serving for good, then gives the unused top of the blocks back to the counter
     /// when nobody claimed after this sidecar (a strict source holds nothing to give
     /// back). Returns the unused values and whether they were given back.

@@ -361,24 +361,26 @@ func (c *Client) Mode(ctx context.Context) (string, error) {
 		rctx, cancel := context.WithTimeout(ctx, c.settings.RequestTimeout)
 		mode, err := c.http.mode(rctx)
 		cancel()
-		if err == nil && mode != "" {
+		if err == nil {
 			c.mu.Lock()
 			c.mode = mode
 			c.mu.Unlock()
 			return mode, nil
 		}
-		if err == nil {
-			err = &Error{Kind: KindNoSidecar, Message: fmt.Sprintf("the kubeflake sidecar at %s cannot say its mode yet (it waits for a worker slot)", c.endpoint)}
-		}
-		if e, ok := asError(err); !ok || !e.Retryable() {
+		e, ok := asError(err)
+		if !ok || !e.Retryable() {
 			return "", err
 		}
 		delay = backoff(delay)
-		if time.Now().Add(delay).After(deadline) {
+		wait := delay
+		if e.RetryAfter > 0 {
+			wait = e.RetryAfter
+		}
+		if time.Now().Add(wait).After(deadline) {
 			return "", err
 		}
 		select {
-		case <-time.After(delay):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}

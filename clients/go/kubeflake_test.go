@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,5 +274,23 @@ func TestSegmentValuesComeOutInOrder(t *testing.T) {
 	}
 	if l, err := c.Layout(context.Background()); l != nil || err != nil {
 		t.Fatalf("a segment sequence has no layout: got %v, %v", l, err)
+	}
+}
+
+// A fake sidecar, for the one answer a standalone sidecar never gives: a pod's sidecar
+// that waits for the operator to give it a worker slot.
+func TestASidecarWaitingForASlotIsSlotLostNotNoSidecar(t *testing.T) {
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"not ready","phase":"waiting","reason":"no_slot","error":"no worker slot yet"}`))
+	}))
+	defer fake.Close()
+	c := newClient(t, Settings{URL: fake.URL, MaxWait: 500 * time.Millisecond})
+	_, err := c.NextID(context.Background())
+	var e *Error
+	if !errors.Is(err, ErrSlotLost) || !errors.As(err, &e) || e.Reason != "no_slot" || e.RetryAfter != time.Second || !strings.Contains(err.Error(), "no worker slot yet") {
+		t.Fatalf("got %v; want slot_lost, reason no_slot, Retry-After 1 s", err)
 	}
 }

@@ -112,8 +112,8 @@ func parseIDs(body []byte, path string) ([]int64, error) {
 	return ids, nil
 }
 
-// mode reads /readyz: "snowflake", "segment", "strict", or "" while the sidecar cannot
-// tell (it waits for a slot, or a segment sidecar is not ready).
+// mode reads /readyz: "snowflake", "segment" or "strict"; a slot_lost error while the
+// sidecar cannot tell (it waits for a slot, or a segment sidecar is not ready).
 func (t *transport) mode(ctx context.Context) (string, error) {
 	body, status, err := t.get(ctx, "/readyz")
 	if err != nil && status != http.StatusServiceUnavailable {
@@ -122,6 +122,8 @@ func (t *transport) mode(ctx context.Context) (string, error) {
 	var doc struct {
 		Phase  string `json:"phase"`
 		Strict *bool  `json:"strict"`
+		Reason string `json:"reason"`
+		Error  string `json:"error"`
 	}
 	if json.Unmarshal(body, &doc) != nil {
 		return "", &Error{Kind: KindProtocol, Message: "/readyz: the answer is not JSON"}
@@ -134,7 +136,18 @@ func (t *transport) mode(ctx context.Context) (string, error) {
 	case doc.Phase == "segment" && doc.Strict != nil:
 		return "segment", nil
 	}
-	return "", nil
+	// It answers but cannot issue yet: in a pod, it waits for a worker slot.
+	e := &Error{Kind: KindSlotLost, Status: status, Reason: doc.Reason, Message: fmt.Sprintf(
+		"the kubeflake sidecar at %s cannot issue yet: %s (it waits for a worker slot; see the pod's Events)", t.endpoint, doc.Error)}
+	if err != nil {
+		if prev, ok := asError(err); ok {
+			e.RetryAfter = prev.RetryAfter
+		}
+	}
+	if e.Reason == "" {
+		e.Reason = "no_slot"
+	}
+	return "", e
 }
 
 func (t *transport) decode(ctx context.Context, id int64) (map[string]any, error) {

@@ -1,6 +1,8 @@
-"""The sync and asyncio clients against a real standalone sidecar."""
+"""The sync and asyncio clients against a real standalone sidecar (and one fake sidecar,
+named so, for the answer a standalone sidecar never gives)."""
 
 import asyncio
+import http.server
 import threading
 
 import pytest
@@ -104,4 +106,47 @@ def test_the_async_client_types_a_missing_sidecar(tmp_path):
             await ids.next()
 
     with pytest.raises(kubeflake.NoSidecar):
+        asyncio.run(main())
+
+
+class _WaitingForSlot(http.server.BaseHTTPRequestHandler):
+    """A fake sidecar, for the one answer a standalone sidecar never gives: a pod's sidecar
+    that waits for the operator to give it a worker slot."""
+
+    def do_GET(self):
+        body = b'{"status":"not ready","phase":"waiting","reason":"no_slot","error":"no worker slot yet"}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_sidecar_waiting_for_a_slot():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WaitingForSlot)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_sidecar_waiting_for_a_slot_is_slot_lost_not_no_sidecar(fake_sidecar_waiting_for_a_slot):
+    with kubeflake.Client(url=fake_sidecar_waiting_for_a_slot, max_wait=0.5) as ids:
+        with pytest.raises(kubeflake.SlotLost, match="no worker slot yet") as raised:
+            ids.next()
+    assert raised.value.reason == "no_slot" and raised.value.retry_after == 1.0
+
+
+def test_the_async_client_says_slot_lost_too(fake_sidecar_waiting_for_a_slot):
+    async def main():
+        async with AsyncClient(url=fake_sidecar_waiting_for_a_slot, max_wait=0.5) as ids:
+            await ids.next()
+
+    with pytest.raises(kubeflake.SlotLost, match="no worker slot yet"):
         asyncio.run(main())

@@ -14,7 +14,7 @@ from . import _policy
 from ._http import Response
 from ._policy import Endpoint, Settings
 from .client import Stats, _decoded, _json
-from .errors import BadRequest, KubeflakeError, NoSidecar, from_response
+from .errors import BadRequest, KubeflakeError, NoSidecar, from_response, not_ready_yet
 from .layout import Decoded, Layout
 
 
@@ -286,19 +286,20 @@ class AsyncClient:
                     response = await self._raw("/readyz", self.settings.request_timeout)
                     if response.status not in (200, 503):
                         raise from_response(response.status, response.body, response.retry_after, "/readyz")
-                    mode = _policy.mode_from_readyz(_json(response.body, "/readyz"))
+                    doc = _json(response.body, "/readyz")
+                    mode = _policy.mode_from_readyz(doc)
                     if mode is not None:
                         self._mode = mode
                         break
-                    error: KubeflakeError = NoSidecar(
-                        f"the kubeflake sidecar at {self.endpoint} cannot say its mode yet "
-                        f"(it waits for a worker slot)")
+                    error: KubeflakeError = not_ready_yet(str(self.endpoint), response.status, doc,
+                                                          response.retry_after)
                 except NoSidecar as e:
                     error = e
                 delay = _policy.backoff(delay)
-                if time.monotonic() + delay > deadline:
+                wait = getattr(error, "retry_after", None) or delay
+                if time.monotonic() + wait > deadline:
                     raise error
-                await asyncio.sleep(delay)
+                await asyncio.sleep(wait)
         return self._mode
 
     async def layout(self) -> Layout | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from . import _policy
 from ._http import TRANSPORT_ERRORS, Transport
 from ._policy import Endpoint, Settings
-from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response
+from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response, not_ready_yet
 from .layout import Decoded, Layout
 
 
@@ -273,19 +273,20 @@ class Client:
                     response = self._req.raw("/readyz", self.settings.request_timeout)
                     if response.status not in (200, 503):
                         raise from_response(response.status, response.body, response.retry_after, "/readyz")
-                    mode = _policy.mode_from_readyz(_json(response.body, "/readyz"))
+                    doc = _json(response.body, "/readyz")
+                    mode = _policy.mode_from_readyz(doc)
                     if mode is not None:
                         self._mode = mode
                         break
-                    error: KubeflakeError = NoSidecar(
-                        f"the kubeflake sidecar at {self.endpoint} cannot say its mode yet "
-                        f"(it waits for a worker slot): {response.body[:200]!r}")
+                    error: KubeflakeError = not_ready_yet(str(self.endpoint), response.status, doc,
+                                                          response.retry_after)
                 except NoSidecar as e:
                     error = e
                 delay = _policy.backoff(delay)
-                if time.monotonic() + delay > deadline:
+                wait = getattr(error, "retry_after", None) or delay
+                if time.monotonic() + wait > deadline:
                     raise error
-                time.sleep(delay)
+                time.sleep(wait)
         return self._mode
 
     # -- decode ------------------------------------------------------------------------

@@ -114,3 +114,12 @@ def from_response(status: int, body: bytes, retry_after: str | None, what: str) 
             kind = Exhausted
         return kind(text, status=status, reason=reason, retry_after=parse_retry_after(retry_after))
     return ProtocolError(f"{what}: unexpected HTTP {status}: {message}")
+
+
+def not_ready_yet(where: str, status: int, doc: dict, retry_after: str | None) -> SlotLost:
+    """A sidecar that answered /readyz but cannot say its mode yet: in a pod, it waits for
+    the operator to give it a worker slot."""
+    why = doc.get("error") or doc.get("reason") or f"phase {doc.get('phase')!r}"
+    return SlotLost(f"the kubeflake sidecar at {where} cannot issue yet: {why} (it waits for a worker slot; "
+                    "see the pod's Events)", status=status, reason=doc.get("reason") or "no_slot",
+                    retry_after=parse_retry_after(retry_after))

@@ -19,6 +19,7 @@
 
 pub mod conditions;
 pub mod contract;
+pub mod id_space;
 pub mod layout;
 pub mod lease_policy;
 pub mod manifest;

@@ -56,6 +56,10 @@ class Sidecar:
     def __init__(self, binary: str, work: Path, name: str, args: list[str], sequence: str | None = None):
         self.binary, self.name, self.args = binary, name, args
         self.dir = work / name
+        n = 1
+        while self.dir.exists():  # a fresh sidecar of the same name: a directory of its own
+            n += 1
+            self.dir = work / f"{name}.{n}"
         self.dir.mkdir()
         self.port = free_port()
         self.socket = str(self.dir / "api.sock")
@@ -230,7 +234,11 @@ class Suite:
 
     # -- sidecars and drivers ----------------------------------------------------------
 
-    def sidecar(self, name: str) -> Sidecar:
+    def sidecar(self, name: str, fresh: bool = False) -> Sidecar:
+        """The sidecar `name` of cases.json, started on first use; `fresh`: a new one (for
+        a sidecar whose epoch lies ahead, so that its refusals last the case's whole margin)."""
+        if fresh and name in self.sidecars:
+            self.sidecars.pop(name).stop()
         if name not in self.sidecars:
             spec = self.cases["sidecars"][name]
             sequence = spec.get("sequence")
@@ -325,7 +333,7 @@ class Suite:
               f"retry_after_ms {error.get('retry_after_ms')} does not carry the sidecar's Retry-After")
 
     def case_retry_after_bound(self, c):
-        e = self.sidecar("future_epoch")
+        e = self.sidecar("future_epoch", fresh=True)
         d, _ = self.open(c["name"], {"KUBEFLAKE_SOCKET": e.socket}, c["settings"])
         error = d.error("next")
         check(error["kind"] == "clock_behind" and error.get("reason") == "clock_before_epoch",
@@ -333,7 +341,7 @@ class Suite:
         check(error.get("retry_after_ms") == 1000, f"expected retry_after_ms 1000 (Retry-After: 1), got {error}")
 
     def case_retry_after_honoured(self, c):
-        e = self.sidecar("future_epoch")
+        e = self.sidecar("future_epoch", fresh=True)
         refused_before = sum(e.metric("kubeflake_http_requests_total", {"code": "503", "route": r}) for r in ("id", "ids"))
         d, _ = self.open(c["name"], {"KUBEFLAKE_SOCKET": e.socket}, c["settings"])
         d.ok("next")

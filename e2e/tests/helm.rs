@@ -989,3 +989,66 @@ networkPolicy:
     );
     Ok(())
 }
+
+/// Issue 54, finding 7: the sidecars' FlowSchema no longer takes every namespace's Lease
+/// traffic (other operators' leader election included) by default. With
+/// `flowControl.namespaces` empty (the default) it names only the release namespace, where
+/// no sidecar runs, and the operator gets the flag and the right (`get`, `update`, that one
+/// FlowSchema by name) to keep it to the namespaces that have an IdSequence
+/// (`operator/src/controller/flow_schema.rs`); a list given by hand, `["*"]` included, is rendered as
+/// given, and the operator neither gets the flag nor the right.
+#[tokio::test]
+async fn the_sidecar_flow_schema_names_only_sequence_namespaces_unless_a_list_is_given()
+-> Result<()> {
+    let cluster = Cluster::shared();
+    let render = |extra: &'static [&'static str]| async move {
+        let mut args = vec!["--namespace", "kubeflake-system"];
+        args.extend_from_slice(extra);
+        let out = template(cluster, &args).await?;
+        anyhow::ensure!(out.success(), "{}", out.stderr);
+        let schema = rendered_of_kind(&out.stdout, "FlowSchema")
+            .into_iter()
+            .find(|d| d.contains("name: r-kubeflake-sidecars"))
+            .context("the sidecars' FlowSchema")?;
+        let deployment = rendered_of_kind(&out.stdout, "Deployment").concat();
+        let cluster_role = rendered_of_kind(&out.stdout, "ClusterRole")
+            .into_iter()
+            .find(|d| d.contains("name: r-kubeflake-operator"))
+            .context("the operator's ClusterRole")?;
+        anyhow::Ok((schema, deployment, cluster_role))
+    };
+    let (schema, deployment, cluster_role) = render(&[]).await?;
+    let namespaces = "namespaces:\n            - kubeflake-system";
+    assert_eq!(
+        schema.matches(namespaces).count(),
+        2,
+        "both rules name only the release namespace until the operator's first pass: {schema}"
+    );
+    assert!(!schema.contains("'*'"), "{schema}");
+    assert!(
+        deployment.contains("- --sidecar-flow-schema=r-kubeflake-sidecars\n"),
+        "{deployment}"
+    );
+    assert!(
+        cluster_role.contains(
+            "resources: [\"flowschemas\"]\n    verbs: [\"get\", \"update\"]\n    resourceNames: [\"r-kubeflake-sidecars\"]"
+        ),
+        "{cluster_role}"
+    );
+
+    for given in [
+        &["--set", "flowControl.namespaces={*}"][..],
+        &["--set", "flowControl.namespaces={apps,shop}"][..],
+    ] {
+        let (schema, deployment, cluster_role) = render(given).await?;
+        let listed = if given[1].ends_with("{*}") {
+            "namespaces:\n            - '*'"
+        } else {
+            "namespaces:\n            - apps\n            - shop"
+        };
+        assert_eq!(schema.matches(listed).count(), 2, "{given:?}: {schema}");
+        assert!(!deployment.contains("--sidecar-flow-schema"), "{given:?}");
+        assert!(!cluster_role.contains("flowschemas"), "{given:?}");
+    }
+    Ok(())
+}

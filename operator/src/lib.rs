@@ -83,6 +83,9 @@ pub struct OperatorConfig {
     /// The NetworkPolicy made for each IdSequence; `None` makes none
     /// (`controller/network_policy.rs`).
     pub network_policies: Option<network_policies::Config>,
+    /// The sidecars' FlowSchema whose namespaces the operator keeps to those that have an
+    /// IdSequence (`controller/flow_schema.rs`); `None` leaves it alone.
+    pub sidecar_flow_schema: Option<String>,
 }
 
 /// Where the webhook listens, what it injects, and where its certificate comes from.

@@ -81,6 +81,11 @@ struct Args {
     /// NetworkPolicyPeer objects. Empty list: anyone.
     #[arg(long, default_value = "[]", requires = "sequence_network_policy")]
     sequence_network_policy_probe_from: String,
+    /// Keep this FlowSchema (the chart's "<fullname>-sidecars") to the namespaces that have
+    /// an IdSequence, so that it does not take other service accounts' Lease traffic
+    /// (docs/install.md, "API Priority and Fairness"). Default: leave it alone.
+    #[arg(long, env = "KUBEFLAKE_SIDECAR_FLOW_SCHEMA")]
+    sidecar_flow_schema: Option<String>,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -290,6 +295,7 @@ async fn main() {
         sidecar_cluster_role: args.sidecar_cluster_role,
         shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
         network_policies,
+        sidecar_flow_schema: args.sidecar_flow_schema,
         lease_policy: (!args.unsafe_without_lease_policy).then(|| PolicyNames {
             policy: args.lease_policy,
             binding: args.lease_policy_binding,

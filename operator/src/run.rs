@@ -282,6 +282,12 @@ async fn run_controller(
                 .network_policies
                 .clone()
                 .map(|c| Arc::new(crate::network_policies::SequencePolicies::new(c))),
+        )
+        .with_flow_schema(
+            config
+                .sidecar_flow_schema
+                .clone()
+                .map(|name| Arc::new(controller::flow_schema::FlowSchemaKeeper::new(name))),
         ),
     );
     let bindings = config.sidecar_cluster_role.clone().map(|role| {

@@ -18,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kubeflake_crds::IdSequence;
 
 use super::expectations::Expectations;
+use super::flow_schema::FlowSchemaKeeper;
 use super::silence::SilenceBook;
 use crate::index::Index;
 use crate::lease_policy_guard::LeasePolicyGate;
@@ -45,6 +46,9 @@ pub struct Context {
     /// The sequences' NetworkPolicies, when the operator makes them
     /// (`controller/network_policy.rs`); `None`: it makes none.
     pub network_policies: Option<Arc<SequencePolicies>>,
+    /// The sidecars' FlowSchema, when the operator keeps its namespaces
+    /// ([`super::flow_schema`]); `None`: the chart's list stays as installed.
+    pub flow_schema: Option<Arc<FlowSchemaKeeper>>,
 }
 
 impl Context {
@@ -67,6 +71,15 @@ impl Context {
             expectations: Expectations::default(),
             lease_policy: LeasePolicyGate::default(),
             network_policies: None,
+            flow_schema: None,
+        }
+    }
+
+    /// The context keeping the sidecars' FlowSchema to the sequences' namespaces.
+    pub fn with_flow_schema(self, keeper: Option<Arc<FlowSchemaKeeper>>) -> Context {
+        Context {
+            flow_schema: keeper,
+            ..self
         }
     }
 

@@ -16,6 +16,8 @@
 //! Below them: [`silence`] (rule 9's
 //! clock), [`expectations`] (a pass waits for the cache to see the last pass's writes),
 //! [`foreign`] (Leases with a kubeflake name that kubeflake did not make: rule 16),
+//! [`flow_schema`] (after every pass: the sidecars' FlowSchema lists the sequences'
+//! namespaces),
 //! [`context`], [`error`].
 //! Every write is a compare-and-swap (docs/safety.md rule 1): a conflict is normal, the
 //! pass is repeated.
@@ -24,6 +26,7 @@ pub mod context;
 pub mod error;
 pub mod expectations;
 pub mod finalizer;
+pub mod flow_schema;
 pub mod foreign;
 pub mod injected;
 pub mod network_policy;
@@ -64,6 +67,10 @@ pub async fn reconcile(seq: Arc<IdSequence>, ctx: Arc<Context>) -> Result<Action
     // Sequences that vanished without a last pass of their own leave nothing behind.
     ctx.forget_gone();
     let result = reconcile_inner(&seq, &ctx).await;
+    // Only queueing depends on it: whatever the pass did, and never failing it.
+    if let Some(keeper) = &ctx.flow_schema {
+        flow_schema::keep(&ctx.client, &ctx.sequences, keeper).await;
+    }
     ctx.metrics
         .reconciles
         .with_label_values(&[result_label(&result)])

@@ -46,6 +46,9 @@ conformance() { run "conformance $1" python3 clients/conformance/run.py --sideca
 conformance python "$python" clients/python/conformance_driver.py
 conformance python-asyncio "$python" clients/python/conformance_driver.py --async
 [[ -x $work/go-driver ]] && conformance go "$work/go-driver"
+run "java tests" clients/java/test.sh "$sidecar"
+java_driver=clients/java/kubeflake-client/target
+[[ -d $java_driver/test-classes ]] && conformance java java -cp "$java_driver/classes:$java_driver/test-classes" io.kubeflake.client.ConformanceDriver
 
 if ((${#failed[@]})); then
 	say "FAILED: ${failed[*]}"

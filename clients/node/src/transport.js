@@ -1,0 +1,167 @@
+// Kept-alive HTTP/1.1 to the sidecar, over TCP or a Unix socket (clients/SPEC.md, section 1).
+import http from 'node:http';
+import { errorFromResponse, NoSidecarError, ProtocolError } from './errors.js';
+
+export const DEFAULT_URL = 'http://127.0.0.1:7070';
+
+/**
+ * Where the sidecar is: explicit options first, then KUBEFLAKE_SOCKET (set and not
+ * empty), then KUBEFLAKE_URL, then DEFAULT_URL. A socket, once chosen, is the only transport.
+ * @param {{url?: string, socket?: string}} options
+ * @param {Record<string, string | undefined>} env
+ * @returns {{socket: string} | {host: string, port: number}}
+ */
+export function resolveEndpoint(options, env = process.env) {
+  if (options.socket) return { socket: options.socket };
+  let raw = options.url;
+  if (!raw) {
+    if (env.KUBEFLAKE_SOCKET) return { socket: env.KUBEFLAKE_SOCKET };
+    raw = env.KUBEFLAKE_URL || DEFAULT_URL;
+  }
+  let url;
+  try {
+    url = new URL(raw);
+  } catch {
+    url = null;
+  }
+  if (!url || url.protocol !== 'http:' || !url.hostname || (url.pathname !== '/' && url.pathname !== '')
+      || url.search || url.username) {
+    throw new TypeError(`kubeflake: KUBEFLAKE_URL must look like ${DEFAULT_URL}, not ${JSON.stringify(raw)} `
+      + '(the sidecar speaks plain HTTP on loopback)');
+  }
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  return { host, port: url.port ? Number(url.port) : 80 };
+}
+
+export class Transport {
+  /**
+   * @param {{socket: string} | {host: string, port: number}} endpoint
+   * @param {number} requestTimeoutMs
+   */
+  constructor(endpoint, requestTimeoutMs) {
+    this.endpoint = endpoint;
+    this.requestTimeoutMs = requestTimeoutMs;
+    // A small pool of kept connections; no proxy is ever used (the sidecar is on loopback).
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: 16, maxFreeSockets: 16, scheduling: 'lifo' });
+    this.where = 'socket' in endpoint ? `unix:${endpoint.socket}` : `http://${endpoint.host}:${endpoint.port}`;
+  }
+
+  get kind() { return 'socket' in this.endpoint ? 'unix' : 'tcp'; }
+
+  /**
+   * One GET; resolves with the status, body and Retry-After of the answer. A kept
+   * connection the sidecar closed meanwhile is retried once at once on a new one.
+   * @param {string} path
+   * @param {number} timeoutMs
+   * @returns {Promise<{status: number, body: string, retryAfter: string | undefined}>}
+   */
+  async exchange(path, timeoutMs = this.requestTimeoutMs) {
+    try {
+      return await this.#once(path, timeoutMs);
+    } catch (err) {
+      if (err?.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return this.#once(path, timeoutMs);
+      throw err;
+    }
+  }
+
+  #once(path, timeoutMs) {
+    return new Promise((resolve, reject) => {
+      const options = { ...this.#target(), path, method: 'GET', agent: this.agent,
+        headers: { accept: 'text/plain', host: 'kubeflake' } };
+      if (!('socket' in this.endpoint)) options.headers.host = `${this.endpoint.host}:${this.endpoint.port}`;
+      let settled = false;
+      const fail = (err) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        reject(err);
+      };
+      const req = http.request(options, (res) => {
+        const chunks = [];
+        res.setEncoding('latin1');
+        res.on('data', (chunk) => chunks.push(chunk));
+        res.on('error', (cause) => fail(this.#broke(path, cause)));
+        res.on('aborted', () => fail(this.#broke(path, new Error('aborted'))));
+        res.on('end', () => {
+          if (settled) return;
+          if (!res.complete) return fail(this.#broke(path, new Error('incomplete answer')));
+          settled = true;
+          clearTimeout(timer);
+          resolve({ status: res.statusCode ?? 0, body: chunks.join(''), retryAfter: res.headers['retry-after'] });
+        });
+      });
+      const timer = setTimeout(() => {
+        const err = new NoSidecarError(`no answer from the kubeflake sidecar at ${this.where} to ${path} within ${timeoutMs} ms (requestTimeout)`);
+        fail(err);
+        req.destroy(err);
+      }, Math.max(1, timeoutMs));
+      req.on('error', (cause) => {
+        if (settled) return;
+        const err = new NoSidecarError(`no kubeflake sidecar answered at ${this.where}; check KUBEFLAKE_SOCKET / KUBEFLAKE_URL and that the sidecar runs`, { cause });
+        Object.assign(err, { reusedSocket: req.reusedSocket, code: cause?.code });
+        fail(err);
+      });
+      req.end();
+    });
+  }
+
+  #target() {
+    return 'socket' in this.endpoint ? { socketPath: this.endpoint.socket } : { host: this.endpoint.host, port: this.endpoint.port };
+  }
+
+  #broke(path, cause) {
+    return new NoSidecarError(`the answer of the sidecar at ${this.where} to ${path} broke off`, { cause });
+  }
+
+  /**
+   * GET that must answer 200; any other answer is a typed error.
+   * @param {string} path
+   * @param {number} [timeoutMs]
+   */
+  async get(path, timeoutMs) {
+    const answer = await this.exchange(path, timeoutMs);
+    if (answer.status !== 200) throw errorFromResponse(answer.status, answer.body, answer.retryAfter, path);
+    return answer.body;
+  }
+
+  /**
+   * IDs from /id or /ids: the whole answer or an error, never a part.
+   * @param {string} path
+   * @param {number} [timeoutMs]
+   * @returns {Promise<bigint[]>}
+   */
+  async ids(path, timeoutMs) {
+    return parseIDs(await this.get(path, timeoutMs), path);
+  }
+
+  close() { this.agent.destroy(); }
+}
+
+const MAX_ID = (1n << 63n) - 1n;
+const DECIMAL = /^[0-9]{1,19}$/;
+
+/**
+ * Decimal IDs, one per line.
+ * @param {string} body
+ * @param {string} path
+ * @returns {bigint[]}
+ */
+export function parseIDs(body, path) {
+  const ids = [];
+  for (const line of body.split('\n')) {
+    if (line === '') continue;
+    const id = DECIMAL.test(line) ? BigInt(line) : -1n;
+    if (id < 0n || id > MAX_ID) throw new ProtocolError(`${path}: the answer is not decimal IDs below 2^63, one per line`);
+    ids.push(id);
+  }
+  if (ids.length === 0) throw new ProtocolError(`${path}: the answer holds no ID`);
+  return ids;
+}
+
+/**
+ * JSON whose long integers stay exact: integers of 16 digits or more become strings.
+ * @param {string} text
+ */
+export function parseJSONExact(text) {
+  return JSON.parse(text.replace(/([:\[,]\s*)(-?\d{16,})(?=\s*[,}\]])/g, '$1"$2"'));
+}

@@ -1,0 +1,62 @@
+package io.kubeflake.spring;
+
+import io.kubeflake.client.KubeflakeClient;
+import io.micrometer.core.instrument.binder.MeterBinder;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
+
+/**
+ * A {@link KubeflakeClient} bean made from {@code kubeflake.*} properties and the environment
+ * (unless the app defines its own), closed with the context; with Micrometer on the class
+ * path, a {@link MeterBinder} exposing its counters ({@link KubeflakeClientMetrics}).
+ */
+@AutoConfiguration
+@ConditionalOnClass(KubeflakeClient.class)
+@EnableConfigurationProperties(KubeflakeProperties.class)
+public class KubeflakeAutoConfiguration {
+
+    @Bean
+    @ConditionalOnMissingBean
+    public KubeflakeClient kubeflakeClient(KubeflakeProperties p) {
+        KubeflakeClient.Builder b = KubeflakeClient.builder().prefetch(p.isPrefetch());
+        if (p.getSocket() != null) {
+            b.socket(p.getSocket());
+        } else if (p.getUrl() != null && !p.getUrl().isEmpty()) {
+            b.url(p.getUrl());
+        }
+        if (p.getMaxAge() != null) {
+            b.maxAge(p.getMaxAge());
+        }
+        if (p.getMaxWait() != null) {
+            b.maxWait(p.getMaxWait());
+        }
+        if (p.getRequestTimeout() != null) {
+            b.requestTimeout(p.getRequestTimeout());
+        }
+        if (p.getMinBatch() != null) {
+            b.minBatch(p.getMinBatch());
+        }
+        if (p.getMaxBatch() != null) {
+            b.maxBatch(p.getMaxBatch());
+        }
+        if (p.getRefillPeriod() != null) {
+            b.refillPeriod(p.getRefillPeriod());
+        }
+        return b.build();
+    }
+
+    /** The client's counters as meters, bound by Spring Boot's metrics support to its registry. */
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnClass(MeterBinder.class)
+    static class Metrics {
+        @Bean
+        @ConditionalOnMissingBean
+        KubeflakeClientMetrics kubeflakeClientMetrics(KubeflakeClient client) {
+            return new KubeflakeClientMetrics(client);
+        }
+    }
+}

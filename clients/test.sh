@@ -49,6 +49,9 @@ conformance python-asyncio "$python" clients/python/conformance_driver.py --asyn
 run "java tests" clients/java/test.sh "$sidecar"
 java_driver=clients/java/kubeflake-client/target
 [[ -d $java_driver/test-classes ]] && conformance java java -cp "$java_driver/classes:$java_driver/test-classes" io.kubeflake.client.ConformanceDriver
+# Node 20+: tsc (pinned, from npm into ~/.cache/kubeflake once) checks the declarations; no runtime dependencies.
+run "node tests" clients/node/test.sh "$sidecar"
+conformance node node clients/node/conformance-driver.js
 
 if ((${#failed[@]})); then
 	say "FAILED: ${failed[*]}"

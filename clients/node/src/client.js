@@ -38,6 +38,7 @@ export class Client {
   #batchSize;
   #maxBatch;
   #refilling = false;
+  #taken = 0;
   #refillErr = null;
   #retryAt = 0;
   #lastRefill = -1;
@@ -76,7 +77,13 @@ export class Client {
     // The steady state: a mode known, an ID buffered, no await before it is taken.
     if (this.#mode === 'snowflake' || this.#mode === 'segment') {
       const id = this.#take();
-      if (id !== undefined) return id;
+      if (id !== undefined) {
+        // A caller taking IDs in a tight loop never lets the event loop read the refill's
+        // answer (awaiting a settled promise runs no I/O): while a refill is out, every
+        // 64th call yields once, so that the answer lands before the buffer runs dry.
+        if (this.#refilling && ++this.#taken % 64 === 0) return new Promise((resolve) => { setImmediate(resolve, id); });
+        return id;
+      }
     }
     if (!this.#s.prefetch) return this.#direct('/id');
     if ((await this.mode().catch((err) => { throw this.#counted(err); })) === 'strict') return this.#direct('/id');

@@ -66,9 +66,8 @@ export class Transport {
 
   #once(path, timeoutMs) {
     return new Promise((resolve, reject) => {
-      const options = { ...this.#target(), path, method: 'GET', agent: this.agent,
-        headers: { accept: 'text/plain', host: 'kubeflake' } };
-      if (!('socket' in this.endpoint)) options.headers.host = `${this.endpoint.host}:${this.endpoint.port}`;
+      const headers = 'socket' in this.endpoint ? { accept: 'text/plain', host: 'kubeflake' } : { accept: 'text/plain' };
+      const options = { ...this.#target(), path, method: 'GET', agent: this.agent, headers };
       let settled = false;
       const fail = (err) => {
         if (settled) return;
@@ -78,7 +77,7 @@ export class Transport {
       };
       const req = http.request(options, (res) => {
         const chunks = [];
-        res.setEncoding('latin1');
+        res.setEncoding('utf8');
         res.on('data', (chunk) => chunks.push(chunk));
         res.on('error', (cause) => fail(this.#broke(path, cause)));
         res.on('aborted', () => fail(this.#broke(path, new Error('aborted'))));

@@ -180,6 +180,20 @@ class KubeflakeClientTest {
         }
 
         @Test
+        void aSidecarWithASmallerMaxBatchHalvesTheRefillUntilItFits() throws Exception {
+            try (Sidecar small = Sidecar.start("--max-batch", "100");
+                 KubeflakeClient ids = KubeflakeClient.builder().socket(small.socket()).build()) {
+                List<Long> got = new ArrayList<>();
+                for (int i = 0; i < 20_000; i++) {
+                    got.add(ids.nextId());
+                }
+                assertIncreasing(got);
+                assertTrue(ids.stats().batchSize() <= 100, "still asking for more than --max-batch: " + ids.stats());
+                assertTrue(ids.stats().errors().isEmpty(), "the 400s reached the app: " + ids.stats());
+            }
+        }
+
+        @Test
         void withoutPrefetchEveryNextIdIsOneRequest() {
             try (KubeflakeClient ids = inPod().prefetch(false).build()) {
                 for (int i = 0; i < 5; i++) {

@@ -124,6 +124,17 @@ test('a buffered Snowflake ID older than maxAgeMs is dropped, never served', asy
   assert.ok(ids.stats().expired > 0, 'no buffered ID was dropped for its age');
 });
 
+test('a refusing sidecar whose Retry-After ends past maxWaitMs: ClockBehindError with its reason, at once', { timeout: 10_000 }, async (t) => {
+  const epoch = new Date(Date.now() + 30_000).toISOString().replace(/\.\d+Z$/, 'Z'); // ahead: 503 clock_before_epoch, Retry-After: 1
+  const sidecar = await startSidecar([], { ready: false, sequence: 'apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\n'
+    + `metadata: {name: future}\nspec:\n  epoch: "${epoch}"\n` });
+  t.after(sidecar.stop);
+  const ids = client(t, { socket: sidecar.socket, maxWaitMs: 300 });
+  await assert.rejects(ids.next(), (err) => err instanceof ClockBehindError && err.status === 503
+    && err.reason === 'clock_before_epoch' && err.retryAfterMs === 1000 && err.retryable);
+  assert.equal(ids.stats().errors.clock_behind, 1);
+});
+
 test('a 53-bit layout: nextNumber() gives exact numbers; decode and compose agree with /decode', async (t) => {
   const sidecar = await startSidecar(['--worker-id', '5'], { sequence: 'apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\n'
     + 'metadata: {name: js}\nspec:\n  layout: {totalBits: 53, timestampBits: 36, datacenterBits: 0, workerBits: 7, sequenceBits: 10}\n'

@@ -186,7 +186,10 @@ export class Client {
   #wantRefill() {
     if (this.#refilling || this.#closed) return;
     this.#refilling = true;
-    this.#refill().finally(() => { this.#refilling = false; });
+    this.#refill().catch((cause) => { // not expected: #refill types every failure itself
+      this.#refillErr = new ProtocolError(`the refiller failed: ${cause}`, { cause });
+      this.#filled.fire();
+    }).finally(() => { this.#refilling = false; });
   }
 
   /**

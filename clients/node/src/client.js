@@ -1,7 +1,7 @@
 // The client: IDs from a prefetch buffer refilled in the background (clients/SPEC.md).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeflakeError, NoSidecarError, ProtocolError, SlotLostError } from './errors.js';
-import { Layout, layoutFromDecodes, toBigInt } from './layout.js';
+import { layoutFromDecodes, toBigInt } from './layout.js';
 import { parseJSONExact, resolveEndpoint, Transport } from './transport.js';
 
 const DEFAULTS = Object.freeze({
@@ -328,7 +328,7 @@ export class Client {
   /**
    * The sequence's layout, read once from the sidecar; null in segment mode and for
    * layouts with a key form, whose IDs decode() asks the sidecar about instead.
-   * @returns {Promise<Layout | null>}
+   * @returns {Promise<import('./layout.js').Layout | null>}
    */
   async layout() {
     if (this.#layout !== undefined) return this.#layout;
@@ -406,4 +406,3 @@ export class Client {
   [Symbol.dispose]() { this.close(); }
 }
 
-export { Layout };

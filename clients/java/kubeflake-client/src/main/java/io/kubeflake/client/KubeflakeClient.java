@@ -530,7 +530,7 @@ public final class KubeflakeClient implements AutoCloseable {
                 size = current / 2;
             }
         }
-        return Math.max(Math.min(Math.min(size, maxBatch), Math.max(minBatch, size)), Math.min(minBatch, maxBatch));
+        return Math.min(Math.max(Math.min(size, maxBatch), minBatch), maxBatch);
     }
 
     /** Refill when the buffer holds half a batch or less. */

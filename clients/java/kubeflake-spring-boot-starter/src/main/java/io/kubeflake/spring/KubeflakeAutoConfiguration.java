@@ -1,18 +1,21 @@
 package io.kubeflake.spring;
 
 import io.kubeflake.client.KubeflakeClient;
+import io.kubeflake.hibernate.KubeflakeIdGenerator;
 import io.micrometer.core.instrument.binder.MeterBinder;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.boot.hibernate.autoconfigure.HibernatePropertiesCustomizer;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 
 /**
  * A {@link KubeflakeClient} bean made from {@code kubeflake.*} properties and the environment
  * (unless the app defines its own), closed with the context; with Micrometer on the class
- * path, a {@link MeterBinder} exposing its counters ({@link KubeflakeClientMetrics}).
+ * path, a {@link MeterBinder} exposing its counters ({@link KubeflakeClientMetrics}); with
+ * Hibernate and kubeflake-hibernate, {@code @KubeflakeId} ids from the same client.
  */
 @AutoConfiguration
 @ConditionalOnClass(KubeflakeClient.class)
@@ -47,6 +50,19 @@ public class KubeflakeAutoConfiguration {
             b.refillPeriod(p.getRefillPeriod());
         }
         return b.build();
+    }
+
+    /**
+     * With Hibernate and kubeflake-hibernate on the class path: {@code @KubeflakeId} takes its
+     * IDs from the bean (the Hibernate setting {@code kubeflake.client}), unless the app set it.
+     */
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnClass({HibernatePropertiesCustomizer.class, KubeflakeIdGenerator.class})
+    static class Hibernate {
+        @Bean
+        HibernatePropertiesCustomizer kubeflakeHibernateClient(KubeflakeClient client) {
+            return properties -> properties.putIfAbsent(KubeflakeIdGenerator.CLIENT_SETTING, client);
+        }
     }
 
     /** The client's counters as meters, bound by Spring Boot's metrics support to its registry. */

@@ -6,10 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.kubeflake.client.KubeflakeClient;
+import io.kubeflake.hibernate.KubeflakeIdGenerator;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
@@ -21,6 +24,7 @@ import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.WebApplicationType;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.hibernate.autoconfigure.HibernatePropertiesCustomizer;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.ConfigurableApplicationContext;
 import org.springframework.context.annotation.Bean;
@@ -101,6 +105,15 @@ class KubeflakeAutoConfigurationTest {
         KubeflakeClient ownClient() {
             return CLIENT;
         }
+    }
+
+    @Test
+    void kubeflakeIdInHibernateTakesItsIdsFromTheBean() {
+        runner.run(context -> {
+            Map<String, Object> hibernateSettings = new HashMap<>();
+            context.getBean(HibernatePropertiesCustomizer.class).customize(hibernateSettings);
+            assertSame(context.getBean(KubeflakeClient.class), hibernateSettings.get(KubeflakeIdGenerator.CLIENT_SETTING));
+        });
     }
 
     @Test

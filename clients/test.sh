@@ -7,10 +7,17 @@
 #                                       ${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar
 #   KUBEFLAKE_CONFORMANCE=full          the conformance suite's full mode (1,000,000 IDs)
 #
-# scripts/test.sh calls it with the binary its build just made. Needs python3 and go; the
-# Python test dependencies go into a virtualenv under ~/.cache/kubeflake (once).
+# scripts/test.sh calls it with the binary its build just made. Needs python3, go, java 17
+# with mvn, and node 20+ (checked first); each client's test dependencies go into
+# ~/.cache/kubeflake (Python's virtualenv, TypeScript) or Maven's ~/.m2, once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in python3 go java mvn node; do
+	command -v "$tool" >/dev/null || {
+		echo "clients/test.sh: $tool is not installed; the client libraries' tests need it" >&2
+		exit 2
+	}
+done
 say() { echo "clients/test.sh: [${SECONDS}s] $*" >&2; }
 
 sidecar=${1:-${KUBEFLAKE_SIDECAR_BIN:-}}

@@ -48,6 +48,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "clients/SPEC.md",
             "clients/conformance/README.md",
             "clients/python/README.md",
+            "clients/java/README.md",
+            "clients/node/README.md",
         ],
     ),
     (

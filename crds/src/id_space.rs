@@ -33,7 +33,7 @@ pub mod space;
 
 pub use identity::{IdentityError, MemberId, MemberName};
 pub use join::{JoinError, JoinRequest, Joined, SlotUse, join};
-pub use local::{HubCheck, LocalRecord, check_hub};
+pub use local::{CopyOfAnotherCluster, HubCheck, LocalRecord, check_cluster, check_hub};
 pub use records::RecordError;
 pub use registry::{BlockState, Claim, Grant, Member, MemberView, Registry, RegistryError};
 pub use space::{BlockIndex, Space, SpaceError, SpaceSequence};

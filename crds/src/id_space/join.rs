@@ -157,10 +157,7 @@ pub fn join(space: &Space, registry: &Registry, req: &JoinRequest) -> Result<Joi
             });
         }
         return Ok(Joined {
-            grants: registry
-                .view_of(&req.id)
-                .map(|v| v.grants)
-                .unwrap_or_default(),
+            grants: registry.grants_of(&req.id),
             registry: registry.clone(),
             already: true,
         });
@@ -183,37 +180,29 @@ pub fn join(space: &Space, registry: &Registry, req: &JoinRequest) -> Result<Joi
         },
     );
     let mut grants = Vec::new();
-    for (
-        block,
-        BlockUse {
-            held,
-            fence,
-            fence_slot,
-        },
-    ) in used
-    {
-        match registry.block(block) {
-            BlockState::Held(claim) => {
-                if let Some(slot) = held {
-                    return Err(JoinError::HeldSlotInOthersBlock {
-                        slot: slot.0,
-                        block: block.get(),
-                        owner: claim.owner.clone(),
-                    });
-                }
-                if fence >= req.now {
+    for (block, used) in used {
+        match (registry.block(block), used.held) {
+            (BlockState::Held(claim), Some(slot)) => {
+                return Err(JoinError::HeldSlotInOthersBlock {
+                    slot: slot.0,
+                    block: block.get(),
+                    owner: claim.owner.clone(),
+                });
+            }
+            (BlockState::Held(claim), None) => {
+                if used.fence >= req.now {
                     return Err(JoinError::FencedSlotInOthersBlock {
-                        slot: fence_slot.0,
+                        slot: used.fence_slot.0,
                         block: block.get(),
-                        fence: fence.0,
+                        fence: used.fence.0,
                         owner: claim.owner.clone(),
                     });
                 }
             }
-            BlockState::Free { term, floor } if held.is_some() => {
+            (BlockState::Free { term, floor }, Some(slot)) => {
                 if *floor >= req.now {
                     return Err(JoinError::HeldSlotBlockFenced {
-                        slot: held.map_or(0, |s| s.0),
+                        slot: slot.0,
                         block: block.get(),
                         floor: floor.0,
                         now: req.now.0,
@@ -223,17 +212,17 @@ pub fn join(space: &Space, registry: &Registry, req: &JoinRequest) -> Result<Joi
                     owner: req.id.clone(),
                     term: term + 1,
                     floor: *floor,
-                    bound: space.bound_from(req.now).max(fence),
+                    bound: space.bound_from(req.now).max(used.fence),
                 };
                 grants.push(grant_of(block, &claim));
                 next.blocks.insert(block, BlockState::Held(claim));
             }
-            BlockState::Free { term, floor } => {
+            (BlockState::Free { term, floor }, None) => {
                 next.blocks.insert(
                     block,
                     BlockState::Free {
                         term: *term,
-                        floor: (*floor).max(fence),
+                        floor: (*floor).max(used.fence),
                     },
                 );
             }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use super::identity::MemberId;
 use super::registry::{Grant, MemberView};
 use super::space::{BlockIndex, Space};
 use crate::layout::{DatacenterId, Slot, Tick};
@@ -161,4 +162,28 @@ pub fn check_hub(local: &LocalRecord, hub: &MemberView) -> HubCheck {
         };
     }
     HubCheck::Current
+}
+
+/// A copy of claims made by another cluster: the namespace was restored or copied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this sequence's membership of the ID space was made by cluster {copy_of}, not by this \
+     cluster ({this}): the namespace was restored or copied from it. No slot of the sequence \
+     is assigned here until this cluster joins the ID space itself (`kubectl kubeflake hub \
+     join`); the other cluster's blocks are never used here"
+)]
+pub struct CopyOfAnotherCluster {
+    pub copy_of: MemberId,
+    pub this: MemberId,
+}
+
+/// Checks a copy of claims found in this cluster was made by this cluster.
+pub fn check_cluster(copy_of: &MemberId, this: &MemberId) -> Result<(), CopyOfAnotherCluster> {
+    if copy_of == this {
+        return Ok(());
+    }
+    Err(CopyOfAnotherCluster {
+        copy_of: copy_of.clone(),
+        this: this.clone(),
+    })
 }

@@ -11,7 +11,7 @@ use super::identity::{IdentityError, MemberId, MemberName};
 use super::registry::{BlockState, Claim, Member, Registry};
 use super::space::{Space, SpaceError, SpaceSequence};
 use super::{BlockRecord, IdSpaceSpec, MemberRecord, RegistryRecord};
-use crate::layout::{LayoutError, Tick};
+use crate::layout::{DatacenterId, LayoutError, Tick};
 use crate::timebase::{EpochError, Timebase};
 
 /// Why an `IdSpace` cannot be used. Nothing is written to it.
@@ -77,12 +77,9 @@ impl IdSpaceSpec {
         let mut members = BTreeMap::new();
         for m in &record.members {
             let id = MemberId::new(&m.id)?;
-            let dc = number("datacenterId", m.datacenter_id, u64::from(u32::MAX))?;
-            let datacenter = space
-                .sequence()
-                .layout
-                .check_datacenter(dc)
-                .map_err(RecordError::Layout)?;
+            let max_dc = (1u64 << space.sequence().layout.datacenter_bits()) - 1;
+            let dc = number("datacenterId", m.datacenter_id, max_dc)?;
+            let datacenter = DatacenterId(dc as u32);
             let member = Member {
                 name: MemberName::new(&m.name)?,
                 datacenter,

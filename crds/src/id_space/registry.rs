@@ -160,24 +160,22 @@ impl Registry {
     /// What the registry grants `id`, for its cluster's copy.
     pub fn view_of(&self, id: &MemberId) -> Result<MemberView, RegistryError> {
         let member = self.known(id)?;
-        let grants = self
-            .blocks
-            .iter()
-            .filter_map(|(block, state)| match state {
-                BlockState::Held(claim) if claim.owner == *id => Some(Grant {
-                    block: *block,
-                    term: claim.term,
-                    floor: claim.floor,
-                    bound: claim.bound,
-                }),
-                _ => None,
-            })
-            .collect();
         Ok(MemberView {
             generation: member.generation,
             revision: self.revision,
-            grants,
+            grants: self.grants_of(id),
         })
+    }
+
+    /// The blocks `id` holds, as grants.
+    pub(super) fn grants_of(&self, id: &MemberId) -> Vec<Grant> {
+        self.blocks
+            .iter()
+            .filter_map(|(block, state)| match state {
+                BlockState::Held(claim) if claim.owner == *id => Some(grant_of(*block, claim)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Claims a free block for `id`, `now` by the member's clock. Free blocks whose floor
@@ -285,6 +283,32 @@ impl Registry {
             }
         }
         Ok(next)
+    }
+
+    /// After the registry was restored from a backup (members report
+    /// [`HubCheck::HubWentBack`](super::HubCheck)): claims made after the backup are missing
+    /// from it, so every block, listed or not, is freed with its floor at `now` (the
+    /// recovering person's tick) plus a tolerance, a renewal period and `skew` ticks for
+    /// clocks that run behind: no member can hold a bound beyond that. Members keep their
+    /// memberships and claim again; what they issue under their old grants stays below
+    /// every new floor.
+    pub fn recover_after_restore(&self, space: &Space, now: Tick, skew: u64) -> Registry {
+        let floor = space.bound_from(Tick(now.0.saturating_add(skew)));
+        let mut next = self.changed();
+        for block in space.blocks() {
+            let (term, old) = match self.block(block) {
+                BlockState::Free { term, floor } => (*term, *floor),
+                BlockState::Held(claim) => (claim.term, claim.floor.max(claim.bound)),
+            };
+            next.blocks.insert(
+                block,
+                BlockState::Free {
+                    term,
+                    floor: old.max(floor),
+                },
+            );
+        }
+        next
     }
 
     fn known(&self, id: &MemberId) -> Result<&Member, RegistryError> {

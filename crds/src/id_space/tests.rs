@@ -683,3 +683,48 @@ fn the_idspace_resource_has_a_schema_and_a_minimal_spec_takes_the_defaults() {
     assert_eq!(spec, default_spec());
     assert_eq!(spec.space().unwrap().block_count(), 16);
 }
+
+#[test]
+fn rule21_a_copy_restored_into_another_cluster_is_refused_until_that_cluster_joins() {
+    assert_eq!(check_cluster(&id(1), &id(1)), Ok(()));
+    let err = check_cluster(&id(1), &id(2)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("restored or copied") && text.contains("hub join"),
+        "{text}"
+    );
+}
+
+#[test]
+fn rule21_recovering_a_restored_hub_puts_every_floor_above_any_bound_a_member_can_hold() {
+    let s = space();
+    let backup = joined(&joined(&Registry::default(), 1, T0), 2, T0);
+    let (backup, early) = backup.claim(&s, &id(1), Tick(T0)).unwrap();
+    // After the backup: more claims and renewals, up to T1.
+    let t1 = T0 + 5_000_000;
+    let (live, _) = backup
+        .renew(&s, &id(1), early.block, early.term, Tick(t1))
+        .unwrap();
+    let (live, late) = live.claim(&s, &id(2), Tick(t1)).unwrap();
+    let highest = live
+        .view_of(&id(1))
+        .unwrap()
+        .grants
+        .into_iter()
+        .chain([late])
+        .map(|g| g.bound)
+        .max()
+        .unwrap();
+    // The hub is restored to the backup, which knows nothing of `late`, and recovered at T1.
+    let recovered = backup.recover_after_restore(&s, Tick(t1), 0);
+    assert!(recovered.revision() > backup.revision());
+    for block in s.blocks() {
+        assert!(
+            matches!(recovered.block(block), BlockState::Free { floor, .. } if *floor >= highest),
+            "block {} must start above {highest:?}: {:?}",
+            block.get(),
+            recovered.block(block)
+        );
+    }
+    assert!(recovered.member(&id(2)).is_some(), "memberships are kept");
+}

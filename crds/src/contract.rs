@@ -55,10 +55,28 @@ pub const DEFAULT_ORACLE_PORT: u16 = 7072;
 /// Name of the oracle port on the sidecar container.
 pub const ORACLE_PORT_NAME: &str = "strict-oracle";
 
+/// The audience of the token a strict sequence's sidecars show each other on the oracle
+/// port (docs/safety.md rule 16): a token for this audience is good for nothing else, and
+/// the API server's own tokens (audience: the API server) are refused on the port.
+pub const ORACLE_TOKEN_AUDIENCE: &str = "kubeflake.io/strict-oracle";
+/// The projected `serviceAccountToken` volume that carries it: the sidecar alone mounts it.
+pub const ORACLE_TOKEN_VOLUME: &str = "kubeflake-oracle-token";
+/// Where the sidecar mounts that volume (read-only).
+pub const ORACLE_TOKEN_DIR: &str = "/var/run/secrets/kubeflake.io/strict-oracle";
+/// The token file's name in [`ORACLE_TOKEN_DIR`].
+pub const ORACLE_TOKEN_FILE_NAME: &str = "token";
+/// The token file's path in the sidecar container: the default of [`ORACLE_TOKEN_FILE_ENV`].
+pub const ORACLE_TOKEN_PATH: &str = "/var/run/secrets/kubeflake.io/strict-oracle/token";
+/// How long a projected oracle token lives; the kubelet renews it at 80% of that.
+pub const ORACLE_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+/// Sidecar environment (not injected: its default is [`ORACLE_TOKEN_PATH`]): the file the
+/// sidecar reads its oracle token from, each time it opens or answers a connection.
+pub const ORACLE_TOKEN_FILE_ENV: &str = "KUBEFLAKE_ORACLE_TOKEN_FILE";
+
 /// Every environment variable the sidecar's cluster mode reads, the legacy name
 /// included: a webhook of any release may inject only these (the sidecar's tests check
 /// this list against its command line, and every released webhook's env against it).
-pub const SIDECAR_ENV_NAMES: [&str; 12] = [
+pub const SIDECAR_ENV_NAMES: [&str; 13] = [
     SEQUENCE_ENV,
     LISTEN_ENV,
     LISTEN_UNIX_ENV,
@@ -71,6 +89,7 @@ pub const SIDECAR_ENV_NAMES: [&str; 12] = [
     POD_UID_ENV,
     POD_IP_ENV,
     ORACLE_PORT_ENV,
+    ORACLE_TOKEN_FILE_ENV,
 ];
 
 /// The downward-API field each pod-identity variable is filled from.
@@ -171,6 +190,16 @@ mod tests {
         assert_eq!(sidecar_url(DEFAULT_PORT), "http://127.0.0.1:7070");
         assert_eq!(listen_addr(DEFAULT_PORT), "127.0.0.1:7070");
         assert!(sidecar_url(8080).ends_with(&listen_addr(8080)));
+    }
+
+    #[test]
+    fn the_oracle_token_path_is_its_file_in_its_own_directory() {
+        assert_eq!(
+            ORACLE_TOKEN_PATH,
+            format!("{ORACLE_TOKEN_DIR}/{ORACLE_TOKEN_FILE_NAME}")
+        );
+        assert_ne!(ORACLE_TOKEN_DIR, STATE_DIR);
+        assert_ne!(ORACLE_TOKEN_DIR, SOCKET_DIR);
     }
 
     #[test]

@@ -33,6 +33,8 @@
 //! - [`metrics`]: Prometheus metrics. Alerts on them: `charts/kubeflake/files/alerts.yaml`
 //!   (the only list; `docs/alerts.md` "Adding an alert" says what else a new one touches).
 //! - [`segment`]: segment mode: dense counter values claimed in blocks.
+//! - [`peer_token`]: the tokens a strict sequence's sidecars show each other on the
+//!   oracle port, checked against the API server's keys (rule 16).
 //! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
 //!   writes to the API server (`cluster::holder`, `segment::lease`).
 //! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
@@ -48,6 +50,7 @@ pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod peer_token;
 pub mod phase;
 pub mod renewer;
 pub mod segment;

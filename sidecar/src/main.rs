@@ -145,6 +145,11 @@ struct ClusterArgs {
     /// The port of the strict oracle's forwarding listener on --pod-ip.
     #[arg(long, default_value_t = contract::DEFAULT_ORACLE_PORT, env = contract::ORACLE_PORT_ENV)]
     oracle_port: u16,
+    /// The file holding this pod's token for the strict oracle's audience (the webhook
+    /// mounts a projected service-account token there), read each time it is shown to
+    /// another sidecar of the sequence.
+    #[arg(long, default_value = contract::ORACLE_TOKEN_PATH, env = contract::ORACLE_TOKEN_FILE_ENV)]
+    oracle_token_file: PathBuf,
     /// Threads of the async runtime. One by default: a sidecar's work is many tiny
     /// requests, and on a busy node waking a second thread costs more than the work it
     /// takes over (docs/benchmarks.md section 8); under the chart's default CPU limit
@@ -333,6 +338,7 @@ fn cluster_config(args: ClusterArgs) -> ClusterConfig {
         max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
         drain: Duration::from_secs(args.drain_timeout_secs),
         oracle_listen: args.pod_ip.map(|ip| SocketAddr::new(ip, args.oracle_port)),
+        oracle_token_file: args.oracle_token_file,
         unsafe_take_over_without_waiting: args.unsafe_take_over_without_waiting,
     }
 }
@@ -356,6 +362,7 @@ fn config_json(config: &ClusterConfig, log_format: LogFormat) -> serde_json::Val
         "max_clock_skew_ms": config.max_clock_skew.as_millis() as u64,
         "drain_timeout_secs": config.drain.as_secs(),
         "oracle_listen": config.oracle_listen.map(|a| a.to_string()),
+        "oracle_token_file": path(&config.oracle_token_file),
         "log_format": log_format
             .to_possible_value()
             .map(|v| v.get_name().to_string()),

@@ -61,6 +61,10 @@ pub struct SegmentMetrics {
     pub strict_lease_watched: IntGauge,
     /// Reads of the oracle Lease (while the watch does not know it, and after a conflict).
     pub strict_lease_reads: IntCounter,
+    /// Peers refused on the oracle port, by side (`forwarder`: this oracle refused a
+    /// forwarder; `oracle`: this forwarder did not believe an oracle) and reason
+    /// (`peer_token::TokenError::reason`, or `not_claimant`, `not_holder`, `no_welcome`).
+    pub strict_peer_refusals: IntCounterVec,
 }
 
 impl SegmentMetrics {
@@ -136,6 +140,13 @@ impl SegmentMetrics {
             strict_lease_reads: r.counter(
                 "kubeflake_strict_oracle_lease_reads_total",
                 "Reads of the strict oracle Lease by this sidecar: at start, while its watch does not know the Lease, after a write conflict.",
+            ),
+            strict_peer_refusals: r.counter_vec(
+                "kubeflake_strict_peer_refusals_total",
+                "Peers refused on the strict oracle port: side=forwarder, a forwarder this oracle \
+                 refused; side=oracle, an oracle this forwarder did not believe; by reason (no_token, \
+                 audience, signature, expired, not_claimant, not_holder, ...).",
+                &["side", "reason"],
             ),
         }
     }

@@ -26,6 +26,13 @@ const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[
     ),
     (
         "0.1.0",
+        "oracle_token_file",
+        "new in 0.3 (issue 54), not a change: pods injected before carry no projected oracle token, \
+         so this setting resolves to its default path, which is absent there; such a sidecar is \
+         not listed as a strict claimant anyway (its 0.1.0 sidecar has no oracle)",
+    ),
+    (
+        "0.1.0",
         "runtime_threads",
         "new in 0.3 (issue 24): one runtime thread unless --runtime-threads says more; 0.1.0 \
          started one per CPU it was allowed (one under the chart's default 200m limit)",

@@ -8,22 +8,30 @@
 //!
 //! | frame | sent by | bytes |
 //! |---|---|---|
-//! | hello, once per connection | forwarder | `"KFSO"`, version `u8`, name length `u8`, the sequence's name |
+//! | hello, once per connection | forwarder | `"KFSO"`, version `u8` (2), name length `u8`, the sequence's name, token length `u16`, the forwarder's token |
+//! | welcome, once, answering a valid hello | oracle | tag `2`, token length `u16`, the oracle's token |
 //! | request | forwarder | count `u64`, min `u64` |
 //! | reply: values | oracle | tag `0`, start `u64`, end `u64`, term `i32` |
 //! | reply: refused | oracle | tag `1`, status `u16` (HTTP's numbers), message length `u16`, message (UTF-8) |
 //!
 //! One request in flight per connection: a forwarder writes its next request only after
 //! it read the reply to the previous one, so replies need no identifier. The oracle answers
-//! a bad hello (magic, version, another sequence's name) with one refusal and closes the
-//! connection. Sidecars of two releases may talk to each other during an upgrade, so a
-//! change here is a new [`VERSION`], and an oracle keeps answering the versions older
-//! sidecars speak.
+//! a bad hello (magic, version, another sequence's name, a token it does not accept) with
+//! one refusal and closes the connection; it answers a good one with its welcome, before
+//! the reply to the first request. A forwarder uses no reply before it has checked the
+//! welcome's token.
+//!
+//! **Tokens** (version 2, the first released with the oracle: version 1 never left main):
+//! each side shows a bound service-account token of its pod for the audience
+//! [`ORACLE_TOKEN_AUDIENCE`](crate::contract::ORACLE_TOKEN_AUDIENCE), at most
+//! [`MAX_TOKEN_LEN`] bytes; there is no mode without one. Sidecars of two releases may talk
+//! to each other during an upgrade, so a change here is a new [`VERSION`], and an oracle
+//! keeps answering the versions older sidecars speak.
 
 /// The first bytes of every connection.
 pub const MAGIC: [u8; 4] = *b"KFSO";
 /// The wire format's version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// The hello's fixed part: magic, version, name length.
 pub const HELLO_HEAD_LEN: usize = 6;
 /// A request's length.
@@ -34,11 +42,16 @@ pub const VALUES_LEN: usize = 20;
 pub const REFUSAL_HEAD_LEN: usize = 4;
 /// The longest refusal message sent (longer ones are cut).
 pub const MAX_MESSAGE_LEN: usize = 1024;
+/// The longest token a hello or a welcome may carry (a service-account JWT is 1-2 KiB).
+pub const MAX_TOKEN_LEN: usize = 8 * 1024;
+/// A token's length field.
+pub const TOKEN_LEN_LEN: usize = 2;
 /// The most values one forwarded request may ask for.
 pub const MAX_FORWARD_COUNT: u64 = 1 << 20;
 
 const TAG_VALUES: u8 = 0;
 const TAG_REFUSED: u8 = 1;
+const TAG_WELCOME: u8 = 2;
 
 /// Why bytes read are not a frame of this format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,16 +68,31 @@ pub enum WireError {
     NameTooLong { len: usize },
     #[error("the sequence name in the hello is not UTF-8")]
     NameNotUtf8,
-    #[error("reply tag {0} is neither values (0) nor refused (1)")]
+    #[error("reply tag {0} is neither values (0), refused (1) nor welcome (2)")]
     UnknownReplyTag(u8),
+    #[error("a token of {len} bytes is longer than {MAX_TOKEN_LEN}: not a service-account token")]
+    TokenTooLong { len: usize },
+    #[error("the token is not UTF-8: not a service-account token")]
+    TokenNotUtf8,
     #[error("a refusal message of {len} bytes is longer than {MAX_MESSAGE_LEN}")]
     MessageTooLong { len: usize },
 }
 
-/// The first frame of a connection: who is asking, for which sequence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The first frame of a connection: who is asking (its pod's token), for which sequence.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Hello {
     pub sequence: String,
+    /// The forwarder's bound service-account token (never logged: see `Debug`).
+    pub token: String,
+}
+
+impl std::fmt::Debug for Hello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hello")
+            .field("sequence", &self.sequence)
+            .field("token", &format_args!("<{} bytes>", self.token.len()))
+            .finish()
+    }
 }
 
 impl Hello {
@@ -72,11 +100,15 @@ impl Hello {
         let name = self.sequence.as_bytes();
         let len =
             u8::try_from(name.len()).map_err(|_| WireError::NameTooLong { len: name.len() })?;
-        let mut out = Vec::with_capacity(HELLO_HEAD_LEN + name.len());
+        let token = token_len(&self.token)?;
+        let mut out =
+            Vec::with_capacity(HELLO_HEAD_LEN + name.len() + TOKEN_LEN_LEN + self.token.len());
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);
         out.push(len);
         out.extend_from_slice(name);
+        out.extend_from_slice(&token);
+        out.extend_from_slice(self.token.as_bytes());
         Ok(out)
     }
 
@@ -91,12 +123,77 @@ impl Hello {
         Ok(usize::from(head[5]))
     }
 
-    pub fn from_name(name: &[u8]) -> Result<Hello, WireError> {
+    /// How many token bytes follow the name (the two bytes after it).
+    pub fn token_len(bytes: &[u8; TOKEN_LEN_LEN]) -> Result<usize, WireError> {
+        read_token_len(bytes)
+    }
+
+    pub fn from_parts(name: &[u8], token: &[u8]) -> Result<Hello, WireError> {
         let sequence = std::str::from_utf8(name).map_err(|_| WireError::NameNotUtf8)?;
         Ok(Hello {
             sequence: sequence.to_string(),
+            token: token_text(token)?,
         })
     }
+}
+
+/// The oracle's answer to a valid hello, before any reply: its own pod's token, which the
+/// forwarder checks before it uses a reply.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Welcome {
+    pub token: String,
+}
+
+impl std::fmt::Debug for Welcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Welcome {{ token: <{} bytes> }}", self.token.len())
+    }
+}
+
+impl Welcome {
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let len = token_len(&self.token)?;
+        let mut out = Vec::with_capacity(1 + TOKEN_LEN_LEN + self.token.len());
+        out.push(TAG_WELCOME);
+        out.extend_from_slice(&len);
+        out.extend_from_slice(self.token.as_bytes());
+        Ok(out)
+    }
+
+    /// How many token bytes follow the welcome's tag (the two bytes after it).
+    pub fn token_len(bytes: &[u8; TOKEN_LEN_LEN]) -> Result<usize, WireError> {
+        read_token_len(bytes)
+    }
+
+    pub fn from_token(token: &[u8]) -> Result<Welcome, WireError> {
+        Ok(Welcome {
+            token: token_text(token)?,
+        })
+    }
+}
+
+/// A token's length field, or why it cannot be sent.
+fn token_len(token: &str) -> Result<[u8; TOKEN_LEN_LEN], WireError> {
+    let len = token.len();
+    if len > MAX_TOKEN_LEN {
+        return Err(WireError::TokenTooLong { len });
+    }
+    // At most MAX_TOKEN_LEN, which fits a u16.
+    Ok((len as u16).to_be_bytes())
+}
+
+fn read_token_len(bytes: &[u8; TOKEN_LEN_LEN]) -> Result<usize, WireError> {
+    let len = usize::from(u16::from_be_bytes(*bytes));
+    if len > MAX_TOKEN_LEN {
+        return Err(WireError::TokenTooLong { len });
+    }
+    Ok(len)
+}
+
+fn token_text(token: &[u8]) -> Result<String, WireError> {
+    std::str::from_utf8(token)
+        .map(str::to_string)
+        .map_err(|_| WireError::TokenNotUtf8)
 }
 
 /// A forwarded group of strict requests: `count` consecutive values, each at least `min`.
@@ -160,6 +257,9 @@ pub enum ReplyKind {
     Values,
     /// [`REFUSAL_HEAD_LEN`] bytes ([`Reply::refusal_head`]), then the message.
     Refused,
+    /// [`TOKEN_LEN_LEN`] bytes ([`Welcome::token_len`]), then the token: the oracle's
+    /// first frame on a connection, never a reply to a request.
+    Welcome,
 }
 
 impl Reply {
@@ -194,6 +294,7 @@ impl Reply {
         match tag {
             TAG_VALUES => Ok(ReplyKind::Values),
             TAG_REFUSED => Ok(ReplyKind::Refused),
+            TAG_WELCOME => Ok(ReplyKind::Welcome),
             other => Err(WireError::UnknownReplyTag(other)),
         }
     }
@@ -216,83 +317,4 @@ fn take<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn split<const N: usize>(bytes: &[u8]) -> ([u8; N], &[u8]) {
-        (take(bytes, 0), &bytes[N..])
-    }
-
-    #[test]
-    fn a_hello_names_the_sequence_after_magic_and_version() {
-        let bytes = Hello {
-            sequence: "orders".into(),
-        }
-        .encode()
-        .unwrap();
-        assert_eq!(&bytes[..4], b"KFSO");
-        let (head, name) = split::<HELLO_HEAD_LEN>(&bytes);
-        assert_eq!(Hello::name_len(&head), Ok(6));
-        assert_eq!(Hello::from_name(name).unwrap().sequence, "orders");
-    }
-
-    #[test]
-    fn a_hello_of_another_protocol_or_version_is_refused_naming_what_is_wrong() {
-        assert_eq!(Hello::name_len(b"GET / "), Err(WireError::BadMagic));
-        let mut newer = *b"KFSO\x02\x01";
-        assert_eq!(
-            Hello::name_len(&newer),
-            Err(WireError::UnsupportedVersion { found: 2 })
-        );
-        newer[4] = VERSION;
-        assert_eq!(Hello::name_len(&newer), Ok(1));
-        let long = Hello {
-            sequence: "x".repeat(256),
-        };
-        assert_eq!(long.encode(), Err(WireError::NameTooLong { len: 256 }));
-        assert_eq!(Hello::from_name(&[0xff]), Err(WireError::NameNotUtf8));
-    }
-
-    #[test]
-    fn requests_and_values_round_trip_at_their_extremes() {
-        for request in [
-            ForwardRequest { count: 1, min: 0 },
-            ForwardRequest {
-                count: MAX_FORWARD_COUNT,
-                min: u64::MAX,
-            },
-        ] {
-            assert_eq!(ForwardRequest::decode(&request.encode()), request);
-        }
-        let values = ForwardReply {
-            start: 1 << 62,
-            end: u64::MAX,
-            term: i32::MAX,
-        };
-        let bytes = Reply::Values(values).encode();
-        assert_eq!(bytes.len(), 1 + VALUES_LEN);
-        assert_eq!(Reply::kind(bytes[0]), Ok(ReplyKind::Values));
-        assert_eq!(ForwardReply::decode(&take(&bytes, 1)), values);
-    }
-
-    #[test]
-    fn a_refusal_carries_its_status_and_a_message_cut_at_a_character_boundary() {
-        let bytes = Reply::Refused {
-            status: 503,
-            message: "é".repeat(600),
-        }
-        .encode();
-        assert_eq!(Reply::kind(bytes[0]), Ok(ReplyKind::Refused));
-        let (status, len) = Reply::refusal_head(&take(&bytes, 1)).unwrap();
-        assert_eq!(status, 503);
-        assert_eq!(len, MAX_MESSAGE_LEN);
-        let text = &bytes[1 + REFUSAL_HEAD_LEN..];
-        assert_eq!(text.len(), len);
-        assert!(std::str::from_utf8(text).is_ok());
-        assert_eq!(Reply::kind(7), Err(WireError::UnknownReplyTag(7)));
-        assert_eq!(
-            Reply::refusal_head(&[1, 244, 0xff, 0xff]),
-            Err(WireError::MessageTooLong { len: 65535 })
-        );
-    }
-}
+mod tests;

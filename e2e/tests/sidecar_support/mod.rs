@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kubeflake_crds::contract::{ORACLE_TOKEN_AUDIENCE, ORACLE_TOKEN_FILE_ENV};
 use kubeflake_crds::{Id, Layout};
 use kubeflake_e2e::Cluster;
 use kubeflake_e2e::process::{Process, ProcessSpec};
@@ -88,6 +89,29 @@ impl Sidecar {
         let bin = workspace_binary("kubeflake-sidecar");
         // Environment of this process only, set through /usr/bin/env.
         let mut env: Vec<OsString> = Vec::new();
+        // The pod's token for a strict sequence's oracle port, as the kubelet would project
+        // it (TokenRequest bound to the pod, the oracle's audience); a variable rather than
+        // a flag, so that sidecars of releases without the oracle ignore it.
+        let token_file = cluster.dir().join(format!("oracle-token-{ns}-{name}"));
+        match oracle_token(cluster, ns, pod) {
+            Ok(token) => {
+                std::fs::write(&token_file, token)?;
+                let mut assignment = OsString::from(format!("{ORACLE_TOKEN_FILE_ENV}="));
+                assignment.push(&token_file);
+                env.push(assignment);
+            }
+            // A pod already gone (a restart after a forced delete): its sidecar keeps the
+            // file written at its first start, if any.
+            Err(e) if token_file.exists() => {
+                eprintln!("sidecar {name}: no new oracle token ({e:#}); keeping the old file");
+                let mut assignment = OsString::from(format!("{ORACLE_TOKEN_FILE_ENV}="));
+                assignment.push(&token_file);
+                env.push(assignment);
+            }
+            Err(e) => eprintln!(
+                "sidecar {name}: no oracle token ({e:#}); it cannot take part in a strict sequence"
+            ),
+        }
         if let Some(path) = kubeconfig {
             let mut assignment = OsString::from("KUBECONFIG=");
             assignment.push(path);
@@ -237,6 +261,33 @@ impl Sidecar {
             .map(|(status, _)| status == 200)
             .unwrap_or(false)
     }
+}
+
+/// A token bound to `pod` for the strict oracle's audience, from the API server's
+/// TokenRequest (`kubectl create token`), as the projected volume the webhook injects
+/// would hold it.
+pub fn oracle_token(cluster: &Cluster, ns: &str, pod: &Pod) -> Result<String> {
+    let account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let name = pod.name_any();
+    let uid = pod.uid().context("a created pod has a UID")?;
+    let out = std::process::Command::new(cluster.kubectl_path())
+        .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
+        .args(["create", "token", &account, "-n", ns, "--duration=1h"])
+        .args(["--audience", ORACLE_TOKEN_AUDIENCE])
+        .args(["--bound-object-kind", "Pod", "--bound-object-name", &name])
+        .args(["--bound-object-uid", &uid])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl create token for pod {name}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
 pub fn get(port: u16, target: &str) -> std::io::Result<(u16, String)> {

@@ -2,17 +2,20 @@
 //! (`kubeflake_crds::strict_oracle::wire`), read the way both ends read it.
 //!
 //! The input is a byte stream. Its first byte, modulo 3, says who reads or writes it:
-//! - 0: the oracle, reading a forwarder's connection (a hello, its name, then requests);
-//! - 1: a forwarder, reading the oracle's replies (a tag, then values or a refusal);
-//! - 2: the writers: a hello naming, and a refusal saying, the rest as text.
+//! - 0: the oracle, reading a forwarder's connection (a hello, its name and token, then
+//!   requests);
+//! - 1: a forwarder, reading the oracle's frames (a tag, then a welcome's token, values or
+//!   a refusal);
+//! - 2: the writers: a hello naming and carrying, a welcome carrying, and a refusal
+//!   saying, the rest as text.
 //!
 //! No input may panic, and every frame read back is the frame written: encoding what was
 //! decoded gives the bytes read, and decoding what was encoded gives the value.
 #![no_main]
 
 use kubeflake_crds::strict_oracle::wire::{
-    ForwardReply, ForwardRequest, HELLO_HEAD_LEN, Hello, MAX_MESSAGE_LEN, REFUSAL_HEAD_LEN,
-    REQUEST_LEN, Reply, ReplyKind, VALUES_LEN,
+    ForwardReply, ForwardRequest, HELLO_HEAD_LEN, Hello, MAX_MESSAGE_LEN, MAX_TOKEN_LEN,
+    REFUSAL_HEAD_LEN, REQUEST_LEN, Reply, ReplyKind, TOKEN_LEN_LEN, VALUES_LEN, Welcome,
 };
 use kubeflake_fuzz::Stream;
 use libfuzzer_sys::fuzz_target;
@@ -36,8 +39,15 @@ fn written_and_read(data: &[u8]) {
         _ => return,
     };
     let text = String::from_utf8_lossy(text);
+    // The name is the text's first 300 bytes at most (cut at a character), the token all
+    // of it.
+    let mut cut = text.len().min(300);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
     let hello = Hello {
-        sequence: text.to_string(),
+        sequence: text[..cut].to_string(),
+        token: text.to_string(),
     };
     match hello.encode() {
         Ok(bytes) => {
@@ -45,10 +55,33 @@ fn written_and_read(data: &[u8]) {
             let head = stream.array::<HELLO_HEAD_LEN>().expect("a hello's head");
             let len = Hello::name_len(&head).expect("a hello written is read");
             let name = stream.bytes(len).expect("the name written");
-            assert!(stream.is_empty(), "bytes after the name");
-            assert_eq!(Hello::from_name(name), Ok(hello));
+            let token_len = stream.array::<TOKEN_LEN_LEN>().expect("the token's length");
+            let token_len = Hello::token_len(&token_len).expect("a token written is read");
+            let token = stream.bytes(token_len).expect("the token written");
+            assert!(stream.is_empty(), "bytes after the token");
+            assert_eq!(Hello::from_parts(name, token), Ok(hello));
         }
-        Err(_) => assert!(text.len() > 255, "a name of {} bytes refused", text.len()),
+        Err(_) => assert!(
+            cut > 255 || text.len() > MAX_TOKEN_LEN,
+            "a name of {cut} bytes and a token of {} refused",
+            text.len()
+        ),
+    }
+    let welcome = Welcome {
+        token: text.to_string(),
+    };
+    match welcome.encode() {
+        Ok(bytes) => {
+            let mut stream = Stream::new(&bytes);
+            let tag = stream.byte().expect("a tag");
+            assert_eq!(Reply::kind(tag), Ok(ReplyKind::Welcome));
+            let len = stream.array::<TOKEN_LEN_LEN>().expect("the token's length");
+            let len = Welcome::token_len(&len).expect("a token written is read");
+            let token = stream.bytes(len).expect("the token written");
+            assert!(stream.is_empty(), "bytes after the token");
+            assert_eq!(Welcome::from_token(token), Ok(welcome));
+        }
+        Err(_) => assert!(text.len() > MAX_TOKEN_LEN, "a token of {} bytes refused", text.len()),
     }
     let bytes = Reply::Refused {
         status,
@@ -90,12 +123,30 @@ fn oracle_reads(stream: &mut Stream<'_>) {
     let Some(name) = stream.bytes(len) else {
         return;
     };
-    let Ok(hello) = Hello::from_name(name) else {
-        assert!(std::str::from_utf8(name).is_err(), "a UTF-8 name refused");
+    let Some(token_len) = stream.array::<TOKEN_LEN_LEN>() else {
+        return;
+    };
+    let Ok(len) = Hello::token_len(&token_len) else {
+        assert!(
+            usize::from(u16::from_be_bytes(token_len)) > MAX_TOKEN_LEN,
+            "a token length up to 8 KiB refused"
+        );
+        return;
+    };
+    let Some(token) = stream.bytes(len) else {
+        return;
+    };
+    let Ok(hello) = Hello::from_parts(name, token) else {
+        assert!(
+            std::str::from_utf8(name).is_err() || std::str::from_utf8(token).is_err(),
+            "a UTF-8 name and token refused"
+        );
         return;
     };
     let mut sent = head.to_vec();
     sent.extend_from_slice(name);
+    sent.extend_from_slice(&token_len);
+    sent.extend_from_slice(token);
     assert_eq!(
         hello.encode().as_deref(),
         Ok(sent.as_slice()),
@@ -113,8 +164,26 @@ fn forwarder_reads(stream: &mut Stream<'_>) {
     while let Some(tag) = stream.byte() {
         match Reply::kind(tag) {
             Err(_) => {
-                assert!(tag > 1, "tag {tag} refused");
+                assert!(tag > 2, "tag {tag} refused");
                 return;
+            }
+            Ok(ReplyKind::Welcome) => {
+                let Some(len_bytes) = stream.array::<TOKEN_LEN_LEN>() else {
+                    return;
+                };
+                let Ok(len) = Welcome::token_len(&len_bytes) else {
+                    return;
+                };
+                assert!(len <= MAX_TOKEN_LEN, "a token of {len} bytes accepted");
+                let Some(token) = stream.bytes(len) else {
+                    return;
+                };
+                if let Ok(welcome) = Welcome::from_token(token) {
+                    let mut sent = vec![tag];
+                    sent.extend_from_slice(&len_bytes);
+                    sent.extend_from_slice(token);
+                    assert_eq!(welcome.encode().as_deref(), Ok(sent.as_slice()), "welcome re-encoded");
+                }
             }
             Ok(ReplyKind::Values) => {
                 let Some(bytes) = stream.array::<VALUES_LEN>() else {

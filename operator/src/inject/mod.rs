@@ -266,7 +266,8 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
 
     // Two emptyDirs: the state volume (the fence) only the sidecar mounts; the socket
     // volume the sidecar and every app container mount. An app must not be able to touch
-    // the fence (docs/safety.md rule 6).
+    // the fence (docs/safety.md rule 6). And the projected oracle token, which only the
+    // sidecar mounts: with it an app could pass for its pod on the oracle port (rule 16).
     let mut has_volumes = spec.is_some_and(|s| s.volumes.is_some());
     for (what, name) in [
         ("state volume", STATE_VOLUME),
@@ -283,6 +284,11 @@ fn patch(pod: &Pod, sequence: &str, template: &SidecarTemplate) -> Result<Value,
         add_to(&mut ops, has_volumes, "/spec/volumes", "-", volume);
         has_volumes = true;
     }
+    let token = patch_value(
+        "oracle token volume",
+        serde_json::to_value(oracle_token::volume()),
+    )?;
+    add_to(&mut ops, has_volumes, "/spec/volumes", "-", token);
 
     if let Some(spec) = spec {
         // The sidecar was just put in front of the init containers: theirs are one further.
@@ -549,6 +555,12 @@ fn sidecar(
                     mount_path: SOCKET_DIR.into(),
                     ..Default::default()
                 },
+                VolumeMount {
+                    name: contract::ORACLE_TOKEN_VOLUME.into(),
+                    mount_path: contract::ORACLE_TOKEN_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
             ]
             .into_iter()
             .chain(token_volume.map(|name| VolumeMount {
@@ -563,5 +575,6 @@ fn sidecar(
     }
 }
 
+mod oracle_token;
 #[cfg(test)]
 mod tests;

@@ -214,7 +214,15 @@ fn existing_init_containers_volumes_and_annotations_are_kept_and_the_sidecar_goe
         .iter()
         .map(|v| v.name.clone())
         .collect();
-    assert_eq!(volumes, ["data", STATE_VOLUME, SOCKET_VOLUME]);
+    assert_eq!(
+        volumes,
+        [
+            "data",
+            STATE_VOLUME,
+            SOCKET_VOLUME,
+            contract::ORACLE_TOKEN_VOLUME
+        ]
+    );
     let annotations = patched.metadata.annotations.expect("annotations");
     assert_eq!(annotations.get("team").map(String::as_str), Some("orders"));
     assert!(annotations.contains_key(INJECTED_ANNOTATION));
@@ -275,7 +283,12 @@ fn apps_get_the_socket_volume_and_kubeflake_socket_but_never_the_state_volume() 
         sidecar_mounts,
         [
             (STATE_VOLUME, STATE_DIR, None),
-            (SOCKET_VOLUME, SOCKET_DIR, None)
+            (SOCKET_VOLUME, SOCKET_DIR, None),
+            (
+                contract::ORACLE_TOKEN_VOLUME,
+                contract::ORACLE_TOKEN_DIR,
+                Some(true)
+            ),
         ]
     );
     assert!(!spec.containers.is_empty());
@@ -299,6 +312,85 @@ fn apps_get_the_socket_volume_and_kubeflake_socket_but_never_the_state_volume() 
         assert!(
             !mounts.iter().any(|m| m.name == STATE_VOLUME),
             "{}: an app container must not mount the fence's volume",
+            c.name
+        );
+    }
+}
+
+/// Issue 54 (docs/safety.md rule 16): the sidecar, and only the sidecar, gets a projected
+/// token bound to the pod for the oracle's own audience, an hour long, read-only at the
+/// path the sidecar reads by default. An app container with it could pass for its pod on
+/// the oracle port.
+#[test]
+fn rule16_the_sidecar_alone_mounts_a_projected_token_for_the_oracles_audience() {
+    let mut original = labelled();
+    original["spec"]["initContainers"] = json!([{"name": "migrate", "image": "m"}]);
+    let patched = pod(apply(
+        &original,
+        &decide(&pod(original.clone()), &template()),
+    ));
+    let spec = patched.spec.expect("spec");
+    let volume = spec
+        .volumes
+        .as_deref()
+        .expect("volumes")
+        .iter()
+        .find(|v| v.name == contract::ORACLE_TOKEN_VOLUME)
+        .expect("the oracle token volume")
+        .clone();
+    let sources = volume
+        .projected
+        .expect("projected")
+        .sources
+        .expect("sources");
+    assert_eq!(sources.len(), 1);
+    let token = sources[0]
+        .service_account_token
+        .as_ref()
+        .expect("a service account token");
+    assert_eq!(
+        token.audience.as_deref(),
+        Some(contract::ORACLE_TOKEN_AUDIENCE)
+    );
+    assert_eq!(token.expiration_seconds, Some(3600));
+    assert_eq!(
+        format!("{}/{}", contract::ORACLE_TOKEN_DIR, token.path),
+        contract::ORACLE_TOKEN_PATH,
+        "mounted where the sidecar reads it by default"
+    );
+    let init = spec.init_containers.as_deref().expect("init");
+    let sidecar = &init[0];
+    assert_eq!(sidecar.name, SIDECAR_NAME);
+    let mount = sidecar
+        .volume_mounts
+        .as_deref()
+        .expect("mounts")
+        .iter()
+        .find(|m| m.name == contract::ORACLE_TOKEN_VOLUME)
+        .expect("the sidecar mounts it");
+    assert_eq!(mount.mount_path, contract::ORACLE_TOKEN_DIR);
+    assert_eq!(mount.read_only, Some(true));
+    let apps = init[1..].iter().chain(&spec.containers);
+    for c in apps {
+        let mounts = c.volume_mounts.as_deref().unwrap_or_default();
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.name == contract::ORACLE_TOKEN_VOLUME
+                    || m.mount_path.starts_with(contract::ORACLE_TOKEN_DIR)),
+            "{}: an app container must not mount the oracle token: {mounts:?}",
+            c.name
+        );
+    }
+    // A container added later (the webhook called again) gets no token either.
+    let again = injected_then_added(json!({"name": "late", "image": "l"}));
+    for c in pod(again).spec.expect("spec").containers {
+        let mounts = c.volume_mounts.as_deref().unwrap_or_default();
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.name == contract::ORACLE_TOKEN_VOLUME),
+            "{}: {mounts:?}",
             c.name
         );
     }
@@ -681,6 +773,7 @@ fn without_a_token_volume_the_sidecar_gets_no_token_mount_from_the_webhook() {
             .volume_mounts
             .unwrap_or_default()
             .iter()
+            .filter(|m| m.name != contract::ORACLE_TOKEN_VOLUME)
             .all(|m| !m.mount_path.starts_with("/var/run/secrets")),
     );
 }

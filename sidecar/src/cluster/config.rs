@@ -33,6 +33,26 @@ pub struct ClusterConfig {
     /// Where a strict sequence's oracle takes forwarded requests (the pod IP and the
     /// oracle port); `None`: this sidecar only forwards.
     pub oracle_listen: Option<SocketAddr>,
+    /// This pod's token for the strict oracle's audience (a projected volume the webhook
+    /// injects), shown to the sequence's other sidecars (docs/safety.md rule 16).
+    pub oracle_token_file: PathBuf,
     /// Test only: the broken variant of the strict oracle (no wait before a take-over).
     pub unsafe_take_over_without_waiting: bool,
+}
+
+impl ClusterConfig {
+    /// What this sidecar shows and checks on a strict sequence's oracle port: its token
+    /// from `oracle_token_file`, its peers' checked with the API server's keys.
+    pub fn peer_auth(
+        &self,
+        client: &kube::Client,
+        metrics: &crate::metrics::SegmentMetrics,
+    ) -> std::sync::Arc<crate::peer_token::PeerAuth> {
+        crate::peer_token::PeerAuth::in_cluster(
+            client,
+            &self.oracle_token_file,
+            &self.pod.namespace,
+            metrics,
+        )
+    }
 }

@@ -326,6 +326,7 @@ impl Ctx {
                         state_dir: Some(self.config.state_dir.clone()),
                     },
                     self.metrics.segment.clone(),
+                    self.config.peer_auth(&self.client, &self.metrics.segment),
                 )
                 .await,
             )

@@ -174,6 +174,7 @@ fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Ar
             max_clock_skew: Duration::from_secs(10),
             drain: Duration::from_millis(100),
             oracle_listen: None,
+            oracle_token_file: "/nonexistent/token".into(),
             unsafe_take_over_without_waiting: false,
         },
         clock,

@@ -7,22 +7,31 @@
 //! A forwarder believes an answer only as far as it can check it (docs/safety.md rule 16):
 //! it must come from the term of the oracle Lease the forwarder follows (the reply's term,
 //! which every release's oracle sends) and be exactly the range asked for (`count` values,
-//! none below `min`, all below 2^63). Anything else is not used: the group is refused
-//! (503) and the connection dropped. Peers are not authenticated yet: whoever answers at
-//! the Lease's address in its term is believed.
+//! none below `min`, all below 2^63), on a connection whose welcome showed a token of the
+//! pod the Lease names as its holder, signed by the API server ([`crate::peer_token`]).
+//! Anything else is not used: the group is refused (503) and the connection dropped; a
+//! welcome not believed is counted (`kubeflake_strict_peer_refusals_total{side="oracle"}`)
+//! and logged at most once a minute per address. The forwarder's own hello carries its
+//! pod's token, read from its file for each new connection (the kubelet rotates it).
 //!
-//! The oracle's port is on the pod IP (other pods must reach it). Anyone who can reach it
-//! can burn values up to the raise limit (2^62: gaps, never a duplicate, a value out of
-//! order, or a counter moved towards its end) and take connection slots within the
-//! listener's limits; restricting who reaches it is a NetworkPolicy's job (docs/strict.md).
+//! The oracle's port is on the pod IP (other pods must reach it). A stranger without a
+//! claimant's token is refused at its hello; what a claimant can do is bounded by the
+//! term (burn values up to the raise limit, 2^62: gaps, never a duplicate, a value out of
+//! order, or a counter moved towards its end).
 
 use std::time::{Duration, Instant};
 
 use kubeflake_crds::segment_counter::LIMIT;
-use kubeflake_crds::strict_oracle::wire::{Hello, REFUSAL_HEAD_LEN, Reply, ReplyKind, VALUES_LEN};
+use std::sync::Arc;
+
+use kubeflake_crds::strict_oracle::wire::{
+    Hello, REFUSAL_HEAD_LEN, Reply, ReplyKind, TOKEN_LEN_LEN, VALUES_LEN, Welcome,
+};
 use kubeflake_crds::strict_oracle::{ForwardReply, ForwardRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::peer_token::{PeerAuth, Side};
 
 /// How long one forwarded request may take (connect included).
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -53,6 +62,17 @@ pub enum ForwardError {
         asked: ForwardRequest,
     },
     #[error(
+        "what answers at the strict oracle's address {address} did not prove it is the \
+         oracle Lease's holder (pod {holder}): {why}; not used"
+    )]
+    NotTheHolder {
+        address: String,
+        holder: String,
+        why: String,
+    },
+    #[error("this sidecar cannot prove who it is to the strict oracle: {0}")]
+    OwnToken(String),
+    #[error(
         "the strict oracle at {address} answered in term {term}, but the oracle Lease this \
          sidecar follows is in term {expected}: not used (the Lease changed hands and this \
          sidecar has not seen it yet, or what answers there is not the Lease's holder)"
@@ -69,7 +89,9 @@ impl ForwardError {
     pub fn is_bad_reply(&self) -> bool {
         matches!(
             self,
-            ForwardError::BadReply { .. } | ForwardError::WrongTerm { .. }
+            ForwardError::BadReply { .. }
+                | ForwardError::WrongTerm { .. }
+                | ForwardError::NotTheHolder { .. }
         )
     }
 }
@@ -90,36 +112,45 @@ enum Exchange {
         message: String,
         before_reply: bool,
     },
+    /// What answered did not prove it is the oracle (or this sidecar could not prove who
+    /// it is): nothing is used, nothing is asked again.
+    NotBelieved(ForwardError),
 }
 
 struct Connection {
     address: String,
+    /// The pod the welcome proved the oracle is (the Lease's holder when it was made).
+    holder: String,
     stream: TcpStream,
     last_used: Instant,
 }
 
-/// The forwarding sidecar's connection to the oracle (re-made when the address changes,
-/// the connection breaks, or it sat idle).
+/// The forwarding sidecar's connection to the oracle (re-made when the address or the
+/// holder changes, the connection breaks, or it sat idle).
 pub struct Forwarder {
     sequence: String,
+    peers: Arc<PeerAuth>,
     conn: Option<Connection>,
 }
 
 impl Forwarder {
-    pub fn new(sequence: &str) -> Forwarder {
+    pub fn new(sequence: &str, peers: Arc<PeerAuth>) -> Forwarder {
         Forwarder {
             sequence: sequence.to_string(),
+            peers,
             conn: None,
         }
     }
 
-    /// Sends `request` to the oracle at `address`, serving in `term` (the oracle Lease's),
-    /// and waits for its range; an answer from another term, or not the range asked for,
-    /// is an error.
+    /// Sends `request` to the oracle at `address`, serving in `term` (the oracle Lease's)
+    /// as pod `holder` (the Lease's holder), and waits for its range; an answer from
+    /// another term, from a connection whose welcome did not prove it is `holder`, or not
+    /// the range asked for, is an error.
     pub async fn forward(
         &mut self,
         address: &str,
         term: i32,
+        holder: &str,
         request: ForwardRequest,
     ) -> Result<ForwardReply, ForwardError> {
         let unreachable = |message: String| ForwardError::Unreachable {
@@ -127,11 +158,16 @@ impl Forwarder {
             message,
         };
         let deadline = tokio::time::Instant::now() + FORWARD_TIMEOUT;
-        let mut reused = self.reusable(address);
+        let mut reused = self.reusable(address, holder);
         let reply = loop {
-            let exchange = tokio::time::timeout_at(deadline, self.exchange(address, request));
+            let exchange =
+                tokio::time::timeout_at(deadline, self.exchange(address, holder, request));
             match exchange.await {
                 Ok(Exchange::Answered(reply)) => break reply,
+                Ok(Exchange::NotBelieved(e)) => {
+                    self.conn = None;
+                    return Err(e);
+                }
                 Ok(Exchange::Failed {
                     message,
                     before_reply,
@@ -183,28 +219,44 @@ impl Forwarder {
         }
     }
 
-    /// Whether the kept connection goes to `address` and may be used again.
-    fn reusable(&mut self, address: &str) -> bool {
-        let keep = self
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.address == address && c.last_used.elapsed() < CLIENT_IDLE);
+    /// How many oracles this forwarder did not believe, for `reason` (tests).
+    #[cfg(test)]
+    pub fn peers_refused(&self, reason: &str) -> u64 {
+        self.peers.log.count(Side::Oracle, reason)
+    }
+
+    /// Whether the kept connection goes to `address`, proved `holder`, and may be used again.
+    fn reusable(&mut self, address: &str, holder: &str) -> bool {
+        let keep = self.conn.as_ref().is_some_and(|c| {
+            c.address == address && c.holder == holder && c.last_used.elapsed() < CLIENT_IDLE
+        });
         if !keep {
             self.conn = None;
         }
         keep
     }
 
-    async fn exchange(&mut self, address: &str, request: ForwardRequest) -> Exchange {
+    async fn exchange(&mut self, address: &str, holder: &str, request: ForwardRequest) -> Exchange {
         let failed = |message: String| Exchange::Failed {
             message,
             before_reply: true,
         };
-        // A new connection starts with the hello, sent in one write with the first request.
+        // A new connection starts with the hello and this pod's token, sent in one write
+        // with the first request; the oracle's welcome comes before its reply.
         let mut opening = None;
         if self.conn.is_none() {
+            let token = match self.peers.own.read().await {
+                Ok(token) => token,
+                Err(e) => {
+                    self.peers
+                        .log
+                        .refused(Side::Oracle, None, e.reason(), &e.to_string());
+                    return Exchange::NotBelieved(ForwardError::OwnToken(e.to_string()));
+                }
+            };
             let mut hello = match (Hello {
                 sequence: self.sequence.clone(),
+                token,
             })
             .encode()
             {
@@ -222,6 +274,7 @@ impl Forwarder {
             opening = Some(hello);
             self.conn = Some(Connection {
                 address: address.to_string(),
+                holder: holder.to_string(),
                 stream,
                 last_used: Instant::now(),
             });
@@ -235,7 +288,7 @@ impl Forwarder {
             return failed(e.to_string());
         }
         conn.last_used = Instant::now();
-        let tag = match conn.stream.read_u8().await {
+        let mut tag = match conn.stream.read_u8().await {
             Ok(t) => t,
             Err(e) => return failed(e.to_string()),
         };
@@ -243,11 +296,72 @@ impl Forwarder {
             message,
             before_reply: false,
         };
+        if opening.is_some() {
+            // The first frame: the welcome, or a refusal of the hello.
+            let not_believed = |reason: &'static str, why: String| {
+                let ip = address.parse::<std::net::SocketAddr>().ok().map(|a| a.ip());
+                self.peers.log.refused(Side::Oracle, ip, reason, &why);
+                Exchange::NotBelieved(ForwardError::NotTheHolder {
+                    address: address.to_string(),
+                    holder: holder.to_string(),
+                    why,
+                })
+            };
+            match Reply::kind(tag) {
+                Ok(ReplyKind::Welcome) => {}
+                Ok(ReplyKind::Refused) => {}
+                Ok(ReplyKind::Values) => {
+                    return not_believed("no_welcome", "values without a welcome".into());
+                }
+                Err(e) => return mid_reply(e.to_string()),
+            }
+            if matches!(Reply::kind(tag), Ok(ReplyKind::Welcome)) {
+                let token = match read_welcome(&mut conn.stream).await {
+                    Ok(token) => token,
+                    Err(message) => return mid_reply(message),
+                };
+                match self.peers.verifier.verify(&token).await {
+                    Ok(peer) if peer.pod_uid == holder => {}
+                    Ok(peer) => {
+                        return not_believed(
+                            "not_holder",
+                            format!(
+                                "its token is pod {} ({}), not the holder",
+                                peer.pod_name, peer.pod_uid
+                            ),
+                        );
+                    }
+                    Err(e) => return not_believed(e.reason(), format!("its token: {e}")),
+                }
+                tag = match conn.stream.read_u8().await {
+                    Ok(t) => t,
+                    Err(e) => return mid_reply(e.to_string()),
+                };
+            }
+        }
         match read_reply(&mut conn.stream, tag).await {
             Ok(reply) => Exchange::Answered(reply),
             Err(message) => mid_reply(message),
         }
     }
+}
+
+/// A welcome's token, after its tag.
+async fn read_welcome<R: AsyncRead + Unpin>(stream: &mut R) -> Result<String, String> {
+    let mut len = [0u8; TOKEN_LEN_LEN];
+    stream
+        .read_exact(&mut len)
+        .await
+        .map_err(|e| e.to_string())?;
+    let len = Welcome::token_len(&len).map_err(|e| e.to_string())?;
+    let mut token = vec![0u8; len];
+    stream
+        .read_exact(&mut token)
+        .await
+        .map_err(|e| e.to_string())?;
+    Welcome::from_token(&token)
+        .map(|w| w.token)
+        .map_err(|e| e.to_string())
 }
 
 /// The rest of a reply after its tag.
@@ -281,5 +395,6 @@ pub(super) async fn read_reply<R: AsyncRead + Unpin>(
                 message: String::from_utf8_lossy(&text).into_owned(),
             })
         }
+        ReplyKind::Welcome => Err("a second welcome where a reply was due".into()),
     }
 }

@@ -2,16 +2,26 @@
 //! on the pod IP, in the wire format of [`kubeflake_crds::strict_oracle::wire`], and
 //! answers each from the term ([`answer`]).
 //!
-//! Anyone who reaches the port can speak that format: peers are not authenticated yet
-//! (docs/strict.md). What a stranger can do is bounded here and in the term:
-//! - every value it gets passes the term's raise check (term.rs): it can burn values up to
-//!   [`RAISE_LIMIT`](crate::segment::buffer::RAISE_LIMIT) (gaps), never raise the counter
-//!   towards its end (docs/safety.md rule 16);
+//! Peers prove who they are (docs/safety.md rule 16): the hello carries a token bound to
+//! the forwarder's pod, which the oracle checks against the API server's keys
+//! ([`crate::peer_token`]), and the oracle serves the connection only while that pod is
+//! among the claimants of the oracle Lease it holds (the operator lists the counter's
+//! claimants there, in the same pass: the pods labelled for the sequence). It answers with
+//! its welcome, its own pod's token, before the first reply. Anything else is refused and
+//! closed: no token, a token for another audience (the pod's own API token included),
+//! another namespace, a forged or expired one (401), a pod not (yet) listed (503: the
+//! forwarder asks again). Refusals are counted (`kubeflake_strict_peer_refusals_total`)
+//! and logged at most once a minute per peer. What a stranger can still do is bounded
+//! here and in the term:
+//! - every value a claimant gets passes the term's raise check (term.rs): it can burn
+//!   values up to [`RAISE_LIMIT`](crate::segment::buffer::RAISE_LIMIT) (gaps), never raise
+//!   the counter towards its end;
 //! - a connection holds one of [`Limits::connections`] slots only once it sent a valid
-//!   hello. Before that it is one of at most [`Limits::greeting`] connections waiting for
-//!   their hello, each for at most [`HELLO_TIMEOUT`]; a new connection that finds them all
-//!   taken closes the oldest. A forwarder sends its hello with its first request, so it
-//!   leaves that queue at once: strangers that never say hello cannot keep it out.
+//!   hello and its token was accepted. Before that it is one of at most
+//!   [`Limits::greeting`] connections waiting for their hello, each for at most
+//!   [`HELLO_TIMEOUT`]; a new connection that finds them all taken closes the oldest. A
+//!   forwarder sends its hello with its first request, so it leaves that queue at once:
+//!   strangers that never say hello cannot keep it out.
 //! - no write waits on a peer that does not read for more than [`WRITE_TIMEOUT`].
 
 use std::collections::VecDeque;
@@ -20,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use kubeflake_crds::strict_oracle::ForwardRequest;
 use kubeflake_crds::strict_oracle::wire::{
-    self, HELLO_HEAD_LEN, Hello, MAX_FORWARD_COUNT, REQUEST_LEN, Reply,
+    self, HELLO_HEAD_LEN, Hello, MAX_FORWARD_COUNT, REQUEST_LEN, Reply, TOKEN_LEN_LEN, Welcome,
 };
 use kubeflake_runtime::serve::AcceptBackoff;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -28,6 +38,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use super::Oracle;
+use super::admit;
+use crate::peer_token::Side;
 use crate::segment::SegmentRefusal;
 
 /// The oracle closes a connection with no request for this long (a forwarder that
@@ -96,7 +108,7 @@ pub async fn listen_with(
         let stop = stop.clone();
         let slots = slots.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(&oracle, stream, stop, ticket, slots).await {
+            if let Err(e) = connection(&oracle, stream, stop, ticket, slots, peer).await {
                 tracing::debug!(?peer, error = %e, "strict oracle: forwarding connection ended");
             }
         });
@@ -199,8 +211,8 @@ enum ConnectionEnd {
     NoHello,
     #[error("closed before its hello: newer connections took its place among those waiting")]
     Displaced,
-    #[error("a bad hello: {0}")]
-    BadHello(String),
+    #[error("refused the peer: {0}")]
+    Refused(String),
     #[error("every connection slot is in use")]
     NoSlot,
     #[error("idle for {SERVER_IDLE:?}")]
@@ -209,13 +221,15 @@ enum ConnectionEnd {
     NotReading,
 }
 
-/// One forwarding sidecar's connection: its hello, then request after request.
+/// One forwarding sidecar's connection: its hello and token, the welcome, then request
+/// after request.
 async fn connection(
     oracle: &Arc<Oracle>,
     mut stream: TcpStream,
     mut stop: watch::Receiver<bool>,
     mut ticket: Ticket,
     slots: Arc<Slots>,
+    address: std::net::SocketAddr,
 ) -> Result<(), ConnectionEnd> {
     stream.set_nodelay(true)?;
     let hello = tokio::select! {
@@ -224,24 +238,28 @@ async fn connection(
         }
         _ = &mut ticket.closed => return Err(ConnectionEnd::Displaced),
     };
-    drop(ticket);
-    let refused = match hello {
-        Ok(Ok(hello)) if hello.sequence == oracle.config.sequence => None,
-        Ok(Ok(hello)) => Some(format!(
-            "this sidecar serves strict sequence {}, not {}",
-            oracle.config.sequence, hello.sequence
-        )),
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(e) => return Err(e.into()),
+    let hello = match hello? {
+        Ok(hello) if hello.sequence == oracle.config.sequence => hello,
+        Ok(hello) => {
+            let message = format!(
+                "this sidecar serves strict sequence {}, not {}",
+                oracle.config.sequence, hello.sequence
+            );
+            return refuse(&mut stream, 400, message).await;
+        }
+        Err(e) => return refuse(&mut stream, 400, e.to_string()).await,
     };
-    if let Some(message) = refused {
-        let reply = Reply::Refused {
-            status: 400,
-            message: message.clone(),
-        };
-        send(&mut stream, &reply).await?;
-        return Err(ConnectionEnd::BadHello(message));
-    }
+    // Still among the connections waiting: a token being checked keeps no slot.
+    let ip = Some(address.ip());
+    let admitted = tokio::select! {
+        admitted = admit::admit(oracle, &hello.token, ip) => admitted,
+        _ = &mut ticket.closed => return Err(ConnectionEnd::Displaced),
+    };
+    drop(ticket);
+    let peer = match admitted {
+        Ok(peer) => peer,
+        Err((status, message)) => return refuse(&mut stream, status, message).await,
+    };
     let Ok(_slot): Result<OwnedSemaphorePermit, _> = slots.free.clone().try_acquire_owned() else {
         if slots.warned.due() {
             tracing::warn!(
@@ -249,13 +267,36 @@ async fn connection(
                 "strict oracle: every forwarding connection slot is in use; refusing new ones"
             );
         }
-        let reply = Reply::Refused {
-            status: 503,
-            message: "this oracle's forwarding connections are all in use; retry shortly".into(),
-        };
-        send(&mut stream, &reply).await?;
+        let message = "this oracle's forwarding connections are all in use; retry shortly";
+        send(
+            &mut stream,
+            &Reply::Refused {
+                status: 503,
+                message: message.into(),
+            },
+        )
+        .await?;
         return Err(ConnectionEnd::NoSlot);
     };
+    let welcome = match oracle.peers.own.read().await {
+        Ok(token) => Welcome { token }.encode(),
+        Err(e) => {
+            oracle
+                .peers
+                .log
+                .refused(Side::Forwarder, ip, e.reason(), &e.to_string());
+            return refuse(
+                &mut stream,
+                503,
+                format!("the oracle cannot prove who it is: {e}"),
+            )
+            .await;
+        }
+    };
+    match welcome {
+        Ok(bytes) => write(&mut stream, &bytes).await?,
+        Err(e) => return refuse(&mut stream, 503, format!("the oracle's own token: {e}")).await,
+    }
     let mut frame = [0u8; REQUEST_LEN];
     loop {
         tokio::select! {
@@ -264,9 +305,35 @@ async fn connection(
             }
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
+        // Checked again for every request: a pod no longer listed, or a token expired
+        // on a long-lived connection, is served no further.
+        if let Err((status, message)) = admit::still_admitted(oracle, &peer, ip) {
+            return refuse(&mut stream, status, message).await;
+        }
         let reply = answer(oracle, ForwardRequest::decode(&frame)).await;
         send(&mut stream, &reply).await?;
     }
+}
+
+/// Sends one refusal and ends the connection.
+async fn refuse(stream: &mut TcpStream, status: u16, message: String) -> Result<(), ConnectionEnd> {
+    send(
+        stream,
+        &Reply::Refused {
+            status,
+            message: message.clone(),
+        },
+    )
+    .await?;
+    Err(ConnectionEnd::Refused(message))
+}
+
+/// Writes bytes, waiting at most [`WRITE_TIMEOUT`] for the peer to take them.
+async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), ConnectionEnd> {
+    tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(bytes))
+        .await
+        .map_err(|_| ConnectionEnd::NotReading)??;
+    Ok(())
 }
 
 /// Writes one reply, waiting at most [`WRITE_TIMEOUT`] for the peer to take it.
@@ -288,7 +355,15 @@ pub(super) async fn read_hello<R: AsyncRead + Unpin>(
     };
     let mut name = vec![0u8; len];
     stream.read_exact(&mut name).await?;
-    Ok(Hello::from_name(&name))
+    let mut token_len = [0u8; TOKEN_LEN_LEN];
+    stream.read_exact(&mut token_len).await?;
+    let len = match Hello::token_len(&token_len) {
+        Ok(len) => len,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut token = vec![0u8; len];
+    stream.read_exact(&mut token).await?;
+    Ok(Hello::from_parts(&name, &token))
 }
 
 /// The oracle's answer to one forwarded group. Its `min` is held to the raise limit by

@@ -24,6 +24,7 @@
 //!
 //! One piece (over 400 lines): the three tasks act on one role and are read together.
 
+mod admit;
 mod follow;
 pub mod forward;
 pub mod listen;
@@ -37,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use kubeflake_crds::segment_counter::CLAIMANTS_ANNOTATION;
 use kubeflake_crds::strict_oracle::{
     COUNTER_FORMAT_ORACLE, ForwardReply, ForwardRequest, OracleLease,
 };
@@ -52,6 +54,7 @@ use super::buffer::{Runs, SegmentRefusal, check_raise};
 use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
 use super::group;
 use crate::metrics::SegmentMetrics;
+use crate::peer_token::PeerAuth;
 
 /// Values reserved by one window write (the next write starts when half is used).
 pub const WINDOW: u64 = 1 << 16;
@@ -62,8 +65,13 @@ pub enum Role {
     /// No oracle known: starting, or a hand-over under way.
     Unknown { why: String },
     /// Another sidecar serves, at `address`, in `term` (the oracle Lease's, as this
-    /// sidecar last saw it): a reply from any other term is not used.
-    Follower { address: String, term: i32 },
+    /// sidecar last saw it): a reply from any other term is not used, nor one from a
+    /// connection whose welcome shows a token of another pod than `holder` (its UID).
+    Follower {
+        address: String,
+        term: i32,
+        holder: String,
+    },
     /// This sidecar holds the oracle Lease and serves.
     Oracle { term: Term, lease: OracleLease },
 }
@@ -122,6 +130,8 @@ pub struct Oracle {
     pod_lock: Option<PodLock>,
     backoff: Backoff,
     metrics: SegmentMetrics,
+    /// The token this sidecar shows on the oracle port, and how it checks its peers'.
+    peers: Arc<PeerAuth>,
 }
 
 impl Oracle {
@@ -131,6 +141,7 @@ impl Oracle {
         leases: Arc<dyn OracleStore>,
         config: OracleConfig,
         metrics: SegmentMetrics,
+        peers: Arc<PeerAuth>,
     ) -> Arc<Oracle> {
         let listener = match config.listen {
             Some(addr) => match TcpListener::bind(addr).await {
@@ -177,6 +188,7 @@ impl Oracle {
             pod_lock,
             backoff: Backoff::default(),
             metrics,
+            peers,
         });
         oracle.metrics.block_size.set(WINDOW as i64);
         if let Some(listener) = listener {
@@ -226,6 +238,23 @@ impl Oracle {
             }
     }
 
+    /// Whether pod `uid` is a claimant of the sequence, as the oracle Lease this sidecar
+    /// holds lists them (the operator writes the counter's claimants there in the same
+    /// pass, and this copy is at most one renewal old); `None` when it is not the oracle.
+    pub fn is_claimant(&self, uid: &str) -> Option<bool> {
+        let s = self.lock();
+        let Role::Oracle { lease, .. } = &s.role else {
+            return None;
+        };
+        let listed = lease
+            .read
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLAIMANTS_ANNOTATION));
+        Some(listed.is_some_and(|l| !uid.is_empty() && l.split(',').any(|u| u == uid)))
+    }
+
     /// Whether this sidecar is the oracle now (for tests and metrics).
     pub fn is_oracle(&self) -> bool {
         matches!(self.lock().role, Role::Oracle { .. })
@@ -259,8 +288,9 @@ impl Oracle {
             .ok_or_else(|| SegmentRefusal::NoBlock("strict: an empty answer".into()))
     }
 
-    /// A group forwarded by another sidecar of the sequence (or by anyone who reached the
-    /// port: its `min` is held to the raise limit by the term like any other).
+    /// A group forwarded by another sidecar of the sequence (a claimant whose token the
+    /// listener checked: admit.rs; its `min` is held to the raise limit by the term like
+    /// any other).
     pub async fn serve_forwarded(
         self: &Arc<Self>,
         request: ForwardRequest,

@@ -10,10 +10,13 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::forward::ForwardError;
 use super::listen::{self, Limits};
-use super::tests::{Group, by_hand, take, until};
+use super::tests::{Group, by_hand, by_hand_welcomed, take, until};
 use super::*;
+use crate::peer_token::Side;
+use crate::peer_token::test_tokens::{self, Signer, oracle_token, pod_claims};
 use crate::segment::buffer::RAISE_LIMIT;
-use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply};
+use kubeflake_crds::contract::ORACLE_TOKEN_AUDIENCE;
+use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply, Welcome};
 
 /// One forwarded request with `min` = 2^63-1 once moved the counter to 2^63 and the
 /// sequence was used up for good. Now the term refuses any `min` above the raise limit
@@ -31,7 +34,7 @@ async fn rule16_a_forwarded_request_cannot_raise_the_counter_past_its_limit() {
 
     let huge = [(1 << 63) - 1, u64::MAX, RAISE_LIMIT + 1];
     let requests: Vec<(u64, u64)> = huge.iter().map(|&min| (1, min)).collect();
-    let replies = by_hand(&a, "s", &requests).await;
+    let replies = by_hand(&a, &g.hello("uid-b"), &requests).await;
     assert_eq!(replies.len(), huge.len(), "{replies:?}");
     for (reply, min) in replies.iter().zip(huge) {
         let Reply::Refused { status, message } = reply else {
@@ -51,7 +54,7 @@ async fn rule16_a_forwarded_request_cannot_raise_the_counter_past_its_limit() {
     );
 
     // The same connection is served on, from the same window: nothing was skipped.
-    let replies = by_hand(&a, "s", &[(1, (1 << 63) - 1), (5, 0)]).await;
+    let replies = by_hand(&a, &g.hello("uid-b"), &[(1, (1 << 63) - 1), (5, 0)]).await;
     let Reply::Values(values) = replies[1] else {
         panic!("{replies:?}")
     };
@@ -65,9 +68,11 @@ async fn rule16_a_forwarded_request_cannot_raise_the_counter_past_its_limit() {
     assert!(g.counter.next() < RAISE_LIMIT);
 }
 
-/// A fake oracle on a real socket: reads the hello, then answers each request on each
-/// connection with the next of `replies` (built from the request); counts connections.
+/// A fake oracle on a real socket: reads the hello, sends `welcome` (if any), then answers
+/// each request on each connection with the next of `replies` (built from the request);
+/// counts connections.
 async fn fake_oracle(
+    welcome: Option<String>,
     replies: Vec<fn(ForwardRequest) -> ForwardReply>,
 ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -80,6 +85,16 @@ async fn fake_oracle(
             let (mut s, _) = listener.accept().await.unwrap();
             counted.fetch_add(1, Ordering::SeqCst);
             listen::read_hello(&mut s).await.unwrap().unwrap();
+            if let Some(token) = &welcome {
+                let bytes = Welcome {
+                    token: token.clone(),
+                }
+                .encode()
+                .unwrap();
+                if s.write_all(&bytes).await.is_err() {
+                    continue;
+                }
+            }
             let mut frame = [0u8; wire::REQUEST_LEN];
             while s.read_exact(&mut frame).await.is_ok() {
                 let Some(reply) = replies.next() else { return };
@@ -123,21 +138,29 @@ async fn rule16_a_follower_uses_no_answer_from_another_term_or_another_range() {
     fn right(r: ForwardRequest) -> ForwardReply {
         values(r.min + 10, r.min + 10 + r.count, 3)
     }
-    let (address, connections) = fake_oracle(vec![
-        older_term,
-        newer_term,
-        below_min,
-        more_than_asked,
-        backwards,
-        past_the_value_range,
-        right,
-        right,
-    ])
+    let g = Group::new();
+    let holder = oracle_token(&g.api_server, "uid-a");
+    let (address, connections) = fake_oracle(
+        Some(holder),
+        vec![
+            older_term,
+            newer_term,
+            below_min,
+            more_than_asked,
+            backwards,
+            past_the_value_range,
+            right,
+            right,
+        ],
+    )
     .await;
-    let mut forwarder = Forwarder::new("s");
+    let mut forwarder = g.forwarder("uid-b");
     let request = ForwardRequest { count: 3, min: 100 };
     for expected in [2, 4] {
-        let err = forwarder.forward(&address, 3, request).await.unwrap_err();
+        let err = forwarder
+            .forward(&address, 3, "uid-a", request)
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, ForwardError::WrongTerm { term, expected: 3, .. } if *term == expected),
             "{err}"
@@ -150,11 +173,17 @@ async fn rule16_a_follower_uses_no_answer_from_another_term_or_another_range() {
         );
     }
     for _ in 0..4 {
-        let err = forwarder.forward(&address, 3, request).await.unwrap_err();
+        let err = forwarder
+            .forward(&address, 3, "uid-a", request)
+            .await
+            .unwrap_err();
         assert!(matches!(err, ForwardError::BadReply { .. }), "{err}");
         assert!(err.to_string().contains("not what was asked"), "{err}");
     }
-    let ok = forwarder.forward(&address, 3, request).await.unwrap();
+    let ok = forwarder
+        .forward(&address, 3, "uid-a", request)
+        .await
+        .unwrap();
     assert_eq!((ok.start, ok.end, ok.term), (110, 113, 3));
     assert_eq!(
         connections.load(Ordering::SeqCst),
@@ -162,7 +191,11 @@ async fn rule16_a_follower_uses_no_answer_from_another_term_or_another_range() {
         "each answer not used dropped its connection; the good ones share one"
     );
     assert_eq!(
-        forwarder.forward(&address, 3, request).await.unwrap().start,
+        forwarder
+            .forward(&address, 3, "uid-a", request)
+            .await
+            .unwrap()
+            .start,
         110
     );
     assert_eq!(connections.load(Ordering::SeqCst), 7);
@@ -231,9 +264,12 @@ async fn rule16_strangers_that_never_say_hello_cannot_keep_a_forwarder_out() {
     for _ in 0..12 {
         strangers.push(TcpStream::connect(&address).await.unwrap());
     }
-    let mut forwarder = Forwarder::new("s");
+    let mut forwarder = g.forwarder("uid-b");
     let request = ForwardRequest { count: 2, min: 0 };
-    let first = forwarder.forward(&address, term, request).await.unwrap();
+    let first = forwarder
+        .forward(&address, term, "uid-a", request)
+        .await
+        .unwrap();
     assert!(
         closed(&mut strangers[0]).await,
         "the oldest stranger was closed"
@@ -241,11 +277,17 @@ async fn rule16_strangers_that_never_say_hello_cannot_keep_a_forwarder_out() {
     for _ in 0..12 {
         strangers.push(TcpStream::connect(&address).await.unwrap());
     }
-    let second = forwarder.forward(&address, term, request).await.unwrap();
+    let second = forwarder
+        .forward(&address, term, "uid-a", request)
+        .await
+        .unwrap();
     assert!(second.start >= first.end);
     // A second forwarder gets in too: the strangers hold no slot.
-    let mut other = Forwarder::new("s");
-    other.forward(&address, term, request).await.unwrap();
+    let mut other = g.forwarder("uid-c");
+    other
+        .forward(&address, term, "uid-a", request)
+        .await
+        .unwrap();
 }
 
 /// A connection that says nothing is closed after the hello timeout: it does not keep its
@@ -259,11 +301,7 @@ async fn rule16_a_connection_that_sends_no_hello_is_closed() {
     let mut silent = TcpStream::connect(&address).await.unwrap();
     // Half a hello is no hello either.
     let mut half = TcpStream::connect(&address).await.unwrap();
-    let hello = Hello {
-        sequence: "s".into(),
-    }
-    .encode()
-    .unwrap();
+    let hello = g.hello("uid-b").encode().unwrap();
     half.write_all(&hello[..3]).await.unwrap();
     assert!(closed(&mut silent).await);
     assert!(closed(&mut half).await);
@@ -288,13 +326,14 @@ async fn a_forwarder_beyond_the_oracles_connection_slots_is_refused_with_503() {
     .await;
     let request = ForwardRequest { count: 1, min: 0 };
     let mut held = Vec::new();
-    for _ in 0..2 {
-        let mut f = Forwarder::new("s");
-        f.forward(&address, term, request).await.unwrap();
+    for uid in ["uid-b", "uid-c"] {
+        let mut f = g.forwarder(uid);
+        f.forward(&address, term, "uid-a", request).await.unwrap();
         held.push(f);
     }
-    let err = Forwarder::new("s")
-        .forward(&address, term, request)
+    let err = g
+        .forwarder("uid-b")
+        .forward(&address, term, "uid-a", request)
         .await
         .unwrap_err();
     assert!(
@@ -303,6 +342,174 @@ async fn a_forwarder_beyond_the_oracles_connection_slots_is_refused_with_503() {
     );
     // Those connected are served on.
     for f in &mut held {
-        f.forward(&address, term, request).await.unwrap();
+        f.forward(&address, term, "uid-a", request).await.unwrap();
     }
+}
+
+/// Only a pod of the sequence is served (docs/safety.md rule 16): a hello whose token is
+/// missing, for another audience (the pod's own API token), of another namespace, signed
+/// by a key the API server does not publish, or of a pod that is not a claimant, gets one
+/// refusal and no welcome, and nothing is taken from the counter or the window. A
+/// claimant is welcomed with the oracle's own token and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule16_a_stranger_without_a_claimants_token_is_refused_and_the_counter_untouched() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let first = take(&a).await;
+    let (next, writes) = (g.counter.next(), g.counter.writes.load(Ordering::SeqCst));
+    let with = |token: String| Hello {
+        sequence: "s".into(),
+        token,
+    };
+    let api = &g.api_server;
+    let strangers = [
+        ("no token", with(String::new()), 401, "no_token"),
+        (
+            "the API server's audience",
+            with(api.token(&pod_claims(
+                "uid-b",
+                test_tokens::NAMESPACE,
+                "https://kubernetes.default.svc.cluster.local",
+            ))),
+            401,
+            "audience",
+        ),
+        (
+            "another namespace",
+            with(api.token(&pod_claims("uid-b", "other", ORACLE_TOKEN_AUDIENCE))),
+            401,
+            "namespace",
+        ),
+        (
+            "a key the API server does not publish",
+            with(oracle_token(&Signer::es256("api-server-key"), "uid-b")),
+            401,
+            "signature",
+        ),
+        (
+            "a pod that is no claimant",
+            g.hello("uid-x"),
+            503,
+            "not_claimant",
+        ),
+    ];
+    for (what, hello, status, reason) in &strangers {
+        let (welcome, replies) = by_hand_welcomed(&a, hello, &[(1, 0), (1, 0)]).await;
+        assert!(welcome.is_none(), "{what}: welcomed");
+        assert_eq!(
+            replies.len(),
+            1,
+            "{what}: closed after one refusal: {replies:?}"
+        );
+        let Reply::Refused {
+            status: got,
+            message,
+        } = &replies[0]
+        else {
+            panic!("{what}: {replies:?}")
+        };
+        assert_eq!(got, status, "{what}: {message}");
+        assert_eq!(
+            a.peers.log.count(Side::Forwarder, reason),
+            1,
+            "{what}: counted as {reason}"
+        );
+    }
+    assert_eq!(g.counter.next(), next, "the counter did not move");
+    assert_eq!(g.counter.writes.load(Ordering::SeqCst), writes);
+    // A claimant is welcomed with the oracle's token and served, right after the last
+    // value the oracle served itself: the strangers took none.
+    let (welcome, replies) = by_hand_welcomed(&a, &g.hello("uid-b"), &[(1, 0)]).await;
+    let oracle = a.peers.verifier.verify(&welcome.expect("welcomed")).await;
+    assert_eq!(oracle.unwrap().pod_uid, "uid-a");
+    let Reply::Values(values) = replies[0] else {
+        panic!("{replies:?}")
+    };
+    assert_eq!(values.start, first + 1);
+}
+
+/// A pod started after the oracle's last look is refused with 503 (its forwarder asks
+/// again), and served once the operator lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule16_a_pod_is_served_once_the_operator_lists_it_as_a_claimant() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let term = g.leases.term();
+    let address = a.address.clone().expect("a listens");
+    let request = ForwardRequest { count: 1, min: 0 };
+    let mut late = g.forwarder("uid-d");
+    let err = late
+        .forward(&address, term, "uid-a", request)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ForwardError::Refused { status: 503, message, .. } if message.contains("not a claimant")),
+        "{err}"
+    );
+    g.leases
+        .set_claimants(&["uid-a", "uid-b", "uid-c", "uid-d"]);
+    until("the oracle sees uid-d listed", || {
+        a.is_claimant("uid-d") == Some(true)
+    })
+    .await;
+    late.forward(&address, term, "uid-a", request)
+        .await
+        .unwrap();
+}
+
+/// A forwarder believes what answers at the oracle Lease's address only if its welcome
+/// proves, with a token the API server signed, that it is the pod the Lease names: a
+/// listener posing as the oracle with a valid token of another pod of the sequence, with
+/// a forged token, or with no welcome at all, gets nothing of its answer used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule16_a_listener_posing_as_the_oracle_is_not_believed_by_the_forwarder() {
+    fn values(r: ForwardRequest) -> ForwardReply {
+        ForwardReply {
+            start: r.min,
+            end: r.min + r.count,
+            term: 3,
+        }
+    }
+    let g = Group::new();
+    let request = ForwardRequest { count: 3, min: 100 };
+    let posers = [
+        (
+            "a claimant that is not the holder",
+            Some(oracle_token(&g.api_server, "uid-c")),
+            "not_holder",
+        ),
+        (
+            "a forged token of the holder",
+            Some(oracle_token(&Signer::es256("api-server-key"), "uid-a")),
+            "signature",
+        ),
+        ("no welcome", None, "no_welcome"),
+    ];
+    for (what, welcome, reason) in posers {
+        let (address, _) = fake_oracle(welcome, vec![values, values]).await;
+        let mut forwarder = g.forwarder("uid-b");
+        let err = forwarder
+            .forward(&address, 3, "uid-a", request)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ForwardError::NotTheHolder { .. }) && err.is_bad_reply(),
+            "{what}: {err}"
+        );
+        assert_eq!(
+            forwarder.peers_refused(reason),
+            1,
+            "{what}: counted as {reason}"
+        );
+    }
+    // The holder's own welcome is believed.
+    let (address, _) = fake_oracle(Some(oracle_token(&g.api_server, "uid-a")), vec![values]).await;
+    let ok = g
+        .forwarder("uid-b")
+        .forward(&address, 3, "uid-a", request)
+        .await
+        .unwrap();
+    assert_eq!((ok.start, ok.end), (100, 103));
 }

@@ -203,6 +203,24 @@ pub mod fake {
             self.publish(&guard.1);
         }
 
+        /// Lists `uids` as the claimants, as a new version (the operator's write).
+        pub fn set_claimants(&self, uids: &[&str]) {
+            let mut guard = self.lease.lock().unwrap();
+            guard.0 += 1;
+            let version = guard.0.to_string();
+            let lease = &mut guard.1;
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    kubeflake_crds::segment_counter::CLAIMANTS_ANNOTATION.into(),
+                    uids.join(","),
+                );
+            lease.metadata.resource_version = Some(version);
+            self.publish(&guard.1);
+        }
+
         /// An API server outage (`true`) and its end: every call fails meanwhile, and the
         /// watches break (`None`), then list the Lease again.
         pub fn set_down(&self, down: bool) {

@@ -121,6 +121,7 @@ impl Oracle {
             (Some(address), false) => self.set_role(Role::Follower {
                 address: address.clone(),
                 term: lease.term,
+                holder: holder.clone(),
             }),
             (_, true) => self.set_role(Role::Unknown {
                 why: "the oracle lease names this pod from an earlier start of this sidecar; \

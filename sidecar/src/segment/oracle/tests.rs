@@ -8,14 +8,21 @@ use std::sync::atomic::Ordering;
 use super::store::fake::FakeOracleStore;
 use super::*;
 use crate::metrics::Metrics;
+use crate::peer_token::PeerAuth;
+use crate::peer_token::test_tokens::{self, Signer};
 use crate::segment::claim::fake::FakeStore;
 use kubeflake_crds::strict_oracle::MAX_FORWARD_COUNT;
-use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply};
+use kubeflake_crds::strict_oracle::wire::{self, Hello, Reply, Welcome};
 
 pub(super) struct Group {
     pub(super) counter: Arc<FakeStore>,
     pub(super) leases: Arc<FakeOracleStore>,
+    /// The API server's token key: every sidecar's token is signed with it.
+    pub(super) api_server: Arc<Signer>,
 }
+
+/// The pods the operator lists as claimants in every test of this module.
+pub(super) const CLAIMANTS: [&str; 3] = ["uid-a", "uid-b", "uid-c"];
 
 impl Group {
     pub(super) fn new() -> Group {
@@ -23,9 +30,30 @@ impl Group {
         counter
             .format
             .store(COUNTER_FORMAT_ORACLE, Ordering::SeqCst);
+        let leases = FakeOracleStore::new(1);
+        leases.set_claimants(&CLAIMANTS);
         Group {
             counter: Arc::new(counter),
-            leases: Arc::new(FakeOracleStore::new(1)),
+            leases: Arc::new(leases),
+            api_server: Arc::new(Signer::es256("api-server-key")),
+        }
+    }
+
+    /// What the sidecar of pod `uid` shows and checks.
+    pub(super) fn peers(&self, uid: &str) -> Arc<PeerAuth> {
+        test_tokens::peer_auth(&self.api_server, uid)
+    }
+
+    /// A forwarder of pod `uid`, with its token.
+    pub(super) fn forwarder(&self, uid: &str) -> Forwarder {
+        Forwarder::new("s", self.peers(uid))
+    }
+
+    /// A hello of pod `uid` for sequence `s`.
+    pub(super) fn hello(&self, uid: &str) -> Hello {
+        Hello {
+            sequence: "s".into(),
+            token: test_tokens::oracle_token(&self.api_server, uid),
         }
     }
 
@@ -51,6 +79,7 @@ impl Group {
                 state_dir,
             },
             Metrics::new().segment.clone(),
+            self.peers(uid),
         )
         .await
     }
@@ -376,29 +405,44 @@ async fn rule15_an_oracle_never_serves_from_a_counter_not_marked_for_it() {
     assert!(!a.is_oracle());
 }
 
-/// Speaks the wire format to `a`'s listener by hand: a hello for `sequence`, then one
-/// request per `(count, min)`; the replies, in order.
-pub(super) async fn by_hand(a: &Oracle, sequence: &str, requests: &[(u64, u64)]) -> Vec<Reply> {
+/// Speaks the wire format to `a`'s listener by hand: `hello`, then one request per
+/// `(count, min)`; the replies, in order (the welcome, when one came, is skipped).
+pub(super) async fn by_hand(a: &Oracle, hello: &Hello, requests: &[(u64, u64)]) -> Vec<Reply> {
+    by_hand_welcomed(a, hello, requests).await.1
+}
+
+/// [`by_hand`], and the welcome's token if the oracle sent one.
+pub(super) async fn by_hand_welcomed(
+    a: &Oracle,
+    hello: &Hello,
+    requests: &[(u64, u64)],
+) -> (Option<String>, Vec<Reply>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let address = a.address.clone().expect("a listens");
     let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let hello = Hello {
-        sequence: sequence.into(),
-    };
     stream.write_all(&hello.encode().unwrap()).await.unwrap();
     let mut replies = Vec::new();
+    let mut welcome = None;
     for &(count, min) in requests {
         let request = ForwardRequest { count, min };
         if stream.write_all(&request.encode()).await.is_err() {
             break;
         }
-        let Ok(tag) = stream.read_u8().await else {
+        let Ok(mut tag) = stream.read_u8().await else {
             break;
         };
+        if tag == 2 {
+            let mut len = [0u8; 2];
+            stream.read_exact(&mut len).await.unwrap();
+            let mut token = vec![0u8; Welcome::token_len(&len).unwrap()];
+            stream.read_exact(&mut token).await.unwrap();
+            welcome = Some(Welcome::from_token(&token).unwrap().token);
+            tag = stream.read_u8().await.unwrap();
+        }
         let reply = forward::read_reply(&mut stream, tag).await.unwrap();
         replies.push(reply);
     }
-    replies
+    (welcome, replies)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +451,9 @@ async fn the_oracle_port_refuses_another_sequence_and_bad_counts_and_keeps_servi
     let a = g.sidecar("uid-a", false).await;
     until("a is the oracle", || a.is_oracle()).await;
     // Another sequence's sidecar: one refusal naming both, then the connection is closed.
-    let other = by_hand(&a, "other", &[(1, 0), (1, 0)]).await;
+    let mut other_sequence = g.hello("uid-b");
+    other_sequence.sequence = "other".into();
+    let other = by_hand(&a, &other_sequence, &[(1, 0), (1, 0)]).await;
     assert_eq!(other.len(), 1, "closed after the refusal: {other:?}");
     let Reply::Refused { status, message } = &other[0] else {
         panic!("{other:?}")
@@ -415,7 +461,12 @@ async fn the_oracle_port_refuses_another_sequence_and_bad_counts_and_keeps_servi
     assert_eq!(*status, 400);
     assert!(message.contains("not other"), "{message}");
     // A bad count is refused, and the same connection serves the next request.
-    let replies = by_hand(&a, "s", &[(0, 0), (MAX_FORWARD_COUNT + 1, 0), (5, 0)]).await;
+    let replies = by_hand(
+        &a,
+        &g.hello("uid-b"),
+        &[(0, 0), (MAX_FORWARD_COUNT + 1, 0), (5, 0)],
+    )
+    .await;
     assert_eq!(replies.len(), 3, "{replies:?}");
     for bad in &replies[..2] {
         assert!(
@@ -436,10 +487,17 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
     // oracle restarts, or drops a connection idle).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
+    let g = Group::new();
+    let welcome = Welcome {
+        token: test_tokens::oracle_token(&g.api_server, "uid-a"),
+    }
+    .encode()
+    .unwrap();
     let oracle = tokio::spawn(async move {
         for start in [10u64, 20] {
             let (mut s, _) = listener.accept().await.unwrap();
             listen::read_hello(&mut s).await.unwrap().unwrap();
+            s.write_all(&welcome).await.unwrap();
             let mut frame = [0u8; wire::REQUEST_LEN];
             s.read_exact(&mut frame).await.unwrap();
             let count = ForwardRequest::decode(&frame).count;
@@ -451,14 +509,18 @@ async fn a_forwarder_whose_kept_connection_was_closed_asks_again_on_a_new_one() 
             s.write_all(&Reply::Values(values).encode()).await.unwrap();
         }
     });
-    let mut forwarder = Forwarder::new("s");
+    let mut forwarder = g.forwarder("uid-b");
     let request = ForwardRequest { count: 3, min: 0 };
     assert_eq!(
-        forwarder.forward(&address, 1, request).await.unwrap().start,
+        forwarder
+            .forward(&address, 1, "uid-a", request)
+            .await
+            .unwrap()
+            .start,
         10
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let again = forwarder.forward(&address, 1, request).await;
+    let again = forwarder.forward(&address, 1, "uid-a", request).await;
     assert_eq!(again.unwrap().start, 20, "asked again on a new connection");
     oracle.await.unwrap();
 }

@@ -10,7 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kubeflake_crds::{TextForm, TimeUnit};
 
-use crate::error::EXIT_CODES_HELP;
+use crate::error::{CHECK_EXIT_CODES_HELP, EXIT_CODES_HELP};
 
 /// kubeflake at the terminal: decode and compose Snowflake IDs, plan layouts, inspect slots.
 #[derive(Debug, Parser)]
@@ -57,6 +57,12 @@ pub enum Command {
     /// pods waiting for a slot.
     #[command(after_help = EXIT_CODES_HELP)]
     Slots(SlotsArgs),
+    /// Is kubeflake healthy? A checklist of the CRD, the operator and its leader, the Lease
+    /// policy, the webhook and its certificate, each sequence and the sidecars' versions;
+    /// with --pre, whether the chart can be installed here (Kubernetes version, API kinds,
+    /// your rights).
+    #[command(after_help = CHECK_EXIT_CODES_HELP)]
+    Check(CheckArgs),
     /// SQL functions that decode IDs and bound them by time (docs/sql.md): PostgreSQL and
     /// MySQL/MariaDB functions, or for SQLite a view and range queries over one table.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -120,6 +126,24 @@ pub struct SlotsArgs {
     /// Also list slots that were never used (they have no lease yet).
     #[arg(long)]
     pub all: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Before `helm install`: check the Kubernetes version, that the API kinds the chart
+    /// creates are served, and that you may create them.
+    #[arg(long)]
+    pub pre: bool,
+    /// The namespace the chart is (or will be) installed in.
+    #[arg(long, value_name = "NAMESPACE", default_value = "kubeflake-system")]
+    pub operator_namespace: String,
+    /// Exit with code 4 when a check warns and none fails.
+    #[arg(long)]
+    pub strict: bool,
+    /// -n NAMESPACE checks the IdSequences and pods of that namespace only (default: all
+    /// namespaces).
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }

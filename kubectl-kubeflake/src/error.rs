@@ -27,6 +27,14 @@ Exit codes:
   3  the IdSequence was not found in the namespace
   4  plan --strict: a warning was raised";
 
+/// What `check --help` says about exit codes.
+pub const CHECK_EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  every check passed (warnings, if any, are in the checklist)
+  1  a check failed, or the cluster could not be reached
+  2  bad usage: unknown or bad flag
+  4  --strict: a check warned and none failed";
+
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -5,8 +5,10 @@
 //! - [`source`]: the layout from flags, a manifest or the cluster; [`cluster`]: the client;
 //! - [`decode`], [`compose`], [`plan`], [`slots`]: one module per command, each building a
 //!   serializable report that [`output`] renders as a table, json or yaml;
+//! - [`check`]: `check` and `check --pre`, a checklist of the installation's health;
 //! - [`sql`]: SQL text for a sequence's layout ([`sql_name`] checks the names it writes).
 
+mod check;
 mod cli;
 mod cluster;
 mod complete;
@@ -140,6 +142,11 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
             let report = slots::fetch(args, now_unix_ms()).await.map_err(one)?;
             print(cli, &report).map_err(one)?;
             warn(&report.warnings);
+        }
+        Command::Check(args) => {
+            let report = check::run(args, chrono::Utc::now()).await.map_err(one)?;
+            print(cli, &report).map_err(one)?;
+            return Ok(report.exit_code(args.strict));
         }
         Command::Sql(args) => {
             let source = source::resolve(&args.layout, &args.cluster)

@@ -1,0 +1,150 @@
+use chrono::TimeZone;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, ServiceReference, WebhookClientConfig,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+use crate::check::cert::tests::{FAR, OLD};
+use crate::check::model::Mark;
+
+/// A configuration as the chart installs it, with `ca` as its caBundle.
+fn config(ca: &str) -> MutatingWebhookConfiguration {
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some("kubeflake".into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: "sidecar.inject.kubeflake.io".into(),
+            client_config: WebhookClientConfig {
+                ca_bundle: Some(ByteString(ca.as_bytes().to_vec())),
+                service: Some(ServiceReference {
+                    namespace: "kubeflake-system".into(),
+                    name: "kubeflake-webhook".into(),
+                    ..ServiceReference::default()
+                }),
+                url: None,
+            },
+            ..MutatingWebhook::default()
+        }]),
+    }
+}
+
+fn at(y: i32, m: u32, d: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap()
+}
+
+#[test]
+fn the_configuration_names_the_service_its_webhook_calls_and_a_missing_one_fails() {
+    let (found, service) = judge_config(Some(&config(FAR)), "kubeflake");
+    assert_eq!(found.mark, Mark::Ok);
+    assert_eq!(
+        service,
+        Some(("kubeflake-system".into(), "kubeflake-webhook".into()))
+    );
+    let (missing, none) = judge_config(None, "kubeflake");
+    assert_eq!(missing.mark, Mark::Fail);
+    assert!(
+        missing
+            .detail
+            .contains("MutatingWebhookConfiguration kubeflake is missing")
+    );
+    assert_eq!(none, None);
+}
+
+#[test]
+fn a_valid_ca_passes_one_expiring_within_30_days_warns_and_an_expired_one_fails() {
+    // FAR is valid 2025-06-01 .. 2060-01-01.
+    let ok = judge_ca_bundle(&config(FAR), at(2026, 11, 29));
+    assert_eq!(ok.mark, Mark::Ok);
+    assert!(
+        ok.detail.contains("valid until 2060-01-01T00:00:00Z"),
+        "{}",
+        ok.detail
+    );
+    let soon = judge_ca_bundle(&config(FAR), at(2059, 12, 10));
+    assert_eq!(soon.mark, Mark::Warn);
+    assert!(soon.detail.contains("in 22 days"), "{}", soon.detail);
+    assert_eq!(
+        judge_ca_bundle(&config(FAR), at(2059, 12, 3)).mark,
+        Mark::Warn
+    ); // 29 days
+    assert_eq!(
+        judge_ca_bundle(&config(FAR), at(2059, 12, 2)).mark,
+        Mark::Ok
+    ); // 30 days
+    // OLD expired on 2021-01-01T12:30:05Z.
+    let expired = judge_ca_bundle(&config(OLD), at(2026, 11, 29));
+    assert_eq!(expired.mark, Mark::Fail);
+    assert!(
+        expired.detail.contains("expired at 2021-01-01T12:30:05Z"),
+        "{}",
+        expired.detail
+    );
+    assert!(expired.hint.unwrap().contains("rollout restart"));
+}
+
+#[test]
+fn the_first_certificate_to_expire_in_a_bundle_decides() {
+    let both = format!("{FAR}{OLD}");
+    assert_eq!(
+        judge_ca_bundle(&config(&both), at(2026, 11, 29)).mark,
+        Mark::Fail
+    );
+}
+
+#[test]
+fn an_empty_unreadable_or_not_yet_valid_ca_bundle_fails() {
+    let empty = judge_ca_bundle(&config(""), at(2026, 11, 29));
+    assert_eq!(empty.mark, Mark::Fail);
+    assert!(empty.detail.contains("empty caBundle"), "{}", empty.detail);
+    let garbled = judge_ca_bundle(&config("not a certificate"), at(2026, 11, 29));
+    assert_eq!(garbled.mark, Mark::Fail);
+    assert!(
+        garbled.detail.contains("cannot be read"),
+        "{}",
+        garbled.detail
+    );
+    let early = judge_ca_bundle(&config(FAR), at(2025, 1, 1));
+    assert_eq!(early.mark, Mark::Fail);
+    assert!(
+        early
+            .detail
+            .contains("not valid before 2025-06-01T12:00:00Z"),
+        "{}",
+        early.detail
+    );
+}
+
+fn slice(ready: &[Option<bool>]) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta::default(),
+        address_type: "IPv4".into(),
+        endpoints: ready
+            .iter()
+            .map(|r| Endpoint {
+                addresses: vec!["10.0.0.1".into()],
+                conditions: Some(EndpointConditions {
+                    ready: *r,
+                    ..EndpointConditions::default()
+                }),
+                ..Endpoint::default()
+            })
+            .collect(),
+        ports: None,
+    }
+}
+
+#[test]
+fn the_service_needs_one_ready_endpoint_and_unset_ready_counts_as_ready() {
+    let f = judge_endpoints("ns", "svc", &[slice(&[Some(true), Some(false), None])]);
+    assert_eq!(f.mark, Mark::Ok);
+    assert!(f.detail.contains("2 ready endpoints"), "{}", f.detail);
+    let none = judge_endpoints("ns", "svc", &[slice(&[Some(false)])]);
+    assert_eq!(none.mark, Mark::Fail);
+    assert!(none.detail.contains("service ns/svc has no ready endpoint"));
+    assert_eq!(judge_endpoints("ns", "svc", &[]).mark, Mark::Fail);
+}

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 
-from . import _policy
+from . import _buffer, _policy
 from ._http import Response
 from ._policy import Endpoint, Settings
 from .client import Stats, _decoded, _json
@@ -67,10 +66,6 @@ class AsyncClient:
         self.endpoint = Endpoint.resolve(url, socket)
         self.settings = Settings(**settings)
         self._idle: list[_Connection] = []
-        self._batches: deque[tuple[float, list[int]]] = deque()
-        self._head: list[int] = []
-        self._head_at = 0.0
-        self._pos = 0
         self._batch = self.settings.min_batch
         self._max_batch = self.settings.max_batch
         self._refill_error: KubeflakeError | None = None
@@ -83,6 +78,7 @@ class AsyncClient:
         self._filled: asyncio.Condition | None = None
         self._closed = False
         self._stats = Stats(batch_size=self._batch)
+        self._buffer = _buffer.Buffer(self._stats)
 
     # -- transport ---------------------------------------------------------------------
 
@@ -149,29 +145,16 @@ class AsyncClient:
                 raise
         if not self.settings.prefetch or self._mode == "strict":
             return await self._direct("/id")
+        max_age = self.settings.max_age if self._mode == "snowflake" else None
         started = None
         while True:
-            if self._pos < len(self._head):
-                if (self.settings.max_age is not None and self._mode == "snowflake"
-                        and time.monotonic() - self._head_at > self.settings.max_age):
-                    dropped = len(self._head) - self._pos
-                    self._stats.expired += dropped
-                    self._stats.buffer_depth -= dropped
-                    self._head, self._pos = [], 0
-                    continue
-                value = self._head[self._pos]
-                self._pos += 1
-                self._stats.buffer_depth -= 1
-                self._stats.ids += 1
+            value = self._buffer.take(time.monotonic(), max_age)
+            if value is not None:
                 if self._stats.buffer_depth <= _policy.low_water(self._batch):
                     self._ask_refill()
                 if started is not None:
                     self._stats.wait_seconds += time.monotonic() - started
                 return value
-            if self._batches:
-                self._head_at, self._head = self._batches.popleft()
-                self._pos = 0
-                continue
             if self._closed:
                 raise KubeflakeError("the client is closed")
             now = time.monotonic()
@@ -183,13 +166,13 @@ class AsyncClient:
             if error is not None and not error.retryable:
                 self._count(error)
                 raise error
-            remaining = started + self.settings.max_wait - now
-            if remaining <= 0 or (error is not None and self._retry_at > started + self.settings.max_wait):
+            try:
+                remaining = _buffer.wait_left(started, now, self.settings.max_wait, error,
+                                              self._retry_at, self.endpoint)
+            except KubeflakeError as out_of_time:
                 self._stats.wait_seconds += now - started
-                error = error or NoSidecar(f"no ID from the kubeflake sidecar at {self.endpoint} "
-                                           f"within {self.settings.max_wait} s (max_wait)")
-                self._count(error)
-                raise error
+                self._count(out_of_time)
+                raise
             async with self._filled:
                 try:
                     await asyncio.wait_for(self._filled.wait(), remaining)
@@ -243,8 +226,7 @@ class AsyncClient:
                 continue
             done = time.monotonic()
             delay = 0.0
-            self._batches.append((started, ids))  # in the order fetched (segment order)
-            self._stats.buffer_depth += len(ids)
+            self._buffer.add(started, ids)  # in the order fetched (segment order)
             self._stats.refills += 1
             self._stats.refill_seconds += done - started
             lasted = None if self._last_refill_at is None else done - self._last_refill_at

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 
-from . import _policy
+from . import _buffer, _policy
 from ._http import TRANSPORT_ERRORS, Transport
 from ._policy import Endpoint, Settings
 from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response, not_ready_yet
@@ -89,10 +88,6 @@ class Client:
         self._transport = Transport(self.endpoint)
         self._req = _Requester(self._transport, self.settings)
         self._cond = threading.Condition(threading.Lock())
-        self._batches: deque[tuple[float, list[int]]] = deque()
-        self._head: list[int] = []
-        self._head_at = 0.0
-        self._pos = 0
         self._batch = self.settings.min_batch
         self._max_batch = self.settings.max_batch
         self._want = False
@@ -104,6 +99,7 @@ class Client:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._stats = Stats(batch_size=self._batch)
+        self._buffer = _buffer.Buffer(self._stats)
 
     # -- the buffer --------------------------------------------------------------------
 
@@ -120,27 +116,17 @@ class Client:
         if not self.settings.prefetch or self._mode == "strict":
             return self._direct("/id")
         cond = self._cond
+        max_age = self.settings.max_age if self._mode == "snowflake" else None
         with cond:
             started = None
             while True:
-                if self._pos < len(self._head):
-                    if (self.settings.max_age is not None and self._mode == "snowflake"
-                            and time.monotonic() - self._head_at > self.settings.max_age):
-                        self._expire_head()
-                        continue
-                    value = self._head[self._pos]
-                    self._pos += 1
-                    self._stats.buffer_depth -= 1
-                    self._stats.ids += 1
+                value = self._buffer.take(time.monotonic(), max_age)
+                if value is not None:
                     if not self._want and self._stats.buffer_depth <= _policy.low_water(self._batch):
                         self._ask_refill()
                     if started is not None:
                         self._stats.wait_seconds += time.monotonic() - started
                     return value
-                if self._batches:
-                    self._head_at, self._head = self._batches.popleft()
-                    self._pos = 0
-                    continue
                 if self._closed:
                     raise KubeflakeError("the client is closed")
                 now = time.monotonic()
@@ -152,23 +138,14 @@ class Client:
                 if error is not None and not error.retryable:
                     self._count(error)
                     raise error
-                remaining = started + self.settings.max_wait - now
-                if remaining <= 0 or (error is not None and self._retry_at > started + self.settings.max_wait):
-                    # Out of time, or the sidecar asked to wait past the bound: say so now.
+                try:
+                    remaining = _buffer.wait_left(started, now, self.settings.max_wait, error,
+                                                  self._retry_at, self.endpoint)
+                except KubeflakeError as out_of_time:
                     self._stats.wait_seconds += now - started
-                    error = error or NoSidecar(
-                        f"no ID from the kubeflake sidecar at {self.endpoint} within "
-                        f"{self.settings.max_wait} s (max_wait)")
-                    self._count(error)
-                    raise error
+                    self._count(out_of_time)
+                    raise
                 cond.wait(remaining)
-
-
-    def _expire_head(self) -> None:
-        dropped = len(self._head) - self._pos
-        self._stats.expired += dropped
-        self._stats.buffer_depth -= dropped
-        self._head, self._pos = [], 0
 
     def _ask_refill(self) -> None:
         self._want = True
@@ -223,8 +200,7 @@ class Client:
             with cond:
                 # One refill at a time, appended in the order fetched: segment values
                 # leave the buffer in the order the sidecar issued them.
-                self._batches.append((started, ids))
-                self._stats.buffer_depth += len(ids)
+                self._buffer.add(started, ids)
                 self._stats.refills += 1
                 self._stats.refill_seconds += done - started
                 lasted = None if self._last_refill_at is None else done - self._last_refill_at

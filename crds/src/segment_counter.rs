@@ -179,6 +179,18 @@ pub fn claimants(lease: &Lease) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether `lease` lists the pod `uid` among its claimants ([`claimants`], without
+/// allocating: the strict oracle asks it for every forwarded group).
+pub fn lists_claimant(lease: &Lease, uid: &str) -> bool {
+    !uid.is_empty()
+        && lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLAIMANTS_ANNOTATION))
+            .is_some_and(|listed| listed.split(',').any(|u| u == uid))
+}
+
 /// The [`CLAIMANTS_ANNOTATION`] value for these pod UIDs: sorted, without repeats, so
 /// that the same pods always read the same and an unchanged set is never rewritten.
 pub fn claimants_value<'a>(uids: impl IntoIterator<Item = &'a str>) -> String {
@@ -254,6 +266,8 @@ mod tests {
             .unwrap()
             .insert(CLAIMANTS_ANNOTATION.into(), value);
         assert_eq!(claimants(&lease), ["uid-a", "uid-b"]);
+        assert!(lists_claimant(&lease, "uid-a") && lists_claimant(&lease, "uid-b"));
+        assert!(!lists_claimant(&lease, "uid") && !lists_claimant(&lease, ""));
     }
 
     #[test]

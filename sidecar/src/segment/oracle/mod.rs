@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use kubeflake_crds::segment_counter::CLAIMANTS_ANNOTATION;
+use kubeflake_crds::segment_counter::lists_claimant;
 use kubeflake_crds::strict_oracle::{
     COUNTER_FORMAT_ORACLE, ForwardReply, ForwardRequest, OracleLease,
 };
@@ -246,13 +246,7 @@ impl Oracle {
         let Role::Oracle { lease, .. } = &s.role else {
             return None;
         };
-        let listed = lease
-            .read
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CLAIMANTS_ANNOTATION));
-        Some(listed.is_some_and(|l| !uid.is_empty() && l.split(',').any(|u| u == uid)))
+        Some(lists_claimant(&lease.read, uid))
     }
 
     /// Whether this sidecar is the oracle now (for tests and metrics).

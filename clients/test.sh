@@ -46,6 +46,8 @@ run "python tests" clients/python/test.sh "$sidecar"
 python="${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/clients-py/venv/bin/python"
 
 run "go tests" env KUBEFLAKE_SIDECAR_BIN="$sidecar" bash -c 'cd clients/go && go vet ./... && go test -race -count=1 ./...'
+# The Prometheus collector is a module of its own (client_golang from the Go module proxy, once).
+run "go prometheus collector tests" env KUBEFLAKE_SIDECAR_BIN="$sidecar" bash -c 'cd clients/go/prometheus && go vet ./... && go test -race -count=1 ./...'
 say "go: building the conformance driver"
 (cd clients/go && go build -o "$work/go-driver" ./cmd/conformance-driver) || failed+=("go driver build")
 

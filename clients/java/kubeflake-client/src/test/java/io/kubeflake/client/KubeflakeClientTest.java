@@ -357,10 +357,10 @@ class KubeflakeClientTest {
         @Test
         void anAnswerThatIsNotDecimalIdsIsAProtocolError() {
             assertThrows(ProtocolException.class,
-                    () -> KubeflakeClient.parseIds("<html>".getBytes(StandardCharsets.US_ASCII), "/ids"));
+                    () -> SidecarApi.parseIds("<html>".getBytes(StandardCharsets.US_ASCII), "/ids"));
             assertThrows(ProtocolException.class,
-                    () -> KubeflakeClient.parseIds("9223372036854775808\n".getBytes(StandardCharsets.US_ASCII), "/ids"));
-            assertEquals(2, KubeflakeClient.parseIds("1\n2\n".getBytes(StandardCharsets.US_ASCII), "/ids").length);
+                    () -> SidecarApi.parseIds("9223372036854775808\n".getBytes(StandardCharsets.US_ASCII), "/ids"));
+            assertEquals(2, SidecarApi.parseIds("1\n2\n".getBytes(StandardCharsets.US_ASCII), "/ids").length);
         }
     }
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,7 @@ type Client struct {
 	lastRefill  time.Time
 	filled      chan struct{} // closed and replaced after every refill attempt
 	mode        string
+	knownMode   atomic.Pointer[string] // mode once read: NextID takes no lock for it
 	layout      *Layout
 	layoutRead  bool
 	stats       Stats
@@ -349,11 +351,8 @@ func (c *Client) retrying(ctx context.Context, path string, do func(context.Cont
 
 // Mode returns "snowflake", "segment" or "strict", read once from the sidecar's /readyz.
 func (c *Client) Mode(ctx context.Context) (string, error) {
-	c.mu.Lock()
-	mode := c.mode
-	c.mu.Unlock()
-	if mode != "" {
-		return mode, nil
+	if known := c.knownMode.Load(); known != nil {
+		return *known, nil
 	}
 	deadline := time.Now().Add(c.settings.MaxWait)
 	var delay time.Duration
@@ -365,6 +364,7 @@ func (c *Client) Mode(ctx context.Context) (string, error) {
 			c.mu.Lock()
 			c.mode = mode
 			c.mu.Unlock()
+			c.knownMode.Store(&mode)
 			return mode, nil
 		}
 		e, ok := asError(err)

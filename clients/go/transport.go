@@ -57,7 +57,7 @@ func (t *transport) get(ctx context.Context, path string) ([]byte, int, error) {
 			"no kubeflake sidecar answered at %s; check KUBEFLAKE_SOCKET / KUBEFLAKE_URL and that the sidecar runs", t.endpoint)}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := readBody(resp)
 	if err != nil {
 		return nil, 0, &Error{Kind: KindNoSidecar, Err: err, Message: fmt.Sprintf("the answer of the sidecar at %s to %s broke off", t.endpoint, path)}
 	}
@@ -65,6 +65,20 @@ func (t *transport) get(ctx context.Context, path string) ([]byte, int, error) {
 		return body, resp.StatusCode, errorFromResponse(resp.StatusCode, body, resp.Header.Get("Retry-After"), path)
 	}
 	return body, resp.StatusCode, nil
+}
+
+// readBody reads a whole answer; into one allocation of the announced length when there is
+// one (a batch of 10,000 IDs is about 190 KB: io.ReadAll would grow and copy it ten times).
+func readBody(resp *http.Response) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > 64<<20 {
+		return io.ReadAll(resp.Body)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 func (t *transport) getIDs(ctx context.Context, path string) ([]int64, error) {

@@ -1,44 +1,60 @@
 #!/usr/bin/env node
-// Measures (asserts nothing) the Node client's next() against one HTTP request per ID, in
-// one run, against a standalone sidecar it starts on a Unix socket:
-//   node clients/node/bench.js SIDECAR_BINARY [--ids 1000000] [--requests 5000] [--tcp]
+// Measures (asserts nothing) the Node client's next(), in Snowflake and in segment mode,
+// beside one HTTP request per ID and the layout's ceiling, in one run, against standalone
+// sidecars it starts (on Unix sockets unless --tcp):
+//   node clients/node/bench.js SIDECAR_BINARY [--ids 2000000] [--requests 5000] [--tcp]
+// Each row: IDs/s from a pass of n calls with no clock read in the loop, then p50/p99/p99.9
+// from a second pass of n calls each timed with process.hrtime.bigint() (one clock read a
+// call: the interval from the read after the previous call to the read after this one, so
+// one read's cost, the "clock read" row, is inside each figure).
 import { parseArgs } from 'node:util';
 import { Client } from './src/index.js';
 import { startSidecar } from './test/sidecar.js';
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: {
-  ids: { type: 'string', default: '1000000' }, requests: { type: 'string', default: '5000' }, tcp: { type: 'boolean', default: false },
+  ids: { type: 'string', default: '2000000' }, requests: { type: 'string', default: '5000' }, tcp: { type: 'boolean', default: false },
 } });
 process.env.KUBEFLAKE_SIDECAR_BIN = positionals[0] ?? process.env.KUBEFLAKE_SIDECAR_BIN;
-const sidecar = await startSidecar();
+const snowflake = await startSidecar();
+const segment = await startSidecar(['--mode', 'segment']);
+const fmt = (x) => Math.round(x).toLocaleString('en-US');
 
-/** n calls of take(), each timed: IDs/s and latency percentiles. */
-async function measure(name, take, n) {
-  const lat = new Float64Array(n);
+/** n untimed calls of take() (IDs/s), then n more each timed (percentiles). */
+async function measure(name, take, n, extra = () => '') {
   for (let i = 0; i < Math.min(n, 1000); i++) await take(); // warm-up: JIT, connections, first refills
-  const started = performance.now();
+  let started = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) await take();
+  const rate = n / (Number(process.hrtime.bigint() - started) / 1e9);
+  const lat = new BigUint64Array(n);
+  let prev = process.hrtime.bigint();
   for (let i = 0; i < n; i++) {
-    const t = performance.now();
     await take();
-    lat[i] = performance.now() - t;
+    const now = process.hrtime.bigint();
+    lat[i] = now - prev;
+    prev = now;
   }
-  const seconds = (performance.now() - started) / 1000;
   lat.sort();
-  const us = (q) => (lat[Math.min(n - 1, Math.floor(q * n))] * 1000).toFixed(2);
-  console.log(`${name.padEnd(34)} ${Math.round(n / seconds).toLocaleString('en-US').padStart(11)} IDs/s   `
-    + `p50 ${us(0.5)} us  p99 ${us(0.99)} us  p99.9 ${us(0.999)} us  (${n.toLocaleString('en-US')} IDs)`);
+  const us = (q) => (Number(lat[Math.floor(q * (n - 1))]) / 1000).toFixed(2);
+  console.log(`${name.padEnd(36)} ${fmt(rate).padStart(11)} IDs/s   p50 ${us(0.5)} us  p99 ${us(0.99)} us  p99.9 ${us(0.999)} us  `
+    + `(${fmt(n)} + ${fmt(n)} calls${extra()})`);
 }
 
-const where = values.tcp ? { url: sidecar.url } : { socket: sidecar.socket };
-const buffered = new Client(where);
-const direct = new Client({ ...where, prefetch: false });
-console.log(`node ${process.version}, sidecar ${positionals[0]} over ${values.tcp ? 'TCP' : 'the Unix socket'}, one caller`);
-await measure('next() (buffered)', () => buffered.next(), Number(values.ids));
-await measure('one HTTP request per ID (kept)', () => direct.next(), Number(values.requests));
-const s = buffered.stats();
-console.log(`buffered: ${s.refills} refills (${(s.refillSeconds / s.refills * 1000).toFixed(2)} ms mean), ${s.waits} waits, batch ${s.batchSize}`);
-const layout = await buffered.layout();
-console.log(`the layout's ceiling for one worker: ${(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).toLocaleString('en-US')} IDs/s`);
-buffered.close();
-direct.close();
-await sidecar.stop();
+const at = (sidecar) => (values.tcp ? { url: sidecar.url } : { socket: sidecar.socket });
+const n = Number(values.ids);
+console.log(`node ${process.version}, sidecar ${positionals[0]} over ${values.tcp ? 'TCP' : 'Unix sockets'}, one caller`);
+const bufferStats = (client) => () => {
+  const s = client.stats();
+  return `; ${s.refills} refills, ${(s.refillSeconds / Math.max(1, s.refills) * 1000).toFixed(2)} ms mean, ${s.waits} waits`;
+};
+const flake = new Client(at(snowflake));
+await measure('next(), buffered, Snowflake', () => flake.next(), n, bufferStats(flake));
+const seg = new Client(at(segment));
+await measure('next(), buffered, segment', () => seg.next(), n, bufferStats(seg));
+const direct = new Client({ ...at(snowflake), prefetch: false });
+await measure('one HTTP request per ID (kept alive)', () => direct.next(), Number(values.requests));
+await measure('clock read alone (await of nothing)', async () => {}, n);
+const layout = await flake.layout();
+console.log(`${'the layout\'s ceiling, one worker'.padEnd(36)} ${fmt(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).padStart(11)} IDs/s`);
+for (const c of [flake, seg, direct]) c.close();
+await snowflake.stop();
+await segment.stop();

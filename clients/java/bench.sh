@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The Java client's speed, with JMH, in one run: KubeflakeClient.nextId() (Snowflake and
+# segment mode) against a standalone sidecar, one HTTP request per ID (Unix socket and TCP),
+# CosId's in-process Snowflake and SegmentChainId, and the default layout's ceiling, printed
+# as one table. A benchmark, not a test: nothing is asserted.
+#
+#   clients/java/bench.sh SIDECAR_BINARY [JMH options...]
+#
+# Use a release sidecar (cargo build --release -p kubeflake-sidecar): a debug one is the
+# limit, not the client. One thread, then four threads for the buffered and in-process rows;
+# about 4 minutes. JMH options go to both runs (e.g. -wi 1 -i 2 for a quick look). The JSON
+# results and the log are left in kubeflake-bench/target/.
+set -euo pipefail
+[[ $# -ge 1 && -x $1 ]] || {
+	echo "usage: clients/java/bench.sh SIDECAR_BINARY [JMH options...]" >&2
+	exit 2
+}
+export KUBEFLAKE_SIDECAR_BIN
+KUBEFLAKE_SIDECAR_BIN=$(realpath "$1")
+shift
+cd "$(dirname "$0")"
+out=kubeflake-bench/target
+mvn -B -q -pl kubeflake-client,kubeflake-bench -Dmaven.test.skip=true package dependency:build-classpath \
+	-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=runtime
+cp="$out/classes:$(cat $out/classpath.txt)"
+rm -f "$out"/jmh-t*.json "$out"/jmh.log
+java -cp "$cp" org.openjdk.jmh.Main 'IdBench' -t 1 -rf json -rff "$out/jmh-t1.json" "$@" 2>&1 | tee -a "$out/jmh.log"
+java -cp "$cp" org.openjdk.jmh.Main 'IdBench\.(kubeflake|cosid)' -t 4 -rf json -rff "$out/jmh-t4.json" "$@" 2>&1 |
+	tee -a "$out/jmh.log"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = {}
+for t in (1, 4):
+    try:
+        results = json.load(open(f"{out}/jmh-t{t}.json"))
+    except (OSError, ValueError):
+        continue
+    for r in results:
+        name = r["benchmark"].rsplit(".", 1)[1]
+        m = r["primaryMetric"]
+        row = rows.setdefault((name, r["threads"]), {})
+        if r["mode"] == "thrpt":
+            assert m["scoreUnit"] == "ops/us", m["scoreUnit"]
+            err = m["scoreError"]  # "NaN" after a single iteration
+            row["ops"] = m["score"] * 1e6
+            row["err"] = err * 1e6 if isinstance(err, (int, float)) and err == err else None
+        elif r["mode"] == "sample":
+            assert m["scoreUnit"] == "us/op", m["scoreUnit"]
+            p = m["scorePercentiles"]
+            row["p"] = [p[k] * 1e3 for k in ("50.0", "99.0", "99.9")]
+CEILING = 4096 * 1000  # the default layout: 2^12 sequence numbers per 1 ms tick, one worker
+what = {
+    "kubeflakeSnowflake": "KubeflakeClient.nextId(), Snowflake, buffered",
+    "kubeflakeSegment": "KubeflakeClient.nextId(), segment, buffered",
+    "httpPerIdUnix": "one HTTP request per ID, Unix socket",
+    "httpPerIdTcp": "one HTTP request per ID, TCP (java.net.http)",
+    "cosidSnowflake": "CosId 2.13.3 MillisecondSnowflakeId (in-process)",
+    "cosidSegmentChain": "CosId 2.13.3 SegmentChainId, in-memory distributor",
+}
+def ns(v):
+    return f"{v:,.0f} ns" if v >= 100 else f"{v:.1f} ns"
+print()
+print(f"| what | threads | IDs/s | x ceiling | p50 | p99 | p99.9 |")
+print(f"|---|---:|---:|---:|---:|---:|---:|")
+for (name, threads), row in sorted(rows.items(), key=lambda kv: (list(what).index(kv[0][0]), kv[0][1])):
+    ops = row.get("ops")
+    ids = "" if ops is None else f"{ops:,.0f}" + ("" if row["err"] is None else f" ± {row['err']:,.0f}")
+    ratio = f"{ops / CEILING:.2f}" if ops is not None and "nowflake" in name else ""
+    p = row.get("p")
+    pct = " | ".join(ns(v) for v in p) if p else " | "
+    print(f"| {what[name]} | {threads} | {ids} | {ratio} | {pct} |")
+print(f"| the default layout's ceiling, one worker (4,096 IDs per 1 ms tick) | | {CEILING:,} | 1.00 | | | |")
+PY
+echo
+grep -h '^kubeflake .* client: ' "$out/jmh.log" || true

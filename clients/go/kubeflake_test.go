@@ -140,6 +140,42 @@ func TestParseIDsTakesTheWholeAnswerOrNone(t *testing.T) {
 	}
 }
 
+// parseDecimal (eight digits at a time) agrees with strconv on every length, digit and
+// position of a non-digit, and on the edges of 2^63.
+func TestParseDecimalAgreesWithStrconv(t *testing.T) {
+	want := func(s string) (int64, bool) {
+		if s == "" || s[0] == '+' || s[0] == '-' || len(s) > 19 {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil
+	}
+	cases := []string{"0", "7", "00000000", "12345678", "123456789", "9223372036854775807",
+		"9223372036854775808", "9999999999999999999", "10000000000000000000", "0009223372036854775807",
+		"252763575603429376", "25276357560342937/", "2527635756034:9376", "+1", "-1", " 1", "1 "}
+	rnd := uint64(1)
+	for range 20000 {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		n := 1 + int(rnd>>59)%21
+		b := make([]byte, n)
+		for i := range b {
+			rnd = rnd*6364136223846793005 + 1442695040888963407
+			b[i] = '0' + byte(rnd>>60)%10
+		}
+		if rnd>>32%4 == 0 { // a byte that is not a digit, at any position
+			rnd = rnd*6364136223846793005 + 1442695040888963407
+			b[int(rnd>>33)%n] = byte(rnd >> 50)
+		}
+		cases = append(cases, string(b))
+	}
+	for _, c := range cases {
+		got, ok := parseDecimal([]byte(c))
+		if w, wok := want(c); got != w && ok || ok != wok {
+			t.Fatalf("%q: got %d, %v; want %d, %v", c, got, ok, w, wok)
+		}
+	}
+}
+
 func TestLayoutComposeAndDecomposeAreInverse(t *testing.T) {
 	l := Layout{TotalBits: 63, TimestampBits: 41, DatacenterBits: 2, WorkerBits: 8, SequenceBits: 12,
 		Epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), TimeUnit: 10 * time.Millisecond}

@@ -10,7 +10,8 @@
 //   - p50-ns, p99-ns, p99.9-ns: a second pass of up to 2,000,000 calls, each timed as the
 //     interval between one monotonic clock read after the previous call and one after
 //     this one, so one read (BenchmarkClockRead: what that costs alone) is in each figure;
-//   - for the buffered client: waits and refills (from Stats) in the whole benchmark, and
+//   - for the buffered client: waits, wait-ms (their total), refills and refill-us (their
+//     mean latency), from Stats over the whole benchmark, and
 //     for Snowflake ahead-ms, how far the last ID's time was ahead of the wall clock (the
 //     sidecar lends up to the drift limit, 2 s by default, to a burst above the ceiling).
 package bench
@@ -138,6 +139,10 @@ func buffered(b *testing.B, socket string) {
 	s := c.Stats()
 	b.ReportMetric(float64(s.Waits-before.Waits), "waits")
 	b.ReportMetric(float64(s.Refills-before.Refills), "refills")
+	if n := s.Refills - before.Refills; n > 0 {
+		b.ReportMetric(float64((s.RefillTime-before.RefillTime).Microseconds())/float64(n), "refill-us")
+	}
+	b.ReportMetric(float64((s.WaitTime - before.WaitTime).Milliseconds()), "wait-ms")
 	if layout, err := c.Layout(ctx); err == nil && layout != nil {
 		if parts, err := layout.Decompose(last); err == nil {
 			b.ReportMetric(float64(time.Until(parts.Time).Milliseconds()), "ahead-ms")

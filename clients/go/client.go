@@ -203,6 +203,12 @@ func (c *Client) refill() {
 			return
 		case <-c.want:
 		}
+		c.mu.Lock()
+		stale := c.depth > lowWater(c.batchSize) // asked while the last refill was out
+		c.mu.Unlock()
+		if stale {
+			continue
+		}
 		for {
 			select {
 			case <-c.done:

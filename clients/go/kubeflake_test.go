@@ -330,3 +330,22 @@ func TestASidecarWaitingForASlotIsSlotLostNotNoSidecar(t *testing.T) {
 		t.Fatalf("got %v; want slot_lost, reason no_slot, Retry-After 1 s", err)
 	}
 }
+
+// The buffer holds at most a batch more than the low-water mark: a refill asked for while
+// the previous one was out is not made once that one has filled the buffer (it was: the
+// buffer then grew by a batch a time, past one and a half batches).
+func TestTheBufferNeverHoldsMoreThanOneAndAHalfBatches(t *testing.T) {
+	_, socket := sidecar(t)
+	c := newClient(t, Settings{Socket: socket, MinBatch: 100, MaxBatch: 100})
+	ctx := context.Background()
+	most := 0
+	for range 50_000 {
+		if _, err := c.NextID(ctx); err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, c.Stats().BufferDepth)
+	}
+	if most > 150 {
+		t.Fatalf("the buffer held %d IDs; want at most 150 (a batch of 100 above the low-water mark of 50)", most)
+	}
+}

@@ -61,6 +61,7 @@ fn model_space_spec() -> IdSpaceSpec {
         tolerance_seconds: 300,
         renew_every_seconds: 10,
         registry: RegistryRecord::default(),
+        segment: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub(super) fn default_spec() -> IdSpaceSpec {
         tolerance_seconds: 3600,
         renew_every_seconds: 300,
         registry: RegistryRecord::default(),
+        segment: None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! `IdSpace` and `IdSpaceMembership` CRDs and the hub's policy equal what the code
 //! generates, and the CRDs' CEL rules refuse what they should, saying which field to fix.
 //! (The same rules, the list keys and the policy are checked against a real API server in
-//! the e2e suite.)
+//! e2e/tests/id_space_objects.rs.)
 
 use kube::CustomResourceExt;
 use kubeflake_crds::id_space::{self, IdSpace, IdSpaceMembership, IdSpaceSpec, hub_policy};

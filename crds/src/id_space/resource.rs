@@ -150,9 +150,10 @@ pub struct RegistryRecord {
     #[schemars(range(min = 0))]
     #[x_kube(validation = Rule::new("self >= oldSelf").message("registry.revision may not go down: members remember the highest they saw and refuse a registry that went back; recover a restored hub with `kubectl kubeflake hub recover`"))]
     pub revision: i64,
-    /// One entry per cluster ID, and one per name.
+    /// One entry per cluster ID, and one per name; at most 512 (the CEL cost of the name
+    /// check grows with the square of the list, and the API server caps it).
     #[serde(default)]
-    #[schemars(length(max = 1024))]
+    #[schemars(length(max = 512))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
     #[x_kube(validation = Rule::new("self.all(m, self.exists_one(n, n.name == m.name))").message(
         "two members share one name: every member needs its own (docs/design/2026-11-29-multicluster.md); join the second cluster with another name, or forget the old member first"

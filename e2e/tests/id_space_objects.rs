@@ -1,0 +1,572 @@
+//! The ID space's objects against a real API server (docs/design/2026-11-29-multicluster.md,
+//! plan step 1): the generated `IdSpace` and `IdSpaceMembership` CRDs install; valid objects
+//! are accepted; bad ones are refused by the API server itself with a message naming the
+//! field to fix; and the hub's ValidatingAdmissionPolicy (crds/idspace-hub-policy.yaml, the
+//! same spec built by `kubeflake_crds::id_space::hub_policy`) lets a member's ServiceAccount
+//! make the registry transitions of `kubeflake_crds::id_space::registry`, for itself, and
+//! refuses everything else. RBAC lets both members update the IdSpace: the refusals come
+//! from the policy alone. Nothing here uses the operator (it does not read these objects
+//! yet). Its own control plane, on free loopback ports.
+
+mod policy_support;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use kubeflake_crds::id_space::hub_policy::{self, MEMBER_ACCOUNT_PREFIX};
+use kubeflake_crds::id_space::{
+    IdSpace, IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, JoinRequest, MemberId,
+    MemberName, MemberRecord, Registry, RegistryRecord, SpaceSequenceSpec, join,
+};
+use kubeflake_crds::layout::{DatacenterId, Tick};
+use kubeflake_e2e::{Cluster, TestNamespace};
+use policy_support::{service_account, token, token_client};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+const SPACE: &str = "orders";
+/// A tick long after the epoch (about 11.6 days in), the members' "now".
+const NOW: u64 = 1_000_000_000;
+
+/// Installs both CRDs (the checked-in files) once per test binary.
+async fn cluster() -> &'static Cluster {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let cluster = Cluster::shared();
+    INSTALLED
+        .get_or_try_init(|| async {
+            let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds");
+            for (file, name) in [
+                ("idspace.yaml", "idspaces.kubeflake.io"),
+                ("idspacemembership.yaml", "idspacememberships.kubeflake.io"),
+            ] {
+                let path = crds.join(file);
+                cluster
+                    .kubectl(&["apply", "--server-side", "-f", &path.to_string_lossy()])
+                    .await?
+                    .ok()
+                    .with_context(|| format!("kubectl apply of crds/{file}"))?;
+                cluster.wait_crd_established(name).await?;
+            }
+            anyhow::Ok(())
+        })
+        .await
+        .expect("cannot install the ID space CRDs");
+    cluster
+}
+
+fn spec() -> IdSpaceSpec {
+    IdSpaceSpec {
+        sequence: SpaceSequenceSpec::default(),
+        block_slots: 64,
+        tolerance_seconds: 3600,
+        renew_every_seconds: 300,
+        registry: RegistryRecord::default(),
+        segment: None,
+    }
+}
+
+fn space_object(name: &str, spec: IdSpaceSpec) -> IdSpace {
+    IdSpace::new(name, spec)
+}
+
+/// The API server's message when it refused the request, or None if it accepted it.
+fn refusal<T>(result: kube::Result<T>) -> Result<Option<String>> {
+    match result {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) => Ok(Some(status.message)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Asserts the request was refused with a message containing every one of `says`.
+fn refused<T>(what: &str, result: kube::Result<T>, says: &[&str]) -> Result<()> {
+    let message = refusal(result)?.with_context(|| format!("{what}: accepted, must be refused"))?;
+    for text in says {
+        ensure!(
+            message.contains(text),
+            "{what}: refused, but the message does not say {text:?}: {message}"
+        );
+    }
+    Ok(())
+}
+
+/// A field, a change to it, and what the refusal must say.
+type Change = (&'static str, fn(&mut IdSpaceSpec), &'static [&'static str]);
+
+fn member(id: &str, name: &str, generation: i64) -> MemberRecord {
+    MemberRecord {
+        id: id.into(),
+        name: name.into(),
+        datacenter_id: 0,
+        generation,
+    }
+}
+
+#[tokio::test]
+async fn a_valid_space_and_membership_are_accepted_and_listed() -> Result<()> {
+    let cluster = cluster().await;
+    let ns = cluster.namespace("idspace-valid").await?;
+    let spaces: Api<IdSpace> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut minimal = spec();
+    minimal.registry.members = vec![member("cluster-a", "prod", 1)];
+    spaces
+        .create(&PostParams::default(), &space_object(SPACE, minimal))
+        .await?;
+    let memberships: Api<IdSpaceMembership> = Api::namespaced(ns.client.clone(), &ns.name);
+    let membership = IdSpaceMembership::new(
+        SPACE,
+        serde_json::from_value::<IdSpaceMembershipSpec>(json!({
+            "sequence": "orders", "memberName": "prod", "hubSecret": "kubeflake-hub-orders",
+            "space": {"namespace": "kubeflake-space-orders", "name": "orders"}
+        }))?,
+    );
+    memberships
+        .create(&PostParams::default(), &membership)
+        .await?;
+    let listed = cluster
+        .kubectl(&["get", "idspace", "-n", &ns.name])
+        .await?
+        .ok()?;
+    ensure!(
+        listed.contains("BLOCK SLOTS") && listed.contains("64"),
+        "{listed}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_parameters_and_registry_records_are_refused_naming_the_field() -> Result<()> {
+    let cluster = cluster().await;
+    let ns = cluster.namespace("idspace-bad").await?;
+    let spaces: Api<IdSpace> = Api::namespaced(ns.client.clone(), &ns.name);
+    let create = |spec: IdSpaceSpec| {
+        let spaces = spaces.clone();
+        async move {
+            spaces
+                .create(&PostParams::default(), &space_object("bad", spec))
+                .await
+        }
+    };
+    let mut s = spec();
+    s.block_slots = 48;
+    refused(
+        "blockSlots 48",
+        create(s).await,
+        &["spec.blockSlots", "power of two"],
+    )?;
+    let mut s = spec();
+    s.block_slots = 2048;
+    refused(
+        "blockSlots 2048",
+        create(s).await,
+        &["spec.blockSlots", "larger than the slot space"],
+    )?;
+    let mut s = spec();
+    s.sequence.layout.datacenter_bits = 10;
+    s.sequence.layout.timestamp_bits = 31;
+    s.block_slots = 128;
+    refused(
+        "8192 blocks",
+        create(s).await,
+        &["spec.blockSlots", "more than the 4096"],
+    )?;
+    let mut s = spec();
+    s.tolerance_seconds = 100;
+    refused(
+        "tolerance 100 s",
+        create(s).await,
+        &["spec.toleranceSeconds", "300"],
+    )?;
+    let mut s = spec();
+    s.renew_every_seconds = 2000;
+    refused(
+        "renewal 2000 s",
+        create(s).await,
+        &["spec.renewEverySeconds", "half of toleranceSeconds"],
+    )?;
+    let mut s = spec();
+    s.sequence.strict = true;
+    refused(
+        "strict",
+        create(s).await,
+        &["spec.sequence.strict", "cannot span clusters"],
+    )?;
+    let mut s = spec();
+    s.registry.members = vec![
+        member("cluster-a", "prod", 1),
+        member("cluster-a", "dev", 1),
+    ];
+    refused(
+        "one identity twice",
+        create(s).await,
+        &["spec.registry.members", "Duplicate value"],
+    )?;
+    let mut s = spec();
+    s.registry.members = vec![
+        member("cluster-a", "prod", 1),
+        member("cluster-b", "prod", 1),
+    ];
+    refused(
+        "one name twice",
+        create(s).await,
+        &["spec.registry.members", "share one name"],
+    )?;
+
+    // Immutable once made; a floor never goes down.
+    let mut good = spec();
+    good.registry.members = vec![member("cluster-a", "prod", 1)];
+    good.registry.blocks = serde_json::from_value(json!([{"index": 3, "term": 1, "floor": 500}]))?;
+    let made = spaces
+        .create(&PostParams::default(), &space_object("good", good))
+        .await?;
+    let changes: [Change; 5] = [
+        (
+            "epoch",
+            |s| s.sequence.epoch = "2024-01-01T00:00:00Z".into(),
+            &["spec.sequence", "sequence is immutable"],
+        ),
+        (
+            "blockSlots",
+            |s| s.block_slots = 32,
+            &["spec.blockSlots", "blockSlots is immutable"],
+        ),
+        (
+            "toleranceSeconds",
+            |s| s.tolerance_seconds = 7200,
+            &["spec.toleranceSeconds", "immutable"],
+        ),
+        (
+            "renewEverySeconds",
+            |s| s.renew_every_seconds = 600,
+            &["spec.renewEverySeconds", "immutable"],
+        ),
+        (
+            "floor",
+            |s| s.registry.blocks[0].floor = 100,
+            &["spec.registry.blocks[0].floor", "may not go down"],
+        ),
+    ];
+    for (field, change, says) in changes {
+        let mut changed = made.clone();
+        change(&mut changed.spec);
+        refused(
+            field,
+            spaces
+                .replace("good", &PostParams::default(), &changed)
+                .await,
+            says,
+        )?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_members_copy_keeps_its_cluster_and_idspace_uid() -> Result<()> {
+    let cluster = cluster().await;
+    let ns = cluster.namespace("idspace-copy").await?;
+    let memberships: Api<IdSpaceMembership> = Api::namespaced(ns.client.clone(), &ns.name);
+    let membership = IdSpaceMembership::new(
+        SPACE,
+        serde_json::from_value::<IdSpaceMembershipSpec>(json!({
+            "sequence": "orders", "memberName": "prod", "hubSecret": "kubeflake-hub-orders",
+            "space": {"namespace": "kubeflake-space-orders", "name": "orders"}
+        }))?,
+    );
+    memberships
+        .create(&PostParams::default(), &membership)
+        .await?;
+    let status = |member: &str, uid: &str| {
+        Patch::Merge(json!({"status": {"memberId": member, "idSpaceUid": uid}}))
+    };
+    let params = PatchParams::default();
+    memberships
+        .patch_status(SPACE, &params, &status("cluster-a", "uid-1"))
+        .await?;
+    refused(
+        "another cluster adopting the copy",
+        memberships
+            .patch_status(SPACE, &params, &status("cluster-b", "uid-1"))
+            .await,
+        &["status.memberId", "write-once"],
+    )?;
+    refused(
+        "a re-created IdSpace's UID",
+        memberships
+            .patch_status(SPACE, &params, &status("cluster-a", "uid-2"))
+            .await,
+        &["status.idSpaceUid", "hub recover"],
+    )?;
+    refused(
+        "another member name",
+        memberships
+            .patch(
+                SPACE,
+                &params,
+                &Patch::Merge(json!({"spec": {"memberName": "dev"}})),
+            )
+            .await,
+        &["spec.memberName", "immutable"],
+    )?;
+    Ok(())
+}
+
+/// The hub: the policy bound to this namespace, two member accounts RBAC lets update
+/// IdSpaces, and a space both have joined.
+struct Hub {
+    ns: TestNamespace,
+    prod: Client,
+    dev: Client,
+    space: kubeflake_crds::id_space::Space,
+}
+
+fn id(name: &str) -> MemberId {
+    MemberId::new(&format!("cluster-{name}")).expect("a valid cluster ID")
+}
+
+async fn hub(cluster: &'static Cluster) -> Result<Hub> {
+    let ns = cluster.namespace("idspace-hub").await?;
+    let n = ns.name.clone();
+    let admin = cluster.client()?;
+    let policy = format!("{}-{n}", hub_policy::POLICY_NAME);
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &hub_policy::policy(&policy))
+        .await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin)
+        .create(
+            &PostParams::default(),
+            &hub_policy::binding(&policy, &policy, Some(&n)),
+        )
+        .await?;
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "kubeflake-member"},
+        "rules": [{"apiGroups": ["kubeflake.io"], "resources": ["idspaces"],
+                   "verbs": ["get", "list", "watch", "update", "create", "delete"]}],
+    }))?;
+    Api::<Role>::namespaced(ns.client.clone(), &n)
+        .create(&PostParams::default(), &role)
+        .await?;
+    let mut subjects = Vec::new();
+    for name in ["prod", "dev"] {
+        let account = format!("{MEMBER_ACCOUNT_PREFIX}{name}");
+        service_account(&ns, &account).await?;
+        subjects.push(Subject {
+            kind: "ServiceAccount".into(),
+            name: account,
+            namespace: Some(n.clone()),
+            ..Default::default()
+        });
+    }
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("kubeflake-member".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: "kubeflake-member".into(),
+        },
+        subjects: Some(subjects),
+    };
+    Api::<RoleBinding>::namespaced(ns.client.clone(), &n)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let client_of = |name: &'static str| {
+        let n = n.clone();
+        async move {
+            let account = format!("{MEMBER_ACCOUNT_PREFIX}{name}");
+            let t = token(cluster, &n, &account, None).await?;
+            token_client(cluster, &format!("{n}-{name}"), &t)
+        }
+    };
+    // Both join (the administrator writes it here; a join by a member is allowed too).
+    let s = spec();
+    let space = s.space()?;
+    let mut registry = Registry::default();
+    for name in ["prod", "dev"] {
+        let request = JoinRequest {
+            id: id(name),
+            name: MemberName::new(name)?,
+            sequence: *space.sequence(),
+            datacenter: DatacenterId(0),
+            used: vec![],
+            now: Tick(NOW),
+        };
+        registry = join(&space, &registry, &request)?.registry;
+    }
+    let made = IdSpaceSpec {
+        registry: registry.to_record(),
+        ..s
+    };
+    Api::<IdSpace>::namespaced(ns.client.clone(), &n)
+        .create(&PostParams::default(), &space_object(SPACE, made))
+        .await?;
+    Ok(Hub {
+        prod: client_of("prod").await?,
+        dev: client_of("dev").await?,
+        ns,
+        space,
+    })
+}
+
+impl Hub {
+    async fn read(&self) -> Result<(IdSpace, Registry)> {
+        let object = Api::<IdSpace>::namespaced(self.ns.client.clone(), &self.ns.name)
+            .get(SPACE)
+            .await?;
+        let registry = object.spec.registry(&self.space)?;
+        Ok((object, registry))
+    }
+
+    /// `as_member` writes `record` over `read` (a compare-and-swap on its resourceVersion).
+    async fn write(
+        &self,
+        as_member: &Client,
+        read: &IdSpace,
+        record: RegistryRecord,
+    ) -> kube::Result<IdSpace> {
+        let mut next = read.clone();
+        next.spec.registry = record;
+        Api::<IdSpace>::namespaced(as_member.clone(), &self.ns.name)
+            .replace(SPACE, &PostParams::default(), &next)
+            .await
+    }
+}
+
+/// The API server compiles a new policy in the background: wait (bounded) until a write
+/// the policy refuses (the revision not counted up) is refused.
+async fn wait_enforced(hub: &Hub) -> Result<()> {
+    for _ in 0..150 {
+        let (read, registry) = hub.read().await?;
+        match hub.write(&hub.prod, &read, registry.to_record()).await {
+            Err(kube::Error::Api(e)) if e.message.contains("ValidatingAdmissionPolicy") => {
+                return Ok(());
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("the hub policy was not in force after 30 s")
+}
+
+#[tokio::test]
+async fn the_hub_policy_lets_members_make_only_the_registry_transitions_for_themselves()
+-> Result<()> {
+    let cluster = cluster().await;
+    let hub = hub(cluster).await?;
+    wait_enforced(&hub).await?;
+    let (prod, dev) = (id("prod"), id("dev"));
+
+    // Legal: prod claims a block and renews it (registry.rs claim, renew).
+    let (read, registry) = hub.read().await?;
+    let (claimed, grant) = registry.claim(&hub.space, &prod, Tick(NOW))?;
+    hub.write(&hub.prod, &read, claimed.to_record())
+        .await
+        .context("prod's claim")?;
+    let (read, registry) = hub.read().await?;
+    let (renewed, _) =
+        registry.renew(&hub.space, &prod, grant.block, grant.term, Tick(NOW + 1000))?;
+    hub.write(&hub.prod, &read, renewed.to_record())
+        .await
+        .context("prod's renewal")?;
+
+    // Illegal, each on what was just read.
+    let (read, registry) = hub.read().await?;
+    let index = grant.block.get() as i64;
+    let block_of = |r: &mut RegistryRecord| {
+        r.blocks
+            .iter()
+            .position(|b| b.index == index)
+            .expect("prod's block is listed")
+    };
+    let mut taken = registry.to_record();
+    let b = block_of(&mut taken);
+    taken.revision += 1;
+    taken.blocks[b].owner = Some(dev.to_string());
+    taken.blocks[b].term += 1;
+    refused(
+        "dev takes prod's held block",
+        hub.write(&hub.dev, &read, taken).await,
+        &[
+            "ValidatingAdmissionPolicy",
+            "member dev",
+            "only by a hand-over",
+        ],
+    )?;
+    let mut not_counted = registry.to_record();
+    let b = block_of(&mut not_counted);
+    not_counted.blocks[b].bound = not_counted.blocks[b].bound.map(|x| x + 1);
+    refused(
+        "a renewal without counting the revision",
+        hub.write(&hub.prod, &read, not_counted).await,
+        &["spec.registry.revision up by exactly 1"],
+    )?;
+    let mut others = registry.to_record();
+    others.revision += 1;
+    for m in &mut others.members {
+        if m.name == "dev" {
+            m.generation += 1;
+        }
+    }
+    refused(
+        "prod changes dev's entry",
+        hub.write(&hub.prod, &read, others).await,
+        &["only its own entry of spec.registry.members"],
+    )?;
+    let mut no_floor = registry.to_record();
+    let b = block_of(&mut no_floor);
+    no_floor.revision += 1;
+    no_floor.blocks[b].owner = None;
+    no_floor.blocks[b].bound = None;
+    refused(
+        "prod releases without raising the floor to the bound",
+        hub.write(&hub.prod, &read, no_floor).await,
+        &[
+            "only by a hand-over",
+            "floor raised to at least the old bound",
+        ],
+    )?;
+
+    // Legal: dev reclaims prod's block once its bound passed (by dev's clock), and then
+    // dropping that block's entry, which would reset its floor, is refused.
+    let (read, registry) = hub.read().await?;
+    let held = registry.view_of(&prod)?.grants[0];
+    let reclaimed = registry.reclaim(held.block, Tick(held.bound.0 + 1))?;
+    hub.write(&hub.dev, &read, reclaimed.to_record())
+        .await
+        .context("dev's reclaim")?;
+    let (read, registry) = hub.read().await?;
+    let mut dropped = registry.to_record();
+    dropped.revision += 1;
+    dropped.blocks.retain(|b| b.index != index);
+    refused(
+        "dropping a free block's entry",
+        hub.write(&hub.prod, &read, dropped).await,
+        &["no entry of spec.registry.blocks may be removed"],
+    )?;
+
+    // Legal: prod leaves (registry.rs forget of itself); it may not delete the space.
+    let (read, registry) = hub.read().await?;
+    hub.write(&hub.prod, &read, registry.forget(&prod)?.to_record())
+        .await
+        .context("prod leaves")?;
+    refused(
+        "a member deletes the space",
+        Api::<IdSpace>::namespaced(hub.dev.clone(), &hub.ns.name)
+            .delete(SPACE, &Default::default())
+            .await,
+        &["may only update IdSpace"],
+    )?;
+    let (_, registry) = hub.read().await?;
+    ensure!(registry.member(&prod).is_none() && registry.member(&dev).is_some());
+    ensure!(read.name_any() == SPACE);
+    Ok(())
+}

@@ -51,7 +51,8 @@ for t in (1, 4):
             row["p"] = [p[k] * 1e3 for k in ("50.0", "99.0", "99.9")]
 CEILING = 4096 * 1000  # the default layout: 2^12 sequence numbers per 1 ms tick, one worker
 what = {
-    "kubeflakeSnowflake": "KubeflakeClient.nextId(), Snowflake, buffered",
+    "kubeflakeSnowflake": "KubeflakeClient.nextId(), Snowflake, buffered (default drift limit: 2 s of ticks lent to a burst)",
+    "kubeflakeSnowflakeSustained": "KubeflakeClient.nextId(), Snowflake, buffered, sustained (drift limit 50 ms)",
     "kubeflakeSegment": "KubeflakeClient.nextId(), segment, buffered",
     "httpPerIdUnix": "one HTTP request per ID, Unix socket",
     "httpPerIdTcp": "one HTTP request per ID, TCP (java.net.http)",

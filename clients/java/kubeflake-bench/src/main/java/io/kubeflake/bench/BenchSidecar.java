@@ -59,6 +59,15 @@ final class BenchSidecar implements AutoCloseable {
         throw new IllegalStateException("the sidecar did not become ready; its log:\n" + log);
     }
 
+    /** A temporary IdSequence file for {@code --sequence-file}, named "bench", with this spec line. */
+    static Path sequenceFile(String specLine) throws IOException {
+        Path f = Files.createTempFile("kubeflake-java-bench-", ".yaml");
+        f.toFile().deleteOnExit();
+        Files.writeString(f, "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: bench}\n"
+                + specLine + "\n");
+        return f;
+    }
+
     /** One plain GET /readyz, so that this needs nothing but sockets. */
     private boolean ready() {
         try (Socket s = new Socket(InetAddress.getLoopbackAddress(), port)) {

@@ -11,7 +11,8 @@
 //     interval between one monotonic clock read after the previous call and one after
 //     this one, so one read (BenchmarkClockRead: what that costs alone) is in each figure;
 //   - for the buffered client: waits, wait-ms (their total), refills and refill-us (their
-//     mean latency), from Stats over the whole benchmark, and
+//     mean latency), refill-errors, from Stats over the whole benchmark; batch-too-large,
+//     the sidecar's own count of those refusals since it started; and
 //     for Snowflake ahead-ms, how far the last ID's time was ahead of the wall clock (the
 //     sidecar lends up to the drift limit, 2 s by default, to a burst above the ceiling).
 package bench
@@ -19,12 +20,15 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +37,9 @@ import (
 )
 
 var snowflakeSocket, segmentSocket, sustainedSocket string
+
+// addrs maps a sidecar's socket to its loopback address (for /metrics).
+var addrs = map[string]string{}
 
 // tight is the default sequence but for a 10 ms drift limit: the sidecar lends a burst
 // at most 10 ms of ticks, so even a short run measures the sustained rate.
@@ -95,6 +102,7 @@ func start(bin string, stops []func(), args ...string) (string, []func(), error)
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				addrs[socket] = addr
 				return socket, stops, nil
 			}
 		}
@@ -158,11 +166,35 @@ func buffered(b *testing.B, socket string) {
 		b.ReportMetric(float64((s.RefillTime-before.RefillTime).Microseconds())/float64(n), "refill-us")
 	}
 	b.ReportMetric(float64((s.WaitTime - before.WaitTime).Milliseconds()), "wait-ms")
+	if n := s.RefillErrors - before.RefillErrors; n > 0 {
+		b.ReportMetric(float64(n), "refill-errors")
+	}
+	if n := refusals(socket, "batch_too_large"); n > 0 {
+		b.ReportMetric(n, "batch-too-large") // the sidecar's count, since it started
+	}
 	if layout, err := c.Layout(ctx); err == nil && layout != nil {
 		if parts, err := layout.Decompose(last); err == nil {
 			b.ReportMetric(float64(time.Until(parts.Time).Milliseconds()), "ahead-ms")
 		}
 	}
+}
+
+// refusals reads the sidecar's kubeflake_refusals_total for one reason; 0 when unknown.
+func refusals(socket, reason string) float64 {
+	resp, err := http.Get("http://" + addrs[socket] + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	prefix := `kubeflake_refusals_total{reason="` + reason + `"} `
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // BenchmarkSnowflakeNextID: the buffered client, default settings, one goroutine.

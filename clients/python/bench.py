@@ -23,7 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+    import pytest_benchmark  # noqa: F401
+except ImportError:
+    sys.exit("bench.py needs pytest and pytest-benchmark: run it with the tests' virtualenv after\n"
+             "  ~/.cache/kubeflake/clients-py/venv/bin/pip install -r clients/python/requirements-bench.txt")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 

@@ -8,7 +8,7 @@
 #
 # Use a release sidecar (cargo build --release -p kubeflake-sidecar): a debug one is the
 # limit, not the client. One thread, then four threads for the buffered and in-process rows;
-# about 4 minutes. JMH options go to both runs (e.g. -wi 1 -i 2 for a quick look). The JSON
+# about 6 minutes. JMH options go to both runs (e.g. -wi 1 -i 2 for a quick look). The JSON
 # results and the log are left in kubeflake-bench/target/.
 set -euo pipefail
 [[ $# -ge 1 && -x $1 ]] || {

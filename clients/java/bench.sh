@@ -52,7 +52,7 @@ for t in (1, 4):
 CEILING = 4096 * 1000  # the default layout: 2^12 sequence numbers per 1 ms tick, one worker
 what = {
     "kubeflakeSnowflake": "KubeflakeClient.nextId(), Snowflake, buffered (default drift limit: 2 s of ticks lent to a burst)",
-    "kubeflakeSnowflakeSustained": "KubeflakeClient.nextId(), Snowflake, buffered, sustained (drift limit 50 ms)",
+    "kubeflakeSnowflakeSustained": "KubeflakeClient.nextId(), Snowflake, buffered, drift limit 50 ms (below Retry-After's 1 s)",
     "kubeflakeSegment": "KubeflakeClient.nextId(), segment, buffered",
     "httpPerIdUnix": "one HTTP request per ID, Unix socket",
     "httpPerIdTcp": "one HTTP request per ID, TCP (java.net.http)",

@@ -61,8 +61,11 @@ public class IdBench {
     }
 
     /**
-     * The same with {@code clock.maxDriftMillis: 50}: the sidecar lends at most 50 ms of ticks
-     * (about 1 % of a run), so the rate measured is the sustained one, against the ceiling.
+     * The same with {@code clock.maxDriftMillis: 50}: the sidecar lends at most 50 ms of ticks,
+     * so no lending inflates the rate. It also shows what a drift limit below the 1 s of the
+     * sidecar's Retry-After costs: once a batch no longer fits, the sidecar refuses it
+     * (503 batch_too_large, Retry-After 1) and the refiller waits that second, in which the
+     * lending is full after 50 ms and the rest of the ticks are lost.
      */
     @State(Scope.Benchmark)
     public static class SnowflakeSustained {

@@ -475,7 +475,7 @@ async fn with_the_operator_scaled_to_0_check_fails_on_the_deployment_and_on_an_e
         "webhook",
         "CA certificate",
         &["expired at 2021-01-01T00:00:00Z"],
-        "rollout restart deploy/",
+        &format!("kubectl -n {RELEASE_NAMESPACE} rollout restart deploy/{deployment} "),
     )?;
 
     // Restored as the hint says: an operator that starts writes its own CA back.

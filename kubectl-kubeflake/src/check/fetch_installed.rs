@@ -113,6 +113,10 @@ async fn operator_and_webhook(
         return;
     };
     let names = OperatorNames::of(&deployment);
+    let operator = Operator {
+        namespace: ns,
+        deployment: deployment.metadata.name.as_deref().unwrap_or("?"),
+    };
     if let Some(lease_ns) = &names.leader_namespace {
         match Api::<Lease>::namespaced(client.clone(), lease_ns)
             .get_opt(&names.leader_lease)
@@ -146,7 +150,7 @@ async fn operator_and_webhook(
                         &format!("the Lease policy {p} and its binding {b}"),
                         &e,
                     ));
-                    return webhook(client, &names, now, findings).await;
+                    return webhook(client, &names, &operator, now, findings).await;
                 }
             }
         }
@@ -157,12 +161,19 @@ async fn operator_and_webhook(
         policy.as_ref(),
         binding.as_ref(),
     ));
-    webhook(client, &names, now, findings).await;
+    webhook(client, &names, &operator, now, findings).await;
+}
+
+/// The operator Deployment found: the webhook's hints name it.
+struct Operator<'a> {
+    namespace: &'a str,
+    deployment: &'a str,
 }
 
 async fn webhook(
     client: &Client,
     names: &OperatorNames,
+    operator: &Operator<'_>,
     now: DateTime<Utc>,
     findings: &mut Vec<Finding>,
 ) {
@@ -208,7 +219,12 @@ async fn webhook(
         }
     }
     if let Some(config) = &config {
-        findings.push(judge_ca_bundle(config, now));
+        findings.push(judge_ca_bundle(
+            config,
+            operator.namespace,
+            operator.deployment,
+            now,
+        ));
     }
 }
 

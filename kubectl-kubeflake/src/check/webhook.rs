@@ -92,8 +92,14 @@ pub fn judge_endpoints(namespace: &str, service: &str, slices: &[EndpointSlice])
 }
 
 /// The `caBundle` the API server uses to trust the webhook: every certificate valid now
-/// and for [`EXPIRY_WARN_DAYS`] more days.
-pub fn judge_ca_bundle(config: &MutatingWebhookConfiguration, now: DateTime<Utc>) -> Finding {
+/// and for [`EXPIRY_WARN_DAYS`] more days. `namespace`/`deployment` is the operator, which
+/// the hint tells to restart.
+pub fn judge_ca_bundle(
+    config: &MutatingWebhookConfiguration,
+    namespace: &str,
+    deployment: &str,
+    now: DateTime<Utc>,
+) -> Finding {
     let name = config.metadata.name.as_deref().unwrap_or("?");
     let bundle = config
         .webhooks
@@ -103,7 +109,7 @@ pub fn judge_ca_bundle(config: &MutatingWebhookConfiguration, now: DateTime<Utc>
         .map(|b| b.0.as_slice())
         .filter(|b| !b.is_empty());
     let rotate = format!(
-        "the operator renews its certificates and patches caBundle at start: kubectl -n <operator namespace> rollout restart deploy/<operator> (with cert-manager: check its Certificate) ({RUNBOOK})"
+        "the operator renews its certificates and patches caBundle at start: kubectl -n {namespace} rollout restart deploy/{deployment} (with cert-manager: check its Certificate) ({RUNBOOK})"
     );
     let Some(bundle) = bundle else {
         return Finding::fail(

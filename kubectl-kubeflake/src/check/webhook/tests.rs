@@ -58,57 +58,68 @@ fn the_configuration_names_the_service_its_webhook_calls_and_a_missing_one_fails
 #[test]
 fn a_valid_ca_passes_one_expiring_within_30_days_warns_and_an_expired_one_fails() {
     // FAR is valid 2025-06-01 .. 2060-01-01.
-    let ok = judge_ca_bundle(&config(FAR), at(2026, 11, 29));
+    let ok = judge_ca_bundle(&config(FAR), "kf-system", "kf", at(2026, 11, 29));
     assert_eq!(ok.mark, Mark::Ok);
     assert!(
         ok.detail.contains("valid until 2060-01-01T00:00:00Z"),
         "{}",
         ok.detail
     );
-    let soon = judge_ca_bundle(&config(FAR), at(2059, 12, 10));
+    let soon = judge_ca_bundle(&config(FAR), "kf-system", "kf", at(2059, 12, 10));
     assert_eq!(soon.mark, Mark::Warn);
     assert!(soon.detail.contains("in 22 days"), "{}", soon.detail);
     assert_eq!(
-        judge_ca_bundle(&config(FAR), at(2059, 12, 3)).mark,
+        judge_ca_bundle(&config(FAR), "kf-system", "kf", at(2059, 12, 3)).mark,
         Mark::Warn
     ); // 29 days
     assert_eq!(
-        judge_ca_bundle(&config(FAR), at(2059, 12, 2)).mark,
+        judge_ca_bundle(&config(FAR), "kf-system", "kf", at(2059, 12, 2)).mark,
         Mark::Ok
     ); // 30 days
     // OLD expired on 2021-01-01T12:30:05Z.
-    let expired = judge_ca_bundle(&config(OLD), at(2026, 11, 29));
+    let expired = judge_ca_bundle(&config(OLD), "kf-system", "kf", at(2026, 11, 29));
     assert_eq!(expired.mark, Mark::Fail);
     assert!(
         expired.detail.contains("expired at 2021-01-01T12:30:05Z"),
         "{}",
         expired.detail
     );
-    assert!(expired.hint.unwrap().contains("rollout restart"));
+    assert!(
+        expired
+            .hint
+            .unwrap()
+            .contains("kubectl -n kf-system rollout restart deploy/kf "),
+        "the hint names the operator to restart"
+    );
 }
 
 #[test]
 fn the_first_certificate_to_expire_in_a_bundle_decides() {
     let both = format!("{FAR}{OLD}");
     assert_eq!(
-        judge_ca_bundle(&config(&both), at(2026, 11, 29)).mark,
+        judge_ca_bundle(&config(&both), "kf-system", "kf", at(2026, 11, 29)).mark,
         Mark::Fail
     );
 }
 
 #[test]
 fn an_empty_unreadable_or_not_yet_valid_ca_bundle_fails() {
-    let empty = judge_ca_bundle(&config(""), at(2026, 11, 29));
+    let empty = judge_ca_bundle(&config(""), "kf-system", "kf", at(2026, 11, 29));
     assert_eq!(empty.mark, Mark::Fail);
     assert!(empty.detail.contains("empty caBundle"), "{}", empty.detail);
-    let garbled = judge_ca_bundle(&config("not a certificate"), at(2026, 11, 29));
+    let garbled = judge_ca_bundle(
+        &config("not a certificate"),
+        "kf-system",
+        "kf",
+        at(2026, 11, 29),
+    );
     assert_eq!(garbled.mark, Mark::Fail);
     assert!(
         garbled.detail.contains("cannot be read"),
         "{}",
         garbled.detail
     );
-    let early = judge_ca_bundle(&config(FAR), at(2025, 1, 1));
+    let early = judge_ca_bundle(&config(FAR), "kf-system", "kf", at(2025, 1, 1));
     assert_eq!(early.mark, Mark::Fail);
     assert!(
         early

@@ -21,8 +21,8 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeflake_crds::id_space::hub_policy::{self, MEMBER_ACCOUNT_PREFIX};
 use kubeflake_crds::id_space::{
-    IdSpace, IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, JoinRequest, MemberId,
-    MemberName, MemberRecord, Registry, RegistryRecord, SpaceSequenceSpec, join,
+    BlockRecord, IdSpace, IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, JoinRequest,
+    MemberId, MemberName, MemberRecord, Registry, RegistryRecord, SpaceSequenceSpec, join,
 };
 use kubeflake_crds::layout::{DatacenterId, Tick};
 use kubeflake_e2e::{Cluster, TestNamespace};
@@ -329,7 +329,29 @@ fn id(name: &str) -> MemberId {
     MemberId::new(&format!("cluster-{name}")).expect("a valid cluster ID")
 }
 
-async fn hub(cluster: &'static Cluster) -> Result<Hub> {
+/// A space whose registry already lists `listed` blocks (free, floor 1), in a layout of 4,096
+/// one-slot blocks (12 worker bits): how big a registry the policy's CEL budget admits.
+fn spec_with_blocks(listed: i64) -> IdSpaceSpec {
+    if listed == 0 {
+        return spec();
+    }
+    let mut s = spec();
+    s.sequence.layout.worker_bits = 12;
+    s.sequence.layout.timestamp_bits = 39;
+    s.block_slots = 1;
+    s.registry.blocks = (0..listed)
+        .map(|index| BlockRecord {
+            index,
+            term: 0,
+            floor: 1,
+            owner: None,
+            bound: None,
+        })
+        .collect();
+    s
+}
+
+async fn hub(cluster: &'static Cluster, listed_blocks: i64) -> Result<Hub> {
     let ns = cluster.namespace("idspace-hub").await?;
     let n = ns.name.clone();
     let admin = cluster.client()?;
@@ -385,25 +407,9 @@ async fn hub(cluster: &'static Cluster) -> Result<Hub> {
             token_client(cluster, &format!("{n}-{name}"), &t)
         }
     };
-    // Both join (the administrator writes it here; a join by a member is allowed too).
-    let s = spec();
-    let space = s.space()?;
-    let mut registry = Registry::default();
-    for name in ["prod", "dev"] {
-        let request = JoinRequest {
-            id: id(name),
-            name: MemberName::new(name)?,
-            sequence: *space.sequence(),
-            datacenter: DatacenterId(0),
-            used: vec![],
-            now: Tick(NOW),
-        };
-        registry = join(&space, &registry, &request)?.registry;
-    }
-    let made = IdSpaceSpec {
-        registry: registry.to_record(),
-        ..s
-    };
+    // The administrator makes the space (`hub init`); the members join themselves.
+    let made = spec_with_blocks(listed_blocks);
+    let space = made.space()?;
     Api::<IdSpace>::namespaced(ns.client.clone(), &n)
         .create(&PostParams::default(), &space_object(SPACE, made))
         .await?;
@@ -416,6 +422,29 @@ async fn hub(cluster: &'static Cluster) -> Result<Hub> {
 }
 
 impl Hub {
+    /// `name` joins through its own account (join.rs, no slots used yet).
+    async fn join(&self, name: &str) -> Result<()> {
+        let (read, registry) = self.read().await?;
+        let request = JoinRequest {
+            id: id(name),
+            name: MemberName::new(name)?,
+            sequence: *self.space.sequence(),
+            datacenter: DatacenterId(0),
+            used: vec![],
+            now: Tick(NOW),
+        };
+        let joined = join(&self.space, &registry, &request)?.registry;
+        let client = if name == "prod" {
+            &self.prod
+        } else {
+            &self.dev
+        };
+        self.write(client, &read, joined.to_record())
+            .await
+            .with_context(|| format!("{name} joins"))?;
+        Ok(())
+    }
+
     async fn read(&self) -> Result<(IdSpace, Registry)> {
         let object = Api::<IdSpace>::namespaced(self.ns.client.clone(), &self.ns.name)
             .get(SPACE)
@@ -457,13 +486,53 @@ async fn wait_enforced(hub: &Hub) -> Result<()> {
     anyhow::bail!("the hub policy was not in force after 30 s")
 }
 
+/// The API server type-checks the policy's expressions against the IdSpace schema and
+/// reports what does not fit (a misspelt field would otherwise fail only at run time).
+async fn no_type_warnings(hub: &Hub) -> Result<()> {
+    let name = format!("{}-{}", hub_policy::POLICY_NAME, hub.ns.name);
+    let api = Api::<ValidatingAdmissionPolicy>::all(hub.ns.client.clone());
+    for _ in 0..100 {
+        let checked = api.get(&name).await?.status.and_then(|s| s.type_checking);
+        if let Some(checked) = checked {
+            let warnings = checked.expression_warnings.unwrap_or_default();
+            ensure!(
+                warnings.is_empty(),
+                "the hub policy's type check: {warnings:?}"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("the API server did not type-check the hub policy within 20 s")
+}
+
 #[tokio::test]
 async fn the_hub_policy_lets_members_make_only_the_registry_transitions_for_themselves()
 -> Result<()> {
     let cluster = cluster().await;
-    let hub = hub(cluster).await?;
+    let hub = hub(cluster, 0).await?;
     wait_enforced(&hub).await?;
+    no_type_warnings(&hub).await?;
     let (prod, dev) = (id("prod"), id("dev"));
+
+    // Legal: each joins through its own account; a join under another's name is refused.
+    let (read, registry) = hub.read().await?;
+    let request = JoinRequest {
+        id: dev.clone(),
+        name: MemberName::new("prod")?,
+        sequence: *hub.space.sequence(),
+        datacenter: DatacenterId(0),
+        used: vec![],
+        now: Tick(NOW),
+    };
+    let as_prod = join(&hub.space, &registry, &request)?.registry;
+    refused(
+        "dev joins under prod's name",
+        hub.write(&hub.dev, &read, as_prod.to_record()).await,
+        &["only its own entry of spec.registry.members"],
+    )?;
+    hub.join("prod").await?;
+    hub.join("dev").await?;
 
     // Legal: prod claims a block and renews it (registry.rs claim, renew).
     let (read, registry) = hub.read().await?;
@@ -568,5 +637,22 @@ async fn the_hub_policy_lets_members_make_only_the_registry_transitions_for_them
     let (_, registry) = hub.read().await?;
     ensure!(registry.member(&prod).is_none() && registry.member(&dev).is_some());
     ensure!(read.name_any() == SPACE);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_member_write_in_a_space_listing_all_4096_blocks_is_within_the_policys_budget()
+-> Result<()> {
+    // Pairwise checks ran out of the API server's CEL budget from about 500 listed blocks
+    // (the policy then refuses every member write); keyed lookups must not.
+    let cluster = cluster().await;
+    let hub = hub(cluster, 4096).await?;
+    wait_enforced(&hub).await?;
+    hub.join("prod").await?;
+    let (read, registry) = hub.read().await?;
+    let (claimed, _) = registry.claim(&hub.space, &id("prod"), Tick(NOW))?;
+    hub.write(&hub.prod, &read, claimed.to_record())
+        .await
+        .context("a claim in a full registry")?;
     Ok(())
 }

@@ -228,3 +228,77 @@ impl IdSpaceMembershipStatus {
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id_space::tests::default_spec;
+    use crate::id_space::{JoinRequest, MemberId};
+    use crate::id_space::{MemberName, Registry, join};
+    use crate::layout::DatacenterId;
+
+    #[test]
+    fn rule21_a_re_created_idspace_is_refused_until_the_copys_uid_is_cleared() {
+        assert_eq!(
+            check_space_uid(None, "uid-2"),
+            Ok(()),
+            "a new copy takes the hub's"
+        );
+        assert_eq!(check_space_uid(Some("uid-1"), "uid-1"), Ok(()));
+        let err = check_space_uid(Some("uid-1"), "uid-2")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("re-created") && err.contains("remove status.idSpaceUid"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_copy_round_trips_through_the_membership_status() {
+        let space = default_spec().space().unwrap();
+        let id = MemberId::new("cluster-a").unwrap();
+        let request = JoinRequest {
+            id: id.clone(),
+            name: MemberName::new("prod").unwrap(),
+            sequence: *space.sequence(),
+            datacenter: DatacenterId(0),
+            used: vec![],
+            now: Tick(1_000),
+        };
+        let registry = join(&space, &Registry::default(), &request)
+            .unwrap()
+            .registry;
+        let (registry, _) = registry.claim(&space, &id, Tick(1_000)).unwrap();
+        let (registry, _) = registry.claim(&space, &id, Tick(2_000)).unwrap();
+        let copy = LocalRecord::from_view(&registry.view_of(&id).unwrap());
+        let mut status = IdSpaceMembershipStatus {
+            member_id: Some(id.to_string()),
+            ..Default::default()
+        };
+        status.keep(&copy);
+        assert_eq!(status.grants.len(), 2);
+        assert_eq!(status.local_record(&space).unwrap(), copy);
+        assert_eq!(status.member_id.as_deref(), Some("cluster-a"), "kept");
+    }
+
+    #[test]
+    fn a_stored_grant_outside_the_space_or_with_its_bound_at_its_floor_is_refused() {
+        let space = default_spec().space().unwrap();
+        let grant = |block, floor, bound| GrantRecord {
+            block,
+            term: 1,
+            floor,
+            bound,
+        };
+        for bad in [grant(16, 0, 10), grant(0, 10, 10), grant(-1, 0, 10)] {
+            let status = IdSpaceMembershipStatus {
+                grants: vec![bad.clone()],
+                ..Default::default()
+            };
+            let err = status.local_record(&space).unwrap_err();
+            assert_eq!(err.block, bad.block);
+            assert!(err.to_string().contains("remove status.grants"), "{err}");
+        }
+    }
+}

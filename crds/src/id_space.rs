@@ -14,7 +14,7 @@
 //! - [`identity`]: who a member is ([`MemberId`], [`MemberName`]).
 //! - [`space`]: the validated parameters ([`Space`]) and blocks ([`BlockIndex`]).
 //! - [`registry`]: the registry and its transitions: claim, renew, release, reclaim, forget.
-//! - [`join`]: admitting a cluster, and the refusals that say what to fix.
+//! - [`join`](mod@join): admitting a cluster, and the refusals that say what to fix.
 //! - [`local`]: the member's copy and the choices it makes alone.
 //! - [`records`]: the registry as the `IdSpace` object stores it, read and written whole.
 //! - [`resource`]: the hub's `IdSpace` custom resource and its CRD's rules

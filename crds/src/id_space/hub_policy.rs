@@ -1,8 +1,8 @@
 //! The hub's guard of the registry: a `ValidatingAdmissionPolicy` that lets a member's
 //! ServiceAccount (`member-<name>` in the space's namespace, made by `kubectl kubeflake hub
 //! add-member`) change an `IdSpace` only by the transitions of [`super::registry`] and
-//! [`super::join`], on its own entries, plus hand-backs of other members' blocks
-//! (reclaims). RBAC cannot say "only your own entries"; this policy does, in the API
+//! [`super::join`](mod@super::join), on its own entries, plus hand-backs of other members'
+//! blocks (reclaims). RBAC cannot say "only your own entries"; this policy does, in the API
 //! server itself, as [`crate::lease_policy`] does for slot Leases (docs/safety.md rule 14).
 //!
 //! | a member's write                       | allowed when (as [`Registry`](super::Registry) makes it)                        |

@@ -6,8 +6,8 @@
 //! - the shared sequence, `blockSlots`, `toleranceSeconds` and `renewEverySeconds` are
 //!   immutable (changing any of them would move blocks or bounds under members that issue);
 //! - `blockSlots` is a power of two, at most `2^workerBits`, giving at most
-//!   [`MAX_BLOCKS`] blocks; `renewEverySeconds` is at most half the tolerance; a strict
-//!   sequence never makes a space;
+//!   [`MAX_BLOCKS`](super::space::MAX_BLOCKS) blocks; `renewEverySeconds` is at most half
+//!   the tolerance; a strict sequence never makes a space;
 //! - one member per cluster ID (the members list is keyed by `id`), one member per name,
 //!   one entry per block (keyed by `index`); a member's name and datacenter never change;
 //! - a block's floor never goes down, the registry's revision and a member's generation

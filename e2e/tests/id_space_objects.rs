@@ -22,9 +22,9 @@ use kube::{Client, ResourceExt};
 use kubeflake_crds::id_space::hub_policy::{self, MEMBER_ACCOUNT_PREFIX};
 use kubeflake_crds::id_space::{
     BlockRecord, IdSpace, IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, JoinRequest,
-    MemberId, MemberName, MemberRecord, Registry, RegistryRecord, SpaceSequenceSpec, join,
+    MemberId, MemberName, MemberRecord, Registry, RegistryRecord, SlotUse, SpaceSequenceSpec, join,
 };
-use kubeflake_crds::layout::{DatacenterId, Tick};
+use kubeflake_crds::layout::{DatacenterId, Slot, Tick};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use policy_support::{service_account, token, token_client};
 use serde_json::json;
@@ -422,15 +422,15 @@ async fn hub(cluster: &'static Cluster, listed_blocks: i64) -> Result<Hub> {
 }
 
 impl Hub {
-    /// `name` joins through its own account (join.rs, no slots used yet).
-    async fn join(&self, name: &str) -> Result<()> {
+    /// `name` joins through its own account (join.rs), having used `used` slots before.
+    async fn join(&self, name: &str, used: Vec<SlotUse>) -> Result<()> {
         let (read, registry) = self.read().await?;
         let request = JoinRequest {
             id: id(name),
             name: MemberName::new(name)?,
             sequence: *self.space.sequence(),
             datacenter: DatacenterId(0),
-            used: vec![],
+            used,
             now: Tick(NOW),
         };
         let joined = join(&self.space, &registry, &request)?.registry;
@@ -531,8 +531,21 @@ async fn the_hub_policy_lets_members_make_only_the_registry_transitions_for_them
         hub.write(&hub.dev, &read, as_prod.to_record()).await,
         &["only its own entry of spec.registry.members"],
     )?;
-    hub.join("prod").await?;
-    hub.join("dev").await?;
+    hub.join("prod", vec![]).await?;
+    // dev ran as a lone cluster before: a pod holds slot 70 (block 1, now its claim) and
+    // slot 130 (block 2) was used up to a fence, which becomes that free block's floor.
+    let used = |slot, ago, held| SlotUse {
+        slot: Slot(slot),
+        fence: Tick(NOW - ago),
+        held,
+    };
+    hub.join("dev", vec![used(70, 10, true), used(130, 5, false)])
+        .await?;
+    let (_, registry) = hub.read().await?;
+    ensure!(
+        registry.view_of(&dev)?.grants.len() == 1,
+        "dev's held slot became its claim"
+    );
 
     // Legal: prod claims a block and renews it (registry.rs claim, renew).
     let (read, registry) = hub.read().await?;
@@ -648,7 +661,7 @@ async fn a_member_write_in_a_space_listing_all_4096_blocks_is_within_the_policys
     let cluster = cluster().await;
     let hub = hub(cluster, 4096).await?;
     wait_enforced(&hub).await?;
-    hub.join("prod").await?;
+    hub.join("prod", vec![]).await?;
     let (read, registry) = hub.read().await?;
     let (claimed, _) = registry.claim(&hub.space, &id("prod"), Tick(NOW))?;
     hub.write(&hub.prod, &read, claimed.to_record())

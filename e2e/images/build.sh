@@ -14,7 +14,8 @@
 # Output contract: the directory of <name>.tar archives is the LAST stdout line; progress
 # goes to stderr. The archives are cached under
 #   ${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/images/<hash>/
-# where <hash> covers the binaries, the Dockerfile, pause.Containerfile and this script,
+# where <hash> covers the binaries, the Dockerfile, pause.Containerfile, this script and
+# scripts/lib/images.sh (what it shares with scripts/release.sh),
 # so a warm run only checks that cargo has nothing to rebuild.
 #
 # An earlier release, for the upgrade tests (e2e/tests/upgrade.rs; releases.txt names them):
@@ -31,12 +32,14 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-cache_root=${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}
-target_dir="$cache_root/image-target"
-triple=x86_64-unknown-linux-gnu
 names=(operator sidecar example-app pause)
 
 log() { echo "images/build.sh: $*" >&2; }
+# The binaries, the source copy, the build context and the lock: shared with
+# scripts/release.sh.
+# shellcheck source=../../scripts/lib/images.sh
+source "$repo/scripts/lib/images.sh"
+images_init
 
 ref="" tag=dev
 while (($#)); do
@@ -57,27 +60,7 @@ for tool in buildah gcc cargo; do
 	}
 done
 
-mkdir -p "$cache_root/images"
-exec 9>"$cache_root/images.lock"
-flock 9
-
-# build_binaries SRC: the static release binaries of the tree at SRC, into $bin.
-build_binaries() {
-	log "building static release binaries of $1 (cargo, target dir $target_dir)"
-	# --target: RUSTFLAGS then applies to the binaries only, not to build scripts and proc
-	# macros, which must stay dynamic to be loaded by the compiler. A clean environment:
-	# called from a test, cargo's own variables (CARGO_PKG_*, LD_LIBRARY_PATH, ...) would
-	# otherwise change build-script fingerprints and rebuild everything. One target dir for
-	# every tree: the dependencies they share are compiled once (a workspace crate's
-	# artifacts are told apart by its path, so trees do not overwrite each other's).
-	env -i PATH="$PATH" HOME="$HOME" ${RUSTUP_HOME:+RUSTUP_HOME="$RUSTUP_HOME"} \
-		${CARGO_HOME:+CARGO_HOME="$CARGO_HOME"} ${RUSTUP_TOOLCHAIN:+RUSTUP_TOOLCHAIN="$RUSTUP_TOOLCHAIN"} \
-		RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
-		nice -n 5 cargo build --release --locked --quiet --target "$triple" \
-		--manifest-path "$1/Cargo.toml" \
-		-p kubeflake-operator -p kubeflake-sidecar -p kubeflake-example-app >&2
-}
-bin="$target_dir/$triple/release"
+images_lock
 
 # make_context: the Dockerfile's prebuilt context ($ctx/runtime) and the pause binary
 # ($ctx/pause) from the binaries just built.
@@ -86,17 +69,11 @@ tmp=""
 trap 'rm -rf "$ctx" "$tmp"' EXIT
 make_context() {
 	ctx=$(mktemp -d "$cache_root/images/context.XXXXXX")
-	mkdir "$ctx/runtime" "$ctx/pause"
-	# Debug line tables stay in the cache's binaries; the images get them without (a tenth
-	# of the size), symbols kept for readable backtraces.
-	for binary in kubeflake-operator kubeflake-sidecar kubeflake-example-app; do
-		strip --strip-debug -o "$ctx/runtime/$binary" "$bin/$binary"
-	done
-	cp /etc/ssl/certs/ca-certificates.crt "$ctx/runtime/"
+	images_make_context "$ctx"
+	mkdir "$ctx/pause"
 	gcc -static -Os -s -o "$ctx/pause/pause" "$here/pause.c"
 }
 
-storage=(--storage-driver vfs --root "$cache_root/buildah/root" --runroot "$cache_root/buildah/run")
 build() { # name, then buildah bud arguments; the archive goes to $tmp/<name>.tar
 	local name=$1 image="localhost/kubeflake/$1:$tag"
 	shift
@@ -133,7 +110,7 @@ if [[ -n $ref ]]; then
 		git -C "$repo" archive "$commit" | tar -x -C "$release_dir/src.tmp"
 		mv "$release_dir/src.tmp" "$release_dir/src"
 	fi
-	build_binaries "$release_dir/src"
+	images_build_binaries "$release_dir/src"
 	make_context
 	mkdir -p "$(dirname "$out")"
 	tmp=$(mktemp -d "$out.tmp.XXXXXX")
@@ -147,33 +124,13 @@ if [[ -n $ref ]]; then
 	exit 0
 fi
 
-# The sources are built from a copy at a fixed path, synced by content: a fresh clone
-# (CI's) has another path and new mtimes, either of which makes cargo rebuild every
-# workspace crate; the copy keeps both for files whose content did not change.
 src="$cache_root/image-src"
-mkdir -p "$src"
-if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-	(cd "$repo" && git ls-files -z --cached --others --exclude-standard) >"$src.list"
-else
-	(cd "$repo" && find . -type f -not -path './target/*' -not -path './.git/*' -printf '%P\0') >"$src.list"
-fi
-while IFS= read -r -d '' file; do
-	[[ -f "$repo/$file" ]] || continue
-	if ! cmp -s "$repo/$file" "$src/$file"; then
-		mkdir -p "$(dirname "$src/$file")"
-		cp "$repo/$file" "$src/$file"
-	fi
-done <"$src.list"
-# Files gone from the checkout go from the copy too (target/ is not in the copy).
-(cd "$src" && find . -type f -printf '%P\0') | while IFS= read -r -d '' file; do
-	grep -qzxF -- "$file" "$src.list" || rm -f "$src/$file"
-done
-
-build_binaries "$src"
+images_sync_src "$repo" "$src"
+images_build_binaries "$src"
 make_context
 hash=$({
 	(cd "$ctx" && sha256sum runtime/* pause/pause)
-	cat "$repo/Dockerfile" "$here/pause.Containerfile" "$0"
+	cat "$repo/Dockerfile" "$here/pause.Containerfile" "$0" "$repo/scripts/lib/images.sh"
 	echo "$tag"
 } | sha256sum | cut -c1-16)
 out="$cache_root/images/$hash"

@@ -52,18 +52,19 @@ release_sbom() {
 		mkdir -p "$dir"
 		(cd "$src" && tar -cf - --exclude=./target .) | tar -xf - -C "$dir"
 		(cd "$dir" && env SOURCE_DATE_EPOCH="$epoch" "$cyclonedx" cyclonedx --format json \
-			--spec-version 1.5 --target "$triple" --describe binaries --no-build-deps \
-			--override-filename sbom >&2) ||
+			--spec-version 1.5 --target "$triple" --describe binaries --no-build-deps -q >&2) ||
 			die "cargo-cyclonedx failed (above)"
 	fi
 	local found
-	found=$(find "$dir" -name "sbom_bin-$package.cdx.json" -print -quit)
+	found=$(find "$dir" -name "${package}_bin.cdx.json" -print -quit)
 	[[ -n $found ]] || die "cargo-cyclonedx wrote no SBOM for the binary $package (in $dir)"
 	# Reproducible: the time is the commit's, the serial number a UUID made from the
-	# contents (RFC 4122 layout) instead of a random one.
+	# contents (RFC 4122 layout) instead of a random one, and the workspace's crates are
+	# referred to under /kubeflake instead of the throw-away copy's path.
 	local body uuid
-	body=$(jq --sort-keys --arg t "$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)" \
-		'del(.serialNumber) | .metadata.timestamp = $t' "$found")
+	body=$(sed "s|file://$dir|file:///kubeflake|g" "$found" |
+		jq --sort-keys --arg t "$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)" \
+			'del(.serialNumber) | .metadata.timestamp = $t')
 	uuid=$(printf '%s' "$body" | sha256sum | cut -c1-32 |
 		sed -E 's/^(.{8})(.{4}).(.{3}).(.{3})(.{12})$/\1-\2-5\3-8\4-\5/')
 	jq --sort-keys --arg s "urn:uuid:$uuid" '.serialNumber = $s' <<<"$body" >"$sbom"

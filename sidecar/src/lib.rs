@@ -32,7 +32,11 @@
 //!   server; [`watch`]: clock-step and readiness reporting of both modes.
 //! - [`metrics`]: Prometheus metrics. Alerts on them: `charts/kubeflake/files/alerts.yaml`
 //!   (the only list; `docs/alerts.md` "Adding an alert" says what else a new one touches).
-//! - [`segment`]: segment mode: dense counter values claimed in blocks.
+//! - One room per mode: [`generator`] (Snowflake), [`segment`] (dense counter values
+//!   claimed in blocks; strict sequences standalone), [`oracle`] (strict sequences in a
+//!   cluster: one elected sidecar serves, the others forward to it; built on `segment`).
+//!   [`source`]: which of the segment and oracle sources serves, as the HTTP layer and
+//!   the lifecycle see it (above both rooms).
 //! - [`peer_token`]: the tokens a strict sequence's sidecars show each other on the
 //!   oracle port, checked against the API server's keys (rule 16).
 //! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
@@ -50,12 +54,14 @@ pub mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
+pub mod oracle;
 pub mod peer_token;
 pub mod phase;
 pub mod renewer;
 pub mod segment;
 pub mod skew;
 pub mod slot;
+pub mod source;
 pub mod standalone;
 pub mod state;
 pub mod wait_ready;

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::phase::Phase;
-use crate::segment::Source;
+use crate::source::Source;
 
 /// Why nothing is served yet.
 #[derive(Debug, Clone, PartialEq, Eq)]

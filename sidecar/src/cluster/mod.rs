@@ -68,7 +68,7 @@ use crate::fence::{FenceFile, FenceFileError};
 use crate::http::{Api as HttpApi, ApiListeners, ListenError, ProbeServer, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
-use crate::segment::Source;
+use crate::source::Source;
 use crate::state::{Serving, ServingCell, WaitReason};
 use crate::watch::{Notify, spawn_clock_watch};
 

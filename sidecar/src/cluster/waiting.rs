@@ -17,12 +17,13 @@ use kubeflake_crds::slot_lease::assigned_sequence_spec;
 use super::holder::Acquire;
 use super::{ClusterError, Ctx, Ending, Lifecycle};
 use crate::fence::{FenceFile, FenceRecord};
+use crate::oracle::store::KubeOracleStore;
+use crate::oracle::{Oracle, OracleConfig};
 use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
-use crate::segment::oracle::store::KubeOracleStore;
-use crate::segment::oracle::{Oracle, OracleConfig};
-use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT, Source};
+use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT};
 use crate::slot::{SlotError, assigned_lease, wait_for_assignment};
+use crate::source::Source;
 use crate::state::{Serving, WaitReason};
 
 /// A pod that has waited this long for a slot gets a `WaitingForSlot` Warning Event (once

@@ -24,7 +24,7 @@
 //! that clears by itself (a late fence renewal, a clock a little behind) holds the request
 //! for up to a second first ([`routes`], `held`).
 //!
-//! In segment mode the same routes serve counter values from a [`crate::segment::Source`]:
+//! In segment mode the same routes serve counter values from a [`crate::source::Source`]:
 //! `/ids` may span blocks (values increase, but are not always consecutive) and waits for a
 //! claim only when the buffer runs dry; `/decode` says the value carries no fields.
 //!

@@ -28,7 +28,7 @@ use super::reply::{
 use super::route::Route;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
-use crate::segment::Source;
+use crate::source::Source;
 use crate::state::{Serving, ServingReader};
 
 /// What the handlers share.

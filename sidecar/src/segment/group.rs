@@ -1,5 +1,5 @@
 //! Group commit, shared by both strict sources ([`super::strict`] standalone and
-//! [`super::oracle`] in a cluster): a request queues a [`Waiting`], one task takes every
+//! [`crate::oracle`] in a cluster): a request queues a [`Waiting`], one task takes every
 //! request queued so far, gets their values in one step (one counter write, or one take
 //! from the oracle), and hands each its part in queue order. A request joins only a group
 //! formed after it arrived, so its values are taken at a moment inside its call.

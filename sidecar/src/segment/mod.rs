@@ -7,25 +7,25 @@
 //!
 //! - [`claim`]: the counter store interface, the CAS claim loop with jittered backoff.
 //! - [`buffer`]: the per-sidecar double buffer (prefetch, adaptive block size).
-//! - [`strict`]: strict sequences standalone, one counter write per group of concurrent requests.
-//! - [`oracle`]: strict sequences in a cluster, served by one elected sidecar (the oracle).
-//! - [`group`]: group commit, shared by both strict sources.
-//! - [`source`]: one of the two, as the HTTP layer and the lifecycle see it.
+//! - [`strict`]: strict sequences standalone, one counter write per group of concurrent
+//!   requests (why it is here and not in [`crate::oracle`]: its module doc).
+//! - [`group`]: group commit, shared by both strict sources (this room's [`strict`] and
+//!   [`crate::oracle`], strict sequences in a cluster, which builds on this room).
 //! - [`lease`]: the counter as a Lease (cluster mode).
 //! - [`file`]: the counter as a file in the state directory (standalone).
+//!
+//! Which source a sidecar serves from (blocks, strict, the oracle) is [`crate::source`],
+//! above this room and the oracle's.
 
 pub mod buffer;
 pub mod claim;
 pub mod file;
 pub mod group;
 pub mod lease;
-pub mod oracle;
-pub mod source;
 pub mod strict;
 
 pub use buffer::{Segment, SegmentRefusal};
 pub use claim::{Block, CounterStore};
-pub use source::Source;
 
 /// How long a request may wait for a block when none is buffered (API server slow or
 /// down, or a burst larger than the buffer) before it is refused with 503.

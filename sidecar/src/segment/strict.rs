@@ -9,6 +9,13 @@
 //! still the counter's new value at a moment between the request's call and its return,
 //! which is all rule 13 needs. Requests that arrive while a write is in flight wait for
 //! the next one.
+//!
+//! Why this is in the segment room and not the oracle's ([`crate::oracle`], strict
+//! sequences in a cluster): it is a segment source like the block buffer, over any
+//! [`CounterStore`] (the counter file, standalone), written by the same claim loop
+//! ([`claim_counted`]) with a block exactly the group's size; it has no Lease, term,
+//! election or port. The oracle builds on it and on this room (the claim loop, [`group`]),
+//! so the arrows point one way, from the oracle down into segment.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

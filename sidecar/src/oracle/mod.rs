@@ -22,6 +22,11 @@
 //! A sidecar restarted in its pod takes its own Lease back at once when it can tell that
 //! the process before it has ended ([`pod_lock`]); otherwise it waits like any other.
 //!
+//! A room of its own beside [`crate::segment`] (blocks, and strict standalone) and
+//! [`crate::generator`] (Snowflake): it builds on the segment counter (the claim loop,
+//! [`group`] commit, the raise check) and nothing in `segment` reads it;
+//! [`crate::source`] chooses between them.
+//!
 //! One piece (over 400 lines): the three tasks act on one role and are read together.
 
 mod admit;
@@ -50,11 +55,11 @@ use self::forward::Forwarder;
 use self::pod_lock::PodLock;
 use self::store::{OracleStore, OracleStoreError};
 use self::term::{Need, Term, TermRefusal};
-use super::buffer::{Runs, SegmentRefusal, check_raise};
-use super::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
-use super::group;
 use crate::metrics::SegmentMetrics;
 use crate::peer_token::PeerAuth;
+use crate::segment::buffer::{Runs, SegmentRefusal, check_raise};
+use crate::segment::claim::{Backoff, Block, ClaimError, CounterStore, claim_counted};
+use crate::segment::group;
 
 /// Values reserved by one window write (the next write starts when half is used).
 pub const WINDOW: u64 = 1 << 16;
@@ -261,7 +266,7 @@ impl Oracle {
     /// reached out of a group (the group's `min` is its largest, so the whole group would be
     /// refused) and answers it here, with the counter's `next`, also on a follower.
     pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
-        if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
+        if min > crate::segment::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.counter.as_ref(), &self.backoff, min).await?;
         }
         // The oracle serves its own requests at once while its window has the values:

@@ -2,17 +2,22 @@
 //! strict sequence, one counter write per group of concurrent requests standalone
 //! ([`Strict`]) or the sequence's oracle in a cluster ([`Oracle`]). The HTTP layer and the
 //! lifecycle code see only [`Source`].
+//!
+//! Its own module, above both rooms it chooses between: [`crate::segment`] (blocks, and the
+//! standalone strict source) and [`crate::oracle`] (strict in a cluster), so that neither
+//! room imports the other's way up (the oracle builds on the segment counter; the segment
+//! room knows nothing of the oracle).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubeflake_crds::sequence::SegmentParams;
 
-use super::buffer::{Runs, Segment, SegmentRefusal};
-use super::claim::{Backoff, Block, CounterStore};
-use super::oracle::Oracle;
-use super::strict::Strict;
 use crate::metrics::SegmentMetrics;
+use crate::oracle::Oracle;
+use crate::segment::buffer::{Runs, Segment, SegmentRefusal};
+use crate::segment::claim::{Backoff, Block, CounterStore};
+use crate::segment::strict::Strict;
 
 /// A running segment source.
 #[derive(Clone)]

@@ -28,14 +28,13 @@
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
 //!
 //! Tests of the code that writes to the API server run against a scripted fake API server
-//! (`fake_api.rs`, tests only) in `controller/tests.rs` and `rbac/tests.rs`.
+//! (`kubeflake_runtime::fake_api`, `runtime/src/fake_api.rs`, shared with the sidecar's
+//! tests) in `controller/tests.rs` and `rbac/tests.rs`.
 //!
 //! Correctness never depends on being the only operator: every write is a compare-and-swap.
 
 pub mod certs;
 pub mod controller;
-#[cfg(test)]
-pub(crate) mod fake_api;
 pub mod http;
 pub mod index;
 pub mod inject;

@@ -16,6 +16,8 @@
 //! - [`kube_error`]: what a Kubernetes API error means for the caller (conflict, gone).
 //! - [`unix_socket`]: binding a Unix domain socket (stale files replaced, live ones refused).
 //! - [`backoff`]: how long a failed watch waits before it tries again.
+//! - `fake_api` (cargo feature `fake-api`, for the binaries' unit tests): a fake
+//!   Kubernetes API server behind a real `kube::Client`, scripted or answered by a closure.
 //!
 //! Nothing here knows about IDs, slots or sequences: dependencies point from the
 //! binaries to this crate, never back.
@@ -23,6 +25,8 @@
 pub mod backoff;
 pub mod clock;
 pub mod cpu;
+#[cfg(feature = "fake-api")]
+pub mod fake_api;
 pub mod kube_error;
 pub mod limits;
 pub mod log;

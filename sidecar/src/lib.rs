@@ -39,8 +39,9 @@
 //!   the lifecycle see it (above both rooms).
 //! - [`peer_token`]: the tokens a strict sequence's sidecars show each other on the
 //!   oracle port, checked against the API server's keys (rule 16).
-//! - `fake_api` (tests only): a scripted fake API server for unit tests of code that
-//!   writes to the API server (`cluster::holder`, `segment::lease`).
+//! - Unit tests of code that writes to the API server (`cluster::holder`, `segment::lease`,
+//!   `slot`, `oracle::store`) run against the fake API server shared with the operator's
+//!   tests, `kubeflake_runtime::fake_api` (`runtime/src/fake_api.rs`), answered by a closure.
 //! - [`check`]: the `check` subcommand (an HTTP health check for images without a shell).
 //! - [`wait_ready`]: the `wait-ready` subcommand, the postStart hook 0.1.0 injected to hold
 //!   the app containers until the sidecar is ready (kept for the pods that carry it).
@@ -48,8 +49,6 @@
 pub mod check;
 pub mod clock;
 pub mod cluster;
-#[cfg(test)]
-pub(crate) mod fake_api;
 pub mod fence;
 pub mod generator;
 pub mod http;

@@ -237,11 +237,11 @@ impl HeldSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_api;
+    use kubeflake_runtime::fake_api::{self, FakeApi};
     use std::time::Duration;
 
     fn leases(answer: (u16, serde_json::Value)) -> Api<Lease> {
-        let (client, _) = fake_api::client(move |_, _, _| answer.clone());
+        let client = FakeApi::answering(move |_, _, _| answer.clone()).client();
         Api::namespaced(client, "shop")
     }
 

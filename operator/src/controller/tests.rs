@@ -1,7 +1,8 @@
-//! The controller against a scripted fake API server ([`crate::fake_api`]): the exact
-//! requests a pass sends, without a control plane. One file (over 400 lines) because every
-//! test shares its fixture (caches, a sequence, pods and slot Leases as the API server
-//! returns them); each test is a specification of one write path.
+//! The controller against a scripted fake API server
+//! ([`kubeflake_runtime::fake_api`]): the exact requests a pass sends, without a control
+//! plane. One file (over 400 lines) because every test shares its fixture (caches, a
+//! sequence, pods and slot Leases as the API server returns them); each test is a
+//! specification of one write path.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,10 +24,10 @@ use kubeflake_crds::strict_oracle::OracleLeaseError;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::fake_api::{FakeApi, failure};
 use crate::index::{IndexWriter, index};
 use crate::metrics::{Metrics, RESULT_LABELS};
 use kubeflake_crds::conditions::{ConditionType, condition};
+use kubeflake_runtime::fake_api::{FakeApi, failure};
 
 const NS: &str = "shop";
 const SEQ: &str = "orders";

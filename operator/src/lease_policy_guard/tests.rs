@@ -12,7 +12,7 @@ use kubeflake_crds::lease_policy;
 use serde_json::json;
 
 use super::*;
-use crate::fake_api::{FakeApi, failure};
+use kubeflake_runtime::fake_api::{FakeApi, failure};
 
 const NS: &str = "shop";
 const NAME: &str = "kubeflake-leases";

@@ -2,10 +2,10 @@
 use std::time::Duration;
 
 use super::*;
-use crate::fake_api::{FakeApi, failure};
 use crate::http::Health;
 use crate::metrics::Metrics;
 use http::Method;
+use kubeflake_runtime::fake_api::{FakeApi, failure};
 
 /// A watch the operator may not make (403) must not leave the binding keeper stuck
 /// in silence: each failure is counted and logged, retried with back-off.

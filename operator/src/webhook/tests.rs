@@ -46,7 +46,7 @@ use kube::runtime::watcher::Event;
 use kubeflake_crds::IdSequenceSpec;
 use serde_json::json;
 
-use crate::fake_api::FakeApi;
+use kubeflake_runtime::fake_api::FakeApi;
 
 const SEQUENCE_PATH: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idsequences/orders";
 
@@ -153,7 +153,7 @@ async fn a_pod_whose_sequence_exists_nowhere_is_denied_with_what_to_fix() {
         http::Method::GET,
         SEQUENCE_PATH,
         404,
-        crate::fake_api::failure(
+        kubeflake_runtime::fake_api::failure(
             404,
             "NotFound",
             "idsequences.kubeflake.io \"orders\" not found",

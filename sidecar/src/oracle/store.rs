@@ -317,6 +317,7 @@ pub mod fake {
 mod tests {
     use super::*;
     use kubeflake_crds::strict_oracle::new_oracle_lease;
+    use kubeflake_runtime::fake_api::FakeApi;
 
     fn lease(secs: i32) -> Lease {
         let mut lease = new_oracle_lease("s", "ns");
@@ -375,7 +376,7 @@ mod tests {
             "not taken from the watch"
         );
         let body = serde_json::to_value(&forged).expect("serialises");
-        let (client, _) = crate::fake_api::client(move |_, _, _| (200, body.clone()));
+        let client = FakeApi::answering(move |_, _, _| (200, body.clone())).client();
         let err = KubeOracleStore::new(client, "ns", "s")
             .read()
             .await

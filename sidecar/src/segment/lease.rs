@@ -145,9 +145,9 @@ impl CounterStore for LeaseCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_api;
     use kubeflake_crds::segment_counter::new_counter;
     use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
+    use kubeflake_runtime::fake_api::FakeApi;
 
     /// Issue 23: a counter Lease a newer kubeflake wrote is its own refusal (not "corrupt"),
     /// naming the Lease, the format and what to do.
@@ -160,7 +160,7 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert(FORMAT_ANNOTATION.into(), "3".into());
         let body = serde_json::to_value(&newer).unwrap();
-        let (client, _) = fake_api::client(move |_, _, _| (200, body.clone()));
+        let client = FakeApi::answering(move |_, _, _| (200, body.clone())).client();
         let err = LeaseCounter::new(client, "ns", "orders")
             .read()
             .await
@@ -182,7 +182,8 @@ mod tests {
         let mut forged = new_counter("orders", "ns", 7);
         forged.metadata.labels = None;
         let body = serde_json::to_value(&forged).unwrap();
-        let (client, seen) = fake_api::client(move |_, _, _| (200, body.clone()));
+        let seen = FakeApi::answering(move |_, _, _| (200, body.clone()));
+        let client = seen.client();
         let err = LeaseCounter::new(client, "ns", "orders")
             .read()
             .await
@@ -197,6 +198,6 @@ mod tests {
         ] {
             assert!(message.contains(part), "{part:?}: {message}");
         }
-        assert_eq!(seen.lock().unwrap().len(), 1, "one read, no write");
+        assert_eq!(seen.seen().len(), 1, "one read, no write");
     }
 }

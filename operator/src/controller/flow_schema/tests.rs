@@ -8,7 +8,7 @@ use kubeflake_crds::sequence::IdSequenceSpec;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::fake_api::{FakeApi, failure};
+use kubeflake_runtime::fake_api::{FakeApi, failure};
 
 const SCHEMA: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeflake-sidecars";
 

@@ -14,9 +14,9 @@ use kubeflake_crds::sequence::{IdSequenceSpec, SegmentSpec};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::fake_api::{FakeApi, failure};
 use crate::index::{IndexWriter, index};
 use crate::metrics::Metrics;
+use kubeflake_runtime::fake_api::{FakeApi, failure};
 
 const POLICIES: &str = "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies";
 const POLICY: &str = "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/orders-kubeflake";

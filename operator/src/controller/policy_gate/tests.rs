@@ -18,10 +18,10 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::controller::reconcile;
-use crate::fake_api::FakeApi;
 use crate::index::{IndexWriter, index};
 use crate::lease_policy_guard::{LeasePolicyGate, Missing, PolicyState};
 use crate::metrics::Metrics;
+use kubeflake_runtime::fake_api::FakeApi;
 
 const NS: &str = "shop";
 const SEQ: &str = "orders";

@@ -16,13 +16,13 @@ use super::*;
 use crate::clock::{Clock, ManualClock, PanickingClock};
 use crate::cluster::ClusterConfig;
 use crate::cluster::events::SkewGate;
-use crate::fake_api::{self, Seen};
 use crate::fence::{FenceFile, FenceFileError};
 use crate::metrics::Metrics;
 use crate::phase::Phase;
 use crate::slot::PodIdentity;
 use crate::state::ServingCell;
 use crate::watch::Notify;
+use kubeflake_runtime::fake_api::{self, FakeApi};
 
 const NOW_MS: u64 = 1_800_000_000_000;
 const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/orders-slot-3";
@@ -122,12 +122,20 @@ fn lease(holder: &str, fence: u64, version: u64) -> Lease {
     }
 }
 
+/// A client whose every request `handler` answers, and the fake that records them.
+fn answered(
+    handler: impl Fn(&http::Method, &str, &[u8]) -> (u16, serde_json::Value) + Send + Sync + 'static,
+) -> (Client, FakeApi) {
+    let fake = FakeApi::answering(handler);
+    (fake.client(), fake)
+}
+
 /// A fake API server holding slot lease 3 for `uid-p` until `taken` is set; then every
 /// write conflicts and a read shows another holder. Anything else is 404 (so the clock
 /// skew is not measured).
-fn api_server(taken: Arc<AtomicBool>) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+fn api_server(taken: Arc<AtomicBool>) -> (Client, FakeApi) {
     let version = AtomicU64::new(2);
-    fake_api::client(move |method, path, body| {
+    answered(move |method, path, body| {
         if !path.starts_with(LEASE_PATH) {
             return fake_api::status(404, "NotFound");
         }
@@ -218,7 +226,7 @@ async fn a_renewal_that_finds_the_slot_lost_stops_the_generator_and_gets_the_fen
     );
 
     taken.store(true, Ordering::SeqCst);
-    seen.lock().unwrap().clear();
+    seen.clear_seen();
     let next = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
         .await
         .expect("keep returns once the slot is lost")
@@ -250,11 +258,10 @@ async fn a_renewal_that_finds_the_slot_lost_stops_the_generator_and_gets_the_fen
     );
     // The API saw one conflicting write and the re-read that found another holder.
     let seen: Vec<String> = seen
-        .lock()
-        .unwrap()
+        .seen()
         .iter()
         .filter(|s| s.path.starts_with(LEASE_PATH))
-        .map(|s| s.method.clone())
+        .map(|s| s.method.to_string())
         .collect();
     assert_eq!(seen, ["PUT", "GET"]);
     assert_eq!(*events.0.lock().unwrap(), ["SlotAcquired", "SlotLost"]);
@@ -295,16 +302,15 @@ async fn a_holder_whose_slot_went_to_another_pod_releases_nothing_at_shutdown() 
     let (ctx, _) = ctx(client, clock, Duration::from_secs(3600));
     let held = acquired(&ctx, dir.path()).await;
     taken.store(true, Ordering::SeqCst);
-    seen.lock().unwrap().clear();
+    seen.clear_seen();
     ctx.release(held)
         .await
         .expect("nothing to release is no error");
     let writes: Vec<String> = seen
-        .lock()
-        .unwrap()
+        .seen()
         .iter()
         .filter(|s| s.path.starts_with(LEASE_PATH))
-        .map(|s| s.method.clone())
+        .map(|s| s.method.to_string())
         .collect();
     // The release conflicted (the lease changed), the re-read names another pod: no
     // second write lowers that pod's fence.
@@ -314,9 +320,9 @@ async fn a_holder_whose_slot_went_to_another_pod_releases_nothing_at_shutdown() 
 /// A fake API server for a pod that waits: the sequence exists, no lease names the pod, and
 /// from `refuse_after` GETs of the sequence on, the pod's token is refused (401), as the
 /// API server does a minute after a pod's deletion time.
-fn waiting_api(refuse_after: u64) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+fn waiting_api(refuse_after: u64) -> (Client, FakeApi) {
     let gets = Arc::new(AtomicU64::new(0));
-    fake_api::client(move |method, path, _| {
+    answered(move |method, path, _| {
         if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
             if gets.fetch_add(1, Ordering::SeqCst) >= refuse_after {
                 return fake_api::status(401, "Unauthorized");
@@ -369,8 +375,7 @@ async fn a_waiting_sidecar_whose_pod_token_is_refused_exits_so_the_kubelet_can_d
         "told once why it waits, before the token was refused"
     );
     let gets = seen
-        .lock()
-        .unwrap()
+        .seen()
         .iter()
         .filter(|s| s.method == "GET" && s.path.starts_with("/apis/kubeflake.io/"))
         .count();
@@ -406,12 +411,11 @@ fn in_format(mut lease: Lease, format: &str) -> Lease {
 }
 
 /// The requests on slot leases other than reads.
-fn lease_writes(seen: &Mutex<Vec<Seen>>) -> Vec<String> {
-    seen.lock()
-        .unwrap()
+fn lease_writes(seen: &FakeApi) -> Vec<String> {
+    seen.seen()
         .iter()
         .filter(|s| s.path.contains("/leases") && s.method != "GET")
-        .map(|s| format!("{} {}", s.method, s.path))
+        .map(|s| format!("{} {}", s.method, s.target()))
         .collect()
 }
 
@@ -430,7 +434,7 @@ fn waiting_reason(ctx: &Ctx) -> String {
 #[tokio::test(start_paused = true)]
 async fn a_slot_lease_in_a_newer_format_is_never_taken_and_the_pod_is_told_why() {
     let dir = tempfile::tempdir().unwrap();
-    let (client, seen) = fake_api::client(move |method, path, _| {
+    let (client, seen) = answered(move |method, path, _| {
         if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
             let seq = serde_json::json!({
                 "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
@@ -492,7 +496,7 @@ async fn a_holder_whose_lease_turns_to_a_newer_format_stops_issuing_at_once() {
     let rewritten = Arc::new(AtomicBool::new(false));
     let switch = rewritten.clone();
     let version = AtomicU64::new(2);
-    let (client, seen) = fake_api::client(move |method, path, body| {
+    let (client, seen) = answered(move |method, path, body| {
         if !path.starts_with(LEASE_PATH) {
             return fake_api::status(404, "NotFound");
         }
@@ -522,7 +526,7 @@ async fn a_holder_whose_lease_turns_to_a_newer_format_stops_issuing_at_once() {
     assert!(generator.next_id().is_ok(), "serving");
 
     rewritten.store(true, Ordering::SeqCst);
-    seen.lock().unwrap().clear();
+    seen.clear_seen();
     let next = tokio::time::timeout(Duration::from_secs(10), ctx.keep(held))
         .await
         .expect("keep returns at once, not when the fence runs out")
@@ -536,11 +540,10 @@ async fn a_holder_whose_lease_turns_to_a_newer_format_stops_issuing_at_once() {
     let why = waiting_reason(&ctx);
     assert!(why.contains("format 2") && why.contains("Upgrade"), "{why}");
     let methods: Vec<String> = seen
-        .lock()
-        .unwrap()
+        .seen()
         .iter()
         .filter(|s| s.path.starts_with(LEASE_PATH))
-        .map(|s| s.method.clone())
+        .map(|s| s.method.to_string())
         .collect();
     assert_eq!(
         methods,
@@ -577,9 +580,9 @@ fn noted(mut lease: Lease, datacenter: i64) -> Lease {
 
 /// A fake API server where `listed` is this pod's slot lease: the list returns it, a PUT
 /// of it succeeds, and the IdSequence can be read (datacenter 2).
-fn assigned_api(listed: Lease) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+fn assigned_api(listed: Lease) -> (Client, FakeApi) {
     let version = AtomicU64::new(10);
-    fake_api::client(move |method, path, body| {
+    answered(move |method, path, body| {
         if method == http::Method::GET && path.starts_with("/apis/kubeflake.io/") {
             let seq = serde_json::json!({
                 "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSequence",
@@ -605,14 +608,10 @@ fn assigned_api(listed: Lease) -> (Client, Arc<Mutex<Vec<Seen>>>) {
 }
 
 /// The requests made, in order, without their queries.
-fn asked(seen: &Mutex<Vec<Seen>>) -> Vec<String> {
-    seen.lock()
-        .unwrap()
+fn asked(seen: &FakeApi) -> Vec<String> {
+    seen.seen()
         .iter()
-        .map(|s| {
-            let path = s.path.split('?').next().unwrap_or_default();
-            format!("{} {path}", s.method)
-        })
+        .map(|s| format!("{} {}", s.method, s.path))
         .collect()
 }
 
@@ -686,7 +685,7 @@ async fn without_a_note_or_after_a_container_restart_the_sidecar_reads_the_seque
     assert!(restarted.release(first).await.is_ok());
     let (file, found) = FenceFile::open(dir.path(), "orders.fence").unwrap();
     assert!(found.is_some(), "the earlier container left its record");
-    seen.lock().unwrap().clear();
+    seen.clear_seen();
     let Lifecycle::Holding(held) = restarted.find_work(Unheld { file, found }).await.unwrap()
     else {
         panic!("the slot was not taken");

@@ -1,11 +1,18 @@
-//! A scripted fake API server for unit tests, in the manner of kube-rs controller-rs
-//! `fixtures.rs`: a `tower::Service` behind a real [`kube::Client`] that answers each
-//! expected request with a scripted reply, records every request, and refuses (500) any
-//! request that was not expected. [`FakeApi::verify`] then fails the test on an
-//! unexpected request or an expected one that never came.
+//! A fake Kubernetes API server for unit tests (cargo feature `fake-api`; the operator and
+//! the sidecar take it as a dev-dependency): a `tower::Service` behind a real
+//! [`kube::Client`], in the manner of kube-rs controller-rs `fixtures.rs`. Every request
+//! is recorded ([`FakeApi::seen`]); what answers it is one of two modes:
 //!
-//! Events (`events.k8s.io`) are answered without a script: they are best-effort and
-//! batched by kube's recorder; tests that care inspect [`FakeApi::seen`].
+//! - **scripted** ([`FakeApi::new`], then [`expect`](FakeApi::expect) and
+//!   [`always`](FakeApi::always)): each expected request gets its scripted reply, any
+//!   other is refused (500), and [`FakeApi::verify`] fails the test on an unexpected
+//!   request or an expected one that never came. Events (`events.k8s.io`) are answered
+//!   without a script: they are best-effort and batched by kube's recorder; tests that care
+//!   inspect [`FakeApi::seen`]. The operator's tests use this mode.
+//! - **a handler** ([`FakeApi::answering`]): a closure answers every request (Events
+//!   included) from its method, path with query and body, so a test can keep state
+//!   between requests, such as a Lease's `resourceVersion` for compare-and-swap writes.
+//!   The sidecar's tests use this mode.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -19,11 +26,28 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: Method,
+    /// The path, without the query.
     pub path: String,
     pub query: String,
     pub content_type: String,
     pub body: Value,
 }
+
+impl Seen {
+    /// The path with its query (`/path?query`, or the path alone without a query), as a
+    /// handler receives it.
+    pub fn target(&self) -> String {
+        if self.query.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}?{}", self.path, self.query)
+        }
+    }
+}
+
+/// What answers every request in handler mode: (method, path with query, body) to
+/// (status, JSON body).
+pub type Handler = dyn Fn(&Method, &str, &[u8]) -> (u16, Value) + Send + Sync;
 
 struct Expected {
     method: Method,
@@ -38,17 +62,30 @@ struct Expected {
 #[derive(Default)]
 struct Script {
     expected: Vec<Expected>,
+    /// Set in handler mode: it answers every request, and `expected` is not read.
+    handler: Option<Arc<Handler>>,
     seen: Vec<Seen>,
     unexpected: Vec<Seen>,
 }
 
-/// The fake API server. Clones share one script.
+/// The fake API server. Clones share one script and one record of requests.
 #[derive(Clone, Default)]
 pub struct FakeApi(Arc<Mutex<Script>>);
 
 impl FakeApi {
+    /// A scripted fake expecting nothing yet.
     pub fn new() -> FakeApi {
         FakeApi::default()
+    }
+
+    /// A fake whose every request `handler` answers, from the method, the path with its
+    /// query, and the body.
+    pub fn answering(
+        handler: impl Fn(&Method, &str, &[u8]) -> (u16, Value) + Send + Sync + 'static,
+    ) -> FakeApi {
+        let fake = FakeApi::default();
+        fake.lock().handler = Some(Arc::new(handler));
+        fake
     }
 
     /// Expects one `method` request on `path` (query ignored), answered with `status`
@@ -92,6 +129,11 @@ impl FakeApi {
     /// Every request received, in order.
     pub fn seen(&self) -> Vec<Seen> {
         self.lock().seen.clone()
+    }
+
+    /// Forgets the requests received so far: [`seen`](Self::seen) starts again.
+    pub fn clear_seen(&self) {
+        self.lock().seen.clear();
     }
 
     /// The requests received with `method` on `path`.
@@ -149,8 +191,17 @@ impl FakeApi {
                 .to_string(),
             body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         };
+        let handler = {
+            let mut script = self.lock();
+            script.seen.push(seen.clone());
+            script.handler.clone()
+        };
+        if let Some(handler) = handler {
+            // Called without the lock: a handler may take its time, or block.
+            let (status, body) = handler(&seen.method, &seen.target(), &bytes);
+            return reply(status, &body);
+        }
         let mut script = self.lock();
-        script.seen.push(seen.clone());
         if seen.path.starts_with("/apis/events.k8s.io/") {
             return reply(201, &seen.body);
         }
@@ -195,4 +246,9 @@ pub fn failure(code: u16, reason: &str, message: &str) -> Value {
         "reason": reason,
         "code": code,
     })
+}
+
+/// A handler's reply of a `Status` failure with `code`, its reason as its message.
+pub fn status(code: u16, reason: &str) -> (u16, Value) {
+    (code, failure(code, reason, reason))
 }

@@ -70,7 +70,10 @@ pub enum Refusal {
     Stopped,
     #[error("the timestamp bits of this layout are used up; create a new IdSequence")]
     TimestampExhausted,
-    #[error("a batch of {requested} IDs cannot fit before the fence or drift limit")]
+    #[error(
+        "a batch of {requested} IDs is longer than the drift limit lets this sidecar run ahead \
+         of its clock; ask for fewer"
+    )]
     BatchTooLarge { requested: u64 },
     #[error(
         "the `after` ID needs an answer in tick {tick}, {ahead_ms} ms ahead of this sidecar's \
@@ -398,6 +401,14 @@ impl Generator {
         self.reachable.store(reachable.0, Ordering::Release);
     }
 
+    /// How many positions the drift window holds: the ticks from now to the drift limit,
+    /// both included. A batch longer than that never fits ([`Refusal::BatchTooLarge`]).
+    fn drift_window_positions(&self) -> u64 {
+        self.max_drift_ticks
+            .saturating_add(1)
+            .saturating_mul(1 << self.seq_bits)
+    }
+
     /// The fence one local write could bring into force (never below the fence in force).
     pub fn reachable(&self) -> u64 {
         self.reachable
@@ -446,17 +457,17 @@ impl Generator {
         if end_tick > self.config.layout.max_tick().0 {
             return Err(Refusal::TimestampExhausted);
         }
+        // A batch longer than the drift window can never fit, however long it waits: the
+        // one refusal that asks for a smaller batch. Any other batch that does not fit yet
+        // is refused like a single ID at the same bound (below), so the HTTP API holds it
+        // until the fence rises or the clock catches up, and a client that asked for a
+        // batch a few ticks too long waits those ticks, not a second.
+        if count > self.drift_window_positions() {
+            return Err(Refusal::BatchTooLarge { requested: count });
+        }
         if end_tick > fence {
-            if end_tick <= self.reachable() {
-                // One local write brings it into force: asked for, and it clears.
-                return Err(Refusal::FenceReached {
-                    fence,
-                    needed: end_tick,
-                });
-            }
-            if count > 1 && (first >> self.seq_bits) <= fence {
-                return Err(Refusal::BatchTooLarge { requested: count });
-            }
+            // Whether one local write brings it into force (asked for, and it clears) or
+            // the next renewal does: the same refusal, held the same way.
             return Err(Refusal::FenceReached {
                 fence,
                 needed: end_tick,
@@ -464,9 +475,6 @@ impl Generator {
         }
         let drift_limit = now.0.saturating_add(self.max_drift_ticks);
         if end_tick > drift_limit {
-            if count > 1 && (first >> self.seq_bits) <= drift_limit {
-                return Err(Refusal::BatchTooLarge { requested: count });
-            }
             let unit = self.config.timebase.unit().millis();
             let behind_ticks = end_tick - now.0;
             return Err(Refusal::AheadOfClock {

@@ -215,7 +215,20 @@ fn batches_are_consecutive_and_refused_whole_when_they_cannot_fit() {
     g.raise_fence(Tick(1_000_001)); // two ticks: 16 positions
     let r = g.reserve(10).unwrap();
     assert_eq!(r.count, 10);
-    assert_eq!(g.reserve(7), Err(Refusal::BatchTooLarge { requested: 7 }));
+    // A batch that starts below the fence and ends above it waits for the fence, as a
+    // single ID at the fence does (held by the HTTP API, not refused for a second).
+    let straddling = g.reserve(7);
+    assert!(
+        matches!(
+            straddling,
+            Err(Refusal::FenceReached {
+                fence: 1_000_001,
+                needed: 1_000_002
+            })
+        ),
+        "{straddling:?}"
+    );
+    assert!(straddling.unwrap_err().clears_after().is_some());
     assert!(g.reserve(6).is_ok(), "the refused batch consumed nothing");
     assert!(matches!(
         g.reserve(1),
@@ -526,12 +539,64 @@ fn rule12_a_batch_after_x_is_all_above_x_and_refused_whole_when_it_cannot_fit() 
     // 8 per tick, drift 2000 ticks: from tick now+1999 only 16 positions fit.
     let high = foreign(layout, 1_001_998, 0, 9, 0);
     let floor = g.position_after(high).unwrap();
-    assert_eq!(
-        g.reserve_from(17, floor),
-        Err(Refusal::BatchTooLarge { requested: 17 })
+    let past_the_limit = g.reserve_from(17, floor);
+    assert!(
+        matches!(
+            past_the_limit,
+            Err(Refusal::AheadOfClock {
+                retry_after_ms: 1,
+                ..
+            })
+        ),
+        "one position past the drift limit clears in one tick: {past_the_limit:?}"
     );
     let r = g.reserve_from(16, floor).unwrap();
     assert!(g.id_at(r.first).get() > high);
+}
+
+/// Rule 8 (drift limit) with batches: a batch that does not fit under the drift limit yet
+/// is refused as ahead of the clock, with the wait until it fits, so the HTTP API holds it
+/// those few milliseconds; only a batch longer than the whole drift window, which can
+/// never fit, is `batch_too_large` (ask for fewer). Neither consumes a position.
+#[test]
+fn rule8_a_batch_past_the_drift_limit_waits_for_the_clock_and_only_one_longer_than_the_window_is_too_large()
+ {
+    let layout = Layout::new(44, 0, 16, 3, 63).unwrap(); // 8 IDs per tick
+    let clock = Arc::new(ManualClock::at_millis(START_MS));
+    let mut cfg = config(layout);
+    cfg.max_drift_ms = 3; // the window: now and 3 ticks ahead, 32 positions
+    let g = Generator::start_above(cfg, Tick(0), clock.clone()).unwrap();
+    g.raise_fence(Tick(u64::MAX >> 2));
+    assert_eq!(g.reserve(33), Err(Refusal::BatchTooLarge { requested: 33 }));
+    assert_eq!(
+        Refusal::BatchTooLarge { requested: 33 }.clears_after(),
+        None
+    );
+    let r = g.reserve(20).unwrap(); // positions 0-19: ticks now .. now+2
+    assert_eq!(r.count, 20);
+    // 20 more (positions 20-39) would end in tick now+4, one past the limit (now+3).
+    let refused = g.reserve(20);
+    assert!(
+        matches!(
+            refused,
+            Err(Refusal::AheadOfClock {
+                retry_after_ms: 1,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.unwrap_err().clears_after(),
+        Some(std::time::Duration::from_millis(1))
+    );
+    clock.advance_millis(1);
+    let later = g.reserve(20).unwrap();
+    assert_eq!(
+        later.first,
+        r.first + 20,
+        "the refused batch consumed nothing"
+    );
 }
 
 #[test]

@@ -191,7 +191,8 @@ pub enum Dialect {
 #[derive(Debug, Args, Clone, Default)]
 #[command(next_help_heading = "Cluster")]
 pub struct ClusterArgs {
-    /// Namespace of the IdSequence (default: the kubeconfig context's namespace).
+    /// Namespace of the IdSequence (default: the kubeconfig context's namespace; `check`:
+    /// every namespace).
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// Kubeconfig context to use (default: the current context).

@@ -39,14 +39,11 @@
 //! [`forget`]: super::Registry::forget
 //! [`join`]: super::join()
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The name of a member's ServiceAccount on the hub is this prefix and the member's name.
 pub const MEMBER_ACCOUNT_PREFIX: &str = "member-";
@@ -299,34 +296,9 @@ pub fn policy(name: &str) -> ValidatingAdmissionPolicy {
 }
 
 /// The binding that puts the policy in force (`Deny`), in `namespace` only or in every
-/// namespace (IdSpaces live only in the hub's space namespaces).
-pub fn binding(
-    name: &str,
-    policy: &str,
-    namespace: Option<&str>,
-) -> ValidatingAdmissionPolicyBinding {
-    ValidatingAdmissionPolicyBinding {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(policy.into()),
-            validation_actions: Some(vec!["Deny".into()]),
-            match_resources: namespace.map(|ns| MatchResources {
-                namespace_selector: Some(LabelSelector {
-                    match_labels: Some(BTreeMap::from([(
-                        "kubernetes.io/metadata.name".to_string(),
-                        ns.to_string(),
-                    )])),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-    }
-}
+/// namespace (IdSpaces live only in the hub's space namespaces): the same binding as the
+/// Lease policy's, so it is that one function.
+pub use crate::lease_policy::binding;
 
 /// The policy and its binding (every namespace) as checked in at
 /// `crds/idspace-hub-policy.yaml`, for `kubectl apply -f` on the hub.

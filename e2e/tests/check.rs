@@ -6,6 +6,10 @@
 //! - the operator Deployment scaled to 0, and while no operator runs, an expired CA in the
 //!   webhook configuration's `caBundle` (a running operator writes its own CA back at once,
 //!   which is what restores it);
+//! - a `caBundle` from another CA than the one that signed the webhook's serving
+//!   certificate (dates all valid): only the dry-run probe sees it, in the API server's
+//!   own words; deleting the operator's certificate Secret and restarting it, as the hint
+//!   says, restores it;
 //! - a sequence whose slots are all held with a pod still waiting (`Exhausted`); with one
 //!   pod fewer it only warns: exit 0, and 4 with `--strict`;
 //! - a pod whose sidecar was injected by a release outside the skew policy.
@@ -131,7 +135,7 @@ fn text(v: &Value) -> &str {
 
 /// `kubectl-kubeflake <args>` with the test cluster's kubeconfig: exit code and stdout
 /// (stderr is part of the error when the run does not end normally).
-async fn run_plugin(args: &[&str]) -> Result<(i32, String)> {
+async fn run_plugin(args: &[&str]) -> Result<(i32, String, String)> {
     let plugin: PathBuf = workspace_binary("kubectl-kubeflake");
     let mut command = tokio::process::Command::new(plugin);
     command
@@ -150,33 +154,47 @@ async fn run_plugin(args: &[&str]) -> Result<(i32, String)> {
     let code = status
         .code()
         .with_context(|| format!("kubectl-kubeflake {args:?} was killed: {stderr}"))?;
-    Ok((code, String::from_utf8(stdout)?))
+    Ok((code, String::from_utf8(stdout)?, stderr.into_owned()))
 }
 
 /// `kubectl kubeflake check <args>`, as json and as the checklist; the two runs must agree
 /// on the exit code.
 async fn check(args: &[&str]) -> Result<Checked> {
-    let mut json_args = vec!["check", "-o", "json"];
-    json_args.extend(args);
-    let (code, stdout) = run_plugin(&json_args).await?;
-    let report: Value = serde_json::from_str(&stdout)
-        .with_context(|| format!("check {args:?} -o json: exit {code}, not json: {stdout}"))?;
-    let mut table_args = vec!["check"];
-    table_args.extend(args);
-    let (table_code, table) = run_plugin(&table_args).await?;
+    let (checked, table_code) = check_twice(args).await?;
     ensure!(
-        code == table_code,
-        "check {args:?} exits {code} with -o json and {table_code} without:\n{table}"
+        checked.code == table_code,
+        "check {args:?} exits {} with -o json and {table_code} without:\n{}",
+        checked.code,
+        checked.table
     );
-    Ok(Checked {
-        code,
-        report,
-        table,
-    })
+    Ok(checked)
 }
 
-/// Runs `check <args>` until `done` says the state it wants is reached (bounded by
-/// [`LIMIT`]); the last run is returned, or the error shows it.
+/// The json run and the checklist run of `check <args>`, and the checklist run's exit code
+/// (the two may disagree while the cluster changes between them).
+async fn check_twice(args: &[&str]) -> Result<(Checked, i32)> {
+    let mut json_args = vec!["check", "-o", "json"];
+    json_args.extend(args);
+    let (code, stdout, stderr) = run_plugin(&json_args).await?;
+    let report: Value = serde_json::from_str(&stdout).with_context(|| {
+        format!("check {args:?} -o json: exit {code}, not json: {stdout}; stderr: {stderr}")
+    })?;
+    let mut table_args = vec!["check"];
+    table_args.extend(args);
+    let (table_code, table, _) = run_plugin(&table_args).await?;
+    Ok((
+        Checked {
+            code,
+            report,
+            table,
+        },
+        table_code,
+    ))
+}
+
+/// Runs `check <args>` until `done` says the state it wants is reached and the json and
+/// checklist runs agree (bounded by [`LIMIT`]); the last run is returned, or the error
+/// shows it.
 async fn check_until(
     args: &[&str],
     what: &str,
@@ -184,13 +202,13 @@ async fn check_until(
 ) -> Result<Checked> {
     let deadline = std::time::Instant::now() + LIMIT;
     loop {
-        let checked = check(args).await?;
-        if done(&checked) {
+        let (checked, table_code) = check_twice(args).await?;
+        if checked.code == table_code && done(&checked) {
             return Ok(checked);
         }
         if std::time::Instant::now() > deadline {
             bail!(
-                "timed out after {LIMIT:?} waiting for {what}; the last check exited {}:\n{}",
+                "timed out after {LIMIT:?} waiting for {what}; the last check exited {} (the checklist run {table_code}):\n{}",
                 checked.code,
                 checked.table
             );
@@ -340,6 +358,7 @@ async fn check_passes_on_a_healthy_install_with_a_running_app() -> Result<()> {
         ("webhook", "configuration"),
         ("webhook", "endpoints"),
         ("webhook", "CA certificate"),
+        ("webhook", "answers the API server"),
         (sequence.as_str(), "ready"),
         (sequence.as_str(), "slots"),
         (sequence.as_str(), "waiting pods"),
@@ -504,6 +523,100 @@ async fn with_the_operator_scaled_to_0_check_fails_on_the_deployment_and_on_an_e
     Ok(())
 }
 
+/// A self-signed CA certificate (PEM), valid from 2025 to 2060: right dates, wrong CA.
+fn another_ca() -> Result<String> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "another CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.not_before = rcgen::date_time_ymd(2025, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2060, 1, 1);
+    Ok(params.self_signed(&key)?.pem())
+}
+
+#[tokio::test]
+async fn with_a_ca_bundle_from_another_ca_check_fails_on_the_webhooks_answer_until_the_secret_is_renewed()
+-> Result<()> {
+    let _turn = one_at_a_time().await;
+    installed().await?;
+    passes().await?;
+    let client = cluster().client()?;
+    let deployment = operator_deployment();
+    let args = chart_support::deployment_args(cluster(), RELEASE_NAMESPACE, RELEASE).await?;
+    let secret_name = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--webhook-secret="))
+        .map(str::to_string)
+        .with_context(|| format!("no --webhook-secret= in the operator's args {args:?}"))?;
+
+    // The operator's Secret keeps its CA key, serving certificate and `ca.crt` (the bundle
+    // it writes into the configuration). A `ca.crt` from another CA, as a hand edit or a
+    // partial restore would leave it: every date valid, but the API server no longer
+    // trusts the certificate the webhook serves.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let other = another_ca()?.into_bytes();
+    let mut secret = secrets.get(&secret_name).await?;
+    secret
+        .data
+        .get_or_insert_with(Default::default)
+        .insert("ca.crt".to_string(), ByteString(other.clone()));
+    secrets
+        .replace(&secret_name, &PostParams::default(), &secret)
+        .await?;
+    let name = webhook_config_name().await?;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut config = configs.get(&name).await?;
+    for hook in config.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = Some(ByteString(other.clone()));
+    }
+    configs
+        .replace(&name, &PostParams::default(), &config)
+        .await?;
+
+    let broken = check_until(&[], "check to fail on the webhook's answer", |c| {
+        c.code == 1
+            && c.finding("webhook", "answers the API server")
+                .is_ok_and(|f| f["mark"] == "fail")
+    })
+    .await?;
+    broken.assert_flagged(
+        "fail",
+        "webhook",
+        "answers the API server",
+        &["failed calling webhook", "x509"],
+        "caBundle does not trust the certificate the webhook serves",
+    )?;
+    assert_eq!(
+        broken.finding("webhook", "CA certificate")?["mark"],
+        "ok",
+        "the dates alone look fine, which is why the probe is needed:\n{}",
+        broken.table
+    );
+    assert!(
+        ca_bundles(&client, &name)
+            .await?
+            .iter()
+            .all(|b| b.as_deref() == Some(other.as_slice())),
+        "the caBundle is still the other CA while check runs"
+    );
+
+    // Restored as the hint says: delete the Secret, restart the operator.
+    kubectl_release(&["delete", "secret", &secret_name]).await?;
+    kubectl_release(&["rollout", "restart", "deployment", &deployment]).await?;
+    rollout(cluster(), RELEASE_NAMESPACE, &deployment).await?;
+    let restored = passes().await?;
+    assert_eq!(
+        restored.finding("webhook", "answers the API server")?["mark"],
+        "ok",
+        "{}",
+        restored.table
+    );
+    Ok(())
+}
+
 /// A labelled pod in `sequence` that never runs: not injected (`kubeflake.io/inject:
 /// "false"`) and with a node selector no node matches. The operator gives it a slot all
 /// the same, so it holds one (or waits for one) like any pod of the sequence.
@@ -592,7 +705,7 @@ async fn a_sequence_with_every_slot_held_and_a_pod_waiting_fails_as_exhausted_an
 
 /// The one pod of `namespace` that `kubectl kubeflake slots` shows waiting.
 async fn waiting_pod(namespace: &str) -> Result<String> {
-    let (code, stdout) = run_plugin(&["slots", "tiny", "-n", namespace, "-o", "json"]).await?;
+    let (code, stdout, _) = run_plugin(&["slots", "tiny", "-n", namespace, "-o", "json"]).await?;
     ensure!(code == 0, "slots tiny: exit {code}: {stdout}");
     let slots: Value = serde_json::from_str(&stdout)?;
     let waiting: Vec<&str> = slots["waiting"]

@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::ListParams;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, Resource};
 use kubeflake_crds::sequence::{IdSequence, Mode};
 use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
@@ -21,7 +21,10 @@ use super::operator::{
     OperatorNames, judge_crd, judge_deployment, judge_leader, judge_lease_policy,
 };
 use super::sequences::{judge_sequence, judge_sidecar_versions};
-use super::webhook::{judge_ca_bundle, judge_config, judge_endpoints};
+use super::webhook::{
+    ProbeAnswer, has_sidecar, judge_ca_bundle, judge_config, judge_endpoints, judge_probe,
+    probe_namespace, probe_pod,
+};
 use crate::error::CliError;
 
 /// The labels every object of the chart carries, and the operator Deployment's.
@@ -77,7 +80,7 @@ pub async fn run(
             false
         }
     };
-    operator_and_webhook(client, scope.operator_namespace, now, &mut findings).await;
+    operator_and_webhook(client, scope, now, &mut findings).await;
     if crd_present {
         sequences(client, scope, now, &mut findings).await;
     }
@@ -86,10 +89,11 @@ pub async fn run(
 
 async fn operator_and_webhook(
     client: &Client,
-    ns: &str,
+    scope: &Scope<'_>,
     now: DateTime<Utc>,
     findings: &mut Vec<Finding>,
 ) {
+    let ns = scope.operator_namespace;
     let listed = Api::<Deployment>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(PART_OF))
         .await;
@@ -116,6 +120,7 @@ async fn operator_and_webhook(
     let operator = Operator {
         namespace: ns,
         deployment: deployment.metadata.name.as_deref().unwrap_or("?"),
+        probe_namespace: scope.sequence_namespace,
     };
     if let Some(lease_ns) = &names.leader_namespace {
         match Api::<Lease>::namespaced(client.clone(), lease_ns)
@@ -168,6 +173,8 @@ async fn operator_and_webhook(
 struct Operator<'a> {
     namespace: &'a str,
     deployment: &'a str,
+    /// Where the webhook probe's pod goes when the webhook selects it (`-n`).
+    probe_namespace: Option<&'a str>,
 }
 
 async fn webhook(
@@ -225,7 +232,57 @@ async fn webhook(
             operator.deployment,
             now,
         ));
+        findings.push(probe(client, config, operator).await);
     }
+}
+
+/// Creates a labelled pod with a dry run (nothing is stored) where the webhook is called,
+/// and judges what came back ([`judge_probe`]).
+async fn probe(
+    client: &Client,
+    config: &MutatingWebhookConfiguration,
+    operator: &Operator<'_>,
+) -> Finding {
+    let Some(namespace) = probe_namespace(config, operator.probe_namespace) else {
+        return Finding::warn(
+            "webhook",
+            "answers the API server",
+            "not tried: the webhook's namespaceSelector leaves out every namespace check would try",
+            "run check with -n <a namespace with IdSequences>",
+        );
+    };
+    let pod: Pod = match serde_json::from_value(probe_pod()) {
+        Ok(pod) => pod,
+        Err(e) => {
+            return Finding::fail(
+                "webhook",
+                "answers the API server",
+                format!("internal error building the probe pod: {e}"),
+                "report this as a bug",
+            );
+        }
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        field_manager: Some("kubectl-kubeflake-check".to_string()),
+    };
+    let answer = match Api::<Pod>::namespaced(client.clone(), &namespace)
+        .create(&dry_run, &pod)
+        .await
+    {
+        Ok(pod) => ProbeAnswer::Admitted {
+            injected: has_sidecar(&pod),
+        },
+        Err(kube::Error::Api(status)) => ProbeAnswer::Refused {
+            code: status.code,
+            message: status.message,
+        },
+        Err(e) => ProbeAnswer::Refused {
+            code: 0,
+            message: e.to_string(),
+        },
+    };
+    judge_probe(&answer, &namespace, operator.namespace, operator.deployment)
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

@@ -159,3 +159,148 @@ fn the_service_needs_one_ready_endpoint_and_unset_ready_counts_as_ready() {
     assert!(none.detail.contains("service ns/svc has no ready endpoint"));
     assert_eq!(judge_endpoints("ns", "svc", &[]).mark, Mark::Fail);
 }
+
+/// `config("")` with a namespaceSelector on names: `In` (when given) and `NotIn`.
+fn selecting(only: Option<&[&str]>, never: &[&str]) -> MutatingWebhookConfiguration {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    let rule = |operator: &str, values: &[&str]| LabelSelectorRequirement {
+        key: "kubernetes.io/metadata.name".into(),
+        operator: operator.into(),
+        values: Some(values.iter().map(|v| v.to_string()).collect()),
+    };
+    let mut expressions = vec![rule("NotIn", never)];
+    if let Some(only) = only {
+        expressions.push(rule("In", only));
+    }
+    let mut c = config("");
+    c.webhooks.as_mut().unwrap()[0].namespace_selector = Some(LabelSelector {
+        match_expressions: Some(expressions),
+        match_labels: None,
+    });
+    c
+}
+
+#[test]
+fn the_probe_goes_to_the_asked_namespace_else_a_selected_one_never_to_one_the_webhook_skips() {
+    let chart = selecting(None, &["kube-system", "kubeflake-system"]);
+    assert_eq!(probe_namespace(&chart, None).as_deref(), Some("default"));
+    assert_eq!(
+        probe_namespace(&chart, Some("shop")).as_deref(),
+        Some("shop")
+    );
+    assert_eq!(
+        probe_namespace(&chart, Some("kubeflake-system")).as_deref(),
+        Some("default"),
+        "the operator's namespace is never probed: the webhook skips it"
+    );
+    let watched = selecting(Some(&["shop", "billing"]), &["kube-system"]);
+    assert_eq!(
+        probe_namespace(&watched, Some("other")).as_deref(),
+        Some("shop")
+    );
+    assert_eq!(
+        probe_namespace(&watched, Some("billing")).as_deref(),
+        Some("billing")
+    );
+    let nowhere = selecting(Some(&["kube-system"]), &["kube-system"]);
+    assert_eq!(probe_namespace(&nowhere, Some("shop")), None);
+}
+
+fn refused(code: u16, message: &str) -> ProbeAnswer {
+    ProbeAnswer::Refused {
+        code,
+        message: message.into(),
+    }
+}
+
+fn probe(answer: &ProbeAnswer) -> Finding {
+    judge_probe(answer, "shop", "kubeflake-system", "kubeflake")
+}
+
+#[test]
+fn the_webhook_refusing_the_probes_unknown_sequence_is_the_proof_that_it_answers() {
+    let answered = refused(
+        400,
+        &format!(
+            "admission webhook \"sidecar.inject.kubeflake.io\" denied the request: IdSequence {PROBE_SEQUENCE:?} not found in namespace \"shop\": create it first"
+        ),
+    );
+    assert_eq!(probe(&answered).mark, Mark::Ok);
+    assert_eq!(
+        probe(&ProbeAnswer::Admitted { injected: true }).mark,
+        Mark::Ok
+    );
+}
+
+#[test]
+fn a_ca_bundle_from_another_ca_fails_the_probe_with_the_api_servers_words_and_says_to_renew() {
+    let wrong_ca = refused(
+        500,
+        "Internal error occurred: failed calling webhook \"sidecar.inject.kubeflake.io\": failed to call webhook: Post \"https://kubeflake-webhook.kubeflake-system.svc:443/mutate?timeout=5s\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+    );
+    let found = probe(&wrong_ca);
+    assert_eq!(found.mark, Mark::Fail);
+    assert!(
+        found
+            .detail
+            .contains("x509: certificate signed by unknown authority"),
+        "{}",
+        found.detail
+    );
+    let hint = found.hint.unwrap();
+    assert!(hint.contains("caBundle does not trust"), "{hint}");
+    assert!(hint.contains("rollout restart deploy/kubeflake"), "{hint}");
+    let unreachable = probe(&refused(
+        500,
+        "Internal error occurred: failed calling webhook \"sidecar.inject.kubeflake.io\": failed to call webhook: Post \"https://kubeflake-webhook.kubeflake-system.svc:443/mutate\": no endpoints available for service \"kubeflake-webhook\"",
+    ));
+    assert_eq!(unreachable.mark, Mark::Fail);
+    assert!(
+        unreachable
+            .hint
+            .unwrap()
+            .contains("cannot reach the webhook")
+    );
+}
+
+#[test]
+fn a_probe_that_cannot_be_sent_or_proves_nothing_warns_and_says_why() {
+    let forbidden = probe(&refused(
+        403,
+        "pods is forbidden: User \"dev\" cannot create resource \"pods\" in API group \"\" in the namespace \"shop\"",
+    ));
+    assert_eq!(forbidden.mark, Mark::Warn);
+    assert!(
+        forbidden
+            .detail
+            .contains("not tried: no right to create pods in shop")
+    );
+    let other = probe(&refused(
+        403,
+        "admission webhook \"policy.example.com\" denied the request: no",
+    ));
+    assert_eq!(other.mark, Mark::Warn);
+    assert!(other.detail.contains("refused by something else (403)"));
+    let uninjected = probe(&ProbeAnswer::Admitted { injected: false });
+    assert_eq!(uninjected.mark, Mark::Warn);
+    assert!(uninjected.detail.contains("failurePolicy Ignore"));
+}
+
+#[test]
+fn the_probe_pod_is_labelled_for_a_sequence_no_one_creates_and_carries_no_sidecar() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(probe_pod()).unwrap();
+    assert_eq!(pod.metadata.labels.unwrap()[SEQUENCE_LABEL], PROBE_SEQUENCE);
+    assert!(
+        pod.metadata.name.is_none(),
+        "generateName: probes never collide"
+    );
+    let mut injected: k8s_openapi::api::core::v1::Pod =
+        serde_json::from_value(probe_pod()).unwrap();
+    assert!(!has_sidecar(&injected));
+    injected.spec.as_mut().unwrap().init_containers =
+        Some(vec![k8s_openapi::api::core::v1::Container {
+            name: SIDECAR_NAME.into(),
+            ..Default::default()
+        }]);
+    assert!(has_sidecar(&injected));
+}

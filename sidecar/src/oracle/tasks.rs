@@ -220,6 +220,8 @@ impl Oracle {
                     lease: taken,
                 };
                 s.started = true;
+                self.metrics.strict_oracle.set(1);
+                self.metrics.strict_terms.inc();
                 drop(s);
                 tracing::info!(
                     term,

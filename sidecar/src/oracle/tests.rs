@@ -151,6 +151,26 @@ async fn rule13_a_graceful_stop_hands_over_at_once_and_the_next_oracle_starts_ab
     );
 }
 
+/// docs/strict.md "Watching it": `kubeflake_strict_oracle` is 1 on the oracle only, and
+/// `kubeflake_strict_oracle_terms_total` counts the terms each sidecar began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oracle_gauge_is_1_on_the_oracle_only_and_each_take_over_counts_a_term() {
+    let g = Group::new();
+    let a = g.sidecar("uid-a", false).await;
+    until("a is the oracle", || a.is_oracle()).await;
+    let b = g.sidecar("uid-b", false).await;
+    until("b follows", || b.serving_now()).await;
+    fn gauge_and_terms(o: &Oracle) -> (i64, u64) {
+        (o.metrics.strict_oracle.get(), o.metrics.strict_terms.get())
+    }
+    assert_eq!(gauge_and_terms(&a), (1, 1), "a, the oracle");
+    assert_eq!(gauge_and_terms(&b), (0, 0), "b, a follower");
+    a.stop().await;
+    until("b took over", || b.is_oracle()).await;
+    assert_eq!(gauge_and_terms(&a), (0, 1), "a, stopped");
+    assert_eq!(gauge_and_terms(&b), (1, 1), "b, the oracle now");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule13_an_oracle_whose_renewals_fail_stops_serving_before_anyone_may_take_over() {
     let g = Group::new();

@@ -35,14 +35,14 @@ pub enum CheckError {
 
 /// The parts of an `http://host[:port][/path]` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-    pub path: String,
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) path: String,
 }
 
 impl Target {
-    pub fn parse(url: &str) -> Result<Target, CheckError> {
+    pub(crate) fn parse(url: &str) -> Result<Target, CheckError> {
         let bad = |why| CheckError::BadUrl(url.to_owned(), why);
         let rest = url
             .strip_prefix("http://")

@@ -6,9 +6,8 @@
 //!
 //! The generator reads only the wall clock: IDs carry wall time.
 
-pub use kubeflake_runtime::clock::{
-    Clock, ClockSample, ClockStep, ManualClock, StepDetector, SystemClock,
-};
+pub use kubeflake_runtime::clock::{Clock, ManualClock, SystemClock};
+pub(crate) use kubeflake_runtime::clock::{ClockSample, ClockStep, StepDetector};
 
 #[cfg(test)]
 use std::sync::atomic::Ordering;
@@ -16,20 +15,20 @@ use std::sync::atomic::Ordering;
 /// A manual clock that panics once armed: for tests of code that must not survive a
 /// panic silently (a fence renewal reads the clock on the blocking pool).
 #[cfg(test)]
-pub struct PanickingClock {
-    pub inner: ManualClock,
-    pub armed: std::sync::atomic::AtomicBool,
+pub(crate) struct PanickingClock {
+    pub(crate) inner: ManualClock,
+    pub(crate) armed: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(test)]
 impl PanickingClock {
-    pub fn at_millis(wall_ms: u64) -> PanickingClock {
+    pub(crate) fn at_millis(wall_ms: u64) -> PanickingClock {
         PanickingClock {
             inner: ManualClock::at_millis(wall_ms),
             armed: std::sync::atomic::AtomicBool::new(false),
         }
     }
-    pub fn arm(&self) {
+    pub(crate) fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
     }
 }

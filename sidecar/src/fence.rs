@@ -28,22 +28,22 @@ use crate::generator::Generator;
 #[serde(rename_all = "camelCase")]
 pub struct FenceIdentity {
     /// The sequence (namespace/name in a cluster, the name standalone).
-    pub sequence: String,
-    pub slot: u32,
+    pub(crate) sequence: String,
+    pub(crate) slot: u32,
     /// The pod UID in a cluster; "standalone" otherwise.
-    pub holder: String,
+    pub(crate) holder: String,
     /// The lease acquisition in a cluster; the layout, epoch and time unit standalone.
-    pub acquisition: String,
+    pub(crate) acquisition: String,
 }
 
 /// One durable fence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FenceRecord {
+pub(crate) struct FenceRecord {
     #[serde(flatten)]
-    pub identity: FenceIdentity,
+    pub(crate) identity: FenceIdentity,
     /// The highest tick that may have been used.
-    pub fence_tick: u64,
+    pub(crate) fence_tick: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,11 +67,9 @@ pub enum FenceFileError {
 
 /// An open, locked fence file.
 #[derive(Debug)]
-pub struct FenceFile {
+pub(crate) struct FenceFile {
     path: PathBuf,
     _lock: File,
-    /// The record found when the file was opened.
-    found: Option<FenceRecord>,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> FenceFileError + '_ {
@@ -84,7 +82,7 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> FenceFileError + '_ {
 impl FenceFile {
     /// Opens (creating the directory if needed) and locks `dir/name`, returning the record
     /// found there, if any.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         name: &str,
     ) -> Result<(FenceFile, Option<FenceRecord>), FenceFileError> {
@@ -114,33 +112,15 @@ impl FenceFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(&path)(e)),
         };
-        Ok((
-            FenceFile {
-                path,
-                _lock: lock,
-                found: None,
-            },
-            record,
-        ))
+        Ok((FenceFile { path, _lock: lock }, record))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Keeps the record found at opening, for [`record`](Self::record).
-    pub fn with_record(mut self, found: Option<FenceRecord>) -> FenceFile {
-        self.found = found;
-        self
-    }
-
-    /// The record found when the file was opened, if kept.
-    pub fn record(&self) -> Option<&FenceRecord> {
-        self.found.as_ref()
-    }
-
     /// Durably replaces the record: when this returns `Ok`, the record survives a crash.
-    pub fn write(&self, record: &FenceRecord) -> Result<(), FenceFileError> {
+    pub(crate) fn write(&self, record: &FenceRecord) -> Result<(), FenceFileError> {
         let body = serde_json::to_vec_pretty(record).map_err(|e| FenceFileError::Corrupt {
             path: self.path.clone(),
             reason: e.to_string(),
@@ -152,7 +132,7 @@ impl FenceFile {
 /// Replaces `path` with `body` so that a crash leaves the old or the new content, never a
 /// torn one, and the new content survives a crash once this returns: a temporary file is
 /// written and synced, renamed over `path`, and the directory synced.
-pub fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_durably(path: &Path, body: &[u8]) -> std::io::Result<()> {
     let tmp = temp_path(path);
     let mut file = File::create(&tmp)?;
     file.write_all(body)?;
@@ -193,7 +173,7 @@ fn temp_path(path: &Path) -> PathBuf {
 /// Writes take `&mut self`: one owner writes at a time (the renewal task, which hands the
 /// fence back by value before the final, lowering write; [`crate::renewer`]), so a renewal
 /// never races with shutdown. The cap is raised through a shared [`FenceGate`].
-pub struct LocalFence {
+pub(crate) struct LocalFence {
     file: FenceFile,
     identity: FenceIdentity,
     ahead_ticks: u64,
@@ -208,7 +188,7 @@ pub struct LocalFence {
 /// What the generator may use: the lower of the fence written to the file and the cap
 /// (docs/safety.md rule 2). Shared by the owner of the file and whoever raises the cap
 /// (the lease holder in a pod).
-pub struct FenceGate {
+pub(crate) struct FenceGate {
     generator: Arc<Generator>,
     written: AtomicU64,
     cap: AtomicU64,
@@ -230,7 +210,7 @@ impl FenceGate {
     }
 
     /// Sets the upper bound from the other fence, once written (it only goes up, rule 5).
-    pub fn set_cap(&self, cap: Tick) {
+    pub(crate) fn set_cap(&self, cap: Tick) {
         self.cap.fetch_max(cap.0, Ordering::AcqRel);
         self.allow();
     }
@@ -239,14 +219,14 @@ impl FenceGate {
 impl LocalFence {
     /// How often a fence kept `ahead` of its generator is renewed (both modes): a quarter of
     /// the margin, so a write falls due every second or third renewal ([`Self::due`]).
-    pub fn renewal_period(ahead: std::time::Duration) -> std::time::Duration {
+    pub(crate) fn renewal_period(ahead: std::time::Duration) -> std::time::Duration {
         ahead / 4
     }
 
     /// `found` is the fence the generator started above (the file's, or the lease's).
     /// `cap` is the other fence already written (the lease's in a pod; nothing above it is
     /// allowed until [`set_cap`](Self::set_cap) raises it), or `None` when there is none.
-    pub fn new(
+    pub(crate) fn new(
         file: FenceFile,
         identity: FenceIdentity,
         generator: Arc<Generator>,
@@ -270,17 +250,17 @@ impl LocalFence {
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.file.path()
     }
 
     /// The handle that raises the cap while the fence itself is owned elsewhere.
-    pub fn gate(&self) -> Arc<FenceGate> {
+    pub(crate) fn gate(&self) -> Arc<FenceGate> {
         self.gate.clone()
     }
 
     /// Gives the file back (for the next acquisition).
-    pub fn into_file(self) -> FenceFile {
+    pub(crate) fn into_file(self) -> FenceFile {
         self.file
     }
 
@@ -299,7 +279,8 @@ impl LocalFence {
     }
 
     /// Sets the upper bound from the other fence (it only goes up).
-    pub fn set_cap(&self, cap: Tick) {
+    #[cfg(test)]
+    pub(crate) fn set_cap(&self, cap: Tick) {
         self.gate.set_cap(cap);
     }
 
@@ -313,7 +294,7 @@ impl LocalFence {
     /// second or third one and its room never falls below `ahead / 4`; an ID at the clock
     /// has the drift limit on top). The target is the same however the write fell due, so
     /// a restart still waits at most `ahead` (rule 6).
-    pub fn due(&self) -> Option<u64> {
+    pub(crate) fn due(&self) -> Option<u64> {
         let gate = &self.gate;
         let g = &gate.generator;
         if g.is_stopped() || !self.asked_since_write() {
@@ -348,7 +329,7 @@ impl LocalFence {
     /// the last write, and the clock has passed the fence written, so the next ID must ask.
     /// Before that an ID may be issued below the fence unasked, and the renewal task keeps
     /// looking every period to write ahead of such a flow.
-    pub fn quiet_until_asked(&self) -> bool {
+    pub(crate) fn quiet_until_asked(&self) -> bool {
         let g = &self.gate.generator;
         let passed = || {
             g.now_tick()
@@ -359,14 +340,14 @@ impl LocalFence {
 
     /// What a reservation that meets the fence wakes: the renewal task waits on it besides
     /// its period, so an ID asked of an idle sidecar waits for one write, not for a period.
-    pub fn asked(&self) -> Arc<tokio::sync::Notify> {
+    pub(crate) fn asked(&self) -> Arc<tokio::sync::Notify> {
         self.gate.generator.fence_asked()
     }
 
     /// Writes a new fence when [`due`](Self::due); only after the write may the generator
     /// use it (rules 2, 6). Blocks on an fsync: call it off the async workers
     /// ([`crate::renewer`]).
-    pub fn renew(&mut self) -> Result<(), FenceFileError> {
+    pub(crate) fn renew(&mut self) -> Result<(), FenceFileError> {
         let high_water = self.gate.generator.high_water_tick().0;
         let mut result = Ok(());
         if let Some(target) = self.due() {
@@ -383,7 +364,7 @@ impl LocalFence {
 
     /// Stops the generator for good and lowers the fence file to the exact highest tick it
     /// issued (rule 5). Blocks on an fsync, like [`renew`](Self::renew).
-    pub fn stop_and_lower(&mut self) -> Result<Tick, FenceFileError> {
+    pub(crate) fn stop_and_lower(&mut self) -> Result<Tick, FenceFileError> {
         let high_water = self.gate.generator.stop();
         self.write(high_water.0)?;
         self.gate.written.store(high_water.0, Ordering::Release);

@@ -90,7 +90,7 @@ pub enum Refusal {
 
 /// Why an `after` value can never be answered by this sequence (HTTP 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AfterError {
+pub(crate) enum AfterError {
     #[error(
         "after={after} is not an ID of this sequence: its layout has {total_bits} bits, so its \
          IDs are below 2^{total_bits}"
@@ -107,7 +107,7 @@ pub enum AfterError {
 
 impl Refusal {
     /// A short stable name, used as a metric label.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Refusal::AheadOfClock { .. } => "ahead_of_clock",
             Refusal::FenceReached { .. } => "fence_reached",
@@ -123,7 +123,7 @@ impl Refusal {
     /// to wait before asking again: the fence is raised by the sidecar's own renewals (look
     /// again soon), a clock behind the generator catches up by `retry_after_ms`. The HTTP
     /// API holds a request that long, within a bound, instead of refusing it at once.
-    pub fn clears_after(&self) -> Option<std::time::Duration> {
+    pub(crate) fn clears_after(&self) -> Option<std::time::Duration> {
         match self {
             Refusal::FenceReached { .. } => Some(std::time::Duration::from_millis(5)),
             Refusal::AheadOfClock { retry_after_ms, .. }
@@ -138,7 +138,7 @@ impl Refusal {
     }
 
     /// Seconds a client should wait before trying again.
-    pub fn retry_after_secs(&self) -> u64 {
+    pub(crate) fn retry_after_secs(&self) -> u64 {
         match self {
             Refusal::AheadOfClock { retry_after_ms, .. }
             | Refusal::AfterAheadOfClock { retry_after_ms, .. } => {
@@ -168,9 +168,9 @@ pub enum StartError {
 
 /// Consecutive positions reserved by one call; turn them into IDs with [`Generator::id_at`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reservation {
-    pub first: u64,
-    pub count: u64,
+pub(crate) struct Reservation {
+    pub(crate) first: u64,
+    pub(crate) count: u64,
 }
 
 /// What a worker needs to know to issue IDs.
@@ -249,12 +249,12 @@ impl Generator {
         })
     }
 
-    pub fn config(&self) -> &WorkerConfig {
+    pub(crate) fn config(&self) -> &WorkerConfig {
         &self.config
     }
 
     /// The current wall-clock tick.
-    pub fn now_tick(&self) -> Result<Tick, Refusal> {
+    pub(crate) fn now_tick(&self) -> Result<Tick, Refusal> {
         self.config
             .timebase
             .tick_at(self.clock.wall_micros() / 1000)
@@ -273,7 +273,7 @@ impl Generator {
 
     /// Reserves `count` (>= 1) consecutive positions.
     #[inline]
-    pub fn reserve(&self, count: u64) -> Result<Reservation, Refusal> {
+    pub(crate) fn reserve(&self, count: u64) -> Result<Reservation, Refusal> {
         self.reserve_from(count, 0)
     }
 
@@ -283,7 +283,7 @@ impl Generator {
     /// position still only grows, and the fence and drift checks apply to it unchanged
     /// (docs/safety.md rule 12).
     #[inline]
-    pub fn reserve_from(&self, count: u64, floor: u64) -> Result<Reservation, Refusal> {
+    pub(crate) fn reserve_from(&self, count: u64, floor: u64) -> Result<Reservation, Refusal> {
         debug_assert!(count >= 1);
         let now = self.now_tick()?;
         let now_position = self.position_of(now)?;
@@ -310,7 +310,7 @@ impl Generator {
 
     /// The ID at a reserved position.
     #[inline]
-    pub fn id_at(&self, position: u64) -> Id {
+    pub(crate) fn id_at(&self, position: u64) -> Id {
         self.config.layout.id_at(position, self.node)
     }
 
@@ -330,7 +330,7 @@ impl Generator {
     ///
     /// Refuses values with bits above the layout and the layout's largest ID (nothing is
     /// above it). The result may lie beyond the layout's last tick; reserving then refuses.
-    pub fn position_after(&self, after: u64) -> Result<u64, AfterError> {
+    pub(crate) fn position_after(&self, after: u64) -> Result<u64, AfterError> {
         let layout = &self.config.layout;
         let total_bits = layout.total_bits();
         let parts = Id::new(after)
@@ -363,7 +363,7 @@ impl Generator {
     /// Whether an ID asked now would be issued (without issuing one): the readiness check.
     /// It counts the fence one local write could bring into force, since an ID that needs
     /// that write asks for it and is held until it is done.
-    pub fn check_ready(&self) -> Result<(), Refusal> {
+    pub(crate) fn check_ready(&self) -> Result<(), Refusal> {
         let now = self.now_tick()?;
         self.check(
             self.last.load(Ordering::Acquire),
@@ -385,19 +385,19 @@ impl Generator {
     }
 
     /// The highest tick a reservation refused at the fence needed (0 if none was).
-    pub fn wanted_tick(&self) -> Tick {
+    pub(crate) fn wanted_tick(&self) -> Tick {
         Tick(self.wanted.load(Ordering::Acquire))
     }
 
     /// Notified whenever a reservation meets the fence: the local fence's writer waits on it.
-    pub fn fence_asked(&self) -> Arc<Notify> {
+    pub(crate) fn fence_asked(&self) -> Arc<Notify> {
         self.asked.clone()
     }
 
     /// Sets the fence one local write could bring into force: the lease fence while the
     /// local fence can be written, the fence in force when it cannot. Not a safety value
     /// (nothing is issued above [`fence`](Self::fence)): it may go down.
-    pub fn set_reachable(&self, reachable: Tick) {
+    pub(crate) fn set_reachable(&self, reachable: Tick) {
         self.reachable.store(reachable.0, Ordering::Release);
     }
 
@@ -410,7 +410,7 @@ impl Generator {
     }
 
     /// The fence one local write could bring into force (never below the fence in force).
-    pub fn reachable(&self) -> u64 {
+    pub(crate) fn reachable(&self) -> u64 {
         self.reachable
             .load(Ordering::Acquire)
             .max(self.fence.load(Ordering::Acquire))
@@ -497,34 +497,34 @@ impl Generator {
 
     /// Notified (all waiters) whenever the fence in force goes up: a request held at the
     /// fence waits on it instead of only looking again after a pause.
-    pub fn fence_raised(&self) -> Arc<Notify> {
+    pub(crate) fn fence_raised(&self) -> Arc<Notify> {
         self.raised.clone()
     }
 
     /// The fence in force.
-    pub fn fence(&self) -> Tick {
+    pub(crate) fn fence(&self) -> Tick {
         Tick(self.fence.load(Ordering::Acquire))
     }
 
     /// The tick of the last position issued (or the found fence, before the first ID).
-    pub fn high_water_tick(&self) -> Tick {
+    pub(crate) fn high_water_tick(&self) -> Tick {
         Tick((self.last.load(Ordering::Acquire) & !STOPPED) >> self.seq_bits)
     }
 
     /// Stops issuing for good and returns the highest tick ever used: the exact value a
     /// graceful shutdown may lower the fence to (rule 5). Also used when the slot is lost.
     /// A reservation racing with this either completed before (and is counted) or fails.
-    pub fn stop(&self) -> Tick {
+    pub(crate) fn stop(&self) -> Tick {
         let last = self.last.fetch_or(STOPPED, Ordering::AcqRel);
         Tick((last & !STOPPED) >> self.seq_bits)
     }
 
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.last.load(Ordering::Acquire) & STOPPED != 0
     }
 
     /// How far (ms) the generator runs ahead of the wall clock; 0 when it is not ahead.
-    pub fn ahead_of_clock_ms(&self) -> u64 {
+    pub(crate) fn ahead_of_clock_ms(&self) -> u64 {
         let Ok(now) = self.now_tick() else { return 0 };
         self.high_water_tick().0.saturating_sub(now.0) * self.config.timebase.unit().millis()
     }
@@ -533,7 +533,7 @@ impl Generator {
     /// beyond the wall clock ([`reachable`](Self::reachable): the lease fence while the
     /// local fence can be written); 0 when it has run out. `None` when nothing but the
     /// local fence bounds it (standalone, while its file can be written): no limit.
-    pub fn fence_headroom_ms(&self) -> Option<u64> {
+    pub(crate) fn fence_headroom_ms(&self) -> Option<u64> {
         let Ok(now) = self.now_tick() else {
             return Some(0);
         };

@@ -46,22 +46,31 @@
 //! - [`wait_ready`]: the `wait-ready` subcommand, the postStart hook 0.1.0 injected to hold
 //!   the app containers until the sidecar is ready (kept for the pods that carry it).
 
+// The public surface is only what `main.rs`, the benches, the integration tests, `bench/`
+// and `e2e/` use; the rest is `pub(crate)`, so the compiler flags code nothing uses.
+#![warn(unreachable_pub)]
+
 pub mod check;
 pub mod clock;
 pub mod cluster;
-pub mod fence;
+pub(crate) mod fence;
 pub mod generator;
 pub mod http;
 pub mod metrics;
-pub mod oracle;
-pub mod peer_token;
-pub mod phase;
-pub mod renewer;
-pub mod segment;
-pub mod skew;
+pub(crate) mod oracle;
+pub(crate) mod peer_token;
+pub(crate) mod phase;
+pub(crate) mod renewer;
+pub(crate) mod segment;
+pub(crate) mod skew;
 pub mod slot;
-pub mod source;
+pub(crate) mod source;
 pub mod standalone;
-pub mod state;
+pub(crate) mod state;
 pub mod wait_ready;
-pub mod watch;
+pub(crate) mod watch;
+
+// The types the public errors (`StandaloneError`, `ClusterError`, `SlotError`) carry.
+pub use fence::{FenceFileError, FenceIdentity};
+pub use renewer::RenewerError;
+pub use segment::file::FileCounterError;

@@ -11,20 +11,20 @@ use crate::generator::Generator;
 /// Every metric the sidecar exports.
 pub struct Metrics {
     registry: Registry,
-    pub ids_issued: IntCounter,
+    pub(crate) ids_issued: IntCounter,
     pub requests: IntCounterVec,
     pub request_duration: HistogramVec,
     pub refusals: IntCounterVec,
     /// ID requests held over a refusal that clears by itself, before their answer.
     pub held: IntCounterVec,
     pub clock_rollbacks: IntCounter,
-    pub clock_rollback_last_seconds: Gauge,
-    pub clock_forward_jumps: IntCounter,
-    pub clock_forward_jump_last_seconds: Gauge,
-    pub fence_writes: IntCounterVec,
-    pub clock_skew_seconds: Gauge,
+    pub(crate) clock_rollback_last_seconds: Gauge,
+    pub(crate) clock_forward_jumps: IntCounter,
+    pub(crate) clock_forward_jump_last_seconds: Gauge,
+    pub(crate) fence_writes: IntCounterVec,
+    pub(crate) clock_skew_seconds: Gauge,
     /// 1 for the serving phase the sidecar is in (`crate::phase::Phase`), 0 for the others.
-    pub phase: IntGaugeVec,
+    pub(crate) phase: IntGaugeVec,
     ahead_of_clock_seconds: Gauge,
     fence_headroom_seconds: Gauge,
     fence_tick: IntGauge,
@@ -37,34 +37,34 @@ pub struct Metrics {
 /// Segment mode: block claims against the counter (cluster: API server writes).
 #[derive(Clone)]
 pub struct SegmentMetrics {
-    pub blocks_claimed: IntCounter,
-    pub claim_conflicts: IntCounter,
-    pub claim_errors: IntCounter,
-    pub claim_seconds: Histogram,
+    pub(crate) blocks_claimed: IntCounter,
+    pub(crate) claim_conflicts: IntCounter,
+    pub(crate) claim_errors: IntCounter,
+    pub(crate) claim_seconds: Histogram,
     /// Values taken for a batch that was then refused (a gap).
-    pub values_dropped: IntCounter,
-    pub block_size: IntGauge,
-    pub buffered_values: IntGauge,
+    pub(crate) values_dropped: IntCounter,
+    pub(crate) block_size: IntGauge,
+    pub(crate) buffered_values: IntGauge,
     /// Claims refused because the counter was below this sidecar's own top
     /// (`kubeflake_segment_claims_refused_behind_total`).
     pub counter_behind: IntCounter,
     /// End of the highest block claimed (a recovery hint when the counter is lost).
-    pub claimed_top: IntGauge,
+    pub(crate) claimed_top: IntGauge,
     /// 1 while this sidecar is its strict sequence's oracle and its term serves.
-    pub strict_oracle: IntGauge,
+    pub(crate) strict_oracle: IntGauge,
     /// Oracle terms this sidecar began (take-overs of the oracle Lease).
-    pub strict_terms: IntCounter,
+    pub(crate) strict_terms: IntCounter,
     /// Groups of strict requests forwarded to the oracle, and those that got no values.
-    pub strict_forwards: IntCounter,
-    pub strict_forward_errors: IntCounter,
+    pub(crate) strict_forwards: IntCounter,
+    pub(crate) strict_forward_errors: IntCounter,
     /// 1 while this sidecar's watch of the oracle Lease knows it (it reads nothing then).
-    pub strict_lease_watched: IntGauge,
+    pub(crate) strict_lease_watched: IntGauge,
     /// Reads of the oracle Lease (while the watch does not know it, and after a conflict).
-    pub strict_lease_reads: IntCounter,
+    pub(crate) strict_lease_reads: IntCounter,
     /// Peers refused on the oracle port, by side (`forwarder`: this oracle refused a
     /// forwarder; `oracle`: this forwarder did not believe an oracle) and reason
     /// (`peer_token::TokenError::reason`, or `not_claimant`, `not_holder`, `no_welcome`).
-    pub strict_peer_refusals: IntCounterVec,
+    pub(crate) strict_peer_refusals: IntCounterVec,
 }
 
 impl SegmentMetrics {
@@ -152,7 +152,8 @@ impl SegmentMetrics {
     }
 
     /// Metrics that are not exported (tests).
-    pub fn unregistered() -> SegmentMetrics {
+    #[cfg(test)]
+    pub(crate) fn unregistered() -> SegmentMetrics {
         SegmentMetrics::new(&Registry::new())
     }
 }

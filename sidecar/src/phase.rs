@@ -6,7 +6,7 @@
 
 /// The phase of a [`Serving`](crate::state::Serving), without its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Waiting,
     Snowflake,
     Segment,
@@ -14,7 +14,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 4] = [
+    pub(crate) const ALL: [Phase; 4] = [
         Phase::Waiting,
         Phase::Snowflake,
         Phase::Segment,
@@ -22,7 +22,7 @@ impl Phase {
     ];
 
     /// The `phase` label value.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Phase::Waiting => "waiting",
             Phase::Snowflake => "snowflake",

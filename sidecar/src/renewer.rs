@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::fence::{FenceFileError, LocalFence};
 
 /// A fence that can be renewed (a blocking write).
-pub trait Renew: Send + 'static {
+pub(crate) trait Renew: Send + 'static {
     /// Whether a renewal would write anything: checked on the async worker, so that a tick
     /// with nothing to write costs no hop to the blocking pool.
     fn due(&self) -> bool;
@@ -56,7 +56,7 @@ pub enum RenewerError {
 
 /// Runs `write` on `fence` on the blocking pool and hands the fence back with the result.
 /// An `Err` means the write panicked (the fence is gone with it).
-pub async fn off_worker<F, T>(
+pub(crate) async fn off_worker<F, T>(
     mut fence: F,
     write: impl FnOnce(&mut F) -> T + Send + 'static,
 ) -> Result<(F, T), RenewerError>
@@ -73,7 +73,7 @@ where
 }
 
 /// A running renewal task that owns its fence.
-pub struct Renewer<F> {
+pub(crate) struct Renewer<F> {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<F, RenewerError>>,
 }
@@ -82,7 +82,7 @@ impl<F: Renew> Renewer<F> {
     /// Renews `fence` every `every` (at least 10 ms), and whenever it is asked, until
     /// stopped. While the fence is [quiet until asked](Renew::quiet_until_asked), the
     /// periodic looks pause: only being asked (or stopped) wakes the task.
-    pub fn spawn(fence: F, every: Duration) -> Renewer<F> {
+    pub(crate) fn spawn(fence: F, every: Duration) -> Renewer<F> {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let asked = fence.asked();
         let task = tokio::spawn(async move {
@@ -124,7 +124,7 @@ impl<F: Renew> Renewer<F> {
 
     /// Completes only if the task ended without being asked: a renewal panicked. Do not
     /// call [`stop`](Self::stop) after this completed.
-    pub async fn died(&mut self) -> RenewerError {
+    pub(crate) async fn died(&mut self) -> RenewerError {
         match (&mut self.task).await {
             Ok(Err(e)) => e,
             Err(e) => RenewerError::Died(e.to_string()),
@@ -133,7 +133,7 @@ impl<F: Renew> Renewer<F> {
     }
 
     /// Stops renewing: waits for a write in flight, then hands the fence back.
-    pub async fn stop(mut self) -> Result<F, RenewerError> {
+    pub(crate) async fn stop(mut self) -> Result<F, RenewerError> {
         if let Some(stop) = self.stop.take() {
             // Fails only if the task has already ended; awaiting it below says how.
             let _ = stop.send(());

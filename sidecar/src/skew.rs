@@ -19,15 +19,15 @@ use crate::clock::Clock;
 
 /// One measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Skew {
+pub(crate) struct Skew {
     /// Local wall clock minus the API server's, in milliseconds.
-    pub local_minus_server_ms: i64,
-    pub uncertainty_ms: u64,
+    pub(crate) local_minus_server_ms: i64,
+    pub(crate) uncertainty_ms: u64,
 }
 
 impl Skew {
     /// Estimates from a `Date` header and the local send and receive instants (Unix ms).
-    pub fn from_date_header(date: &str, sent_ms: u64, received_ms: u64) -> Option<Skew> {
+    pub(crate) fn from_date_header(date: &str, sent_ms: u64, received_ms: u64) -> Option<Skew> {
         let server_ms = DateTime::parse_from_rfc2822(date).ok()?.timestamp_millis() + 500;
         let local_ms = ((sent_ms + received_ms) / 2) as i64;
         Some(Skew {
@@ -37,13 +37,13 @@ impl Skew {
     }
 
     /// Whether the skew is certainly beyond `bound`.
-    pub fn exceeds(&self, bound: Duration) -> bool {
+    pub(crate) fn exceeds(&self, bound: Duration) -> bool {
         self.local_minus_server_ms.unsigned_abs() > bound.as_millis() as u64 + self.uncertainty_ms
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SkewError {
+pub(crate) enum SkewError {
     #[error("cannot ask the API server for its time: {0}")]
     Kube(#[from] kube::Error),
     #[error("the API server's answer has no usable Date header")]
@@ -51,7 +51,7 @@ pub enum SkewError {
 }
 
 /// Measures the skew with one `GET /version`.
-pub async fn measure(client: &Client, clock: &dyn Clock) -> Result<Skew, SkewError> {
+pub(crate) async fn measure(client: &Client, clock: &dyn Clock) -> Result<Skew, SkewError> {
     let request = http::Request::get("/version")
         .body(kube::client::Body::from(Vec::new()))
         .map_err(kube::Error::HttpError)?;

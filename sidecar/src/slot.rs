@@ -65,7 +65,7 @@ impl SlotError {
     /// The slot lease is in a format this release does not understand (written by a newer
     /// kubeflake, or not a format number): it is neither served nor written, and a holder
     /// stops at once, as for a lost slot (its holder and fence can no longer be read).
-    pub fn is_unreadable_format(&self) -> bool {
+    pub(crate) fn is_unreadable_format(&self) -> bool {
         matches!(self, SlotError::BadLease(e) if e.is_format())
     }
 }
@@ -87,7 +87,7 @@ fn names_holder(lease: &Lease, uid: &str) -> bool {
 
 /// The slot lease of `sequence` that names `uid` as holder now, the lowest if several (a
 /// restarted container takes the lowest); one list call.
-pub async fn assigned_lease(
+pub(crate) async fn assigned_lease(
     leases: &Api<Lease>,
     sequence: &str,
     uid: &str,
@@ -107,7 +107,7 @@ pub async fn assigned_lease(
 /// Waits until a slot lease of `sequence` names `uid` as holder. Call it after
 /// [`assigned_lease`] found none: it only watches (the watch's own initial list still sees a
 /// lease written in between), so the lease is not listed twice.
-pub async fn wait_for_assignment(
+pub(crate) async fn wait_for_assignment(
     leases: &Api<Lease>,
     sequence: &str,
     uid: &str,
@@ -149,7 +149,7 @@ fn refused(e: &kube::runtime::watcher::Error) -> Option<String> {
 pub struct HeldSlot {
     api: Api<Lease>,
     uid: String,
-    pub slot: SlotLease,
+    pub(crate) slot: SlotLease,
 }
 
 /// What a release at shutdown did.

@@ -21,7 +21,7 @@ use crate::segment::strict::Strict;
 
 /// A running segment source.
 #[derive(Clone)]
-pub enum Source {
+pub(crate) enum Source {
     /// Values from claimed blocks, the next one prefetched.
     Blocks(Arc<Segment>),
     /// `segment.strict`, standalone: every value from its own counter write
@@ -34,7 +34,7 @@ pub enum Source {
 
 impl Source {
     /// The source `params` ask for; blocks start claiming in the background at once.
-    pub fn start(
+    pub(crate) fn start(
         store: Arc<dyn CounterStore>,
         params: SegmentParams,
         wait_limit: Duration,
@@ -52,12 +52,12 @@ impl Source {
         }
     }
 
-    pub fn is_strict(&self) -> bool {
+    pub(crate) fn is_strict(&self) -> bool {
         matches!(self, Source::Strict(_) | Source::Oracle(_))
     }
 
     /// `Ok` when a request can be answered now.
-    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+    pub(crate) fn check_ready(&self) -> Result<(), SegmentRefusal> {
         match self {
             Source::Blocks(s) => s.check_ready(),
             Source::Strict(s) => s.check_ready(),
@@ -66,7 +66,7 @@ impl Source {
     }
 
     /// Values held in memory, ready to be served (always 0 when strict).
-    pub fn buffered(&self) -> u64 {
+    pub(crate) fn buffered(&self) -> u64 {
         match self {
             Source::Blocks(s) => s.buffered(),
             Source::Strict(_) | Source::Oracle(_) => 0,
@@ -74,7 +74,7 @@ impl Source {
     }
 
     /// `want` values, each at least `min` (`after + 1`, docs/safety.md rule 12).
-    pub async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+    pub(crate) async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         match self {
             Source::Blocks(s) => s.take_from(want, min).await,
             Source::Strict(s) => s.take_from(want, min).await,
@@ -83,7 +83,7 @@ impl Source {
     }
 
     /// One value of at least `min`.
-    pub async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
+    pub(crate) async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
         match self {
             Source::Blocks(s) => s.take_one_from(min).await,
             Source::Strict(s) => s.take_one_from(min).await,
@@ -93,7 +93,7 @@ impl Source {
 
     /// [`Source::stop`], and the log line saying what became of the unused values
     /// (docs/safety.md, segment mode rules 4/5). Standalone and cluster mode end this way.
-    pub async fn stop_and_log(&self) {
+    pub(crate) async fn stop_and_log(&self) {
         if let Some((unused, given)) = self.stop().await {
             tracing::info!(
                 unused_start = unused.start,
@@ -112,7 +112,7 @@ impl Source {
     /// Stops serving for good, then gives the unused top of the blocks back to the counter
     /// when nobody claimed after this sidecar (a strict source holds nothing to give
     /// back). Returns the unused values and whether they were given back.
-    pub async fn stop(&self) -> Option<(Block, bool)> {
+    pub(crate) async fn stop(&self) -> Option<(Block, bool)> {
         match self {
             Source::Blocks(s) => {
                 s.stop();

@@ -103,15 +103,6 @@ fn fence_identity(name: &str, slot: u32, p: &SequenceParams) -> FenceIdentity {
     }
 }
 
-/// Reads a sequence file (the same YAML a user would `kubectl apply`).
-pub fn read_sequence_file(path: &std::path::Path) -> Result<(String, SequenceParams), String> {
-    let (name, spec) = read_sequence_spec(path)?;
-    let params = spec
-        .params()
-        .map_err(|e| format!("--sequence-file {}: {e}", path.display()))?;
-    Ok((name, params))
-}
-
 /// Reads a sequence file's name and spec, unvalidated.
 pub fn read_sequence_spec(path: &std::path::Path) -> Result<(String, IdSequenceSpec), String> {
     let text = std::fs::read_to_string(path)
@@ -300,7 +291,8 @@ impl Standalone {
         self.listeners.local_addr()
     }
 
-    pub fn generator(&self) -> Arc<Generator> {
+    #[cfg(test)]
+    pub(crate) fn generator(&self) -> Arc<Generator> {
         self.generator.clone()
     }
 

@@ -29,7 +29,7 @@ use crate::source::Source;
 
 /// Why nothing is served yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitReason {
+pub(crate) enum WaitReason {
     /// The process has just started.
     Starting,
     /// The IdSequence cannot be read, does not exist or is invalid (the message says which).
@@ -49,7 +49,7 @@ pub enum WaitReason {
 
 impl WaitReason {
     /// A short, fixed label (for JSON and logs).
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             WaitReason::Starting => "starting",
             WaitReason::Sequence(_) => "sequence",
@@ -83,7 +83,7 @@ impl fmt::Display for WaitReason {
 }
 
 /// What the sidecar serves now.
-pub enum Serving {
+pub(crate) enum Serving {
     /// Nothing yet (503 `no_slot`).
     Waiting(WaitReason),
     /// Snowflake IDs from the generator of the slot held.
@@ -95,7 +95,7 @@ pub enum Serving {
 }
 
 impl Serving {
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self {
             Serving::Waiting(_) => Phase::Waiting,
             Serving::Snowflake(_) => Phase::Snowflake,
@@ -106,7 +106,7 @@ impl Serving {
 }
 
 /// The writing side: owned by the lifecycle code, not cloneable.
-pub struct ServingCell {
+pub(crate) struct ServingCell {
     current: Arc<ArcSwap<Serving>>,
     /// Told after every publish, so that a reader can wait for the next state instead of
     /// looking again on a timer ([`ServingReader::changes`]).
@@ -116,13 +116,13 @@ pub struct ServingCell {
 
 /// The reading side: for the HTTP layer, readiness and metrics.
 #[derive(Clone)]
-pub struct ServingReader {
+pub(crate) struct ServingReader {
     current: Arc<ArcSwap<Serving>>,
     changed: watch::Receiver<()>,
 }
 
 impl ServingCell {
-    pub fn new(initial: Serving, metrics: &Metrics) -> ServingCell {
+    pub(crate) fn new(initial: Serving, metrics: &Metrics) -> ServingCell {
         let cell = ServingCell {
             current: Arc::new(ArcSwap::from_pointee(Serving::Stopping)),
             changed: watch::Sender::new(()),
@@ -132,7 +132,7 @@ impl ServingCell {
         cell
     }
 
-    pub fn reader(&self) -> ServingReader {
+    pub(crate) fn reader(&self) -> ServingReader {
         ServingReader {
             current: self.current.clone(),
             changed: self.changed.subscribe(),
@@ -140,7 +140,7 @@ impl ServingCell {
     }
 
     /// Makes `next` the state everyone reads from now on.
-    pub fn publish(&self, next: Serving) {
+    pub(crate) fn publish(&self, next: Serving) {
         let phase = next.phase();
         match &next {
             Serving::Waiting(reason) => {
@@ -158,22 +158,23 @@ impl ServingCell {
         }
     }
 
-    /// The state published last.
-    pub fn load(&self) -> Guard<Arc<Serving>> {
+    /// The state published last (tests).
+    #[cfg(test)]
+    pub(crate) fn load(&self) -> Guard<Arc<Serving>> {
         self.current.load()
     }
 }
 
 impl ServingReader {
     /// The state now (cheap: no reference count is touched on the hot path).
-    pub fn load(&self) -> Guard<Arc<Serving>> {
+    pub(crate) fn load(&self) -> Guard<Arc<Serving>> {
         self.current.load()
     }
 
     /// Completes at the first state published after this call (or never, once the writing
     /// side is gone). Take it before loading the state to decide on: a change published
     /// between the two is not missed.
-    pub fn changes(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(crate) fn changes(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut changed = self.changed.clone();
         changed.mark_unchanged();
         async move {
@@ -184,7 +185,7 @@ impl ServingReader {
     }
 
     /// The generator in use, if serving Snowflake IDs.
-    pub fn generator(&self) -> Option<Arc<Generator>> {
+    pub(crate) fn generator(&self) -> Option<Arc<Generator>> {
         match &**self.current.load() {
             Serving::Snowflake(g) => Some(g.clone()),
             _ => None,

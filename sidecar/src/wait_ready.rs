@@ -32,15 +32,15 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy)]
 pub struct WaitPolicy {
     /// Interval while the wait is young.
-    pub fast: Duration,
+    pub(crate) fast: Duration,
     /// How long the fast interval is used.
-    pub fast_for: Duration,
+    pub(crate) fast_for: Duration,
     /// Interval after that.
-    pub slow: Duration,
+    pub(crate) slow: Duration,
     /// How long the sidecar may hold one question (`/readyz?wait=`); zero asks without.
-    pub long_poll: Duration,
+    pub(crate) long_poll: Duration,
     /// Give up after this long (the kubelet then restarts the sidecar container).
-    pub limit: Duration,
+    pub(crate) limit: Duration,
 }
 
 impl WaitPolicy {
@@ -74,10 +74,10 @@ impl WaitPolicy {
      and the IdSequence's conditions for why it waits"
 )]
 pub struct NotReady {
-    pub url: String,
-    pub waited_secs: u64,
-    pub asked: u64,
-    pub last: CheckError,
+    pub(crate) url: String,
+    pub(crate) waited_secs: u64,
+    pub(crate) asked: u64,
+    pub(crate) last: CheckError,
 }
 
 /// `url` with `wait=<ms>` added to its query (as is for a zero wait).

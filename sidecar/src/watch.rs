@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 use crate::state::ServingReader;
 
 /// Something that wants to hear about clock steps and refusals (the pod's Events).
-pub trait Notify: Send + Sync + 'static {
+pub(crate) trait Notify: Send + Sync + 'static {
     fn notify(&self, warning: bool, reason: &'static str, note: String);
 }
 
@@ -23,7 +23,7 @@ const FORWARD_THRESHOLD_MICROS: u64 = 100_000;
 /// Starts the watch: the first sample is taken now, so a step right after start-up is
 /// seen. It runs until the task is aborted (after the server drained: clock steps are
 /// still reported while in-flight requests finish).
-pub fn spawn_clock_watch(
+pub(crate) fn spawn_clock_watch(
     state: ServingReader,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,

@@ -43,7 +43,7 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// What this sidecar shows and checks on a strict sequence's oracle port: its token
     /// from `oracle_token_file`, its peers' checked with the API server's keys.
-    pub fn peer_auth(
+    pub(crate) fn peer_auth(
         &self,
         client: &kube::Client,
         metrics: &crate::metrics::SegmentMetrics,

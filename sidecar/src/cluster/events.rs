@@ -17,16 +17,16 @@ use crate::watch::Notify;
 
 /// While the clock skew stays too large, at most one `ClockSkew` Warning Event per this
 /// long (one is recorded at once when the skew becomes too large; the log says it each time).
-pub const SKEW_EVENT_INTERVAL: Duration = Duration::from_secs(10 * 60);
+pub(crate) const SKEW_EVENT_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
 /// Records Events on the pod.
-pub struct PodEvents {
+pub(crate) struct PodEvents {
     recorder: Recorder,
     pod: ObjectReference,
 }
 
 impl PodEvents {
-    pub fn new(client: Client, pod: &PodIdentity) -> PodEvents {
+    pub(crate) fn new(client: Client, pod: &PodIdentity) -> PodEvents {
         PodEvents {
             recorder: Recorder::new(
                 client,
@@ -88,7 +88,7 @@ fn skew_event_due(last_event_ms: Option<u64>, now_ms: u64, interval: Duration) -
 
 /// Decides whether the lease fence may be raised as far as the clock says: not while the
 /// clock is too far off the API server's, nor after a step since the last good check.
-pub struct SkewGate {
+pub(crate) struct SkewGate {
     max: Duration,
     /// Both clocks when the skew was last found acceptable.
     sane_at: Mutex<Option<ClockSample>>,
@@ -98,7 +98,7 @@ pub struct SkewGate {
 }
 
 impl SkewGate {
-    pub fn new(max: Duration) -> SkewGate {
+    pub(crate) fn new(max: Duration) -> SkewGate {
         SkewGate {
             max,
             sane_at: Mutex::new(None),
@@ -109,7 +109,7 @@ impl SkewGate {
     /// Measures the clock skew against the API server; an error says why it is too large.
     /// When it cannot be measured (API server unreachable) nothing is blocked: the fences
     /// bound what can be issued anyway.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         client: &Client,
         clock: &dyn Clock,
@@ -157,7 +157,7 @@ impl SkewGate {
     /// Whether the wall clock still agrees with where the monotonic clock says it should be
     /// since the last acceptable skew check, within the skew bound (a step in between must
     /// not move the fence). The same wall-against-monotonic check as the step detector's.
-    pub fn clock_unstepped_since_check(&self, clock: &dyn Clock) -> bool {
+    pub(crate) fn clock_unstepped_since_check(&self, clock: &dyn Clock) -> bool {
         let Some(sane) = *self.sane_at.lock().unwrap_or_else(|p| p.into_inner()) else {
             return true;
         };

@@ -51,8 +51,8 @@
 //! - `holder`: acquire, renew, lose and release a slot (`Holding`).
 //! - [`events`]: Events on the pod and the clock-skew gate.
 
-pub mod config;
-pub mod events;
+pub(crate) mod config;
+pub(crate) mod events;
 pub(crate) mod holder;
 pub(crate) mod waiting;
 
@@ -73,7 +73,6 @@ use crate::state::{Serving, ServingCell, WaitReason};
 use crate::watch::{Notify, spawn_clock_watch};
 
 pub use config::ClusterConfig;
-pub use events::SKEW_EVENT_INTERVAL;
 use holder::Held;
 pub(crate) use waiting::Unheld;
 
@@ -143,42 +142,42 @@ pub(crate) enum Ending {
 
 /// What every state's steps use.
 pub(crate) struct Ctx {
-    pub client: Client,
-    pub config: ClusterConfig,
-    pub clock: Arc<dyn Clock>,
+    pub(crate) client: Client,
+    pub(crate) config: ClusterConfig,
+    pub(crate) clock: Arc<dyn Clock>,
     /// The serving state: only the lifecycle writes it.
-    pub state: ServingCell,
-    pub metrics: Arc<Metrics>,
-    pub events: Arc<dyn Notify>,
+    pub(crate) state: ServingCell,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) events: Arc<dyn Notify>,
     /// Triggered when shutdown begins.
-    pub shutdown: ShutdownToken,
-    pub skew: events::SkewGate,
+    pub(crate) shutdown: ShutdownToken,
+    pub(crate) skew: events::SkewGate,
     /// The last refusal of a Lease in a format this release does not understand that was
     /// recorded as an Event: a sidecar retrying every few seconds records it once (the log
     /// says it every time).
-    pub format_told: std::sync::Mutex<Option<String>>,
+    pub(crate) format_told: std::sync::Mutex<Option<String>>,
 }
 
 /// What every state's steps share; the steps themselves are next to their state (the
 /// table in this module's documentation).
 impl Ctx {
     /// Whether shutdown began.
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         self.shutdown.is_triggered()
     }
 
     /// Sleeps `d`, or less when shutdown begins.
-    pub async fn pause(&self, d: Duration) {
+    pub(crate) async fn pause(&self, d: Duration) {
         self.shutdown.sleep(d).await
     }
 
     /// Completes when shutdown begins.
-    pub async fn stopped(&self) {
+    pub(crate) async fn stopped(&self) {
         self.shutdown.triggered().await
     }
 
     /// Runs the state machine from `start` until shutdown; an error is fatal.
-    pub async fn hold(&self, start: Lifecycle) -> Result<Ending, ClusterError> {
+    pub(crate) async fn hold(&self, start: Lifecycle) -> Result<Ending, ClusterError> {
         let mut now = start;
         loop {
             now = match now {
@@ -194,7 +193,7 @@ impl Ctx {
     }
 
     /// After the drain: nothing more is issued; hand back what is held.
-    pub async fn finish(&self, ending: Ending) -> Result<(), ClusterError> {
+    pub(crate) async fn finish(&self, ending: Ending) -> Result<(), ClusterError> {
         self.state.publish(Serving::Stopping);
         match ending {
             Ending::Unheld(unheld) => {

@@ -30,7 +30,7 @@ use crate::state::{Serving, WaitReason};
 /// per wait): its app containers do not start meanwhile (the startup probe holds them), so
 /// `kubectl describe pod` must say why. Long enough that a burst of pods the operator is
 /// still working through records none.
-pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 
 /// After [`SLOT_WAIT_EVENT_AFTER`], a waiting sidecar reads its sequence this often. A 401
 /// answer means the API server no longer accepts this pod's token: the pod was deleted (a
@@ -39,11 +39,11 @@ pub const SLOT_WAIT_EVENT_AFTER: Duration = Duration::from_secs(10);
 /// kubelet cannot stop a pod whose postStart hook still runs, so the sidecar exits instead,
 /// which ends the hook and lets the kubelet finish the deletion. (A startup probe, which
 /// this release injects, does not keep the kubelet from stopping the pod.)
-pub const WAITING_CHECK_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const WAITING_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// How often a sidecar looks again at a slot Lease or segment counter it refused for its
 /// format (an upgrade of the sidecar, which recreates the pod, is what usually ends it).
-pub const FORMAT_RETRY_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const FORMAT_RETRY_EVERY: Duration = Duration::from_secs(5);
 
 /// Whether the API server refused this pod's credentials (see [`WAITING_CHECK_EVERY`]).
 fn token_refused(e: &kube::Error) -> bool {
@@ -87,8 +87,8 @@ fn noted_params(lease: &Lease, restarted: bool) -> Option<SequenceParams> {
 /// earlier container of this pod left in it (rule 6; used only for the first acquisition,
 /// and only if it names it).
 pub(crate) struct Unheld {
-    pub file: FenceFile,
-    pub found: Option<FenceRecord>,
+    pub(crate) file: FenceFile,
+    pub(crate) found: Option<FenceRecord>,
 }
 
 /// The `Waiting` state's steps (where the other states' are: `cluster/mod.rs`).

@@ -37,14 +37,15 @@
 //! - [`serve`](mod@serve): the connection loop (accept, header-read timeout, graceful drain),
 //!   independent of the routes it serves.
 
-pub mod openapi;
-pub mod reply;
-pub mod route;
-pub mod routes;
-pub mod serve;
+pub(crate) mod openapi;
+pub(crate) mod reply;
+pub(crate) mod route;
+pub(crate) mod routes;
+pub(crate) mod serve;
 
-pub use routes::Api;
-pub use serve::{ApiListeners, HEADER_READ_TIMEOUT, ListenError, ProbeServer, serve, serve_api};
+pub(crate) use routes::Api;
+pub use serve::ListenError;
+pub(crate) use serve::{ApiListeners, ProbeServer, serve_api};
 
 /// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
 pub const DEFAULT_MAX_BATCH: u64 = 10_000;

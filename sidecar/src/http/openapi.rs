@@ -12,13 +12,13 @@ use std::borrow::Cow;
 use kubeflake_crds::TextForm;
 
 /// The document as written, for IDs up to 2^63-1.
-pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+pub(crate) const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
 
 /// The largest ID [`OPENAPI_YAML`] allows.
 const FULL_RANGE: u64 = (1 << 63) - 1;
 
 /// The document a sidecar whose IDs go up to `largest` serves.
-pub fn document_for(largest: u64) -> Cow<'static, str> {
+pub(crate) fn document_for(largest: u64) -> Cow<'static, str> {
     if largest == FULL_RANGE {
         return Cow::Borrowed(OPENAPI_YAML);
     }

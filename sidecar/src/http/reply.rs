@@ -9,11 +9,11 @@ use crate::generator::Refusal;
 use crate::metrics::Metrics;
 use crate::segment::SegmentRefusal;
 
-pub use kubeflake_runtime::reply::{Reply, body};
+pub(crate) use kubeflake_runtime::reply::{Reply, body};
 
 /// A request that cannot be answered, and how to say so.
 #[derive(Debug, thiserror::Error)]
-pub enum HttpError {
+pub(crate) enum HttpError {
     #[error("{0}")]
     BadRequest(String),
     /// Lists every route ([`super::route::Route::ALL`]).
@@ -33,12 +33,12 @@ pub enum HttpError {
     Segment(#[from] SegmentRefusal),
 }
 
-pub fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
+pub(crate) fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
     kubeflake_runtime::reply::json(status, &value)
 }
 
 /// A 503 with `Retry-After`.
-pub fn unavailable(value: serde_json::Value, retry_after_secs: u64) -> Reply {
+pub(crate) fn unavailable(value: serde_json::Value, retry_after_secs: u64) -> Reply {
     let mut reply = json_reply(StatusCode::SERVICE_UNAVAILABLE, value);
     reply
         .headers_mut()
@@ -47,7 +47,7 @@ pub fn unavailable(value: serde_json::Value, retry_after_secs: u64) -> Reply {
 }
 
 impl HttpError {
-    pub fn into_reply(self, metrics: &Metrics) -> Reply {
+    pub(crate) fn into_reply(self, metrics: &Metrics) -> Reply {
         let message = self.to_string();
         match self {
             HttpError::BadRequest(_) => {
@@ -120,7 +120,7 @@ fn push_value(out: &mut Vec<u8>, buf: &mut itoa::Buffer, value: u64, form: TextF
 /// The reply to `/id`: one value in `form` as text, or `{"id":"<text>"}`. Assembled by
 /// hand: `format!` cost about as much as the rest of the handler (callgrind,
 /// docs/benchmarks.md).
-pub fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
+pub(crate) fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
     let mut buf = itoa::Buffer::new();
     let mut out = Vec::with_capacity(32);
     if json {
@@ -136,7 +136,7 @@ pub fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
 }
 
 /// The reply to `/ids`: `count` values in `form`, one per line, or `{"ids":["...",...]}`.
-pub fn many_values_reply(
+pub(crate) fn many_values_reply(
     values: impl Iterator<Item = u64>,
     count: u64,
     form: TextForm,

@@ -11,7 +11,7 @@ use kubeflake_crds::TextForm;
 
 /// One route of the API, with what its path carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route<'a> {
+pub(crate) enum Route<'a> {
     /// `GET /id`
     Id,
     /// `GET /ids?count=N`
@@ -32,7 +32,7 @@ pub enum Route<'a> {
 
 impl Route<'static> {
     /// Every route, in the order the 404 text lists them (`Decode` with a placeholder).
-    pub const ALL: [Route<'static>; 9] = [
+    pub(crate) const ALL: [Route<'static>; 9] = [
         Route::Id,
         Route::Ids,
         Route::Decode(TextForm::Decimal, "<id>"),
@@ -47,7 +47,7 @@ impl Route<'static> {
 
 impl<'a> Route<'a> {
     /// The route of `path` (the path only, without the query), if any.
-    pub fn parse(path: &'a str) -> Option<Route<'a>> {
+    pub(crate) fn parse(path: &'a str) -> Option<Route<'a>> {
         Route::ALL
             .into_iter()
             .find(|r| !matches!(r, Route::Decode(..)) && r.path() == path)
@@ -89,8 +89,9 @@ impl<'a> Route<'a> {
         }
     }
 
-    /// The route's path template in the OpenAPI document.
-    pub fn openapi_path(&self) -> &'static str {
+    /// The route's path template in the OpenAPI document (checked against it by the tests).
+    #[cfg(test)]
+    pub(crate) fn openapi_path(&self) -> &'static str {
         match self {
             Route::Decode(TextForm::Decimal, _) => "/decode/{id}",
             Route::Decode(TextForm::Base32, _) => "/decode/base32/{id}",
@@ -100,7 +101,7 @@ impl<'a> Route<'a> {
     }
 
     /// The `route` label of the request metrics.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Route::Id => "id",
             Route::Ids => "ids",
@@ -114,7 +115,7 @@ impl<'a> Route<'a> {
 
     /// Also served on the probe port (`--probe-listen`, the pod IP): the probes and the
     /// metrics, which carry no IDs ([`super::serve::ProbeRoutes`]).
-    pub fn on_probe_port(&self) -> bool {
+    pub(crate) fn on_probe_port(&self) -> bool {
         match self {
             Route::Healthz | Route::Readyz | Route::Metrics => true,
             Route::Id | Route::Ids | Route::Decode(..) | Route::OpenApi => false,
@@ -133,12 +134,12 @@ fn sentence<'r>(routes: impl Iterator<Item = &'r Route<'static>>, last: &str) ->
 }
 
 /// Every route, as the 404 of the API lists them.
-pub fn all_routes_text() -> String {
+pub(crate) fn all_routes_text() -> String {
     sentence(Route::ALL.iter(), "or")
 }
 
 /// The probe port's routes, as its 404 lists them.
-pub fn probe_routes_text() -> String {
+pub(crate) fn probe_routes_text() -> String {
     sentence(Route::ALL.iter().filter(|r| r.on_probe_port()), "and")
 }
 

@@ -32,12 +32,12 @@ use crate::source::Source;
 use crate::state::{Serving, ServingReader};
 
 /// What the handlers share.
-pub struct Api {
+pub(crate) struct Api {
     /// What is served now; written by the lifecycle code only.
     state: ServingReader,
-    pub metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Largest `count` accepted by `GET /ids`.
-    pub max_batch: u64,
+    pub(crate) max_batch: u64,
     /// The metric series of the busiest answer, resolved once.
     id_ok: RouteSeries,
     /// Permits for `/readyz?wait=` requests held open at once ([`READYZ_WAITERS`]).
@@ -254,7 +254,7 @@ enum Planned {
 }
 
 impl Api {
-    pub fn new(state: ServingReader, metrics: Arc<Metrics>, max_batch: u64) -> Api {
+    pub(crate) fn new(state: ServingReader, metrics: Arc<Metrics>, max_batch: u64) -> Api {
         Api {
             state,
             id_ok: RouteSeries::new(&metrics, "id", "200"),
@@ -265,7 +265,7 @@ impl Api {
     }
 
     /// The serving state this API answers from.
-    pub fn state(&self) -> &ServingReader {
+    pub(crate) fn state(&self) -> &ServingReader {
         &self.state
     }
 
@@ -542,7 +542,7 @@ impl Api {
 
     /// Answers one request; never fails (errors become 4xx/5xx replies). The returned
     /// future does not borrow the request.
-    pub fn handle<'a, B>(
+    pub(crate) fn handle<'a, B>(
         &'a self,
         req: &Request<B>,
     ) -> impl Future<Output = Reply> + Send + use<'a, B> {

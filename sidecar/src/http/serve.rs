@@ -28,20 +28,16 @@ use super::routes::Api;
 /// its first byte, 30 s idle. A full listener closes its longest-idle or slowest
 /// connection for a newcomer, so a fresh `/id` is answered; 1,024 idle connections cost
 /// about 20 MB, inside the chart's 64 Mi sidecar limit.
-pub const API_LIMITS: Limits = Limits::DEFAULT;
+pub(crate) const API_LIMITS: Limits = Limits::DEFAULT;
 
 /// The bounds of the probe port, which listens on the pod IP: the kubelet and Prometheus
 /// need a few connections, so 64, with the API's header and idle bounds. Its own cap keeps
 /// a flood from the pod network off the file descriptors the ID API needs.
-pub const PROBE_LIMITS: Limits = Limits::DEFAULT.with_max_connections(64);
-
-/// How long a client may take to send a request's header, from its first byte, before
-/// the connection is closed (idle connections have [`Limits::idle_timeout`], 30 s).
-pub const HEADER_READ_TIMEOUT: Duration = API_LIMITS.header_read_timeout;
+pub(crate) const PROBE_LIMITS: Limits = Limits::DEFAULT.with_max_connections(64);
 
 /// What a serve loop serves: one request in, one reply out (never an error: errors are
 /// replies too).
-pub trait Routes: Send + Sync + 'static {
+pub(crate) trait Routes: Send + Sync + 'static {
     fn answer(&self, req: Request<Incoming>) -> impl Future<Output = Reply> + Send + '_;
 }
 
@@ -64,7 +60,7 @@ impl Routes for Api {
 /// read it (the chart's PodMonitor scrapes it there), and the sidecar has no way to tell
 /// a scraper from anyone else. Restricting who reads it is a NetworkPolicy's job
 /// (docs/install.md, "Network policies").
-pub struct ProbeRoutes(pub Arc<Api>);
+pub(crate) struct ProbeRoutes(pub Arc<Api>);
 
 /// The reply to anything but a probe on the probe port (`None` for the probes themselves).
 fn refuse_non_probe<B>(req: &Request<B>) -> Option<Reply> {
@@ -89,7 +85,7 @@ impl Routes for ProbeRoutes {
 
 /// Serves `api` on `listener` until `shutdown` completes, then stops accepting, lets
 /// in-flight requests finish (up to `drain`), and returns.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     api: Arc<Api>,
     shutdown: impl Future<Output = ()>,
@@ -115,13 +111,13 @@ pub enum ListenError {
 /// when asked, the Unix socket (`--listen-unix`, mode [`SOCKET_MODE`] so the app's
 /// non-root user can connect). Bound before anything else starts, so that a bad flag
 /// fails the start with a message that names it.
-pub struct ApiListeners {
+pub(crate) struct ApiListeners {
     tcp: TcpListener,
     unix: Option<UnixListener>,
 }
 
 impl ApiListeners {
-    pub async fn bind(
+    pub(crate) async fn bind(
         listen: SocketAddr,
         unix: Option<&Path>,
     ) -> Result<ApiListeners, ListenError> {
@@ -138,7 +134,7 @@ impl ApiListeners {
     }
 
     /// The TCP address actually bound (the port, when `--listen` asked for port 0).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         self.tcp.local_addr().ok()
     }
 }
@@ -146,7 +142,7 @@ impl ApiListeners {
 /// Serves `api` on the loopback listener and, when given, on the Unix socket too (the
 /// same routes), until `shutdown` is triggered; both then drain. The socket file is
 /// removed at the end.
-pub async fn serve_api(
+pub(crate) async fn serve_api(
     listeners: ApiListeners,
     api: Arc<Api>,
     shutdown: ShutdownToken,
@@ -200,14 +196,14 @@ const PROBE_STOP_SLACK: Duration = Duration::from_secs(1);
 /// sidecar still drains and hands its slot back reads as failed liveness and readiness
 /// probes ("connection refused", a Warning Event on every deleted pod). Meanwhile
 /// `/healthz` answers alive, and `/readyz` 503 "stopping" once the drain is over.
-pub struct ProbeServer {
+pub(crate) struct ProbeServer {
     close: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl ProbeServer {
     /// Serves the probe routes of `api` on `listener` until [`ProbeServer::close`].
-    pub fn spawn(listener: TcpListener, api: Arc<Api>) -> ProbeServer {
+    pub(crate) fn spawn(listener: TcpListener, api: Arc<Api>) -> ProbeServer {
         let (close, closed) = tokio::sync::oneshot::channel::<()>();
         let closed = async move {
             // A dropped sender (the process is ending anyway) closes the port too.
@@ -225,7 +221,7 @@ impl ProbeServer {
     }
 
     /// Stops accepting, lets the probes in flight finish (for a bounded time) and returns.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.close.send(());
         let deadline = tokio::time::Instant::now() + PROBE_CLOSE_DRAIN + PROBE_STOP_SLACK;
         drain(vec![("probe server", self.task)], deadline).await;
@@ -251,7 +247,7 @@ async fn serve_routes(
 /// The loop itself ([`kubeflake_runtime::serve`]): accepts connections on `listener`
 /// (TCP or a Unix socket) and answers their requests with `routes` until `shutdown`
 /// completes, then drains for up to `drain`.
-pub async fn serve_loop<L: Listener, R: Routes>(
+pub(crate) async fn serve_loop<L: Listener, R: Routes>(
     name: &'static str,
     listener: L,
     routes: Arc<R>,

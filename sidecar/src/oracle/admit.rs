@@ -17,10 +17,10 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Why a peer is not served: the status sent (HTTP's numbers: 401 its token is not
 /// accepted, 503 ask again later) and the message.
-pub type NotServed = (u16, String);
+pub(crate) type NotServed = (u16, String);
 
 /// Who the forwarder that sent `token` from `ip` is, if the oracle serves it now.
-pub async fn admit(
+pub(crate) async fn admit(
     oracle: &Arc<Oracle>,
     token: &str,
     ip: Option<IpAddr>,
@@ -52,7 +52,11 @@ pub async fn admit(
 
 /// [`admit`] again for the next request of an admitted peer: still a claimant, and its
 /// token not expired since.
-pub fn still_admitted(oracle: &Oracle, peer: &Peer, ip: Option<IpAddr>) -> Result<(), NotServed> {
+pub(crate) fn still_admitted(
+    oracle: &Oracle,
+    peer: &Peer,
+    ip: Option<IpAddr>,
+) -> Result<(), NotServed> {
     let now = chrono::Utc::now().timestamp();
     if now >= peer.expires.saturating_add(LEEWAY_SECS) {
         let e = TokenError::Expired {

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use kubeflake_crds::strict_oracle::OracleLease;
 
 #[derive(Debug, Default)]
-pub struct Follow {
+pub(crate) struct Follow {
     /// The Lease as the watch delivered it last; `None` while the watch does not know it
     /// (then the elector reads it).
-    pub watched: Option<OracleLease>,
+    pub(crate) watched: Option<OracleLease>,
     /// The version seen last, and when it was first seen.
     seen: Option<(Option<String>, Instant)>,
 }
@@ -19,7 +19,7 @@ pub struct Follow {
 impl Follow {
     /// How long the version of `lease` has been seen unchanged; zero for a version not
     /// seen before, from which the wait starts again.
-    pub fn unchanged_for(&mut self, lease: &OracleLease) -> Duration {
+    pub(crate) fn unchanged_for(&mut self, lease: &OracleLease) -> Duration {
         self.unchanged_at(lease, Instant::now())
     }
 
@@ -37,7 +37,7 @@ impl Follow {
 
     /// After a take-over was tried: the wait starts again, and the next step reads the
     /// Lease (a take that failed means the copy the watch showed was out of date).
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         *self = Follow::default();
     }
 }

@@ -34,7 +34,7 @@ use tokio::net::TcpStream;
 use crate::peer_token::{PeerAuth, Side};
 
 /// How long one forwarded request may take (connect included).
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 /// A forwarder makes a new connection rather than use one idle this long (the oracle
 /// closes connections idle for [`SERVER_IDLE`](super::listen::SERVER_IDLE), so the
 /// forwarder never writes into one the oracle is closing).
@@ -42,7 +42,7 @@ const CLIENT_IDLE: Duration = Duration::from_secs(60);
 
 /// Why a forwarded request got no values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ForwardError {
+pub(crate) enum ForwardError {
     #[error("the strict oracle at {address} could not be reached: {message}")]
     Unreachable { address: String, message: String },
     #[error("the strict oracle at {address} refused ({status}): {message}")]
@@ -86,7 +86,7 @@ pub enum ForwardError {
 
 impl ForwardError {
     /// An answer came but was not used: the peer is not what the oracle Lease says.
-    pub fn is_bad_reply(&self) -> bool {
+    pub(crate) fn is_bad_reply(&self) -> bool {
         matches!(
             self,
             ForwardError::BadReply { .. }
@@ -127,14 +127,14 @@ struct Connection {
 
 /// The forwarding sidecar's connection to the oracle (re-made when the address or the
 /// holder changes, the connection breaks, or it sat idle).
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     sequence: String,
     peers: Arc<PeerAuth>,
     conn: Option<Connection>,
 }
 
 impl Forwarder {
-    pub fn new(sequence: &str, peers: Arc<PeerAuth>) -> Forwarder {
+    pub(crate) fn new(sequence: &str, peers: Arc<PeerAuth>) -> Forwarder {
         Forwarder {
             sequence: sequence.to_string(),
             peers,
@@ -146,7 +146,7 @@ impl Forwarder {
     /// as pod `holder` (the Lease's holder), and waits for its range; an answer from
     /// another term, from a connection whose welcome did not prove it is `holder`, or not
     /// the range asked for, is an error.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &mut self,
         address: &str,
         term: i32,
@@ -221,7 +221,7 @@ impl Forwarder {
 
     /// How many oracles this forwarder did not believe, for `reason` (tests).
     #[cfg(test)]
-    pub fn peers_refused(&self, reason: &str) -> u64 {
+    pub(crate) fn peers_refused(&self, reason: &str) -> u64 {
         self.peers.log.count(Side::Oracle, reason)
     }
 

@@ -55,26 +55,30 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// How many connections the listener keeps.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections that sent a valid hello (one per forwarding sidecar).
-    pub connections: usize,
+    pub(crate) connections: usize,
     /// Connections still waiting for their hello; a new one closes the oldest.
-    pub greeting: usize,
+    pub(crate) greeting: usize,
 }
 
 /// The oracle's limits.
-pub const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     connections: 4096,
     greeting: 64,
 };
 
 /// The oracle's listener: accepts forwarding connections until `stop` says so.
-pub async fn listen(oracle: Arc<Oracle>, listener: TcpListener, stop: watch::Receiver<bool>) {
+pub(crate) async fn listen(
+    oracle: Arc<Oracle>,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) {
     listen_with(oracle, listener, stop, LIMITS).await;
 }
 
 /// [`listen`] with its own [`Limits`].
-pub async fn listen_with(
+pub(crate) async fn listen_with(
     oracle: Arc<Oracle>,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
@@ -368,7 +372,7 @@ pub(super) async fn read_hello<R: AsyncRead + Unpin>(
 
 /// The oracle's answer to one forwarded group. Its `min` is held to the raise limit by
 /// the term, as every request's is (409, nothing changes).
-pub async fn answer(oracle: &Arc<Oracle>, request: ForwardRequest) -> Reply {
+pub(crate) async fn answer(oracle: &Arc<Oracle>, request: ForwardRequest) -> Reply {
     if request.count == 0 || request.count > MAX_FORWARD_COUNT {
         return Reply::Refused {
             status: 400,

@@ -31,11 +31,11 @@
 
 mod admit;
 mod follow;
-pub mod forward;
-pub mod listen;
-pub mod pod_lock;
-pub mod store;
-pub mod term;
+pub(crate) mod forward;
+pub(crate) mod listen;
+pub(crate) mod pod_lock;
+pub(crate) mod store;
+pub(crate) mod term;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,11 +62,11 @@ use crate::segment::claim::{Backoff, Block, ClaimError, CounterStore, claim_coun
 use crate::segment::group;
 
 /// Values reserved by one window write (the next write starts when half is used).
-pub const WINDOW: u64 = 1 << 16;
+pub(crate) const WINDOW: u64 = 1 << 16;
 
 /// What this sidecar is in the sequence's strict service.
 #[derive(Debug)]
-pub enum Role {
+pub(crate) enum Role {
     /// No oracle known: starting, or a hand-over under way.
     Unknown { why: String },
     /// Another sidecar serves, at `address`, in `term` (the oracle Lease's, as this
@@ -93,20 +93,20 @@ enum Take {
 
 /// How this sidecar takes part.
 #[derive(Debug, Clone)]
-pub struct OracleConfig {
-    pub sequence: String,
+pub(crate) struct OracleConfig {
+    pub(crate) sequence: String,
     /// This pod's UID: the holder identity.
-    pub uid: String,
+    pub(crate) uid: String,
     /// Where this sidecar takes forwarded requests (`None`: it never becomes the oracle).
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// How long a local request may wait for its group's answer.
-    pub wait_limit: Duration,
+    pub(crate) wait_limit: Duration,
     /// Test only (the broken variant of the linearizability test): take a held Lease over
     /// without waiting `D·(1+ρ)`. Breaks rule 13's order, never uniqueness.
-    pub take_over_without_waiting: bool,
+    pub(crate) take_over_without_waiting: bool,
     /// The pod's state dir (an `emptyDir`), where the [`PodLock`] lives; `None`: a restart
     /// waits for its own Lease to lapse.
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
 }
 
 struct Shared {
@@ -119,7 +119,7 @@ struct Shared {
 }
 
 /// A strict sequence's values in a cluster.
-pub struct Oracle {
+pub(crate) struct Oracle {
     shared: Mutex<Shared>,
     /// Wakes the dispatcher (requests queued, or stopped).
     wake: Notify,
@@ -141,7 +141,7 @@ pub struct Oracle {
 
 impl Oracle {
     /// Binds the forwarding listener (if this sidecar may serve) and starts the three tasks.
-    pub async fn start(
+    pub(crate) async fn start(
         counter: Arc<dyn CounterStore>,
         leases: Arc<dyn OracleStore>,
         config: OracleConfig,
@@ -215,7 +215,7 @@ impl Oracle {
     /// `Ok` once this sidecar served or knew an oracle to forward to, until it stops. A
     /// hand-over later does not make it unready: that would take every pod of the sequence
     /// out of its Services for seconds; its strict requests get 503 meanwhile.
-    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+    pub(crate) fn check_ready(&self) -> Result<(), SegmentRefusal> {
         let s = self.lock();
         if s.requests.is_stopped() {
             return Err(SegmentRefusal::Stopping);
@@ -233,7 +233,8 @@ impl Oracle {
     }
 
     /// Whether requests are answered now (this sidecar serves, or knows the oracle).
-    pub fn serving_now(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn serving_now(&self) -> bool {
         let s = self.lock();
         !s.requests.is_stopped()
             && match &s.role {
@@ -246,7 +247,7 @@ impl Oracle {
     /// Whether pod `uid` is a claimant of the sequence, as the oracle Lease this sidecar
     /// holds lists them (the operator writes the counter's claimants there in the same
     /// pass, and this copy is at most one renewal old); `None` when it is not the oracle.
-    pub fn is_claimant(&self, uid: &str) -> Option<bool> {
+    pub(crate) fn is_claimant(&self, uid: &str) -> Option<bool> {
         let s = self.lock();
         let Role::Oracle { lease, .. } = &s.role else {
             return None;
@@ -255,7 +256,7 @@ impl Oracle {
     }
 
     /// Whether this sidecar is the oracle now (for tests and metrics).
-    pub fn is_oracle(&self) -> bool {
+    pub(crate) fn is_oracle(&self) -> bool {
         matches!(self.lock().role, Role::Oracle { .. })
     }
 
@@ -265,7 +266,11 @@ impl Oracle {
     /// local or forwarded. This check only keeps a request whose `min` the counter has not
     /// reached out of a group (the group's `min` is its largest, so the whole group would be
     /// refused) and answers it here, with the counter's `next`, also on a follower.
-    pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+    pub(crate) async fn take_from(
+        self: &Arc<Self>,
+        want: u64,
+        min: u64,
+    ) -> Result<Runs, SegmentRefusal> {
         if min > crate::segment::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.counter.as_ref(), &self.backoff, min).await?;
         }
@@ -280,7 +285,7 @@ impl Oracle {
     }
 
     /// One value of at least `min`.
-    pub async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
+    pub(crate) async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
         let runs = self.take_from(1, min).await?;
         runs.first()
             .map(|b| b.start)
@@ -290,7 +295,7 @@ impl Oracle {
     /// A group forwarded by another sidecar of the sequence (a claimant whose token the
     /// listener checked: admit.rs; its `min` is held to the raise limit by the term like
     /// any other).
-    pub async fn serve_forwarded(
+    pub(crate) async fn serve_forwarded(
         self: &Arc<Self>,
         request: ForwardRequest,
     ) -> Result<ForwardReply, SegmentRefusal> {

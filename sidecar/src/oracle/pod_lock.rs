@@ -29,7 +29,7 @@ use kubeflake_crds::strict_oracle::OracleLease;
 
 /// Why this process holds no pod lock (it then waits for its own Lease like any other pod).
 #[derive(Debug, thiserror::Error)]
-pub enum PodLockError {
+pub(crate) enum PodLockError {
     #[error(
         "{path} is locked by another process of this pod: an earlier sidecar process still \
          runs (stopped?), so this one waits for the oracle Lease to lapse before serving"
@@ -44,14 +44,14 @@ pub enum PodLockError {
 
 /// The term a holder of the lock took: which Lease (its UID) and which term of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TermRecord {
-    pub lease_uid: String,
-    pub term: i32,
+pub(crate) struct TermRecord {
+    pub(crate) lease_uid: String,
+    pub(crate) term: i32,
 }
 
 impl TermRecord {
     /// The term `lease` is in, if the Lease has a UID (every Lease the API server stored has).
-    pub fn of(lease: &OracleLease) -> Option<TermRecord> {
+    pub(crate) fn of(lease: &OracleLease) -> Option<TermRecord> {
         Some(TermRecord {
             lease_uid: lease.read.metadata.uid.clone()?,
             term: lease.term,
@@ -75,7 +75,7 @@ impl TermRecord {
 /// The exclusive lock of this pod's oracle file, held until the process ends, and the
 /// record the process before it left.
 #[derive(Debug)]
-pub struct PodLock {
+pub(crate) struct PodLock {
     file: File,
     /// What the earlier holder recorded (read once, when the lock was taken).
     earlier: Option<TermRecord>,
@@ -83,7 +83,7 @@ pub struct PodLock {
 
 impl PodLock {
     /// Takes the lock of `<dir>/<sequence>.oracle-lock` without waiting.
-    pub fn acquire(dir: &Path, sequence: &str) -> Result<PodLock, PodLockError> {
+    pub(crate) fn acquire(dir: &Path, sequence: &str) -> Result<PodLock, PodLockError> {
         let path = dir.join(format!("{sequence}.oracle-lock"));
         let io = |source| PodLockError::Io {
             path: path.clone(),
@@ -112,14 +112,14 @@ impl PodLock {
 
     /// Whether `lease`'s current term was taken by the process that held this lock before
     /// this one, in this pod (`uid`): that process has ended, so the term serves no more.
-    pub fn earlier_process_held(&self, lease: &OracleLease, uid: &str) -> bool {
+    pub(crate) fn earlier_process_held(&self, lease: &OracleLease, uid: &str) -> bool {
         lease.holder.as_deref() == Some(uid)
             && self.earlier.is_some()
             && self.earlier == TermRecord::of(lease)
     }
 
     /// Records the term this process took; call it before serving from the term.
-    pub fn record(&self, term: &TermRecord) -> std::io::Result<()> {
+    pub(crate) fn record(&self, term: &TermRecord) -> std::io::Result<()> {
         let mut file = &self.file;
         file.set_len(0)?;
         file.seek(SeekFrom::Start(0))?;

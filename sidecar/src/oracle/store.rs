@@ -25,11 +25,11 @@ use kubeflake_runtime::kube_error::{self, KubeErrorKind};
 /// How long one read or write of the oracle Lease may take before it is abandoned (a
 /// write whose outcome is unknown is harmless: the next one is conditional on a newer
 /// read, and the serving bound counts from the last *known* success).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why the oracle Lease could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OracleStoreError {
+pub(crate) enum OracleStoreError {
     #[error("the oracle lease changed since it was read")]
     Conflict,
     #[error(
@@ -44,7 +44,7 @@ pub enum OracleStoreError {
 }
 
 /// The oracle Lease of one sequence.
-pub trait OracleStore: Send + Sync + 'static {
+pub(crate) trait OracleStore: Send + Sync + 'static {
     fn read(&self) -> BoxFuture<'_, Result<OracleLease, OracleStoreError>>;
     /// Writes `lease` if it is still the version it carries; returns what was written.
     fn replace(&self, lease: Lease) -> BoxFuture<'_, Result<OracleLease, OracleStoreError>>;
@@ -55,13 +55,13 @@ pub trait OracleStore: Send + Sync + 'static {
 }
 
 /// The oracle Lease in the API server.
-pub struct KubeOracleStore {
+pub(crate) struct KubeOracleStore {
     api: Api<Lease>,
     name: String,
 }
 
 impl KubeOracleStore {
-    pub fn new(client: Client, namespace: &str, sequence: &str) -> KubeOracleStore {
+    pub(crate) fn new(client: Client, namespace: &str, sequence: &str) -> KubeOracleStore {
         KubeOracleStore {
             api: Api::namespaced(client, namespace),
             name: oracle_name(sequence),
@@ -125,7 +125,7 @@ impl OracleStore for KubeOracleStore {
 /// Lease now; `Some(None)`, the watch does not know it now (it broke, it lists again, the
 /// Lease was deleted, or it is malformed: logged, and the elector reads it, whose error
 /// says what is wrong); `None`, nothing new (a list is complete).
-pub fn known(
+pub(crate) fn known(
     event: Result<Event<Lease>, watcher::Error>,
     name: &str,
 ) -> Option<Option<OracleLease>> {
@@ -149,7 +149,7 @@ pub fn known(
 }
 
 #[cfg(test)]
-pub mod fake {
+pub(crate) mod fake {
     //! An in-memory oracle Lease with versions and a watch, shared by the sidecars of a test.
 
     use std::sync::Mutex;
@@ -160,7 +160,7 @@ pub mod fake {
     use super::*;
     use kubeflake_crds::strict_oracle::new_oracle_lease;
 
-    pub struct FakeOracleStore {
+    pub(crate) struct FakeOracleStore {
         lease: Mutex<(u64, Lease)>,
         /// Every call fails as unavailable (an API server outage): see [`Self::set_down`].
         down: AtomicBool,
@@ -169,11 +169,11 @@ pub mod fake {
         /// What every watch delivers: the Lease now, or `None` (the watch does not know).
         watched: watch::Sender<Option<Lease>>,
         /// How many reads were made (not counting watches).
-        pub reads: AtomicU64,
+        pub(crate) reads: AtomicU64,
     }
 
     impl FakeOracleStore {
-        pub fn new(lease_secs: i32) -> FakeOracleStore {
+        pub(crate) fn new(lease_secs: i32) -> FakeOracleStore {
             let mut lease = new_oracle_lease("s", "ns");
             lease.spec.as_mut().unwrap().lease_duration_seconds = Some(lease_secs);
             lease.metadata.resource_version = Some("1".into());
@@ -187,13 +187,13 @@ pub mod fake {
             }
         }
 
-        pub fn holder(&self) -> Option<String> {
+        pub(crate) fn holder(&self) -> Option<String> {
             let guard = self.lease.lock().unwrap();
             OracleLease::parse(guard.1.clone()).unwrap().holder
         }
 
         /// Changes `leaseDurationSeconds` as a new version (as an admin's edit would).
-        pub fn set_lease_secs(&self, secs: i32) {
+        pub(crate) fn set_lease_secs(&self, secs: i32) {
             let mut guard = self.lease.lock().unwrap();
             guard.0 += 1;
             let version = guard.0.to_string();
@@ -204,7 +204,7 @@ pub mod fake {
         }
 
         /// Lists `uids` as the claimants, as a new version (the operator's write).
-        pub fn set_claimants(&self, uids: &[&str]) {
+        pub(crate) fn set_claimants(&self, uids: &[&str]) {
             let mut guard = self.lease.lock().unwrap();
             guard.0 += 1;
             let version = guard.0.to_string();
@@ -223,14 +223,14 @@ pub mod fake {
 
         /// An API server outage (`true`) and its end: every call fails meanwhile, and the
         /// watches break (`None`), then list the Lease again.
-        pub fn set_down(&self, down: bool) {
+        pub(crate) fn set_down(&self, down: bool) {
             self.down.store(down, Ordering::SeqCst);
             let guard = self.lease.lock().unwrap();
             self.publish(&guard.1);
         }
 
         /// Watches stop delivering the Lease for good (reads and writes still work).
-        pub fn break_watch(&self) {
+        pub(crate) fn break_watch(&self) {
             self.watch_broken.store(true, Ordering::SeqCst);
             let guard = self.lease.lock().unwrap();
             self.publish(&guard.1);
@@ -244,7 +244,7 @@ pub mod fake {
         }
 
         /// The Lease's term (`leaseTransitions`).
-        pub fn term(&self) -> i32 {
+        pub(crate) fn term(&self) -> i32 {
             let guard = self.lease.lock().unwrap();
             let spec = guard.1.spec.as_ref();
             spec.and_then(|s| s.lease_transitions).unwrap_or(0)

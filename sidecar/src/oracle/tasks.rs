@@ -334,7 +334,7 @@ impl Oracle {
 
     /// Stops serving for good, answers the queued requests, closes the listener, and frees
     /// the Lease if this sidecar held it (it served its last value before that).
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         let (waiting, held) = {
             let mut s = self.lock();
             let waiting = s.requests.stop();

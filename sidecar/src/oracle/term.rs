@@ -20,7 +20,7 @@ use crate::segment::buffer::RAISE_LIMIT;
 
 /// Why a term does not serve a request now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TermRefusal {
+pub(crate) enum TermRefusal {
     /// No renewal succeeded for `serve_for`: another sidecar may take over soon.
     Lapsed { since: Duration },
     /// The reserved values do not cover the request: reserve what the [`Need`] says.
@@ -36,31 +36,31 @@ pub enum TermRefusal {
 /// ([`Need::from_next`]). So a reservation raises the counter past [`RAISE_LIMIT`] only to
 /// serve a `min` the term had already reserved up to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Need {
+pub(crate) struct Need {
     want: u64,
     min: u64,
 }
 
 impl Need {
     /// `want` values from the counter's `next`, whatever it is (a window ahead of need).
-    pub fn from_next(want: u64) -> Need {
+    pub(crate) fn from_next(want: u64) -> Need {
         Need { want, min: 0 }
     }
 
-    pub fn want(&self) -> u64 {
+    pub(crate) fn want(&self) -> u64 {
         self.want
     }
 
     /// The smallest value the reservation may start at (0: from `next`).
-    pub fn min(&self) -> u64 {
+    pub(crate) fn min(&self) -> u64 {
         self.min
     }
 }
 
 /// The serving state of an oracle that holds the Lease.
 #[derive(Debug)]
-pub struct Term {
-    pub number: i32,
+pub(crate) struct Term {
+    pub(crate) number: i32,
     /// When the last renewal that succeeded (or the take-over) was sent.
     renewed_sent: Instant,
     serve_for: Duration,
@@ -72,7 +72,7 @@ pub struct Term {
 
 impl Term {
     /// A term taken with a write sent at `sent`, serving `first` (already reserved).
-    pub fn new(number: i32, sent: Instant, serve_for: Duration, first: Block) -> Term {
+    pub(crate) fn new(number: i32, sent: Instant, serve_for: Duration, first: Block) -> Term {
         Term {
             number,
             renewed_sent: sent,
@@ -83,12 +83,12 @@ impl Term {
     }
 
     /// A renewal sent at `sent` succeeded.
-    pub fn renewed(&mut self, sent: Instant) {
+    pub(crate) fn renewed(&mut self, sent: Instant) {
         self.renewed_sent = self.renewed_sent.max(sent);
     }
 
     /// Whether the term may serve at `now`.
-    pub fn serving_at(&self, now: Instant) -> Result<(), TermRefusal> {
+    pub(crate) fn serving_at(&self, now: Instant) -> Result<(), TermRefusal> {
         let since = now.saturating_duration_since(self.renewed_sent);
         if since >= self.serve_for {
             Err(TermRefusal::Lapsed { since })
@@ -99,7 +99,12 @@ impl Term {
 
     /// `count` consecutive values, each at least `min`, taken at `now`. A `min` above
     /// [`RAISE_LIMIT`] and above [`top`](Self::top) is refused before anything is skipped.
-    pub fn take(&mut self, count: u64, min: u64, now: Instant) -> Result<Block, TermRefusal> {
+    pub(crate) fn take(
+        &mut self,
+        count: u64,
+        min: u64,
+        now: Instant,
+    ) -> Result<Block, TermRefusal> {
         self.serving_at(now)?;
         let top = self.top();
         if min > RAISE_LIMIT && min > top {
@@ -134,7 +139,7 @@ impl Term {
     }
 
     /// A reservation that succeeded: `block` starts at or above everything held.
-    pub fn add(&mut self, block: Block) {
+    pub(crate) fn add(&mut self, block: Block) {
         let top = self.top();
         debug_assert!(block.start >= top, "a reservation below the term's own top");
         if block.start < top || block.is_empty() {
@@ -150,12 +155,12 @@ impl Term {
     }
 
     /// Values reserved and not yet served.
-    pub fn remaining(&self) -> u64 {
+    pub(crate) fn remaining(&self) -> u64 {
         self.window.len() + self.spare.map_or(0, |s| s.len())
     }
 
     /// The end of the highest block reserved: the counter is never below it.
-    pub fn top(&self) -> u64 {
+    pub(crate) fn top(&self) -> u64 {
         self.spare.map_or(self.window.end, |s| s.end)
     }
 }

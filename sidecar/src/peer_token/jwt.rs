@@ -17,23 +17,23 @@ use super::{LEEWAY_SECS, TokenError};
 
 /// What a peer's token must say.
 #[derive(Debug, Clone, Copy)]
-pub struct Expect<'a> {
+pub(crate) struct Expect<'a> {
     /// The API server's issuer (from its discovery document).
-    pub issuer: &'a str,
+    pub(crate) issuer: &'a str,
     /// [`kubeflake_crds::contract::ORACLE_TOKEN_AUDIENCE`].
-    pub audience: &'a str,
+    pub(crate) audience: &'a str,
     /// This sidecar's namespace: a peer's pod is in the same one.
-    pub namespace: &'a str,
+    pub(crate) namespace: &'a str,
 }
 
 /// Who a valid token says the peer is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// The pod the token is bound to.
-    pub pod_uid: String,
-    pub pod_name: String,
+    pub(crate) pod_uid: String,
+    pub(crate) pod_name: String,
     /// When the token expires (seconds since the epoch).
-    pub expires: i64,
+    pub(crate) expires: i64,
 }
 
 #[derive(Deserialize)]
@@ -89,7 +89,7 @@ struct Ref {
 }
 
 /// Checks `token` against `keys` and `expect` at `now` (seconds since the epoch).
-pub fn verify(
+pub(crate) fn verify(
     token: &str,
     keys: &KeySet,
     expect: &Expect<'_>,

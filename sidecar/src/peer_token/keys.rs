@@ -14,15 +14,15 @@ use serde::Deserialize;
 use super::TokenError;
 
 /// The discovery document's path.
-pub const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
+pub(crate) const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 /// The key set's path on the API server.
-pub const JWKS_PATH: &str = "/openid/v1/jwks";
+pub(crate) const JWKS_PATH: &str = "/openid/v1/jwks";
 /// How long one fetch may take.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One verification key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Key {
+pub(crate) enum Key {
     /// An ECDSA P-256 key: the uncompressed point (`0x04 || x || y`), for ES256.
     P256 { point: Vec<u8> },
     /// An RSA key's modulus and exponent (big-endian), for RS256.
@@ -31,7 +31,7 @@ pub enum Key {
 
 /// The keys by their `kid`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KeySet {
+pub(crate) struct KeySet {
     keys: HashMap<String, Key>,
 }
 
@@ -52,27 +52,24 @@ struct Jwk {
 }
 
 impl KeySet {
-    pub fn new(keys: impl IntoIterator<Item = (String, Key)>) -> KeySet {
+    #[cfg(test)]
+    pub(crate) fn new(keys: impl IntoIterator<Item = (String, Key)>) -> KeySet {
         KeySet {
             keys: keys.into_iter().collect(),
         }
     }
 
-    pub fn get(&self, kid: &str) -> Option<&Key> {
+    pub(crate) fn get(&self, kid: &str) -> Option<&Key> {
         self.keys.get(kid)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
     }
 
     /// Reads a JWK set. Keys of other types (not EC P-256 or RSA) or without a `kid` are
     /// left out: no token can name them.
-    pub fn parse(json: &[u8]) -> Result<KeySet, TokenError> {
+    pub(crate) fn parse(json: &[u8]) -> Result<KeySet, TokenError> {
         let jwks: Jwks = serde_json::from_slice(json)
             .map_err(|e| TokenError::Keys(format!("{JWKS_PATH} is not a JWK set: {e}")))?;
         let mut keys = HashMap::new();
@@ -122,18 +119,18 @@ impl Jwk {
 
 /// The issuer and keys the API server publishes now.
 #[derive(Debug, Clone)]
-pub struct Discovered {
-    pub issuer: String,
-    pub keys: KeySet,
+pub(crate) struct Discovered {
+    pub(crate) issuer: String,
+    pub(crate) keys: KeySet,
 }
 
 /// Where the issuer and keys come from: the API server in a cluster, fixed in tests.
-pub trait KeySource: Send + Sync + 'static {
+pub(crate) trait KeySource: Send + Sync + 'static {
     fn fetch(&self) -> BoxFuture<'_, Result<Discovered, TokenError>>;
 }
 
 /// The API server's discovery document and key set, read with the sidecar's client.
-pub struct KubeKeySource {
+pub(crate) struct KubeKeySource {
     client: kube::Client,
 }
 
@@ -143,7 +140,7 @@ struct Discovery {
 }
 
 impl KubeKeySource {
-    pub fn new(client: kube::Client) -> KubeKeySource {
+    pub(crate) fn new(client: kube::Client) -> KubeKeySource {
         KubeKeySource { client }
     }
 
@@ -179,9 +176,11 @@ impl KeySource for KubeKeySource {
     }
 }
 
-/// Fixed keys (tests, and a process given them by hand).
-pub struct FixedKeys(pub Discovered);
+/// Fixed keys (tests).
+#[cfg(test)]
+pub(crate) struct FixedKeys(pub(crate) Discovered);
 
+#[cfg(test)]
 impl KeySource for FixedKeys {
     fn fetch(&self) -> BoxFuture<'_, Result<Discovered, TokenError>> {
         let found = self.0.clone();

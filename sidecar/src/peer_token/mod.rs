@@ -11,8 +11,8 @@
 //! pod traffic may replay one until it expires or its pod stops being a claimant
 //! (docs/known-limits.md).
 
-pub mod jwt;
-pub mod keys;
+pub(crate) mod jwt;
+pub(crate) mod keys;
 mod refusals;
 
 use std::path::PathBuf;
@@ -23,21 +23,21 @@ use tokio::time::Instant;
 
 use kubeflake_crds::strict_oracle::wire::MAX_TOKEN_LEN;
 
-pub use self::jwt::{Expect, Peer};
+pub(crate) use self::jwt::{Expect, Peer};
 use self::keys::{Discovered, KeySource};
-pub use self::refusals::{RefusalLog, Side};
+pub(crate) use self::refusals::{RefusalLog, Side};
 
 /// Clock leeway for `exp`, `nbf` and `iat` (the API server's clock and this node's).
-pub const LEEWAY_SECS: i64 = 60;
+pub(crate) const LEEWAY_SECS: i64 = 60;
 /// The key set is fetched again for an unknown `kid` at most this often.
-pub const REFETCH_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const REFETCH_EVERY: Duration = Duration::from_secs(10);
 /// While no key set was ever fetched, a fetch is tried at most this often.
-pub const FIRST_FETCH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_FETCH_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a peer's token (or this sidecar's own) is not accepted. Each message says what to
 /// fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     #[error(
         "no token: a sidecar of a strict sequence shows a token of its pod for audience \
          kubeflake.io/strict-oracle (injected by this release's webhook: re-create pods \
@@ -84,7 +84,7 @@ pub enum TokenError {
 
 impl TokenError {
     /// The metric's `reason` label: a bounded set.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             TokenError::Missing => "no_token",
             TokenError::Malformed(_) => "malformed",
@@ -104,7 +104,7 @@ impl TokenError {
 
     /// Whether asking again later may succeed without anyone changing anything (the
     /// keys could not be fetched): answered 503 rather than 401.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         matches!(self, TokenError::Keys(_) | TokenError::UnknownKey { .. })
     }
 }
@@ -112,15 +112,17 @@ impl TokenError {
 /// This sidecar's own token: read from its file each time it is shown (the kubelet
 /// rotates the file).
 #[derive(Debug, Clone)]
-pub enum OwnToken {
+pub(crate) enum OwnToken {
     File(PathBuf),
     /// Tests.
+    #[cfg(test)]
     Fixed(String),
 }
 
 impl OwnToken {
-    pub async fn read(&self) -> Result<String, TokenError> {
+    pub(crate) async fn read(&self) -> Result<String, TokenError> {
         match self {
+            #[cfg(test)]
             OwnToken::Fixed(token) => Ok(token.clone()),
             OwnToken::File(path) => {
                 let own = |message: String| TokenError::OwnToken {
@@ -155,7 +157,7 @@ struct Cache {
 
 /// Checks peers' tokens against the API server's keys, fetched once and again for a key
 /// it does not know (at most every [`REFETCH_EVERY`]).
-pub struct Verifier {
+pub(crate) struct Verifier {
     source: Arc<dyn KeySource>,
     audience: String,
     namespace: String,
@@ -163,7 +165,7 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    pub fn new(source: Arc<dyn KeySource>, audience: &str, namespace: &str) -> Verifier {
+    pub(crate) fn new(source: Arc<dyn KeySource>, audience: &str, namespace: &str) -> Verifier {
         Verifier {
             source,
             audience: audience.to_string(),
@@ -177,7 +179,7 @@ impl Verifier {
 
     /// Who `token` says the peer is, if the API server signed it for a pod of this
     /// namespace, for the oracle's audience, and it is valid now.
-    pub async fn verify(&self, token: &str) -> Result<Peer, TokenError> {
+    pub(crate) async fn verify(&self, token: &str) -> Result<Peer, TokenError> {
         let found = self.keys(false).await?;
         match self.check(token, &found) {
             Err(TokenError::UnknownKey { kid }) => {
@@ -232,16 +234,16 @@ impl Verifier {
 }
 
 /// What a sidecar shows and checks on the oracle port.
-pub struct PeerAuth {
-    pub own: OwnToken,
-    pub verifier: Verifier,
-    pub log: RefusalLog,
+pub(crate) struct PeerAuth {
+    pub(crate) own: OwnToken,
+    pub(crate) verifier: Verifier,
+    pub(crate) log: RefusalLog,
 }
 
 impl PeerAuth {
     /// A sidecar's in a pod of `namespace`: its token from `token_file`, its peers'
     /// checked with the API server's keys, refusals counted in `metrics`.
-    pub fn in_cluster(
+    pub(crate) fn in_cluster(
         client: &kube::Client,
         token_file: &std::path::Path,
         namespace: &str,

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use prometheus::IntCounterVec;
 
 /// How often at most one peer's refusals are logged.
-pub const LOG_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(60);
 /// Peers remembered for the log's rate limit; beyond it the oldest are forgotten.
 const REMEMBERED: usize = 1024;
 
 /// Which side refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// This oracle refused a forwarder.
     Forwarder,
     /// This forwarder did not believe what answered as the oracle.
@@ -33,13 +33,13 @@ impl Side {
 
 /// The refusals' counter and the log's rate limit.
 #[derive(Default)]
-pub struct RefusalLog {
+pub(crate) struct RefusalLog {
     counter: Option<IntCounterVec>,
     logged: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl RefusalLog {
-    pub fn new(counter: IntCounterVec) -> RefusalLog {
+    pub(crate) fn new(counter: IntCounterVec) -> RefusalLog {
         RefusalLog {
             counter: Some(counter),
             logged: Mutex::default(),
@@ -48,7 +48,13 @@ impl RefusalLog {
 
     /// Counts one refusal of `peer` and logs it unless that peer was logged within
     /// [`LOG_EVERY`].
-    pub fn refused(&self, side: Side, peer: Option<IpAddr>, reason: &'static str, why: &str) {
+    pub(crate) fn refused(
+        &self,
+        side: Side,
+        peer: Option<IpAddr>,
+        reason: &'static str,
+        why: &str,
+    ) {
         if let Some(counter) = &self.counter {
             counter.with_label_values(&[side.label(), reason]).inc();
         }
@@ -62,8 +68,9 @@ impl RefusalLog {
         }
     }
 
-    /// How many refusals of this side and reason were counted (0 without a counter).
-    pub fn count(&self, side: Side, reason: &str) -> u64 {
+    /// How many refusals of this side and reason were counted (0 without a counter; tests).
+    #[cfg(test)]
+    pub(crate) fn count(&self, side: Side, reason: &str) -> u64 {
         self.counter
             .as_ref()
             .map_or(0, |c| c.with_label_values(&[side.label(), reason]).get())

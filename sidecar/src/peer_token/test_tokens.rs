@@ -22,9 +22,9 @@ use super::keys::{Discovered, FixedKeys, Key, KeySet};
 use super::{OwnToken, PeerAuth, RefusalLog, Verifier};
 
 /// The issuer of the tests' API server.
-pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+pub(crate) const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// The tests' namespace.
-pub const NAMESPACE: &str = "ns";
+pub(crate) const NAMESPACE: &str = "ns";
 
 enum Pair {
     Es256(EcdsaKeyPair),
@@ -32,13 +32,13 @@ enum Pair {
 }
 
 /// A signing key and its `kid`.
-pub struct Signer {
+pub(crate) struct Signer {
     pair: Pair,
-    pub kid: String,
+    pub(crate) kid: String,
 }
 
 impl Signer {
-    pub fn es256(kid: &str) -> Signer {
+    pub(crate) fn es256(kid: &str) -> Signer {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
@@ -49,7 +49,7 @@ impl Signer {
         }
     }
 
-    pub fn rs256(kid: &str) -> Signer {
+    pub(crate) fn rs256(kid: &str) -> Signer {
         let pair = RsaKeyPair::from_pkcs8(include_bytes!("rs256-test-key.pk8")).unwrap();
         Signer {
             pair: Pair::Rs256(pair),
@@ -58,7 +58,7 @@ impl Signer {
     }
 
     /// The public key, as the API server's key set lists it.
-    pub fn key(&self) -> (String, Key) {
+    pub(crate) fn key(&self) -> (String, Key) {
         let key = match &self.pair {
             Pair::Es256(p) => Key::P256 {
                 point: p.public_key().as_ref().to_vec(),
@@ -79,7 +79,7 @@ impl Signer {
     }
 
     /// A token with `claims`, its header naming this key and algorithm.
-    pub fn token(&self, claims: &Value) -> String {
+    pub(crate) fn token(&self, claims: &Value) -> String {
         self.sign(
             &json!({"alg": self.alg(), "kid": self.kid, "typ": "JWT"}),
             claims,
@@ -87,7 +87,7 @@ impl Signer {
     }
 
     /// A token with this header and these claims, signed by this key.
-    pub fn sign(&self, header: &Value, claims: &Value) -> String {
+    pub(crate) fn sign(&self, header: &Value, claims: &Value) -> String {
         let input = format!("{}.{}", part(header), part(claims));
         let rng = SystemRandom::new();
         let signature = match &self.pair {
@@ -103,12 +103,12 @@ impl Signer {
     }
 }
 
-pub fn part(value: &Value) -> String {
+pub(crate) fn part(value: &Value) -> String {
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap())
 }
 
 /// The claims the API server writes in a token bound to pod `uid` of `namespace`.
-pub fn pod_claims(uid: &str, namespace: &str, audience: &str) -> Value {
+pub(crate) fn pod_claims(uid: &str, namespace: &str, audience: &str) -> Value {
     let now = chrono::Utc::now().timestamp();
     json!({
         "aud": [audience],
@@ -126,12 +126,12 @@ pub fn pod_claims(uid: &str, namespace: &str, audience: &str) -> Value {
 }
 
 /// A token of pod `uid` in the tests' namespace, for the oracle's audience.
-pub fn oracle_token(signer: &Signer, uid: &str) -> String {
+pub(crate) fn oracle_token(signer: &Signer, uid: &str) -> String {
     signer.token(&pod_claims(uid, NAMESPACE, ORACLE_TOKEN_AUDIENCE))
 }
 
 /// The discovered issuer and keys of these signers.
-pub fn discovered(signers: &[&Signer]) -> Discovered {
+pub(crate) fn discovered(signers: &[&Signer]) -> Discovered {
     Discovered {
         issuer: ISSUER.into(),
         keys: KeySet::new(signers.iter().map(|s| s.key())),
@@ -139,7 +139,7 @@ pub fn discovered(signers: &[&Signer]) -> Discovered {
 }
 
 /// A verifier of the tests' namespace that knows these signers' keys.
-pub fn verifier(signers: &[&Signer]) -> Verifier {
+pub(crate) fn verifier(signers: &[&Signer]) -> Verifier {
     Verifier::new(
         Arc::new(FixedKeys(discovered(signers))),
         ORACLE_TOKEN_AUDIENCE,
@@ -149,7 +149,7 @@ pub fn verifier(signers: &[&Signer]) -> Verifier {
 
 /// What the sidecar of pod `uid` shows and checks, with `signer` as the API server.
 /// Its refusals are counted ([`RefusalLog::count`]).
-pub fn peer_auth(signer: &Signer, uid: &str) -> Arc<PeerAuth> {
+pub(crate) fn peer_auth(signer: &Signer, uid: &str) -> Arc<PeerAuth> {
     let counter = prometheus::IntCounterVec::new(
         prometheus::Opts::new("refusals", "refusals"),
         &["side", "reason"],

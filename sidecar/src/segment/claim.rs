@@ -31,24 +31,24 @@ use crate::metrics::SegmentMetrics;
 
 /// Consecutive values `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    pub start: u64,
-    pub end: u64,
+pub(crate) struct Block {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 impl Block {
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.end - self.start
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.end <= self.start
     }
 }
 
 /// Why the counter could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("the counter changed since it was read (another sidecar claimed a block)")]
     Conflict,
     #[error("{0}")]
@@ -67,7 +67,7 @@ pub enum StoreError {
 }
 
 /// Where the counter lives: a Lease in a cluster, a file standalone, a map in tests.
-pub trait CounterStore: Send + Sync + 'static {
+pub(crate) trait CounterStore: Send + Sync + 'static {
     /// The counter now, with the version a write must be conditional on.
     fn read(&self) -> BoxFuture<'_, Result<Counter, StoreError>>;
     /// Writes `new` only if the counter is still the version `seen`; `Ok` means the write
@@ -103,7 +103,7 @@ pub trait CounterStore: Send + Sync + 'static {
 
 /// Why no block was claimed. No value of a failed claim is ever handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClaimError {
+pub(crate) enum ClaimError {
     #[error(
         "the sequence is exhausted: every value up to 2^63-1 was claimed; create a new IdSequence"
     )]
@@ -131,18 +131,18 @@ pub enum ClaimError {
 /// Retry pacing after conflicts: a random delay up to `first * 2^n`, capped at `max`; and
 /// how long one call to the store may take.
 #[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    pub first: Duration,
-    pub max: Duration,
+pub(crate) struct Backoff {
+    pub(crate) first: Duration,
+    pub(crate) max: Duration,
     /// Conflicts tolerated within one claim before giving up (the caller retries later).
-    pub max_conflicts: u32,
+    pub(crate) max_conflicts: u32,
     /// Each read or write of the counter is abandoned after this long (an API server that
     /// does not answer must not hold the claim, and the buffer, for minutes).
-    pub call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
 }
 
 /// Default of [`Backoff::call_timeout`].
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for Backoff {
     fn default() -> Self {
@@ -167,7 +167,7 @@ async fn bounded<T>(
 
 impl Backoff {
     /// The pause after the `n`-th conflict in a row (n >= 1): "full jitter".
-    pub fn delay(&self, n: u32) -> Duration {
+    pub(crate) fn delay(&self, n: u32) -> Duration {
         let ceiling = self.first.saturating_mul(1 << n.min(20)).min(self.max);
         ceiling.mul_f64(fastrand::f64())
     }
@@ -175,10 +175,10 @@ impl Backoff {
 
 /// A successful claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Claimed {
-    pub block: Block,
+pub(crate) struct Claimed {
+    pub(crate) block: Block,
     /// Conflicts met on the way.
-    pub conflicts: u32,
+    pub(crate) conflicts: u32,
 }
 
 /// The block a claim takes when the counter reads `next`: up to `size` (at least 1) values
@@ -186,7 +186,7 @@ pub struct Claimed {
 /// raised to at least `min_start`, the values skipped are a gap), cut at 2^63. `None` when
 /// no value is left below 2^63. The counter's new `next` is the block's `end`, so it only
 /// ever goes up.
-pub fn block_from(next: u64, min_start: u64, size: u64) -> Option<Block> {
+pub(crate) fn block_from(next: u64, min_start: u64, size: u64) -> Option<Block> {
     let start = next.max(min_start);
     (start < LIMIT).then(|| Block {
         start,
@@ -198,7 +198,8 @@ pub fn block_from(next: u64, min_start: u64, size: u64) -> Option<Block> {
 /// the end of the highest block the caller claimed before (0 if none): a counter below it
 /// is refused with [`ClaimError::CounterBehind`]; a counter with fewer claims than the
 /// store's [`CounterStore::known_claims`] with [`ClaimError::CounterWentBack`].
-pub async fn claim(
+#[cfg(test)]
+pub(crate) async fn claim(
     store: &dyn CounterStore,
     size: u64,
     floor: u64,
@@ -210,7 +211,7 @@ pub async fn claim(
 /// [`claim_above`], timed and counted in the segment metrics: every source (the block
 /// buffer, a strict sidecar, the oracle) claims through this, so the series mean the same
 /// whoever claims. `claimed_top` is left to the caller, which knows its own top.
-pub async fn claim_counted(
+pub(crate) async fn claim_counted(
     store: &dyn CounterStore,
     size: u64,
     floor: u64,
@@ -245,9 +246,9 @@ pub async fn claim_counted(
     (result, took)
 }
 
-/// [`claim`] a block that starts at `min_start` or above (docs/safety.md rule 12): when the
+/// `claim` a block that starts at `min_start` or above (docs/safety.md rule 12): when the
 /// counter is lower, the same compare-and-set raises it to `min_start + size`.
-pub async fn claim_above(
+pub(crate) async fn claim_above(
     store: &dyn CounterStore,
     size: u64,
     floor: u64,
@@ -315,7 +316,7 @@ pub async fn claim_above(
 /// only if nobody claimed after us (the counter still reads `top`). Used on a graceful
 /// stop, after the last value was issued, so a clean restart leaves no gap. Nothing is
 /// given back to a store that may not go down ([`CounterStore::may_lower`]).
-pub async fn give_back(
+pub(crate) async fn give_back(
     store: &dyn CounterStore,
     lowest: u64,
     top: u64,
@@ -348,29 +349,29 @@ pub(crate) mod fake {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     #[derive(Default)]
-    pub struct FakeStore {
-        pub counter: Mutex<(u64, u64, u64)>, // next, claims, version
-        pub fail_writes: AtomicBool,
+    pub(crate) struct FakeStore {
+        pub(crate) counter: Mutex<(u64, u64, u64)>, // next, claims, version
+        pub(crate) fail_writes: AtomicBool,
         /// Fail the write but apply it (a lost reply): the block must still never be used.
-        pub apply_then_fail: AtomicBool,
-        pub writes: AtomicU64,
+        pub(crate) apply_then_fail: AtomicBool,
+        pub(crate) writes: AtomicU64,
         /// Never answer (a blackholed API server).
-        pub hang: AtomicBool,
+        pub(crate) hang: AtomicBool,
         /// Yield between read and write, so concurrent claims interleave.
-        pub interleave: bool,
+        pub(crate) interleave: bool,
         /// What the IdSequence's status would record (see `CounterStore::known_claims`).
-        pub known_claims: AtomicU64,
+        pub(crate) known_claims: AtomicU64,
         /// A counter that may only go up, like a cluster's Lease under the API server's policy.
-        pub only_up: bool,
+        pub(crate) only_up: bool,
         /// Reads find the counter rewritten in a newer Lease format (as the Lease store
         /// reports it).
-        pub newer_format: AtomicBool,
+        pub(crate) newer_format: AtomicBool,
         /// The format reads report (0 reads as 1): 2 for a strict oracle's counter.
-        pub format: AtomicU64,
+        pub(crate) format: AtomicU64,
     }
 
     impl FakeStore {
-        pub fn starting_at(next: u64) -> FakeStore {
+        pub(crate) fn starting_at(next: u64) -> FakeStore {
             FakeStore {
                 counter: Mutex::new((next, 0, 1)),
                 interleave: true,
@@ -378,12 +379,12 @@ pub(crate) mod fake {
             }
         }
 
-        pub fn next(&self) -> u64 {
+        pub(crate) fn next(&self) -> u64 {
             self.counter.lock().unwrap().0
         }
 
         /// The counter deleted and re-created at `next` (or restored from a backup).
-        pub fn recreate_at(&self, next: u64) {
+        pub(crate) fn recreate_at(&self, next: u64) {
             let mut c = self.counter.lock().unwrap();
             *c = (next, 0, c.2 + 1);
         }

@@ -18,16 +18,16 @@ use crate::fence::write_durably;
 /// What the file holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CounterRecord {
-    pub sequence: String,
+pub(crate) struct CounterRecord {
+    pub(crate) sequence: String,
     /// The first value not yet claimed.
-    pub next: u64,
-    pub claims: u64,
+    pub(crate) next: u64,
+    pub(crate) claims: u64,
 }
 
 /// A counter file.
 #[derive(Debug, Clone)]
-pub struct FileCounter {
+pub(crate) struct FileCounter {
     inner: Arc<Paths>,
 }
 
@@ -120,7 +120,7 @@ impl FileCounter {
     /// Opens (creating the directory and the file if needed) the counter of `sequence`.
     /// A new counter starts at `start`; an existing one below `start` is raised to it,
     /// never lowered.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         sequence: &str,
         start: u64,
@@ -156,7 +156,7 @@ impl FileCounter {
         ))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.inner.path
     }
 }

@@ -13,34 +13,34 @@ use super::claim::Block;
 use crate::metrics::SegmentMetrics;
 
 /// One request waiting for its values.
-pub struct Waiting {
-    pub want: u64,
+pub(crate) struct Waiting {
+    pub(crate) want: u64,
     /// The smallest value allowed (`after + 1`; 0 without `after`).
-    pub min: u64,
-    pub reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
+    pub(crate) min: u64,
+    pub(crate) reply: oneshot::Sender<Result<Block, SegmentRefusal>>,
 }
 
 impl Waiting {
     /// A request for `want` values of at least `min`, and where its answer arrives.
-    pub fn new(want: u64, min: u64) -> (Waiting, Answer) {
+    pub(crate) fn new(want: u64, min: u64) -> (Waiting, Answer) {
         let (reply, answer) = oneshot::channel();
         (Waiting { want, min, reply }, answer)
     }
 }
 
 /// The answer a queued request waits for.
-pub type Answer = oneshot::Receiver<Result<Block, SegmentRefusal>>;
+pub(crate) type Answer = oneshot::Receiver<Result<Block, SegmentRefusal>>;
 
 /// The requests queued for the next group, until the source stops.
 #[derive(Default)]
-pub struct Queue {
+pub(crate) struct Queue {
     waiting: Vec<Waiting>,
     stopped: bool,
 }
 
 impl Queue {
     /// Queues a request for `want` values of at least `min`; refused once stopped.
-    pub fn push(&mut self, want: u64, min: u64) -> Result<Answer, SegmentRefusal> {
+    pub(crate) fn push(&mut self, want: u64, min: u64) -> Result<Answer, SegmentRefusal> {
         if self.stopped {
             return Err(SegmentRefusal::Stopping);
         }
@@ -50,30 +50,30 @@ impl Queue {
     }
 
     /// The next group: every request queued so far (maybe none); `None` once stopped.
-    pub fn next_group(&mut self) -> Option<Vec<Waiting>> {
+    pub(crate) fn next_group(&mut self) -> Option<Vec<Waiting>> {
         (!self.stopped).then(|| std::mem::take(&mut self.waiting))
     }
 
     /// Stops for good: the requests still queued, to be refused.
-    pub fn stop(&mut self) -> Vec<Waiting> {
+    pub(crate) fn stop(&mut self) -> Vec<Waiting> {
         self.stopped = true;
         std::mem::take(&mut self.waiting)
     }
 
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped
     }
 }
 
 /// How many values a group needs, and the smallest allowed (the largest `min` in it).
-pub fn totals(group: &[Waiting]) -> (u64, u64) {
+pub(crate) fn totals(group: &[Waiting]) -> (u64, u64) {
     let total = group.iter().fold(0u64, |sum, w| sum.saturating_add(w.want));
     let min = group.iter().map(|w| w.min).max().unwrap_or(0);
     (total, min)
 }
 
 /// Waits at most `limit` for a queued request's answer.
-pub async fn answer(answer: Answer, limit: Duration) -> Result<Runs, SegmentRefusal> {
+pub(crate) async fn answer(answer: Answer, limit: Duration) -> Result<Runs, SegmentRefusal> {
     match tokio::time::timeout(limit, answer).await {
         Ok(Ok(block)) => block.map(|b| vec![b]),
         // The task ended without answering: only when stopped.
@@ -87,7 +87,7 @@ pub async fn answer(answer: Answer, limit: Duration) -> Result<Runs, SegmentRefu
 /// Gives each request its part of `block`, in queue order. The block is shorter than the
 /// group's total only at the very end of the value range: requests left without values
 /// are refused as exhausted.
-pub fn hand_out(group: Vec<Waiting>, block: Block, metrics: &SegmentMetrics) {
+pub(crate) fn hand_out(group: Vec<Waiting>, block: Block, metrics: &SegmentMetrics) {
     let mut next = block.start;
     for w in group {
         let answer = if block.end - next >= w.want {
@@ -108,7 +108,7 @@ pub fn hand_out(group: Vec<Waiting>, block: Block, metrics: &SegmentMetrics) {
 }
 
 /// Answers every request of `group` with `refusal`.
-pub fn refuse(group: Vec<Waiting>, refusal: &SegmentRefusal) {
+pub(crate) fn refuse(group: Vec<Waiting>, refusal: &SegmentRefusal) {
     for w in group {
         // The request may have given up already: nothing to tell it then.
         let _ = w.reply.send(Err(refusal.clone()));

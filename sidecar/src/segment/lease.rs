@@ -30,7 +30,7 @@ use serde_json::json;
 use super::claim::{CounterStore, StoreError};
 
 /// The counter Lease of one sequence.
-pub struct LeaseCounter {
+pub(crate) struct LeaseCounter {
     api: Api<Lease>,
     name: String,
     sequences: Api<IdSequence>,
@@ -39,7 +39,7 @@ pub struct LeaseCounter {
 
 impl LeaseCounter {
     /// The counter of `sequence` in `namespace`.
-    pub fn new(client: Client, namespace: &str, sequence: &str) -> LeaseCounter {
+    pub(crate) fn new(client: Client, namespace: &str, sequence: &str) -> LeaseCounter {
         LeaseCounter {
             api: Api::namespaced(client.clone(), namespace),
             name: counter_name(sequence),
@@ -48,7 +48,7 @@ impl LeaseCounter {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 }

@@ -17,16 +17,16 @@
 //! Which source a sidecar serves from (blocks, strict, the oracle) is [`crate::source`],
 //! above this room and the oracle's.
 
-pub mod buffer;
-pub mod claim;
-pub mod file;
-pub mod group;
-pub mod lease;
-pub mod strict;
+pub(crate) mod buffer;
+pub(crate) mod claim;
+pub(crate) mod file;
+pub(crate) mod group;
+pub(crate) mod lease;
+pub(crate) mod strict;
 
-pub use buffer::{Segment, SegmentRefusal};
-pub use claim::{Block, CounterStore};
+pub(crate) use buffer::SegmentRefusal;
+pub(crate) use claim::{Block, CounterStore};
 
 /// How long a request may wait for a block when none is buffered (API server slow or
 /// down, or a burst larger than the buffer) before it is refused with 503.
-pub const DEFAULT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const DEFAULT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);

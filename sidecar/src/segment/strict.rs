@@ -37,7 +37,7 @@ struct Queue {
 }
 
 /// A strict segment source: one counter write per group of concurrent requests.
-pub struct Strict {
+pub(crate) struct Strict {
     queue: Mutex<Queue>,
     /// Wakes the writer task: requests queued, or stopped.
     wake: Notify,
@@ -49,7 +49,7 @@ pub struct Strict {
 
 impl Strict {
     /// Starts the writer task. It runs until [`stop`](Self::stop).
-    pub fn start(
+    pub(crate) fn start(
         store: Arc<dyn CounterStore>,
         wait_limit: Duration,
         backoff: Backoff,
@@ -74,7 +74,7 @@ impl Strict {
 
     /// `Ok` unless stopped: a strict sidecar holds nothing to be ready with; each request
     /// succeeds or fails on its own write.
-    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+    pub(crate) fn check_ready(&self) -> Result<(), SegmentRefusal> {
         if self.lock().requests.is_stopped() {
             Err(SegmentRefusal::Stopping)
         } else {
@@ -84,7 +84,7 @@ impl Strict {
 
     /// `want` consecutive values, each at least `min`, from one counter write made after
     /// this call began.
-    pub async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+    pub(crate) async fn take_from(&self, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
         if min > super::buffer::RAISE_LIMIT && min > self.lock().top {
             check_raise(self.store.as_ref(), &self.backoff, min).await?;
         }
@@ -94,7 +94,7 @@ impl Strict {
     }
 
     /// One value of at least `min`.
-    pub async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
+    pub(crate) async fn take_one_from(&self, min: u64) -> Result<u64, SegmentRefusal> {
         let runs = self.take_from(1, min).await?;
         runs.first().map(|b| b.start).ok_or_else(|| {
             SegmentRefusal::NoBlock("strict: the counter write returned no value".into())
@@ -102,7 +102,7 @@ impl Strict {
     }
 
     /// Refuses every request from now on; requests waiting are answered `Stopping`.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let waiting = self.lock().requests.stop();
         group::refuse(waiting, &SegmentRefusal::Stopping);
         self.wake.notify_one();

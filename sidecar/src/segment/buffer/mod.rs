@@ -38,7 +38,6 @@ use tokio::sync::watch;
 use super::claim::{Backoff, Block, CounterStore, give_back};
 use crate::metrics::SegmentMetrics;
 use sizing::metrics_block_size;
-pub use sizing::next_block_size;
 use state::State;
 
 /// How long [`Segment::give_back`] waits for a claim still in flight.
@@ -46,7 +45,7 @@ const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Why values cannot be handed out now (HTTP 503 with this reason).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SegmentRefusal {
+pub(crate) enum SegmentRefusal {
     #[error("no block of values is buffered and claiming one failed or is slow: {0}")]
     NoBlock(String),
     #[error(
@@ -65,11 +64,11 @@ pub enum SegmentRefusal {
 
 /// An `after` may raise the counter only below this (docs/safety.md rule 12): what is
 /// left above it, 2^62 values, cannot be used up by requests.
-pub const RAISE_LIMIT: u64 = 1 << 62;
+pub(crate) const RAISE_LIMIT: u64 = 1 << 62;
 
 impl SegmentRefusal {
     /// A short, fixed label for metrics and JSON.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             SegmentRefusal::NoBlock(_) => "no_block",
             SegmentRefusal::Exhausted => "exhausted",
@@ -78,7 +77,7 @@ impl SegmentRefusal {
         }
     }
 
-    pub fn retry_after_secs(&self) -> u64 {
+    pub(crate) fn retry_after_secs(&self) -> u64 {
         match self {
             SegmentRefusal::Exhausted => 3600,
             _ => 1,
@@ -109,10 +108,10 @@ pub(crate) async fn check_raise(
 }
 
 /// Values taken from the buffer: consecutive runs, in increasing order.
-pub type Runs = Vec<Block>;
+pub(crate) type Runs = Vec<Block>;
 
 /// One sidecar's segment source.
-pub struct Segment {
+pub(crate) struct Segment {
     state: Mutex<State>,
     store: Arc<dyn CounterStore>,
     params: SegmentParams,
@@ -129,7 +128,7 @@ pub struct Segment {
 
 impl Segment {
     /// A segment source that claims its first block in the background at once.
-    pub fn start(
+    pub(crate) fn start(
         store: Arc<dyn CounterStore>,
         params: SegmentParams,
         wait_limit: Duration,
@@ -139,7 +138,7 @@ impl Segment {
     }
 
     /// [`start`](Self::start) with its own claim pacing and store call timeout.
-    pub fn start_with(
+    pub(crate) fn start_with(
         store: Arc<dyn CounterStore>,
         params: SegmentParams,
         wait_limit: Duration,
@@ -186,12 +185,12 @@ impl Segment {
     }
 
     /// Values buffered now (current block's rest and the spare).
-    pub fn buffered(&self) -> u64 {
+    pub(crate) fn buffered(&self) -> u64 {
         self.lock().buffered()
     }
 
     /// `Ok` when a value can be handed out without waiting.
-    pub fn check_ready(&self) -> Result<(), SegmentRefusal> {
+    pub(crate) fn check_ready(&self) -> Result<(), SegmentRefusal> {
         let s = self.lock();
         if s.stopped {
             Err(SegmentRefusal::Stopping)
@@ -210,15 +209,20 @@ impl Segment {
 
     /// Takes `want` values, waiting (up to the wait limit) for claims when the buffer runs
     /// dry. On a refusal, values already taken for this request are dropped (a gap).
-    pub async fn take(self: &Arc<Self>, want: u64) -> Result<Runs, SegmentRefusal> {
+    #[cfg(test)]
+    pub(crate) async fn take(self: &Arc<Self>, want: u64) -> Result<Runs, SegmentRefusal> {
         self.take_from(want, 0).await
     }
 
-    /// [`take`](Self::take), every value at least `min` (`after + 1`, docs/safety.md rule
+    /// `take`, every value at least `min` (`after + 1`, docs/safety.md rule
     /// 12): buffered values below `min` are dropped (gaps), and claims made for this
     /// request start at `min` or above, raising the counter to at least `min` by
     /// compare-and-set when it is lower.
-    pub async fn take_from(self: &Arc<Self>, want: u64, min: u64) -> Result<Runs, SegmentRefusal> {
+    pub(crate) async fn take_from(
+        self: &Arc<Self>,
+        want: u64,
+        min: u64,
+    ) -> Result<Runs, SegmentRefusal> {
         // Before anything is dropped or `above` is raised: a refused request changes nothing.
         if min > RAISE_LIMIT && min > self.lock().top {
             check_raise(self.store.as_ref(), &self.backoff, min).await?;
@@ -236,12 +240,13 @@ impl Segment {
     }
 
     /// Takes one value (the `/id` path): no allocation when it is buffered.
-    pub async fn take_one(self: &Arc<Self>) -> Result<u64, SegmentRefusal> {
+    #[cfg(test)]
+    pub(crate) async fn take_one(self: &Arc<Self>) -> Result<u64, SegmentRefusal> {
         self.take_one_from(0).await
     }
 
-    /// [`take_one`](Self::take_one), at least `min` (see [`take_from`](Self::take_from)).
-    pub async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
+    /// Takes one value (the `/id` path; no allocation when it is buffered), at least `min` (see [`take_from`](Self::take_from)).
+    pub(crate) async fn take_one_from(self: &Arc<Self>, min: u64) -> Result<u64, SegmentRefusal> {
         let (value, fetch) = {
             let mut s = self.lock();
             let value = if !s.stopped && s.cursor >= min && s.cursor < s.end && s.end - s.cursor > 1
@@ -272,7 +277,7 @@ impl Segment {
         }
     }
 
-    /// The slow path of [`take`](Self::take): `taken` values are in `runs`, the rest must
+    /// The slow path of `take`: `taken` values are in `runs`, the rest must
     /// wait for claims.
     async fn take_waiting(
         self: &Arc<Self>,
@@ -324,7 +329,7 @@ impl Segment {
     }
 
     /// Stops handing out values for good (waiting requests are refused).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.lock().stopped = true;
         self.refilled.send_modify(|n| *n += 1);
     }
@@ -351,7 +356,7 @@ impl Segment {
     /// the first value not issued, if nobody claimed after this sidecar (a CAS write), so a
     /// clean restart leaves no gap. Best effort: returns the unused values and whether they
     /// were given back.
-    pub async fn give_back(&self) -> Option<(Block, bool)> {
+    pub(crate) async fn give_back(&self) -> Option<(Block, bool)> {
         // A claim still in flight would land above: wait for it (bounded). Every claim
         // that ends clears `fetching` and then bumps `refilled`; subscribe before looking,
         // so an end between the look and the wait is seen.

@@ -8,7 +8,7 @@ use crate::metrics::SegmentMetrics;
 /// The size of the next block from how fast the last one was used: about one claim per
 /// `target`, within `[min, max]`, and at most 4 times larger or smaller than `current`
 /// per step (one burst does not claim a huge block that is then abandoned).
-pub fn next_block_size(
+pub(crate) fn next_block_size(
     current: u64,
     used: u64,
     took: Duration,

@@ -2,7 +2,7 @@
 
 use super::super::claim::StoreError;
 use super::super::claim::fake::FakeStore;
-use super::sizing::prefetch_threshold;
+use super::sizing::{next_block_size, prefetch_threshold};
 use super::*;
 use kubeflake_crds::segment_counter::Counter;
 use std::sync::atomic::Ordering;

@@ -8,6 +8,7 @@
 //! |--------------------|------------------------------------------------------------|
 //! | `GET /id`          | one ID, decimal text; `{"id":"..."}` for `Accept: application/json` |
 //! | `GET /ids?count=N` | N IDs, one per line; `{"ids":["...",...]}` as JSON          |
+//! | `GET /range?count=N` | segment mode: up to N consecutive values of one block, `{"first":"F","count":n}`; 409 `not_segment` otherwise |
 //! | `GET /decode/<id>` | the fields of an ID (decimal) as JSON; `/decode/base32/<id>`, `/decode/base62/<id>` read the compact forms |
 //! | `GET /healthz`     | 200 while the process runs                                  |
 //! | `GET /readyz`      | 200 when an ID can be issued now, else 503 with the reason and the serving phase |

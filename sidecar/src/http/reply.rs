@@ -31,6 +31,12 @@ pub(crate) enum HttpError {
     },
     #[error("{0}")]
     Segment(#[from] SegmentRefusal),
+    /// `/range` asked of a sidecar that hands out no plain segment blocks (Snowflake IDs
+    /// are not consecutive; a strict sequence's values come one counter write at a time).
+    #[error(
+        "/range serves only a segment sequence that is not strict, and this sidecar serves {0}; ask /ids?count=N instead"
+    )]
+    NotSegment(&'static str),
 }
 
 pub(crate) fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
@@ -73,6 +79,10 @@ impl HttpError {
             HttpError::Segment(refusal @ SegmentRefusal::AfterAboveCounter { .. }) => json_reply(
                 StatusCode::CONFLICT,
                 json!({ "error": message, "reason": refusal.reason() }),
+            ),
+            HttpError::NotSegment(_) => json_reply(
+                StatusCode::CONFLICT,
+                json!({ "error": message, "reason": "not_segment" }),
             ),
             HttpError::Refused(refusal @ Refusal::AfterAheadOfClock { .. }) => {
                 let mut reply = json_reply(
@@ -133,6 +143,20 @@ pub(crate) fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
         out.push(b'\n');
         body(StatusCode::OK, "text/plain", out)
     }
+}
+
+/// The reply to `/range`: `{"first":"<decimal>","count":n}`, the values `first` to
+/// `first + count - 1` (docs/openapi.yaml, `Range`). `first` is a string like every value
+/// in JSON; `count` is at most `--max-batch`, a plain number.
+pub fn range_reply(first: u64, count: u64) -> Reply {
+    let mut buf = itoa::Buffer::new();
+    let mut out = Vec::with_capacity(48);
+    out.extend_from_slice(b"{\"first\":\"");
+    out.extend_from_slice(buf.format(first).as_bytes());
+    out.extend_from_slice(b"\",\"count\":");
+    out.extend_from_slice(buf.format(count).as_bytes());
+    out.push(b'}');
+    body(StatusCode::OK, "application/json", out)
 }
 
 /// The reply to `/ids`: `count` values in `form`, one per line, or `{"ids":["...",...]}`.

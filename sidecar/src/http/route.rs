@@ -16,6 +16,8 @@ pub(crate) enum Route<'a> {
     Id,
     /// `GET /ids?count=N`
     Ids,
+    /// `GET /range?count=N`: segment mode's consecutive values as `first` and `count`.
+    Range,
     /// `GET /decode/<id>` (decimal), `/decode/base32/<id>` or `/decode/base62/<id>`: the
     /// form, and the text after its prefix (possibly empty). The form is in the path, not
     /// in a query, so that the OpenAPI document can say exactly which texts each accepts.
@@ -32,9 +34,10 @@ pub(crate) enum Route<'a> {
 
 impl Route<'static> {
     /// Every route, in the order the 404 text lists them (`Decode` with a placeholder).
-    pub(crate) const ALL: [Route<'static>; 9] = [
+    pub(crate) const ALL: [Route<'static>; 10] = [
         Route::Id,
         Route::Ids,
+        Route::Range,
         Route::Decode(TextForm::Decimal, "<id>"),
         Route::Decode(TextForm::Base32, "<id>"),
         Route::Decode(TextForm::Base62, "<id>"),
@@ -71,6 +74,7 @@ impl<'a> Route<'a> {
         match self {
             Route::Id => "/id",
             Route::Ids => "/ids",
+            Route::Range => "/range",
             Route::Decode(TextForm::Decimal, _) => "/decode/<id>",
             Route::Decode(TextForm::Base32, _) => "/decode/base32/<id>",
             Route::Decode(TextForm::Base62, _) => "/decode/base62/<id>",
@@ -85,6 +89,7 @@ impl<'a> Route<'a> {
     fn usage(&self) -> &'static str {
         match self {
             Route::Ids => "/ids?count=N",
+            Route::Range => "/range?count=N",
             other => other.path(),
         }
     }
@@ -105,6 +110,7 @@ impl<'a> Route<'a> {
         match self {
             Route::Id => "id",
             Route::Ids => "ids",
+            Route::Range => "range",
             Route::Decode(..) => "decode",
             Route::Healthz => "healthz",
             Route::Readyz => "readyz",
@@ -118,7 +124,7 @@ impl<'a> Route<'a> {
     pub(crate) fn on_probe_port(&self) -> bool {
         match self {
             Route::Healthz | Route::Readyz | Route::Metrics => true,
-            Route::Id | Route::Ids | Route::Decode(..) | Route::OpenApi => false,
+            Route::Id | Route::Ids | Route::Range | Route::Decode(..) | Route::OpenApi => false,
         }
     }
 }
@@ -176,8 +182,8 @@ mod tests {
     fn the_route_lists_read_as_before() {
         assert_eq!(
             all_routes_text(),
-            "/id, /ids?count=N, /decode/<id>, /decode/base32/<id>, /decode/base62/<id>, /healthz, \
-             /readyz, /metrics or /openapi.yaml"
+            "/id, /ids?count=N, /range?count=N, /decode/<id>, /decode/base32/<id>, \
+             /decode/base62/<id>, /healthz, /readyz, /metrics or /openapi.yaml"
         );
         assert_eq!(probe_routes_text(), "/healthz, /readyz and /metrics");
     }

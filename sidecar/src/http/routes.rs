@@ -4,7 +4,8 @@
 //!
 //! One piece (over 400 lines): every route reads the same serving state and shares the
 //! query parsing (`count`, `after`, `format`) and the reply building; splitting them would
-//! spread one route over several files.
+//! spread one route over several files. Apart: `/decode` ([`decode`]), `/range`
+//! ([`range`]) and the held answers ([`held`]).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -13,8 +14,7 @@ use std::time::Instant;
 
 use hyper::header::ACCEPT;
 use hyper::{Method, Request, StatusCode};
-use kubeflake_crds::timebase::rfc3339;
-use kubeflake_crds::{Id, TextForm};
+use kubeflake_crds::TextForm;
 use prometheus::{Histogram, IntCounter};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -28,6 +28,7 @@ use super::reply::{
 use super::route::Route;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
+use crate::segment::buffer::Segment;
 use crate::source::Source;
 use crate::state::{Serving, ServingReader};
 
@@ -93,31 +94,6 @@ fn largest_id(state: &Serving) -> u64 {
     }
 }
 
-/// `/decode` takes no query: its text form is in the path (`/decode/base32/<id>`), so that
-/// the OpenAPI document can say exactly which texts each path accepts. A `format=` (as
-/// `/id` takes) is answered with the path to use instead.
-fn decode_query(query: Option<&str>, form: TextForm) -> Result<(), HttpError> {
-    let asked = query
-        .unwrap_or("")
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("format="));
-    if let Some(asked) = asked {
-        let path = match parse_format(Some(asked))? {
-            TextForm::Decimal => "/decode/<id>".to_string(),
-            other => format!("/decode/{}/<id>", other.name()),
-        };
-        return Err(HttpError::BadRequest(format!(
-            "/decode takes no format= parameter: the text form is part of the path; ask \
-             {path} (this request was read as /decode{}/<id>)",
-            match form {
-                TextForm::Decimal => String::new(),
-                other => format!("/{}", other.name()),
-            }
-        )));
-    }
-    query_params(query, &[]).map(|_| ())
-}
-
 /// What `/id` and `/ids` were asked for: how many values, the raw `after` value, and the
 /// text form of the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,25 +113,28 @@ fn parse_wanted(query: Option<&str>, many: bool, max: u64) -> Result<Wanted, Htt
     let params = query_params(query, allowed)?;
     let raw = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let count = if many {
-        let Some(raw) = raw("count") else {
-            return Err(HttpError::BadRequest(format!(
-                "missing query parameter count: use /ids?count=N with 1 <= N <= {max}"
-            )));
-        };
-        match raw.parse::<u64>() {
-            Ok(n) if (1..=max).contains(&n) => n,
-            _ => {
-                return Err(HttpError::BadRequest(format!(
-                    "count must be a whole number from 1 to {max}, got {raw:?}"
-                )));
-            }
-        }
+        parse_count(raw("count"), max, "/ids?count=N")?
     } else {
         1
     };
     let after = raw("after").map(parse_after).transpose()?;
     let form = parse_format(raw("format"))?;
     Ok(Wanted { count, after, form })
+}
+
+/// `count` of `/ids` and `/range` (`usage` names the route): 1 to `max`.
+fn parse_count(raw: Option<&str>, max: u64, usage: &str) -> Result<u64, HttpError> {
+    let Some(raw) = raw else {
+        return Err(HttpError::BadRequest(format!(
+            "missing query parameter count: use {usage} with 1 <= N <= {max}"
+        )));
+    };
+    match raw.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(HttpError::BadRequest(format!(
+            "count must be a whole number from 1 to {max}, got {raw:?}"
+        ))),
+    }
 }
 
 /// `format`: how IDs are written in the answer (`/id`, `/ids`) or read from the path
@@ -185,12 +164,6 @@ fn decimal_digits(raw: &str) -> Option<u64> {
         .all(|b| b.is_ascii_digit())
         .then(|| raw.parse::<u64>().ok())
         .flatten()
-}
-
-/// A base32 or base62 ID or value in `/decode`: the text form's own message on a 400.
-fn parse_compact(raw: &str, form: TextForm) -> Result<u64, HttpError> {
-    form.parse(raw)
-        .map_err(|e| HttpError::BadRequest(e.to_string()))
 }
 
 /// The smallest segment value an `after` allows (docs/safety.md rule 12): values are below
@@ -251,6 +224,8 @@ enum Planned {
     },
     /// `/id` or `/ids` refused for a reason that clears by itself ([`held::ID_HOLD`]).
     SnowflakeHeld(HeldIds),
+    /// `/range`: consecutive values from one block ([`range`]).
+    Range(Arc<Segment>, u64),
 }
 
 impl Api {
@@ -353,65 +328,6 @@ impl Api {
         ))
     }
 
-    fn segment_decode(raw: &str, form: TextForm) -> Result<Reply, HttpError> {
-        let value = match form {
-            TextForm::Decimal => decimal_digits(raw)
-                .filter(|v| *v < kubeflake_crds::segment_counter::LIMIT)
-                .ok_or_else(|| {
-                    HttpError::BadRequest(format!(
-                        "{raw:?} is not a segment value: expected a decimal number from 0 to \
-                         2^63-1"
-                    ))
-                })?,
-            compact => parse_compact(raw, compact)?,
-        };
-        Ok(json_reply(
-            StatusCode::OK,
-            json!({
-                "id": value.to_string(),
-                "mode": "Segment",
-                "fields": null,
-                "note": "segment values are plain counter values: they carry no time, datacenter, worker or sequence fields",
-            }),
-        ))
-    }
-
-    fn decode(generator: &Generator, raw: &str, form: TextForm) -> Result<Reply, HttpError> {
-        let config = generator.config();
-        let parsed = match form {
-            TextForm::Decimal => decimal_digits(raw).ok_or_else(|| {
-                HttpError::BadRequest(format!("{raw:?} is not an ID: expected a decimal number"))
-            })?,
-            compact => parse_compact(raw, compact)?,
-        };
-        let id = Id::new(parsed).map_err(|e| HttpError::BadRequest(e.to_string()))?;
-        let layout = &config.layout;
-        let parts = layout
-            .decode(id)
-            .map_err(|e| HttpError::BadRequest(e.to_string()))?;
-        let mut fields = json!({
-            "id": parsed.to_string(),
-            "time": rfc3339(config.timebase.start_of(parts.tick)),
-            "tick": parts.tick.0,
-            "datacenter": parts.datacenter.0,
-            "worker": parts.slot.0,
-            "sequence": parts.sequence,
-        });
-        // Key forms (docs/layouts.md): the shard, and the time-ordered key the ID stores.
-        if !layout.is_time_ordered() {
-            fields["key"] = json!(
-                layout
-                    .time_ordered_value(id)
-                    .map_err(|e| HttpError::BadRequest(e.to_string()))?
-                    .to_string()
-            );
-        }
-        if let Some(shard) = layout.shard(id) {
-            fields["shard"] = json!(shard);
-        }
-        Ok(json_reply(StatusCode::OK, fields))
-    }
-
     /// 200 when a value can be issued now; else 503 with the reason. Both name the phase,
     /// and while waiting, what for.
     fn readyz(state: &Serving) -> Reply {
@@ -503,10 +419,11 @@ impl Api {
                     other => Err(not_ready(other)),
                 })
             }
-            Route::Decode(form, raw) => decode_query(query, form).and_then(|()| {
+            Route::Range => range::planned(query, self.max_batch, state),
+            Route::Decode(form, raw) => decode::decode_query(query, form).and_then(|()| {
                 match state {
-                    Serving::Segment(_) => Api::segment_decode(raw, form),
-                    Serving::Snowflake(g) => Api::decode(g, raw, form),
+                    Serving::Segment(_) => decode::segment_decode(raw, form),
+                    Serving::Snowflake(g) => decode::decode(g, raw, form),
                     other => Err(not_ready(other)),
                 }
                 .map(Planned::Reply)
@@ -564,6 +481,7 @@ impl Api {
                 }
                 Ok(Planned::ReadyzWait { until }) => Ok(self.readyz_when_ready(until).await),
                 Ok(Planned::SnowflakeHeld(held)) => self.snowflake_ids_held(held).await,
+                Ok(Planned::Range(segment, count)) => self.range(&segment, count).await,
                 Err(e) => Err(e),
             };
             let reply = result.unwrap_or_else(|e| e.into_reply(&self.metrics));
@@ -587,6 +505,10 @@ impl Api {
     }
 }
 
+mod decode;
 mod held;
+mod range;
+#[cfg(test)]
+mod range_tests;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use http_body_util::BodyExt;
 use kubeflake_crds::contract::READYZ_MAX_WAIT_MS;
 use std::time::Duration;
 
-async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
+pub(super) async fn get(api: &Api, path: &str) -> (u16, serde_json::Value) {
     let req = Request::get(path).body(()).unwrap();
     let reply = api.handle(&req).await;
     let status = reply.status().as_u16();
@@ -52,7 +52,7 @@ async fn readyz_names_the_phase_and_what_it_waits_for() {
 }
 
 /// A generator that can issue now (its fence far ahead), on a fixed clock.
-fn ready_generator() -> Arc<Generator> {
+pub(super) fn ready_generator() -> Arc<Generator> {
     ready_generator_with_fence(Some(kubeflake_crds::Tick(u64::MAX >> 2)))
 }
 
@@ -88,7 +88,7 @@ fn generator_at_its_fence() -> Arc<Generator> {
     g
 }
 
-fn snowflake_api(generator: Arc<Generator>) -> Arc<Api> {
+pub(super) fn snowflake_api(generator: Arc<Generator>) -> Arc<Api> {
     let metrics = Arc::new(Metrics::new());
     let cell = ServingCell::new(Serving::Snowflake(generator), &metrics);
     Arc::new(Api::new(cell.reader(), metrics, 10))

@@ -18,12 +18,16 @@
 //!   (`Segment::take_buffered`, the one `impl Segment` step that only reads the state);
 //! - `fetch`: the background claim of the next block (`Segment::spawn_fetch`, the one
 //!   step that writes to the API server);
-//! - `sizing`: adaptive block sizes and the prefetch threshold.
+//! - `sizing`: adaptive block sizes and the prefetch threshold;
+//! - `range`: consecutive values from one block (`Segment::take_range`, for `/range`).
 //!
-//! So `impl Segment` is in three files on purpose, one step each where its invariant is
+//! So `impl Segment` is in four files on purpose, one step each where its invariant is
 //! checked; every other step (take, wait, stop, give back) is below in this file.
 
 mod fetch;
+mod range;
+#[cfg(test)]
+mod range_tests;
 mod sizing;
 mod state;
 #[cfg(test)]
@@ -229,7 +233,7 @@ impl Segment {
         }
         let mut runs = Runs::with_capacity(2);
         // Fast path: from the buffer, without subscribing to refills or reading the clock.
-        let (taken, fetch) = self.take_buffered(want, min, &mut runs);
+        let (taken, fetch) = self.take_buffered(want, min, usize::MAX, &mut runs);
         if fetch {
             self.clone().spawn_fetch();
         }
@@ -290,7 +294,7 @@ impl Segment {
         loop {
             // Subscribe before looking, so a refill between the look and the wait is seen.
             let mut refills = self.refilled.subscribe();
-            let (n, fetch) = self.take_buffered(want - taken, min, &mut runs);
+            let (n, fetch) = self.take_buffered(want - taken, min, usize::MAX, &mut runs);
             taken += n;
             if fetch {
                 self.clone().spawn_fetch();

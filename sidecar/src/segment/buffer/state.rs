@@ -95,11 +95,17 @@ impl State {
 }
 
 impl Segment {
-    /// Takes up to `want` buffered values without waiting; returns them and whether a
-    /// claim must be started.
+    /// Takes up to `want` buffered values, in at most `max_runs` runs (one block each),
+    /// without waiting; returns them and whether a claim must be started.
     /// Values below `min` are dropped first (`after`, docs/safety.md rule 12): the blocks
     /// are in increasing order, so everything taken after that is at least `min`.
-    pub(super) fn take_buffered(&self, want: u64, min: u64, out: &mut Runs) -> (u64, bool) {
+    pub(super) fn take_buffered(
+        &self,
+        want: u64,
+        min: u64,
+        max_runs: usize,
+        out: &mut Runs,
+    ) -> (u64, bool) {
         let mut s = self.lock();
         if min > s.cursor || s.spare.is_some_and(|b| b.start < min) {
             let dropped = s.drop_below(min);
@@ -108,7 +114,8 @@ impl Segment {
             }
         }
         let mut taken = 0;
-        while taken < want && !s.stopped {
+        let mut runs = 0;
+        while taken < want && runs < max_runs && !s.stopped {
             if s.cursor == s.end {
                 let Some(spare) = s.spare.take() else { break };
                 s.cursor = spare.start;
@@ -124,6 +131,7 @@ impl Segment {
             });
             s.cursor += n;
             taken += n;
+            runs += 1;
             if s.cursor == s.end && s.current_len > 0 {
                 // The current block is used up: learn from how long it lasted.
                 let took = s.current_since.elapsed();

@@ -17,9 +17,28 @@ import (
 	"time"
 )
 
+// batch is IDs from one refill: a list from /ids, or, in segment mode, the range
+// [first, first+n) from /range (clients/SPEC.md, "Ranges in segment mode"), whose values
+// are computed, never stored.
 type batch struct {
 	fetchedAt time.Time // when the request that got it was sent
 	ids       []int64
+	first     int64
+	n         int
+}
+
+func (b *batch) len() int {
+	if b.ids != nil {
+		return len(b.ids)
+	}
+	return b.n
+}
+
+func (b *batch) at(i int) int64 {
+	if b.ids != nil {
+		return b.ids[i]
+	}
+	return b.first + int64(i)
 }
 
 // Client hands out IDs; safe for concurrent use. Close it when done.
@@ -29,8 +48,7 @@ type Client struct {
 	http     *transport
 
 	mu          sync.Mutex
-	head        []int64
-	headAt      time.Time
+	head        batch
 	pos         int
 	queue       []batch
 	depth       int
@@ -41,6 +59,7 @@ type Client struct {
 	lastRefill  time.Time
 	filled      chan struct{} // closed and replaced after every refill attempt
 	mode        string
+	noRanges    bool                   // the sidecar answered 404 to /range (0.1.0): refills ask /ids
 	knownMode   atomic.Pointer[string] // mode once read: NextID takes no lock for it
 	layout      *Layout
 	layoutRead  bool
@@ -120,20 +139,20 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 	}()
 	for {
 		c.mu.Lock()
-		for c.pos < len(c.head) || len(c.queue) > 0 {
-			if c.pos == len(c.head) {
-				c.head, c.headAt, c.pos = c.queue[0].ids, c.queue[0].fetchedAt, 0
+		for c.pos < c.head.len() || len(c.queue) > 0 {
+			if c.pos == c.head.len() {
+				c.head, c.pos = c.queue[0], 0
 				c.queue[0] = batch{}
 				c.queue = c.queue[1:]
 			}
-			if c.mode == "snowflake" && c.settings.MaxAge > 0 && time.Since(c.headAt) > c.settings.MaxAge {
-				dropped := len(c.head) - c.pos
+			if c.mode == "snowflake" && c.settings.MaxAge > 0 && time.Since(c.head.fetchedAt) > c.settings.MaxAge {
+				dropped := c.head.len() - c.pos
 				c.stats.Expired += uint64(dropped)
 				c.depth -= dropped
-				c.head, c.pos = nil, 0
+				c.head, c.pos = batch{}, 0
 				continue
 			}
-			id := c.head[c.pos]
+			id := c.head.at(c.pos)
 			c.pos++
 			c.depth--
 			c.stats.IDs++
@@ -217,12 +236,24 @@ func (c *Client) refill() {
 			}
 			c.mu.Lock()
 			size := min(c.batchSize, c.maxBatch)
+			askRange := c.mode == "segment" && !c.noRanges
 			c.mu.Unlock()
 			sent := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), c.settings.RequestTimeout)
-			ids, err := c.http.ids(ctx, size, "")
+			got := batch{fetchedAt: sent}
+			var err error
+			if askRange {
+				got.first, got.n, err = c.http.rangeOf(ctx, size)
+			} else {
+				got.ids, err = c.http.ids(ctx, size, "")
+			}
 			cancel()
 			c.mu.Lock()
+			if err == errNoRange {
+				c.noRanges = true // a 0.1.0 sidecar: /ids from now on
+				c.mu.Unlock()
+				continue
+			}
 			if err != nil {
 				e, _ := asError(err)
 				if e.Kind == KindBadRequest && size > 1 {
@@ -254,8 +285,8 @@ func (c *Client) refill() {
 			}
 			done := time.Now()
 			delay = 0
-			c.queue = append(c.queue, batch{fetchedAt: sent, ids: ids})
-			c.depth += len(ids)
+			c.queue = append(c.queue, got)
+			c.depth += got.len()
 			c.stats.Refills++
 			c.stats.RefillTime += done.Sub(sent)
 			c.batchSize = nextBatchSize(c.batchSize, done.Sub(c.lastRefill), !c.lastRefill.IsZero(), c.settings, c.maxBatch)

@@ -159,6 +159,43 @@ func parseDecimal(s []byte) (int64, bool) {
 	return int64(v), true
 }
 
+// errNoRange is rangeOf's answer from a sidecar without /range (0.1.0, a 404).
+var errNoRange = &Error{Kind: KindProtocol, Message: "the sidecar has no /range (0.1.0); ask /ids"}
+
+// rangeOf asks /range?count=N (segment mode) and returns the first value and how many
+// follow it (1 to count, consecutive); errNoRange on a 404.
+func (t *transport) rangeOf(ctx context.Context, count int) (int64, int, error) {
+	path := "/range?count=" + strconv.Itoa(count)
+	body, status, err := t.get(ctx, path)
+	if status == http.StatusNotFound {
+		return 0, 0, errNoRange
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseRange(body, count, path)
+}
+
+// parseRange reads {"first":"F","count":n}: F decimal below 2^63, 1 <= n <= count, and
+// F+n-1 below 2^63.
+func parseRange(body []byte, count int, path string) (int64, int, error) {
+	var doc struct {
+		First *string `json:"first"`
+		Count *int64  `json:"count"`
+	}
+	bad := &Error{Kind: KindProtocol, Message: fmt.Sprintf(
+		"%s: the answer is not {\"first\":\"F\",\"count\":n} with F below 2^63 and n from 1 to %d: %.200s", path, count, body)}
+	if json.Unmarshal(body, &doc) != nil || doc.First == nil || doc.Count == nil {
+		return 0, 0, bad
+	}
+	first, ok := parseDecimal([]byte(*doc.First))
+	n := *doc.Count
+	if !ok || n < 1 || n > int64(count) || first > math.MaxInt64-(n-1) {
+		return 0, 0, bad
+	}
+	return first, int(n), nil
+}
+
 // mode reads /readyz: "snowflake", "segment" or "strict"; a slot_lost error while the
 // sidecar cannot tell (it waits for a slot, or a segment sidecar is not ready).
 func (t *transport) mode(ctx context.Context) (string, error) {

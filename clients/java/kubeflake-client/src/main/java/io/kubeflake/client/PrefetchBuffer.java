@@ -4,6 +4,7 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.EnumMap;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -14,6 +15,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * dropped, a caller waiting at most maxWait. Everything is guarded by one lock, which also
  * guards the client's other counters (requests that bypass the buffer, errors by kind) so
  * that {@link #stats()} is one consistent snapshot, and whether the client is closed.
+ *
+ * <p>Segment mode holds ranges from {@code /range} instead (clients/SPEC.md, "Ranges in
+ * segment mode"): {@link #take(boolean)} takes the current range's next value with one atomic
+ * increment, without the lock, and takes the lock only to move to the next range, to wait,
+ * or once per range to ask for a refill at the low-water mark.
  */
 final class PrefetchBuffer {
     private static final long[] EMPTY = new long[0];
@@ -52,6 +58,41 @@ final class PrefetchBuffer {
     private long direct;
     private final EnumMap<Kind, Long> errors = new EnumMap<>(Kind.class);
 
+    /** Segment mode: the range values are taken from, read and advanced without the lock. */
+    private volatile Range current = Range.usedUp();
+    // Guarded by lock: the ranges after it, in the order they arrived, and their values.
+    private final ArrayDeque<Range> ranges = new ArrayDeque<>();
+    private long queued;
+    /** Set by the first segment take: refills ask for ranges. */
+    private boolean segment;
+    /** The sidecar answered 404 to /range (0.1.0): refills ask /ids, whose runs become ranges. */
+    private boolean noRanges;
+
+    /**
+     * Consecutive values {@code [first, end)}; {@code next} hands them out, and runs past
+     * {@code end} once they are used up. Taking {@code askAt} asks for a refill.
+     */
+    private static final class Range {
+        final long first;
+        final long end;
+        final AtomicLong next;
+        long askAt = -1;
+
+        Range(long first, long end) {
+            this.first = first;
+            this.end = end;
+            this.next = new AtomicLong(first);
+        }
+
+        static Range usedUp() {
+            return new Range(0, 0);
+        }
+
+        long left() {
+            return Math.max(0, end - next.get());
+        }
+    }
+
     private static final class Batch {
         final long sentAt;
         final long[] ids;
@@ -82,11 +123,36 @@ final class PrefetchBuffer {
      * @throws IllegalStateException when the client is closed
      */
     long take(boolean snowflake) {
+        if (!snowflake) {
+            Range r = current;
+            long v = r.next.getAndIncrement();
+            if (v < r.end) {
+                if (v == r.askAt) {
+                    lock.lock();
+                    try {
+                        askRefill();
+                    } finally {
+                        lock.unlock();
+                    }
+                }
+                return v;
+            }
+        }
         long started = 0;
         boolean waited = false;
         lock.lock();
         try {
             while (true) {
+                if (!snowflake) {
+                    segment = true;
+                    long v = nextOfRanges();
+                    if (v >= 0) {
+                        if (waited) {
+                            waitNanos += System.nanoTime() - started;
+                        }
+                        return v;
+                    }
+                }
                 while (pos < head.length || !queue.isEmpty()) {
                     if (pos == head.length) {
                         Batch b = queue.poll();
@@ -148,6 +214,50 @@ final class PrefetchBuffer {
         }
     }
 
+    /**
+     * The current range's next value, moving to the next range when it is used up; -1 when
+     * no range holds a value. Lock is held: only here does {@code current} change.
+     */
+    private long nextOfRanges() {
+        while (true) {
+            Range r = current;
+            long v = r.next.getAndIncrement();
+            if (v < r.end) {
+                if (v == r.askAt) {
+                    askRefill();
+                }
+                return v;
+            }
+            Range n = ranges.poll();
+            if (n == null) {
+                return -1;
+            }
+            ids += r.end - r.first;
+            queued -= n.end - n.first;
+            // Ask once the values left (here and queued) are down to the low-water mark.
+            long slack = batch.lowWater() - queued;
+            n.askAt = slack < 0 ? -1 : Math.max(n.first, n.end - 1 - slack);
+            current = n;
+        }
+    }
+
+    /** Values buffered now; lock is held. */
+    private long depthLocked() {
+        return segment ? current.left() + queued : depth;
+    }
+
+    /**
+     * Appends {@code first} to {@code last} (inclusive) to the ranges; lock is held. The
+     * sequence's very last value, 2^63-1, is left out (a gap): {@code end} must fit a long.
+     */
+    private void addRange(long first, long last) {
+        long end = last == Long.MAX_VALUE ? last : last + 1;
+        if (end > first) {
+            ranges.add(new Range(first, end));
+            queued += end - first;
+        }
+    }
+
     /** Wakes the refiller, starting it on first use; lock is held. */
     private void askRefill() {
         if (refiller == null) {
@@ -179,10 +289,16 @@ final class PrefetchBuffer {
                     int size = batch.request();
                     long sent = System.nanoTime();
                     long[] got = null;
+                    long[] range = null;
+                    boolean askRange = segment && !noRanges;
                     KubeflakeException error = null;
                     lock.unlock();
                     try {
-                        got = sidecar.fetch("/ids?count=" + size);
+                        if (askRange) {
+                            range = sidecar.fetchRange(size);
+                        } else {
+                            got = sidecar.fetch("/ids?count=" + size);
+                        }
                     } catch (KubeflakeException e) {
                         error = e;
                     } finally {
@@ -212,16 +328,26 @@ final class PrefetchBuffer {
                         }
                         continue;
                     }
+                    if (askRange && range == null) {
+                        noRanges = true; // a 0.1.0 sidecar: /ids from now on
+                        continue;
+                    }
                     long done = System.nanoTime();
                     delay = 0;
-                    queue.add(new Batch(sent, got));
-                    depth += got.length;
+                    if (range != null) {
+                        addRange(range[0], range[0] + (range[1] - 1));
+                    } else if (segment) {
+                        addRuns(got);
+                    } else {
+                        queue.add(new Batch(sent, got));
+                        depth += got.length;
+                    }
                     refills++;
                     refillNanos += done - sent;
                     batch.refilled(done);
                     refillError = null;
                     filled.signalAll();
-                    if (depth > batch.lowWater()) {
+                    if (depthLocked() > batch.lowWater()) {
                         break;
                     }
                 }
@@ -230,6 +356,17 @@ final class PrefetchBuffer {
             Thread.currentThread().interrupt();
         } finally {
             lock.unlock();
+        }
+    }
+
+    /** Appends the runs of consecutive values of {@code values} (increasing) as ranges; lock is held. */
+    private void addRuns(long[] values) {
+        int start = 0;
+        for (int i = 1; i <= values.length; i++) {
+            if (i == values.length || values[i] != values[i - 1] + 1) {
+                addRange(values[start], values[i - 1]);
+                start = i;
+            }
         }
     }
 
@@ -268,7 +405,10 @@ final class PrefetchBuffer {
     ClientStats stats() {
         lock.lock();
         try {
-            return new ClientStats(ids, depth, batch.size(), refills, Duration.ofNanos(refillNanos), refillErrors,
+            Range r = current;
+            long taken = segment ? Math.min(r.next.get(), r.end) - r.first : 0;
+            int buffered = (int) Math.min(Integer.MAX_VALUE, depthLocked());
+            return new ClientStats(ids + taken, buffered, batch.size(), refills, Duration.ofNanos(refillNanos), refillErrors,
                     waits, Duration.ofNanos(waitNanos), expired, direct, Map.copyOf(errors));
         } finally {
             lock.unlock();
@@ -291,6 +431,11 @@ final class PrefetchBuffer {
             pos = 0;
             queue.clear();
             depth = 0;
+            Range r = current;
+            ids += Math.min(r.next.get(), r.end) - r.first;
+            current = Range.usedUp();
+            ranges.clear();
+            queued = 0;
             t = refiller;
             wanted.signalAll();
             stopping.signalAll();

@@ -91,6 +91,44 @@ final class SidecarApi {
         return parseIds(r.body, path);
     }
 
+    /**
+     * GET {@code /range?count=N} (segment mode): {@code {first, n}} for the values first to
+     * first+n-1, n between 1 and count; null when the sidecar answers 404 (a 0.1.0 sidecar,
+     * which has no {@code /range}: ask {@code /ids} instead).
+     */
+    long[] fetchRange(int count) {
+        String path = "/range?count=" + count;
+        Transport.Response r = transport.get(path, requestTimeout);
+        if (r.status == 404) {
+            return null;
+        }
+        if (r.status != 200) {
+            throw errorOf(r, path);
+        }
+        return parseRange(r.text(), count, path);
+    }
+
+    static long[] parseRange(String text, int count, String path) {
+        String shape = path + ": the answer is not {\"first\":\"F\",\"count\":n} with F below 2^63 and n from 1 to "
+                + count + ": " + text.strip();
+        Map<String, Object> doc = Json.object(text);
+        Object first = doc.get("first");
+        Object n = doc.get("count");
+        if (!(first instanceof String) || !(n instanceof java.math.BigDecimal)) {
+            throw new ProtocolException(shape, null);
+        }
+        try {
+            long f = Long.parseLong((String) first);
+            long c = ((java.math.BigDecimal) n).longValueExact();
+            if (f < 0 || c < 1 || c > count || f > Long.MAX_VALUE - (c - 1) || !((String) first).matches("[0-9]+")) {
+                throw new ProtocolException(shape, null);
+            }
+            return new long[] {f, c};
+        } catch (NumberFormatException | ArithmeticException e) {
+            throw new ProtocolException(shape, e);
+        }
+    }
+
     static long[] parseIds(byte[] body, String path) {
         int lines = 1;
         for (byte b : body) {

@@ -70,6 +70,18 @@ async fn ids(api: &Api, count: u64) -> Vec<u64> {
         .collect()
 }
 
+/// Until `/readyz` is 200: a block is buffered (a range asked of a dry buffer is one value,
+/// the first of the block it waited for).
+async fn ready(api: &Api) {
+    for _ in 0..250 {
+        if get(api, "/readyz").await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no block buffered within 5 s");
+}
+
 fn block_of(value: u64) -> u64 {
     (value - 1) / BLOCK
 }
@@ -77,6 +89,7 @@ fn block_of(value: u64) -> u64 {
 #[tokio::test]
 async fn a_range_is_consecutive_values_of_one_block_starting_after_everything_handed_out() {
     let (api, metrics) = segment_api(1000);
+    ready(&api).await;
     assert_eq!(range(&api, 30).await, (1, 31), "the first 30 values");
     assert_eq!(ids(&api, 5).await, vec![31, 32, 33, 34, 35]);
     assert_eq!(
@@ -84,6 +97,7 @@ async fn a_range_is_consecutive_values_of_one_block_starting_after_everything_ha
         (36, 101),
         "up to the end of the block, never across it"
     );
+    ready(&api).await;
     let (first, end) = range(&api, 10).await;
     assert_eq!((first, end), (101, 111), "the next block, from its start");
     assert_eq!(

@@ -24,15 +24,36 @@ fn fixed_blocks(block: u64) -> Arc<Segment> {
 #[tokio::test]
 async fn a_range_stops_at_the_end_of_its_block_and_the_next_starts_the_next_block() {
     let seg = fixed_blocks(10);
+    ready(&seg).await;
     assert_eq!(seg.take_range(4).await.unwrap(), Block { start: 1, end: 5 });
     assert_eq!(
         seg.take_range(100).await.unwrap(),
         Block { start: 5, end: 11 },
         "what is left of the block, not across it"
     );
+    ready(&seg).await;
     let next = seg.take_range(3).await.unwrap();
     assert_eq!(next, Block { start: 11, end: 14 });
     assert_eq!(values_of(&seg.take(2).await.unwrap()), vec![14, 15]);
+}
+
+/// Until a block is buffered: a range asked of a dry buffer is the one value waited for.
+async fn ready(seg: &Segment) {
+    for _ in 0..250 {
+        if seg.check_ready().is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no block buffered within 5 s");
+}
+
+#[tokio::test]
+async fn a_range_asked_of_a_dry_buffer_is_the_one_value_it_waited_for() {
+    let seg = fixed_blocks(10);
+    assert_eq!(seg.take_range(5).await.unwrap(), Block { start: 1, end: 2 });
+    ready(&seg).await;
+    assert_eq!(seg.take_range(5).await.unwrap(), Block { start: 2, end: 7 });
 }
 
 fn values_of(runs: &Runs) -> Vec<u64> {

@@ -148,7 +148,7 @@ pub(crate) fn one_value_reply(value: u64, form: TextForm, json: bool) -> Reply {
 /// The reply to `/range`: `{"first":"<decimal>","count":n}`, the values `first` to
 /// `first + count - 1` (docs/openapi.yaml, `Range`). `first` is a string like every value
 /// in JSON; `count` is at most `--max-batch`, a plain number.
-pub fn range_reply(first: u64, count: u64) -> Reply {
+pub(crate) fn range_reply(first: u64, count: u64) -> Reply {
     let mut buf = itoa::Buffer::new();
     let mut out = Vec::with_capacity(48);
     out.extend_from_slice(b"{\"first\":\"");

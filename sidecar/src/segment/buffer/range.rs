@@ -13,7 +13,7 @@ impl Segment {
     /// [`take_one`](Self::take_one) and answers that one value. Handed out exactly like
     /// [`take`](Self::take)'s values (docs/safety.md's segment rules): the buffer's cursor
     /// moves past them, so no other request is given any of them.
-    pub async fn take_range(self: &Arc<Self>, want: u64) -> Result<Block, SegmentRefusal> {
+    pub(crate) async fn take_range(self: &Arc<Self>, want: u64) -> Result<Block, SegmentRefusal> {
         let mut runs = Runs::with_capacity(1);
         let (taken, fetch) = self.take_buffered(want, 0, 1, &mut runs);
         if fetch {

@@ -127,7 +127,7 @@ node_mounts() {
 }
 
 # Processes that belong to the node: anything in its cgroups, container shims serving its
-# containerd, and the node's own daemons.
+# containerd, the node's own daemons, and the OCI registry on its bridge.
 node_pids() {
 	local dir
 	for dir in /sys/fs/cgroup/*/"$CGROUP_PARENT"; do
@@ -139,6 +139,8 @@ node_pids() {
 		cmd=$( { tr '\0' ' ' <"$pid/cmdline"; } 2>/dev/null) || continue
 		case "$cmd" in
 		*containerd-shim*"$RUN/containerd.sock"* | *"--root-dir=$ROOT/"* | *"$ROOT/"*config*) echo "${pid#/proc/}" ;;
+		# The registry on the bridge (e2e/src/registry.rs), its blobs under $ROOT.
+		*"registry serve --address $BRIDGE_IP:"*) echo "${pid#/proc/}" ;;
 		esac
 	done
 }

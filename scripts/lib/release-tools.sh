@@ -9,6 +9,11 @@
 #   tool_cosign            prints the path of cosign (Sigstore's signing tool), built
 #                          from its Go module into <cache>/tools/cosign-<v> (once: about
 #                          10 minutes of CPU)
+#   tool_crane             prints the path of crane (go-containerregistry's registry
+#                          client, whose `crane registry serve` is also a small OCI
+#                          registry), built from its Go module into
+#                          <cache>/tools/crane-<v> (once: about 2 minutes of CPU); the
+#                          node e2e pushes the release's archives with it
 #   tool_helm              prints the path of helm: $KUBEFLAKE_HELM, else helm on PATH,
 #                          else the one e2e/controlplane/build.sh builds for the tests
 #
@@ -21,6 +26,7 @@
 
 cargo_cyclonedx_version=0.5.9
 cosign_version=v2.6.5
+crane_version=v0.22.1
 
 tools_root() { echo "${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/tools"; }
 
@@ -65,6 +71,34 @@ tool_cosign() {
 		}
 	fi
 	echo "$root/bin/cosign"
+}
+
+# go_tool NAME MODULE VERSION: NAME built from the Go package MODULE@VERSION into
+# <cache>/tools/NAME-VERSION/bin (once, under a lock), its path printed.
+go_tool() {
+	local name=$1 module=$2 version=$3 root cache_root
+	cache_root=${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}
+	root="$(tools_root)/$name-$version"
+	if [[ ! -x $root/bin/$name ]]; then
+		log "building $name $version from its Go module into $root (once, a few minutes)"
+		mkdir -p "$root"
+		(
+			exec 8>"$root.lock"
+			flock 8
+			[[ -x $root/bin/$name ]] && exit 0
+			export GOCACHE="$cache_root/go/build" GOMODCACHE="$cache_root/go/mod" \
+				GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN="$root/bin" GOFLAGS=-buildvcs=false
+			nice -n 10 go install -p 2 -trimpath "$module@$version" >&2
+		) || {
+			log "could not build $name $version (go install $module@$version failed, above)"
+			return 1
+		}
+	fi
+	echo "$root/bin/$name"
+}
+
+tool_crane() {
+	go_tool crane github.com/google/go-containerregistry/cmd/crane "$crane_version"
 }
 
 tool_helm() {

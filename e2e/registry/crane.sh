@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prints the path of crane (go-containerregistry), built once from its Go module into the
-# cache by scripts/lib/release-tools.sh: `crane registry serve` is a small OCI registry
-# (on the node's bridge it is the test registry, 10.244.0.1:5000, which e2e/node/node.sh
-# counts among the node's processes) and `crane push` pushes a release's archives to it.
+# cache by scripts/lib/release-tools.sh. The registry e2e (e2e/src/registry.rs) runs it
+# twice: `crane registry serve` is the node's OCI registry, `crane push` pushes the
+# release's archives to it (docs/install.md, "Into a registry", gives the same commands).
 #
 #   e2e/registry/crane.sh     progress on stderr; the LAST stdout line is the path
 set -euo pipefail

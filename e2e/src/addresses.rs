@@ -16,3 +16,10 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 /// The API server's port on the bridge address.
 pub const APISERVER_PORT: u16 = 6443;
+/// The port of the test registry ([`crate::registry`]) on the bridge address.
+pub const REGISTRY_PORT: u16 = 5000;
+
+/// `host:port` of the test registry, as image references name it: `10.244.0.1:5000`.
+pub fn registry_host() -> String {
+    format!("{BRIDGE_IP}:{REGISTRY_PORT}")
+}

@@ -41,6 +41,7 @@ pub mod linearizability;
 pub mod node;
 pub mod process;
 pub mod prometheus;
+pub mod registry;
 pub mod release;
 
 pub use cluster::{Cluster, ClusterOptions, TestNamespace};

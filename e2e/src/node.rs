@@ -31,7 +31,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::{Api, Client, Config};
 
-use crate::addresses::{BRIDGE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR};
+use crate::addresses::{BRIDGE_IP, NODE_NAME, POD_CIDR, SERVICE_CIDR, registry_host};
 use crate::blocking::run_on_private_runtime;
 use crate::certs::Pki;
 use crate::kubeconfig::write_kubeconfig;
@@ -248,6 +248,7 @@ impl Node {
 
         let containerd_config = root.join("containerd.toml");
         std::fs::write(&containerd_config, containerd_toml())?;
+        write_registry_hosts()?;
         std::fs::write(root.join("cni/10-kubeflake.conflist"), cni_conflist())?;
         let containerd = Process::start(ProcessSpec {
             name: "containerd".into(),
@@ -408,8 +409,22 @@ fn wait_for_socket(process: &Process, socket: &Path) -> Result<()> {
     }
 }
 
+/// The `hosts.toml` of the test registry ([`crate::registry`]): plain HTTP, pull and
+/// resolve. The only registry the node can reach (it has no route out).
+fn write_registry_hosts() -> Result<()> {
+    let host = registry_host();
+    let dir = Path::new(ROOT).join("certs.d").join(&host);
+    std::fs::create_dir_all(&dir)?;
+    let text = format!(
+        "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    );
+    std::fs::write(dir.join("hosts.toml"), text)
+        .with_context(|| format!("cannot write {}/hosts.toml", dir.display()))
+}
+
 /// containerd: state under [`ROOT`] and `/run/kubeflake-node`, runc with cgroupfs, the
-/// CNI bridge, and a pause image built here. `restrict_oom_score_adj`: this machine
+/// CNI bridge, a pause image built here, and the test registry's
+/// `hosts.toml` under `certs.d`. `restrict_oom_score_adj`: this machine
 /// withholds CAP_SYS_RESOURCE, so no process may lower its OOM score below containerd's.
 fn containerd_toml() -> String {
     format!(
@@ -442,6 +457,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{ROOT}/cni"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{ROOT}/certs.d"
 "#
     )
 }

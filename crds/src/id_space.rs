@@ -1,6 +1,7 @@
 //! One ID space across clusters (issue 55): the hub's objects and the block protocol,
-//! as types and pure functions. Designed in docs/design/2026-11-29-multicluster.md; not
-//! wired into the operator yet, and the `IdSpace` CRD is not in the chart.
+//! as types and pure functions. Designed in docs/design/2026-11-29-multicluster.md; the
+//! operator's membership task (`operator/src/hub.rs`) joins, claims and renews with them;
+//! slot planning does not use the blocks yet, and the `IdSpace` CRD is not in the chart.
 //!
 //! A *hub* (a Kubernetes API server every member's operator can reach; a management
 //! cluster or one of the members) keeps one namespace per ID space, holding one
@@ -27,10 +28,10 @@
 //!
 //! The generated files are written by `cargo run -p kubeflake-crds --bin crdgen -- --idspace
 //! ...`, `--membership ...` and `--bin policygen -- --hub ...`; tests fail when a checked-in
-//! copy differs. Neither CRD is in the chart yet: the hub's objects (`IdSpace`, the policy)
-//! will be installed on the hub by `kubectl kubeflake hub init` (a hub need not run the
-//! operator), and `IdSpaceMembership` joins the main chart with the operator that reads it
-//! (docs/design/2026-11-29-multicluster.md).
+//! copy differs. The hub's objects (`IdSpace`, the policy) are not in the chart: they will
+//! be installed on the hub by `kubectl kubeflake hub init` (a hub need not run the
+//! operator); `IdSpaceMembership` ships in the main chart's `crds/` with the operator that
+//! reads it (docs/design/2026-11-29-multicluster.md).
 
 pub mod hub_policy;
 pub mod identity;
@@ -61,9 +62,12 @@ pub fn crd_yaml() -> String {
 }
 
 /// Renders the `IdSpaceMembership` CRD exactly as it is checked in at
-/// `crds/idspacemembership.yaml`.
+/// `crds/idspacemembership.yaml` and in the chart (`charts/kubeflake/crds/idspacemembership.yaml`:
+/// member clusters install it with the operator that reads it).
 pub fn membership_crd_yaml() -> String {
-    generated::<IdSpaceMembership>("--membership crds/idspacemembership.yaml")
+    generated::<IdSpaceMembership>(
+        "--membership crds/idspacemembership.yaml charts/kubeflake/crds/idspacemembership.yaml",
+    )
 }
 
 fn generated<K: kube::CustomResourceExt>(args: &str) -> String {

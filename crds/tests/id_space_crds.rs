@@ -25,7 +25,16 @@ fn checked_in_idspace_crd_equals_what_the_code_generates() {
 fn checked_in_idspacemembership_crd_equals_what_the_code_generates() {
     assert!(
         checked_in("idspacemembership.yaml") == id_space::membership_crd_yaml(),
-        "crds/idspacemembership.yaml is stale: run `cargo run -p kubeflake-crds --bin crdgen -- --membership crds/idspacemembership.yaml`"
+        "crds/idspacemembership.yaml is stale: run `cargo run -p kubeflake-crds --bin crdgen -- --membership crds/idspacemembership.yaml charts/kubeflake/crds/idspacemembership.yaml`"
+    );
+}
+
+#[test]
+fn the_charts_idspacemembership_crd_equals_what_the_code_generates() {
+    assert!(
+        checked_in("../charts/kubeflake/crds/idspacemembership.yaml")
+            == id_space::membership_crd_yaml(),
+        "charts/kubeflake/crds/idspacemembership.yaml differs from the CRD the code generates: run `cargo run -p kubeflake-crds --bin crdgen -- --membership crds/idspacemembership.yaml charts/kubeflake/crds/idspacemembership.yaml`"
     );
 }
 

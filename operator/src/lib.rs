@@ -26,6 +26,7 @@
 //! | no slot or claim without the Lease policy (fail closed, rule 14) | [`lease_policy_guard`] (checked by name; consulted in `controller/mod.rs`) |
 //! | the NetworkPolicy of each sequence (sidecar ports) | `controller/network_policy.rs`; its flags: [`network_policies`] |
 //! | the sidecars' RoleBindings | [`rbac`] (`rbac/mod.rs`: what they grant, the plan; `rbac/keep.rs`: watches and writes) |
+//! | one ID space across clusters: the hub client, the membership task (issue 55) | [`hub`] |
 //!
 //! Tests of the code that writes to the API server run against a scripted fake API server
 //! (`kubeflake_runtime::fake_api`, `runtime/src/fake_api.rs`, shared with the sidecar's
@@ -36,6 +37,7 @@
 pub mod certs;
 pub mod controller;
 pub mod http;
+pub mod hub;
 pub mod index;
 pub mod inject;
 pub mod lease_policy_guard;
@@ -85,6 +87,9 @@ pub struct OperatorConfig {
     /// The sidecars' FlowSchema whose namespaces the operator keeps to those that have an
     /// IdSequence (`controller/flow_schema.rs`); `None` leaves it alone.
     pub sidecar_flow_schema: Option<String>,
+    /// The task keeping each `IdSpaceMembership` in touch with its hub ([`hub`]); `None`
+    /// (no namespace for the hub Secrets) runs none.
+    pub id_spaces: Option<hub::task::Config>,
 }
 
 /// Where the webhook listens, what it injects, and where its certificate comes from.

@@ -86,6 +86,10 @@ struct Args {
     /// (docs/install.md, "API Priority and Fairness"). Default: leave it alone.
     #[arg(long, env = "KUBEFLAKE_SIDECAR_FLOW_SCHEMA")]
     sidecar_flow_schema: Option<String>,
+    /// Namespace of the Secrets holding the hub kubeconfigs of IdSpaceMemberships (the
+    /// operator's own). Without it no membership is kept in touch with its hub.
+    #[arg(long, env = "POD_NAMESPACE")]
+    hub_secret_namespace: Option<String>,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -296,6 +300,9 @@ async fn main() {
         shutdown_drain: std::time::Duration::from_secs(args.shutdown_drain_seconds),
         network_policies,
         sidecar_flow_schema: args.sidecar_flow_schema,
+        id_spaces: args
+            .hub_secret_namespace
+            .map(|ns| kubeflake_operator::hub::task::Config::new(ns, args.namespace.clone())),
         lease_policy: (!args.unsafe_without_lease_policy).then(|| PolicyNames {
             policy: args.lease_policy,
             binding: args.lease_policy_binding,

@@ -300,6 +300,19 @@ async fn run_controller(
             health.clone(),
         ))
     });
+    // Off the pod path: a pod's start reads only the copy this task keeps.
+    let id_spaces = config.id_spaces.clone().map(|c| {
+        let reporter = Reporter {
+            controller: "kubeflake-operator".into(),
+            instance: Some(config.instance.clone()),
+        };
+        tokio::spawn(crate::hub::task::run(
+            client.clone(),
+            c,
+            reporter,
+            stop.clone(),
+        ))
+    });
 
     let ready = {
         let health = health.clone();
@@ -350,6 +363,9 @@ async fn run_controller(
     ready.abort();
     if let Some(bindings) = bindings {
         bindings.abort();
+    }
+    if let Some(id_spaces) = id_spaces {
+        id_spaces.abort();
     }
     // Asked to stop, or it ended by itself, which is a failure.
     controller_ended(&health, stop.is_triggered())

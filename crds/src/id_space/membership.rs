@@ -10,7 +10,8 @@
 //! The CRD makes the copy's `memberId` and `idSpaceUid` write-once (removable, never
 //! replaced), so an operator of another cluster cannot quietly adopt a restored copy.
 //!
-//! Not used by the operator yet (docs/design/2026-11-29-multicluster.md, plan step 2).
+//! Read and kept by the operator's membership task (`operator/src/hub/task.rs`; plan step 2
+//! of docs/design/2026-11-29-multicluster.md).
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,20 @@
+//! One ID space across clusters, the member's side (issue 55;
+//! docs/design/2026-11-29-multicluster.md, plan step 2): the operator keeps each
+//! `IdSpaceMembership` in touch with its hub, off the pod path.
+//!
+//! | To change | Look in |
+//! |---|---|
+//! | how the hub is reached (the Secret, the kubeconfig, timeouts) | `hub/connect.rs` |
+//! | this cluster's ID (ClusterProperty, else kube-system's UID) | `hub/cluster_id.rs` |
+//! | what one contact decides (join, renew, reclaim, spare; refusals) | `hub/step.rs` (pure) |
+//! | the reads and writes of a contact, the loop, the status | `hub/task.rs` |
+//! | the membership's conditions and reasons | `hub/conditions.rs` |
+
+pub mod cluster_id;
+pub mod conditions;
+pub mod connect;
+pub mod step;
+pub mod task;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,374 @@
+//! The membership task: every [`Config::period`], for each `IdSpaceMembership`, one contact
+//! with its hub ([`contact`]): read the member's IdSequence and slot Leases, read the hub's
+//! IdSpace, decide ([`super::step::decide`]), write the registry by compare-and-swap
+//! (`replace` with the resourceVersion read, never a patch: rule 1), then keep the copy and
+//! the conditions in the membership's status. It runs beside the controller, never on a
+//! pod's path: a pod's start reads only the copy.
+//!
+//! Without the `IdSpaceMembership` CRD installed the task logs once and ends, so clusters
+//! that do not share an ID space are unaffected.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::id_space::join::SlotUse;
+use kubeflake_crds::id_space::membership::{IdSpaceMembership, IdSpaceMembershipStatus};
+use kubeflake_crds::id_space::space::SpaceSequence;
+use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName};
+use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
+use kubeflake_runtime::kube_error;
+use kubeflake_runtime::shutdown::ShutdownToken;
+
+use super::cluster_id;
+use super::conditions::{self, BLOCKS_LOW, READY, Reason};
+use super::connect::{self, CALL_TIMEOUT, bounded};
+use super::step::{self, Contact, Refusal};
+
+/// How the task runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The operator's namespace: where the hub Secrets are.
+    pub secret_namespace: String,
+    /// Memberships of this namespace only (default: all).
+    pub namespace: Option<String>,
+    /// Time between two contacts of one membership.
+    pub period: Duration,
+    /// How far behind its bound a block must be before this member reclaims it.
+    pub reclaim_grace: Duration,
+}
+
+impl Config {
+    pub fn new(secret_namespace: String, namespace: Option<String>) -> Config {
+        Config {
+            secret_namespace,
+            namespace,
+            period: Duration::from_secs(10),
+            reclaim_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Runs until `stop`: one round over all memberships each period. Ends at once, after one
+/// log line, when the `IdSpaceMembership` CRD is not installed.
+pub async fn run(client: Client, config: Config, reporter: Reporter, stop: ShutdownToken) {
+    let api = memberships(&client, &config.namespace);
+    match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default().limit(1))).await {
+        Ok(Err(e)) if kube_error::is_not_found(&e) => {
+            tracing::info!(
+                "the IdSpaceMembership CRD is not installed: no sequence shares an ID space"
+            );
+            return;
+        }
+        _ => {}
+    }
+    let recorder = Recorder::new(client.clone(), reporter);
+    let mut cluster: Option<MemberId> = None;
+    loop {
+        round(&client, &config, &recorder, &mut cluster).await;
+        tokio::select! {
+            () = tokio::time::sleep(config.period) => {}
+            () = stop.triggered() => return,
+        }
+    }
+}
+
+/// One contact with the hub for every membership; an error in one never stops another.
+pub async fn round(
+    client: &Client,
+    config: &Config,
+    recorder: &Recorder,
+    cluster: &mut Option<MemberId>,
+) {
+    let api = memberships(client, &config.namespace);
+    let list = match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await {
+        Ok(Ok(list)) => list,
+        Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list IdSpaceMemberships"),
+        Err(_) => return tracing::warn!("listing IdSpaceMemberships timed out"),
+    };
+    if list.items.is_empty() {
+        return;
+    }
+    if cluster.is_none() {
+        match cluster_id::this_cluster(client).await {
+            Ok(id) => *cluster = Some(id),
+            Err(e) => return tracing::warn!(error = %e, "cannot read this cluster's ID"),
+        }
+    }
+    let Some(this) = cluster.clone() else { return };
+    for membership in list.items {
+        let outcome = contact(client, config, &this, &membership).await;
+        if let Err(e) = keep_status(client, recorder, &this, &membership, outcome).await {
+            tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
+        }
+    }
+}
+
+/// What one contact found: the copy to keep (with the hub IdSpace's UID) and whether a
+/// spare was wanted but none free, or why nothing was done.
+#[derive(Debug)]
+pub struct Kept {
+    pub copy: kubeflake_crds::id_space::local::LocalRecord,
+    pub space_uid: String,
+    pub blocks_low: Option<String>,
+}
+
+/// One contact of `membership` with its hub. Writes the registry on the hub when the
+/// decision changed it; the conflict of a concurrent writer is a refusal to retry next
+/// period (the copy is unchanged, so nothing new is used).
+pub async fn contact(
+    client: &Client,
+    config: &Config,
+    this: &MemberId,
+    membership: &IdSpaceMembership,
+) -> Result<Kept, Refusal> {
+    let refused = |reason: Reason, e: &dyn std::fmt::Display| Refusal {
+        reason,
+        message: e.to_string(),
+    };
+    let namespace = membership.namespace().unwrap_or_default();
+    let spec = &membership.spec;
+    let name = MemberName::new(&spec.member_name).map_err(|e| refused(Reason::BadRecord, &e))?;
+    let sequences: Api<IdSequence> = Api::namespaced(client.clone(), &namespace);
+    let sequence = match tokio::time::timeout(CALL_TIMEOUT, sequences.get_opt(&spec.sequence)).await
+    {
+        Ok(Ok(Some(seq))) => seq,
+        Ok(Ok(None)) => {
+            let msg = format!(
+                "IdSequence {namespace}/{} does not exist: create it, or fix spec.sequence",
+                spec.sequence
+            );
+            return Err(refused(Reason::BadRecord, &msg));
+        }
+        Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, &e)),
+        Err(_) => {
+            return Err(refused(
+                Reason::HubCheckPending,
+                &"reading the IdSequence timed out",
+            ));
+        }
+    };
+    let params = sequence
+        .spec
+        .params()
+        .map_err(|e| refused(Reason::BadRecord, &e))?;
+    let (used, in_use) = slot_uses(client, &namespace, &spec.sequence).await?;
+    let hub = connect::connect(client, &config.secret_namespace, &spec.hub_secret)
+        .await
+        .map_err(|e| refused(Reason::HubUnreachable, &e))?;
+    let spaces: Api<IdSpace> = Api::namespaced(hub.client.clone(), &spec.space.namespace);
+    let space_object = bounded(&hub, "reading the IdSpace", spaces.get(&spec.space.name))
+        .await
+        .map_err(|e| refused(Reason::HubUnreachable, &e))?;
+    let space = space_object
+        .spec
+        .space()
+        .map_err(|e| refused(Reason::BadRecord, &e))?;
+    let registry = space_object
+        .spec
+        .registry(&space)
+        .map_err(|e| refused(Reason::BadRecord, &e))?;
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+    let timebase = space.sequence().timebase;
+    let now = timebase
+        .tick_at(now_ms)
+        .ok_or_else(|| refused(Reason::BadRecord, &"the space's epoch is in the future"))?;
+    let space_uid = space_object.metadata.uid.clone().unwrap_or_default();
+    let mut copy = membership.status.clone().unwrap_or_default();
+    let mut object = space_object;
+    let mut registry = registry;
+    let sequence = SpaceSequence {
+        layout: params.layout,
+        timebase: params.timebase,
+        mode: sequence.spec.mode,
+        strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
+    };
+    for _ in 0..step::MAX_WRITES_PER_CONTACT {
+        let decision = step::decide(&Contact {
+            this,
+            name: &name,
+            copy: &copy,
+            space_uid: &space_uid,
+            space: &space,
+            registry: &registry,
+            sequence,
+            datacenter: params.datacenter,
+            used: used.clone(),
+            in_use,
+            now,
+            reclaim_grace: timebase.ticks_in_ms(config.reclaim_grace.as_millis() as u64),
+        })?;
+        let Some(next) = decision.write else {
+            return Ok(Kept {
+                copy: decision.copy,
+                space_uid,
+                blocks_low: decision.blocks_low,
+            });
+        };
+        object.spec.registry = next.to_record();
+        object = bounded(
+            &hub,
+            "writing the IdSpace registry",
+            spaces.replace(&spec.space.name, &PostParams::default(), &object),
+        )
+        .await
+        .map_err(|e| {
+            let reason = if e.is_conflict() {
+                Reason::HubCheckPending
+            } else {
+                Reason::HubUnreachable
+            };
+            refused(reason, &e)
+        })?;
+        // The hub holds it now: the copy may use it.
+        copy.keep(&decision.copy);
+        registry = object
+            .spec
+            .registry(&space)
+            .map_err(|e| refused(Reason::BadRecord, &e))?;
+    }
+    let copy = copy
+        .local_record(&space)
+        .map_err(|e| refused(Reason::BadRecord, &e))?;
+    Ok(Kept {
+        copy,
+        space_uid,
+        blocks_low: None,
+    })
+}
+
+/// The sequence's slot Leases as the join reads them, and how many a pod holds now.
+async fn slot_uses(
+    client: &Client,
+    namespace: &str,
+    sequence: &str,
+) -> Result<(Vec<SlotUse>, u64), Refusal> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"));
+    let list = tokio::time::timeout(CALL_TIMEOUT, leases.list(&params))
+        .await
+        .map_err(|_| Refusal {
+            reason: Reason::HubCheckPending,
+            message: "listing the sequence's slot Leases timed out".into(),
+        })?
+        .map_err(|e| Refusal {
+            reason: Reason::HubCheckPending,
+            message: format!("cannot list the sequence's slot Leases: {e}"),
+        })?;
+    let mut used = Vec::new();
+    for lease in &list.items {
+        let slot = SlotLease::parse(lease).map_err(|e| Refusal {
+            reason: Reason::BadRecord,
+            message: format!("slot Lease {}: {e}", lease.name_any()),
+        })?;
+        used.push(SlotUse {
+            slot: slot.slot,
+            fence: slot.fence,
+            held: slot.holder.is_some(),
+        });
+    }
+    let in_use = used.iter().filter(|u| u.held).count() as u64;
+    Ok((used, in_use))
+}
+
+/// Keeps the copy (after a successful contact) and the conditions in the status, by
+/// compare-and-swap on the membership as read; a refusal is also an Event.
+async fn keep_status(
+    client: &Client,
+    recorder: &Recorder,
+    this: &MemberId,
+    membership: &IdSpaceMembership,
+    outcome: Result<Kept, Refusal>,
+) -> Result<(), kube::Error> {
+    let mut status = membership.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let generation = membership.metadata.generation;
+    match &outcome {
+        Ok(kept) => {
+            keep_copy(&mut status, this, kept);
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                true,
+                Reason::Joined,
+                "the copy is the hub's",
+                generation,
+                now.clone(),
+            );
+            let (low, reason, message) = match &kept.blocks_low {
+                Some(m) => (true, Reason::NoFreeBlock, m.as_str()),
+                None => (
+                    false,
+                    Reason::SpareHeld,
+                    "a spare block is held or not needed",
+                ),
+            };
+            conditions::set(
+                &mut status.conditions,
+                BLOCKS_LOW,
+                low,
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+        Err(refusal) => {
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                false,
+                refusal.reason,
+                &refusal.message,
+                generation,
+                now,
+            );
+            if matches!(
+                refusal.reason,
+                Reason::JoinRefused | Reason::MembershipOfAnotherCluster | Reason::HubWentBack
+            ) {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: refusal.reason.as_str().into(),
+                    note: Some(refusal.message.chars().take(1000).collect()),
+                    action: "ContactHub".into(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&event, &membership.object_ref(&())).await {
+                    tracing::warn!(error = %e, "could not record an Event");
+                }
+            }
+        }
+    }
+    if membership.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let mut object = membership.clone();
+    object.status = Some(status);
+    let api: Api<IdSpaceMembership> =
+        Api::namespaced(client.clone(), &membership.namespace().unwrap_or_default());
+    api.replace_status(&membership.name_any(), &PostParams::default(), &object)
+        .await
+        .map(|_| ())
+}
+
+/// Writes a successful contact's copy into `status`: the grants, generation and revision,
+/// and the two write-once fields when not set yet.
+pub fn keep_copy(status: &mut IdSpaceMembershipStatus, this: &MemberId, kept: &Kept) {
+    status.keep(&kept.copy);
+    status.member_id.get_or_insert_with(|| this.to_string());
+    status
+        .id_space_uid
+        .get_or_insert_with(|| kept.space_uid.clone());
+}
+
+fn memberships(client: &Client, namespace: &Option<String>) -> Api<IdSpaceMembership> {
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}

@@ -206,6 +206,12 @@ async fn the_packaged_chart_installs_with_images_the_kubelet_pulls_from_a_regist
         out.stdout,
         out.stderr
     );
+    // A packaged chart without its test pod would pass `helm test` with nothing run.
+    assert!(
+        !out.stdout.contains("TEST SUITE: None") && out.stdout.contains("Succeeded"),
+        "helm test ran the packaged chart's test pod:\n{}",
+        out.stdout
+    );
 
     // The example app, pulled from the registry too, with the sidecar the webhook injects
     // (the packaged chart's pinned sidecar, pulled).

@@ -415,16 +415,17 @@ async fn ca_bundles(client: &Client, name: &str) -> Result<Vec<Option<Vec<u8>>>>
         .collect())
 }
 
-/// A self-signed CA certificate (PEM) that was valid in 2020 only.
-fn expired_ca() -> Result<String> {
+/// A self-signed CA certificate (PEM) named `name`, valid from the start of `from` to the
+/// start of `until` (years).
+fn self_signed_ca(name: &str, from: i32, until: i32) -> Result<String> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::default();
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, "an expired CA");
+        .push(rcgen::DnType::CommonName, name);
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    params.not_before = rcgen::date_time_ymd(from, 1, 1);
+    params.not_after = rcgen::date_time_ymd(until, 1, 1);
     Ok(params.self_signed(&key)?.pem())
 }
 
@@ -479,7 +480,8 @@ async fn with_the_operator_scaled_to_0_check_fails_on_the_deployment_and_on_an_e
     let name = webhook_config_name().await?;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let mut config = configs.get(&name).await?;
-    let expired = expired_ca()?.into_bytes();
+    // Valid in 2020 only.
+    let expired = self_signed_ca("an expired CA", 2020, 2021)?.into_bytes();
     for hook in config.webhooks.iter_mut().flatten() {
         hook.client_config.ca_bundle = Some(ByteString(expired.clone()));
     }
@@ -523,19 +525,6 @@ async fn with_the_operator_scaled_to_0_check_fails_on_the_deployment_and_on_an_e
     Ok(())
 }
 
-/// A self-signed CA certificate (PEM), valid from 2025 to 2060: right dates, wrong CA.
-fn another_ca() -> Result<String> {
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "another CA");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.not_before = rcgen::date_time_ymd(2025, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2060, 1, 1);
-    Ok(params.self_signed(&key)?.pem())
-}
-
 #[tokio::test]
 async fn with_a_ca_bundle_from_another_ca_check_fails_on_the_webhooks_answer_until_the_secret_is_renewed()
 -> Result<()> {
@@ -557,7 +546,8 @@ async fn with_a_ca_bundle_from_another_ca_check_fails_on_the_webhooks_answer_unt
     // trusts the certificate the webhook serves.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), RELEASE_NAMESPACE);
-    let other = another_ca()?.into_bytes();
+    // Right dates, wrong CA.
+    let other = self_signed_ca("another CA", 2025, 2060)?.into_bytes();
     let mut secret = secrets.get(&secret_name).await?;
     secret
         .data

@@ -10,6 +10,7 @@
 //! | `spec.leaseDurationSeconds`        | from the sequence's `lease.durationSeconds`         |
 //! | `spec.acquireTime`, `renewTime`    | when assigned / last renewed by the holder          |
 //! | annotation `kubeflake.io/fence`    | highest tick any holder of the slot may have used   |
+//! | annotation `kubeflake.io/fence-cap` | highest fence the holder may write: its ID-space block's bound ([`fence_cap`]; absent = none) |
 //! | annotation `kubeflake.io/holder-pod` | the holder pod's name, for people and for reclaim |
 //! | annotation `kubeflake.io/released-at` | when the slot was last freed (least recently used first) |
 //! | annotation `kubeflake.io/format`   | the format all of the above is written in ([`LEASE_FORMAT`]; absent = 1) |
@@ -56,7 +57,9 @@ use crate::layout::{Slot, Tick};
 use crate::ownership::{self, LeaseKind};
 use crate::{IdSequence, IdSequenceSpec};
 
+pub mod fence_cap;
 pub mod sequence_spec;
+pub use fence_cap::{BlockLimits, FENCE_CAP_ANNOTATION};
 pub use sequence_spec::{SEQUENCE_SPEC_ANNOTATION, assigned_sequence_spec};
 
 pub use crate::ownership::{SEQUENCE_LABEL, SLOT_LABEL, lease_name, slot_of_name};
@@ -91,6 +94,13 @@ pub enum SlotLeaseError {
          highest tick any holder of the slot may have used, never lower"
     )]
     BadFence { name: String, value: String },
+    #[error(
+        "lease {name} has a {FENCE_CAP_ANNOTATION} annotation that is not a tick count from 0 to \
+         2^55-1: {value:?}; it is neither used nor changed. The operator writes it from its \
+         ID-space block's bound (docs/safety.md rule 17): put back the value it wrote, or \
+         delete the holder pod so that the slot is assigned again"
+    )]
+    BadFenceCap { name: String, value: String },
     #[error(
         "slot lease {name} has spec.leaseTransitions {value}: kubeflake counts acquisitions \
          from 0 up to 2^31-2; it is neither used nor changed"
@@ -181,6 +191,9 @@ pub struct SlotLease {
     pub holder: Option<String>,
     pub holder_pod: Option<String>,
     pub fence: Tick,
+    /// The highest fence a holder may write ([`FENCE_CAP_ANNOTATION`]): the bound of the
+    /// ID-space block the slot lies in, for a sequence joined to one; `None` otherwise.
+    pub fence_cap: Option<Tick>,
     pub transitions: i32,
     pub resource_version: Option<String>,
     /// When last released (RFC 3339), if ever.
@@ -201,6 +214,7 @@ impl PartialEq for SlotLease {
             holder,
             holder_pod,
             fence,
+            fence_cap,
             transitions,
             resource_version,
             released_at,
@@ -212,7 +226,7 @@ impl PartialEq for SlotLease {
             slot,
             holder,
             holder_pod,
-            fence,
+            (fence, fence_cap),
             transitions,
             resource_version,
             released_at,
@@ -222,7 +236,7 @@ impl PartialEq for SlotLease {
             &other.slot,
             &other.holder,
             &other.holder_pod,
-            &other.fence,
+            (&other.fence, &other.fence_cap),
             &other.transitions,
             &other.resource_version,
             &other.released_at,
@@ -268,16 +282,12 @@ impl SlotLease {
             .ok_or_else(|| SlotLeaseError::BadSlot { name: name.clone() })?;
         let fence = match annotations.and_then(|a| a.get(FENCE_ANNOTATION)) {
             None => Tick(0),
-            Some(v) => Tick(
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|f| *f <= MAX_FENCE.0)
-                    .ok_or_else(|| SlotLeaseError::BadFence {
-                        name: name.clone(),
-                        value: v.clone(),
-                    })?,
-            ),
+            Some(v) => parse_tick(v).ok_or_else(|| SlotLeaseError::BadFence {
+                name: name.clone(),
+                value: v.clone(),
+            })?,
         };
+        let fence_cap = fence_cap::parse(&name, annotations)?;
         let spec = lease.spec.as_ref();
         let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
         if !(0..i32::MAX).contains(&transitions) {
@@ -295,6 +305,7 @@ impl SlotLease {
                 .and_then(|a| a.get(HOLDER_POD_ANNOTATION))
                 .cloned(),
             fence,
+            fence_cap,
             transitions,
             resource_version: lease.metadata.resource_version.clone(),
             released_at: annotations
@@ -331,6 +342,8 @@ impl SlotLease {
         let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(FENCE_ANNOTATION.to_string(), self.fence.0.to_string());
         annotations.insert(HOLDER_POD_ANNOTATION.to_string(), holder.pod.to_string());
+        // A cap belongs to one assignment in an ID-space block ([`Self::assign_in_block`]).
+        annotations.remove(FENCE_CAP_ANNOTATION);
         let transitions = self
             .transitions
             .checked_add(1)
@@ -355,8 +368,10 @@ impl SlotLease {
     }
 
     /// The slot renewed by its holder `uid` (refused if the Lease read names another pod
-    /// or none), with the fence raised to `fence` if that is higher: the fence never goes
-    /// down here (rule 5).
+    /// or none), with the fence raised to `fence` if that is higher, but never above the
+    /// Lease's [`fence_cap`](Self::fence_cap) (rule 17): the fence never goes down here
+    /// (rule 5). The holder reads the fence it got from the Lease written, never assumes
+    /// the one it asked for.
     pub fn renew(
         &self,
         uid: &str,
@@ -364,13 +379,14 @@ impl SlotLease {
         now: DateTime<Utc>,
     ) -> Result<Lease, TransitionError> {
         self.held_by(uid)?;
+        let wanted = self.fence_cap.map_or(fence, |cap| fence.min(cap));
         let mut next = Lease::clone(&self.read);
         next.metadata
             .annotations
             .get_or_insert_with(BTreeMap::new)
             .insert(
                 FENCE_ANNOTATION.to_string(),
-                fence.max(self.fence).0.to_string(),
+                wanted.max(self.fence).0.to_string(),
             );
         next.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
         Ok(next)
@@ -448,6 +464,14 @@ pub fn parse_lease_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// A tick count as the fence annotations write it: decimal, at most [`MAX_FENCE`].
+fn parse_tick(text: &str) -> Option<Tick> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|f| *f <= MAX_FENCE.0)
+        .map(Tick)
 }
 
 fn micro_time(t: DateTime<Utc>) -> MicroTime {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use chart_support::*;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use kubeflake_crds::id_space::IdSpaceMembership;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::{all_assigned, create_pods, create_sequence, eventually};
 use serde_json::json;
@@ -19,6 +21,9 @@ use tokio::sync::OnceCell;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const RELEASE: &str = "rbac";
+/// The hub kubeconfig Secrets the release lists (`idSpace.hubSecrets`): the operator may
+/// get these, by name, in its own namespace, and no other Secret.
+const HUB_SECRETS: [&str; 2] = ["kubeflake-hub-orders", "kubeflake-hub-payments"];
 /// The RoleBinding the operator keeps in every namespace that has an IdSequence.
 const SIDECAR_BINDING: &str = "kubeflake-sidecar";
 
@@ -30,17 +35,50 @@ async fn release_namespace(cluster: &'static Cluster) -> Result<&'static str> {
     let ns = NS
         .get_or_try_init(|| async {
             let ns = cluster.namespace("rbac-release").await?;
+            install_cluster_property_crd(cluster).await?;
             install(
                 cluster,
                 RELEASE,
                 &ns.name,
-                &["webhook.failurePolicy=Ignore", "webhook.timeoutSeconds=2"],
+                &[
+                    "webhook.failurePolicy=Ignore",
+                    "webhook.timeoutSeconds=2",
+                    &format!("idSpace.hubSecrets={{{}}}", HUB_SECRETS.join(",")),
+                ],
             )
             .await?;
             anyhow::Ok(ns.name)
         })
         .await?;
     Ok(ns.as_str())
+}
+
+/// A minimal `ClusterProperty` CRD (KEP-2149's `about.k8s.io`, cluster-scoped), so that
+/// `kubectl auth can-i` can name the resource: without it kubectl asks about a resource
+/// `clusterproperties.about.k8s.io` of the core group, which no rule grants. The operator
+/// itself needs no CRD (absent, it falls back to the `kube-system` UID).
+async fn install_cluster_property_crd(cluster: &Cluster) -> Result<()> {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        // A *.k8s.io group needs this annotation; "unapproved" marks a stand-in.
+        "metadata": {"name": "clusterproperties.about.k8s.io", "annotations": {
+            "api-approved.kubernetes.io": "unapproved, a stand-in for KEP-2149's CRD in a test",
+        }},
+        "spec": {
+            "group": "about.k8s.io",
+            "scope": "Cluster",
+            "names": {"plural": "clusterproperties", "singular": "clusterproperty",
+                      "kind": "ClusterProperty", "listKind": "ClusterPropertyList"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                              "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))?;
+    Api::<CustomResourceDefinition>::all(cluster.client()?)
+        .create(&PostParams::default(), &crd)
+        .await?;
+    cluster
+        .wait_crd_established("clusterproperties.about.k8s.io")
+        .await
 }
 
 /// Where a row's request goes.
@@ -205,7 +243,7 @@ fn operator_rows() -> Vec<Row> {
         true,
     );
     finalizers.subresource = Some("finalizers");
-    vec![
+    let mut rows = vec![
         row(
             "may watch IdSequences everywhere",
             "watch",
@@ -587,6 +625,212 @@ fn operator_rows() -> Vec<Row> {
             false,
         ),
         row("may not read ConfigMaps", "get", "configmaps", App, false),
+    ];
+    rows.extend(membership_rows());
+    rows
+}
+
+/// The membership task's rights (issue 55): read IdSpaceMemberships everywhere and replace
+/// their status; read this cluster's ID by name; read the listed hub Secrets by name in its
+/// own namespace. Nothing else of these: the hub's registry is written with the member's
+/// hub credentials, never with the operator's own.
+fn membership_rows() -> Vec<Row> {
+    use Scope::*;
+    let memberships = "idspacememberships.kubeflake.io";
+    let sub = |mut r: Row, s: &'static str| {
+        r.subresource = Some(s);
+        r
+    };
+    let [orders, payments] = HUB_SECRETS.map(|s| format!("secrets/{s}"));
+    vec![
+        row(
+            "may list IdSpaceMemberships everywhere",
+            "list",
+            memberships,
+            All,
+            true,
+        ),
+        row(
+            "may watch IdSpaceMemberships everywhere",
+            "watch",
+            memberships,
+            All,
+            true,
+        ),
+        row(
+            "may get an IdSpaceMembership",
+            "get",
+            memberships,
+            App,
+            true,
+        ),
+        sub(
+            row(
+                "may update IdSpaceMembership status (the copy)",
+                "update",
+                memberships,
+                App,
+                true,
+            ),
+            "status",
+        ),
+        sub(
+            row(
+                "may not patch IdSpaceMembership status (it replaces)",
+                "patch",
+                memberships,
+                App,
+                false,
+            ),
+            "status",
+        ),
+        row(
+            "may not update IdSpaceMemberships (their spec)",
+            "update",
+            memberships,
+            App,
+            false,
+        ),
+        row(
+            "may not patch IdSpaceMemberships",
+            "patch",
+            memberships,
+            App,
+            false,
+        ),
+        row(
+            "may not create IdSpaceMemberships",
+            "create",
+            memberships,
+            App,
+            false,
+        ),
+        row(
+            "may not delete IdSpaceMemberships",
+            "delete",
+            memberships,
+            App,
+            false,
+        ),
+        row(
+            "may not touch IdSpaces (the hub is written with the member's hub credentials)",
+            "update",
+            "idspaces.kubeflake.io",
+            App,
+            false,
+        ),
+        row(
+            "may not read IdSpaces",
+            "get",
+            "idspaces.kubeflake.io",
+            App,
+            false,
+        ),
+        row(
+            "may get the cluster.clusterset.k8s.io ClusterProperty",
+            "get",
+            "clusterproperties.about.k8s.io/cluster.clusterset.k8s.io",
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may not get other ClusterProperties",
+            "get",
+            "clusterproperties.about.k8s.io/id.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not list ClusterProperties",
+            "list",
+            "clusterproperties.about.k8s.io",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may get the kube-system namespace",
+            "get",
+            "namespaces/kube-system",
+            ClusterScoped,
+            true,
+        ),
+        row(
+            "may not get other namespaces",
+            "get",
+            "namespaces/default",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not list namespaces",
+            "list",
+            "namespaces",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may not update the kube-system namespace",
+            "update",
+            "namespaces/kube-system",
+            ClusterScoped,
+            false,
+        ),
+        row(
+            "may get a listed hub Secret",
+            "get",
+            orders.clone(),
+            Release,
+            true,
+        ),
+        row(
+            "may get every listed hub Secret",
+            "get",
+            payments,
+            Release,
+            true,
+        ),
+        row(
+            "may not get a listed hub Secret's name in another namespace",
+            "get",
+            orders.clone(),
+            App,
+            false,
+        ),
+        row(
+            "may not get a listed hub Secret's name in every namespace",
+            "get",
+            orders.clone(),
+            All,
+            false,
+        ),
+        row(
+            "may not update a hub Secret",
+            "update",
+            orders.clone(),
+            Release,
+            false,
+        ),
+        row(
+            "may not delete a hub Secret",
+            "delete",
+            orders.clone(),
+            Release,
+            false,
+        ),
+        row(
+            "may not watch a hub Secret",
+            "watch",
+            orders,
+            Release,
+            false,
+        ),
+        row(
+            "may not get an unlisted Secret",
+            "get",
+            "secrets/kubeflake-hub-other",
+            Release,
+            false,
+        ),
     ]
 }
 
@@ -973,11 +1217,78 @@ async fn sidecars_get_exactly_their_rights_from_the_binding_the_operator_keeps_u
     )
     .await?;
 
+    memberships_are_kept_with_the_chart_rbac(&app, release, &operator).await?;
+
     let forbidden = operator.forbidden_lines();
     assert!(
         forbidden.is_empty(),
         "the operator was refused by RBAC:\n{}",
         forbidden.join("\n")
     );
+    Ok(())
+}
+
+/// The membership task with nothing but the chart's RBAC (the chart's operator, a real
+/// token): it lists the IdSpaceMemberships, reads this cluster's ID (else it contacts none),
+/// gets a Secret listed in `idSpace.hubSecrets` (absent here, so the verdict is "does not
+/// exist", not "cannot read"), is refused one not listed, and writes each verdict into the
+/// membership's status.
+async fn memberships_are_kept_with_the_chart_rbac(
+    app: &TestNamespace,
+    release: &str,
+    operator: &ChartOperator,
+) -> Result<()> {
+    let api: Api<IdSpaceMembership> = Api::namespaced(app.client.clone(), &app.name);
+    let cases = [
+        (
+            "orders-listed",
+            HUB_SECRETS[0],
+            vec![format!(
+                "hub Secret {release}/{} does not exist",
+                HUB_SECRETS[0]
+            )],
+        ),
+        (
+            "orders-unlisted",
+            "kubeflake-hub-other",
+            vec![
+                format!("cannot read hub Secret {release}/kubeflake-hub-other"),
+                "forbidden".into(),
+                "list it in idSpace.hubSecrets".into(),
+            ],
+        ),
+    ];
+    for (name, secret, _) in &cases {
+        let membership: IdSpaceMembership = serde_json::from_value(json!({
+            "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembership",
+            "metadata": {"name": name},
+            "spec": {"sequence": "orders", "memberName": "prod",
+                     "space": {"namespace": "hub", "name": "orders"}, "hubSecret": secret},
+        }))?;
+        api.create(&PostParams::default(), &membership).await?;
+    }
+    for (name, _, says) in &cases {
+        eventually(
+            LIMIT,
+            &format!("{name}: Ready=False saying {says:?}"),
+            || async {
+                let m = api.get(name).await?;
+                let ready = m
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .find(|c| c.type_ == "Ready");
+                Ok(ready
+                    .is_some_and(|c| {
+                        c.status == "False"
+                            && c.reason == "HubUnreachable"
+                            && says.iter().all(|text| c.message.contains(text.as_str()))
+                    })
+                    .then_some(()))
+            },
+        )
+        .await
+        .with_context(|| format!("operator log:\n{}", operator.log()))?;
+    }
     Ok(())
 }

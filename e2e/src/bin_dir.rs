@@ -3,7 +3,10 @@
 //! They are built from Go modules by `e2e/controlplane/build.sh`, which caches them per
 //! version set and prints the directory as its last stdout line. Running the script is a
 //! no-op when the cache is warm, so the harness simply runs it every time (once per test
-//! binary). `KUBEFLAKE_BIN_DIR` skips the script, for example when CI built them earlier.
+//! binary). `KUBEFLAKE_BIN_DIR` skips the script, for example when CI built them earlier,
+//! or to run a suite on the oldest Kubernetes the docs claim:
+//! `KUBEFLAKE_BIN_DIR=$(e2e/controlplane/build.sh oldest | tail -n 1)`. That set has the
+//! control plane only ([`CONTROL_PLANE`]); the node and helm come with the newest.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,17 +17,19 @@ use anyhow::{Context, Result, bail};
 /// Overrides the bin directory instead of running `build.sh`.
 pub const BIN_DIR_ENV: &str = "KUBEFLAKE_BIN_DIR";
 
-/// Every binary the harness needs.
-pub const BINARIES: [&str; 8] = [
+/// What every control plane needs: every pin set has these.
+pub const CONTROL_PLANE: [&str; 4] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
-    "kube-scheduler",
-    "kubelet",
-    "kube-proxy",
     "kubectl",
-    "helm",
 ];
+
+/// The real node's binaries ([`crate::node`]): the newest pin set only.
+pub const NODE: [&str; 3] = ["kube-scheduler", "kubelet", "kube-proxy"];
+
+/// helm: the newest pin set only.
+pub const HELM: &str = "helm";
 
 /// The directory holding the control-plane binaries, built or located once per process.
 ///
@@ -56,16 +61,23 @@ fn locate() -> Result<PathBuf> {
         Some(dir) => PathBuf::from(dir),
         None => run_build_script()?,
     };
-    for name in BINARIES {
-        let path = dir.join(name);
-        if !path.is_file() {
+    require(&dir, &CONTROL_PLANE)?;
+    Ok(dir)
+}
+
+/// Fails unless `dir` has each of `names`, saying which pin set builds them.
+pub fn require(dir: &Path, names: &[&str]) -> Result<()> {
+    for name in names {
+        if !dir.join(name).is_file() {
             bail!(
-                "{} has no {name} (from {BIN_DIR_ENV} or build.sh)",
+                "{} has no {name} (from {BIN_DIR_ENV} or build.sh): the control plane is in \
+                 every pin set, the node and helm only in the newest (e2e/controlplane/build.sh \
+                 without an argument)",
                 dir.display()
             );
         }
     }
-    Ok(dir)
+    Ok(())
 }
 
 fn run_build_script() -> Result<PathBuf> {

@@ -23,7 +23,7 @@ use kube::{Api, Client, Config, ResourceExt};
 use tokio::io::AsyncWriteExt;
 
 use crate::addresses::{APISERVER_PORT, BRIDGE_IP, NODE_NAME};
-use crate::bin_dir::{bin_dir, script_output_dir};
+use crate::bin_dir::{HELM, NODE, bin_dir, require, script_output_dir};
 use crate::blocking::run_on_private_runtime;
 use crate::certs::Pki;
 use crate::control_plane::{
@@ -192,6 +192,7 @@ impl Cluster {
     ) -> Result<Cluster> {
         // The node's firewall rule and bridge come first: the API server binds the bridge.
         let network = if with_node {
+            require(&bin_dir, &NODE)?;
             Some(Network::up(&dir)?)
         } else {
             None
@@ -379,8 +380,12 @@ impl Cluster {
         self.bin_dir.join("kubectl")
     }
 
+    /// helm, from the newest pin set (panics, saying so, if the bin directory has none).
     pub fn helm_path(&self) -> PathBuf {
-        self.bin_dir.join("helm")
+        if let Err(e) = require(&self.bin_dir, &[HELM]) {
+            panic!("{e:#}");
+        }
+        self.bin_dir.join(HELM)
     }
 
     pub fn pki(&self) -> &Pki {

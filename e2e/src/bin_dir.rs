@@ -6,7 +6,8 @@
 //! binary). `KUBEFLAKE_BIN_DIR` skips the script, for example when CI built them earlier,
 //! or to run a suite on the oldest Kubernetes the docs claim:
 //! `KUBEFLAKE_BIN_DIR=$(e2e/controlplane/build.sh oldest | tail -n 1)`. That set has the
-//! control plane only ([`CONTROL_PLANE`]); the node and helm come with the newest.
+//! control plane only ([`CONTROL_PLANE`]); the node and helm come with the newest (set
+//! `KUBEFLAKE_HELM` to the newest set's helm for a suite that renders the chart).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +31,10 @@ pub const NODE: [&str; 3] = ["kube-scheduler", "kubelet", "kube-proxy"];
 
 /// helm: the newest pin set only.
 pub const HELM: &str = "helm";
+
+/// Names the helm to use instead of the bin directory's (as for `scripts/release.sh`): a
+/// suite that renders the chart runs on the oldest pin set with the newest set's helm.
+pub const HELM_ENV: &str = "KUBEFLAKE_HELM";
 
 /// The directory holding the control-plane binaries, built or located once per process.
 ///

@@ -16,7 +16,7 @@ use kubeflake_runtime::log::LogFormat;
 use kubeflake_runtime::shutdown::Shutdown;
 use kubeflake_sidecar::clock::SystemClock;
 use kubeflake_sidecar::cluster::{self, ClusterConfig};
-use kubeflake_sidecar::http::DEFAULT_MAX_BATCH;
+use kubeflake_sidecar::http::{DEFAULT_MAX_BATCH, DEFAULT_MAX_RANGE, MAX_MAX_RANGE};
 use kubeflake_sidecar::slot::PodIdentity;
 use kubeflake_sidecar::standalone::{
     SegmentStandalone, SegmentStandaloneConfig, Standalone, StandaloneConfig, read_sequence_spec,
@@ -122,6 +122,11 @@ struct ClusterArgs {
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_batch: u64,
+    /// Largest count accepted by GET /range (segment mode, not strict). A range is two
+    /// numbers whatever its length; it never crosses the block the sidecar holds, so
+    /// --max-block-size bounds it too.
+    #[arg(long, default_value_t = DEFAULT_MAX_RANGE, value_parser = clap::value_parser!(u64).range(1..=MAX_MAX_RANGE))]
+    max_range: u64,
     /// How far ahead of use the local fence is kept while IDs are asked, in milliseconds:
     /// a restarted container waits at most about this long. An idle sidecar writes none.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
@@ -194,6 +199,11 @@ struct StandaloneArgs {
     /// Largest count accepted by GET /ids.
     #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_batch: u64,
+    /// Largest count accepted by GET /range (segment mode, not strict). A range is two
+    /// numbers whatever its length; it never crosses the block the sidecar holds, so
+    /// --max-block-size bounds it too.
+    #[arg(long, default_value_t = DEFAULT_MAX_RANGE, value_parser = clap::value_parser!(u64).range(1..=MAX_MAX_RANGE))]
+    max_range: u64,
     /// How far ahead of the clock the durable fence is kept while IDs are asked, in
     /// milliseconds (an idle sidecar writes none). After a kill -9, a restart waits at
     /// most this long minus the drift limit.
@@ -333,6 +343,7 @@ fn cluster_config(args: ClusterArgs) -> ClusterConfig {
         state_dir: cluster_state_dir(args.state_dir),
         listen_unix: args.listen_unix,
         max_batch: args.max_batch,
+        max_range: args.max_range,
         local_fence_ahead: Duration::from_millis(args.local_fence_ahead_ms),
         renew_every: args.renew_every_secs.map(Duration::from_secs),
         max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
@@ -357,6 +368,7 @@ fn config_json(config: &ClusterConfig, log_format: LogFormat) -> serde_json::Val
         "pod_uid": config.pod.uid,
         "state_dir": path(&config.state_dir),
         "max_batch": config.max_batch,
+        "max_range": config.max_range,
         "local_fence_ahead_ms": config.local_fence_ahead.as_millis() as u64,
         "renew_every_secs": config.renew_every.map(|d| d.as_secs()),
         "max_clock_skew_ms": config.max_clock_skew.as_millis() as u64,
@@ -398,6 +410,7 @@ async fn run_standalone(args: StandaloneArgs) {
             sequence_name,
             segment,
             max_batch: args.max_batch,
+            max_range: args.max_range,
             drain: Duration::from_secs(args.drain_timeout_secs),
         };
         let sidecar = SegmentStandalone::start(config)

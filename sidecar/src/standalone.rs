@@ -123,6 +123,8 @@ pub struct SegmentStandaloneConfig {
     pub sequence_name: String,
     pub segment: SegmentParams,
     pub max_batch: u64,
+    /// Largest `count` of `GET /range` (`--max-range`).
+    pub max_range: u64,
     pub drain: Duration,
 }
 
@@ -166,7 +168,9 @@ impl SegmentStandalone {
             "standalone sidecar started"
         );
         let state = ServingCell::new(Serving::Segment(segment.clone()), &metrics);
-        let api = Arc::new(Api::new(state.reader(), metrics, config.max_batch));
+        let api = Arc::new(
+            Api::new(state.reader(), metrics, config.max_batch).with_max_range(config.max_range),
+        );
         Ok(SegmentStandalone {
             api,
             state,

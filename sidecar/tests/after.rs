@@ -50,6 +50,7 @@ fn segment(state: &std::path::Path, block: u64) -> Server {
             strict: false,
         },
         max_batch: 10_000,
+        max_range: 1_000_000,
         drain: Duration::from_secs(5),
     };
     segment_in_process((), config)

@@ -33,6 +33,12 @@ const DELIBERATE_CHANGES: &[(&str, &str, &str)] = &[
     ),
     (
         "0.1.0",
+        "max_range",
+        "new in 0.3 (issue 58), not a change: 0.1.0 had no /range; pods injected before pass no \
+         --max-range, so /range takes its default bound (1,000,000), and /ids keeps --max-batch",
+    ),
+    (
+        "0.1.0",
         "runtime_threads",
         "new in 0.3 (issue 24): one runtime thread unless --runtime-threads says more; 0.1.0 \
          started one per CPU it was allowed (one under the chart's default 200m limit)",

@@ -22,6 +22,8 @@ pub struct ClusterConfig {
     /// standalone mode.
     pub state_dir: PathBuf,
     pub max_batch: u64,
+    /// Largest `count` of `GET /range` (`--max-range`; segment sequences that are not strict).
+    pub max_range: u64,
     /// How far ahead of use the local fence is kept.
     pub local_fence_ahead: Duration,
     /// Lease renewal interval; `None`: a third of the lease duration.

@@ -233,11 +233,10 @@ pub async fn run(
     let (file, found) = FenceFile::open(&config.state_dir, &format!("{}.fence", config.sequence))?;
     let metrics = Arc::new(Metrics::new());
     let state = ServingCell::new(Serving::Waiting(WaitReason::Starting), &metrics);
-    let api = Arc::new(HttpApi::new(
-        state.reader(),
-        metrics.clone(),
-        config.max_batch,
-    ));
+    let api = Arc::new(
+        HttpApi::new(state.reader(), metrics.clone(), config.max_batch)
+            .with_max_range(config.max_range),
+    );
     let events: Arc<dyn Notify> = Arc::new(events::PodEvents::new(client.clone(), &config.pod));
     tracing::info!(listen = %listeners.local_addr().map(|a| a.to_string()).unwrap_or_default(), pod = %config.pod.name, sequence = %config.sequence, "cluster sidecar started");
 

@@ -50,3 +50,13 @@ pub(crate) use serve::{ApiListeners, ProbeServer, serve_api};
 
 /// Default and largest allowed `count` of `GET /ids` unless configured otherwise.
 pub const DEFAULT_MAX_BATCH: u64 = 10_000;
+
+/// Default largest `count` of `GET /range` unless configured otherwise (`--max-range`). A
+/// range is answered in constant time whatever its length (two numbers, not a line per
+/// value), so its bound is far above `/ids`'s; what it hands out is still capped by the
+/// block the sidecar holds.
+pub const DEFAULT_MAX_RANGE: u64 = 1_000_000;
+
+/// The largest `--max-range` accepted: a range's `first + count` stays below 2^63 anyway
+/// (the block does), so the bound only keeps the flag's value a sensible number.
+pub const MAX_MAX_RANGE: u64 = 1 << 40;

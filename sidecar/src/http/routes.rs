@@ -39,6 +39,8 @@ pub(crate) struct Api {
     pub(crate) metrics: Arc<Metrics>,
     /// Largest `count` accepted by `GET /ids`.
     pub(crate) max_batch: u64,
+    /// Largest `count` accepted by `GET /range` (`--max-range`).
+    pub(crate) max_range: u64,
     /// The metric series of the busiest answer, resolved once.
     id_ok: RouteSeries,
     /// Permits for `/readyz?wait=` requests held open at once ([`READYZ_WAITERS`]).
@@ -235,8 +237,16 @@ impl Api {
             id_ok: RouteSeries::new(&metrics, "id", "200"),
             metrics,
             max_batch,
+            max_range: super::DEFAULT_MAX_RANGE,
             readyz_waiters: Semaphore::new(READYZ_WAITERS),
         }
+    }
+
+    /// The same API with `/range` accepting `count` up to `max_range` (`--max-range`)
+    /// instead of [`super::DEFAULT_MAX_RANGE`].
+    pub(crate) fn with_max_range(mut self, max_range: u64) -> Api {
+        self.max_range = max_range;
+        self
     }
 
     /// The serving state this API answers from.
@@ -419,7 +429,7 @@ impl Api {
                     other => Err(not_ready(other)),
                 })
             }
-            Route::Range => range::planned(query, self.max_batch, state),
+            Route::Range => range::planned(query, self.max_range, state),
             Route::Decode(form, raw) => decode::decode_query(query, form).and_then(|()| {
                 match state {
                     Serving::Segment(_) => decode::segment_decode(raw, form),

@@ -177,6 +177,7 @@ fn ctx(client: Client, clock: Arc<dyn Clock>, renew_every: Duration) -> (Ctx, Ar
             state_dir: std::path::PathBuf::new(),
             listen_unix: None,
             max_batch: 10,
+            max_range: 10,
             local_fence_ahead: Duration::from_secs(1),
             renew_every: Some(renew_every),
             max_clock_skew: Duration::from_secs(10),

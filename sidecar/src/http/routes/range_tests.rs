@@ -18,12 +18,18 @@ use kubeflake_crds::sequence::SegmentParams;
 const BLOCK: u64 = 100;
 
 /// A segment sidecar of fixed blocks of [`BLOCK`] values from 1: blocks are
-/// `[1 + k * BLOCK, 1 + (k + 1) * BLOCK)`.
-fn segment_api(max_batch: u64) -> (Arc<Api>, Arc<Metrics>) {
+/// `[1 + k * BLOCK, 1 + (k + 1) * BLOCK)`; `/ids` takes up to 1,000 values, `/range` up to
+/// `max_range`.
+fn segment_api(max_range: u64) -> (Arc<Api>, Arc<Metrics>) {
+    segment_api_of(BLOCK, 1000, max_range)
+}
+
+/// A segment sidecar of fixed blocks of `block` values from 1.
+fn segment_api_of(block: u64, max_batch: u64, max_range: u64) -> (Arc<Api>, Arc<Metrics>) {
     let params = SegmentParams {
         start: 1,
-        block_size: BLOCK,
-        max_block_size: BLOCK,
+        block_size: block,
+        max_block_size: block,
         prefetch_percent: 50,
         target_claim_interval_secs: 60,
         strict: false,
@@ -36,10 +42,8 @@ fn segment_api(max_batch: u64) -> (Arc<Api>, Arc<Metrics>) {
     );
     let metrics = Arc::new(Metrics::new());
     let cell = ServingCell::new(Serving::Segment(Source::Blocks(segment)), &metrics);
-    (
-        Arc::new(Api::new(cell.reader(), metrics.clone(), max_batch)),
-        metrics,
-    )
+    let api = Api::new(cell.reader(), metrics.clone(), max_batch).with_max_range(max_range);
+    (Arc::new(api), metrics)
 }
 
 /// `/range`'s `[first, first + count)`.
@@ -184,6 +188,33 @@ async fn a_count_out_of_range_or_a_stray_parameter_is_a_400_naming_the_bounds() 
     }
     assert_eq!(metrics.ids_issued.get(), 0, "nothing was handed out");
     assert_eq!(range(&api, 1000).await.0, 1, "no value was used up");
+}
+
+#[tokio::test]
+async fn a_range_may_be_far_longer_than_max_batch_up_to_max_range_and_the_block() {
+    const BIG: u64 = 1_000_000;
+    let (api, metrics) = segment_api_of(BIG, 10, BIG);
+    ready(&api).await;
+    let (status, body) = get(&api, "/ids?count=11").await;
+    assert_eq!(status, 400, "/ids keeps --max-batch: {body}");
+    assert_eq!(
+        range(&api, BIG).await,
+        (1, BIG + 1),
+        "a whole block of a million values in one answer"
+    );
+    let (status, body) = get(&api, &format!("/range?count={}", BIG + 1)).await;
+    assert_eq!(status, 400, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("from 1 to 1000000"), "{error}");
+    assert_eq!(metrics.ids_issued.get(), BIG, "the range counted whole");
+
+    let (small, _) = segment_api(crate::http::DEFAULT_MAX_RANGE);
+    ready(&small).await;
+    assert_eq!(
+        range(&small, crate::http::DEFAULT_MAX_RANGE).await,
+        (1, BLOCK + 1),
+        "a range asked past the block ends with it"
+    );
 }
 
 #[tokio::test]

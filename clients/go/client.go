@@ -54,6 +54,9 @@ type Client struct {
 	depth       int
 	batchSize   int
 	maxBatch    int
+	maxRange    int  // the ceiling of a /range refill (segment mode)
+	pace        pace // segment mode: refill times and the rate, for the low-water mark
+	low         int  // refill when depth is at or below it
 	refillErr   *Error
 	retryAt     time.Time
 	lastRefill  time.Time
@@ -102,6 +105,8 @@ func New(s Settings) (*Client, error) {
 		http:      newTransport(ep, s),
 		batchSize: s.MinBatch,
 		maxBatch:  s.MaxBatch,
+		maxRange:  s.MaxRange,
+		low:       lowWater(s.MinBatch),
 		filled:    make(chan struct{}),
 		want:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -156,7 +161,7 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 			c.pos++
 			c.depth--
 			c.stats.IDs++
-			if c.depth <= lowWater(c.batchSize) {
+			if c.depth <= c.low {
 				c.askRefill()
 			}
 			if !started.IsZero() {
@@ -223,7 +228,7 @@ func (c *Client) refill() {
 		case <-c.want:
 		}
 		c.mu.Lock()
-		stale := c.depth > lowWater(c.batchSize) // asked while the last refill was out
+		stale := c.depth > c.low // asked while the last refill was out
 		c.mu.Unlock()
 		if stale {
 			continue
@@ -235,8 +240,8 @@ func (c *Client) refill() {
 			default:
 			}
 			c.mu.Lock()
-			size := min(c.batchSize, c.maxBatch)
 			askRange := c.mode == "segment" && !c.noRanges
+			size := min(c.batchSize, c.ceiling())
 			c.mu.Unlock()
 			sent := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), c.settings.RequestTimeout)
@@ -257,9 +262,13 @@ func (c *Client) refill() {
 			if err != nil {
 				e, _ := asError(err)
 				if e.Kind == KindBadRequest && size > 1 {
-					// A sidecar with a smaller --max-batch: ask for fewer.
-					c.maxBatch = size / 2
-					c.batchSize = min(c.batchSize, c.maxBatch)
+					// A sidecar with a smaller --max-batch (--max-range): ask for fewer.
+					if askRange {
+						c.maxRange = size / 2
+					} else {
+						c.maxBatch = size / 2
+					}
+					c.batchSize = min(c.batchSize, c.ceiling())
 					c.mu.Unlock()
 					continue
 				}
@@ -289,11 +298,16 @@ func (c *Client) refill() {
 			c.depth += got.len()
 			c.stats.Refills++
 			c.stats.RefillTime += done.Sub(sent)
-			c.batchSize = nextBatchSize(c.batchSize, done.Sub(c.lastRefill), !c.lastRefill.IsZero(), c.settings, c.maxBatch)
+			c.batchSize = nextBatchSize(c.batchSize, done.Sub(c.lastRefill), !c.lastRefill.IsZero(), c.settings, c.ceiling())
 			c.stats.BatchSize = c.batchSize
 			c.lastRefill = done
 			c.refillErr = nil
-			low := c.depth <= lowWater(c.batchSize)
+			c.low = lowWater(c.batchSize)
+			if c.mode == "segment" {
+				c.pace.arrived(done, done.Sub(sent), c.stats.IDs)
+				c.low = c.pace.lowWater(c.batchSize, c.ceiling())
+			}
+			low := c.depth <= c.low
 			c.broadcast()
 			c.mu.Unlock()
 			if !low {
@@ -301,6 +315,14 @@ func (c *Client) refill() {
 			}
 		}
 	}
+}
+
+// ceiling is the largest refill: MaxRange for a /range refill, else MaxBatch; c.mu is held.
+func (c *Client) ceiling() int {
+	if c.mode == "segment" && !c.noRanges {
+		return c.maxRange
+	}
+	return c.maxBatch
 }
 
 // broadcast wakes every waiting NextID; c.mu is held.

@@ -26,6 +26,9 @@ type Settings struct {
 	RequestTimeout time.Duration
 	// MinBatch and MaxBatch bound the refill size (defaults 64 and 10,000).
 	MinBatch, MaxBatch int
+	// MaxRange bounds a segment refill from /range instead of MaxBatch (default 1,000,000,
+	// the sidecar's default --max-range): a range costs the same whatever its length.
+	MaxRange int
 	// RefillPeriod is what the batch size aims at: one refill per period (default 100 ms).
 	RefillPeriod time.Duration
 }
@@ -46,11 +49,17 @@ func (s Settings) withDefaults() (Settings, error) {
 	if s.MaxBatch == 0 {
 		s.MaxBatch = 10000
 	}
+	if s.MaxRange == 0 {
+		s.MaxRange = 1_000_000
+	}
 	if s.RefillPeriod == 0 {
 		s.RefillPeriod = 100 * time.Millisecond
 	}
 	if s.MinBatch < 1 || s.MinBatch > s.MaxBatch {
 		return s, fmt.Errorf("kubeflake: need 1 <= MinBatch <= MaxBatch, got %d and %d", s.MinBatch, s.MaxBatch)
+	}
+	if s.MaxRange < s.MinBatch {
+		return s, fmt.Errorf("kubeflake: need MinBatch <= MaxRange, got %d and %d", s.MinBatch, s.MaxRange)
 	}
 	if s.MaxWait < 0 || s.RequestTimeout < 0 {
 		return s, fmt.Errorf("kubeflake: MaxWait and RequestTimeout must not be negative")
@@ -129,7 +138,8 @@ func nextBatchSize(current int, lasted time.Duration, known bool, s Settings, ma
 	return size
 }
 
-// lowWater: refill when the buffer holds half a batch or less.
+// lowWater: refill when the buffer holds half a batch or less (Snowflake mode, and the
+// floor of a segment buffer's mark: pace.lowWater).
 func lowWater(batch int) int { return batch / 2 }
 
 // backoff: 50 ms doubling to 1 s, after a failure that named no Retry-After.

@@ -36,7 +36,7 @@ import (
 	"github.com/sony/sonyflake"
 )
 
-var snowflakeSocket, segmentSocket, sustainedSocket string
+var snowflakeSocket, segmentSocket, growingSocket, sustainedSocket string
 
 // addrs maps a sidecar's socket to its loopback address (for /metrics).
 var addrs = map[string]string{}
@@ -60,6 +60,9 @@ func TestMain(m *testing.M) {
 	var err error
 	if snowflakeSocket, stops, err = start(bin, stops); err == nil {
 		segmentSocket, stops, err = start(bin, stops, "--mode", "segment")
+	}
+	if err == nil {
+		growingSocket, stops, err = start(bin, stops, "--mode", "segment", "--block-size", "1000", "--max-block-size", "1000000")
 	}
 	if err == nil {
 		sustainedSocket, stops, err = start(bin, stops, "--sequence-file", "tight.yaml")
@@ -207,6 +210,11 @@ func BenchmarkSnowflakeSustained(b *testing.B) { buffered(b, sustainedSocket) }
 
 // BenchmarkSegmentNextID: the same against a segment sidecar (default block size 1000).
 func BenchmarkSegmentNextID(b *testing.B) { buffered(b, segmentSocket) }
+
+// BenchmarkSegmentGrowingBlocks: the same with blocks growing from 1,000 to 1,000,000
+// values (--max-block-size, as the Java benchmark's segment row): a range never crosses a
+// block, so only then can one /range refill bring more than 1,000 values.
+func BenchmarkSegmentGrowingBlocks(b *testing.B) { buffered(b, growingSocket) }
 
 // BenchmarkOneRequestPerID: the same client without a buffer, one GET /id per ID over a
 // kept-alive connection on the Unix socket (Snowflake).

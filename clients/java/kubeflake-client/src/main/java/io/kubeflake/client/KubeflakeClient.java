@@ -39,7 +39,7 @@ public final class KubeflakeClient implements AutoCloseable {
         long maxWait = b.maxWait.toNanos();
         this.sidecar = SidecarApi.locate(b.url, b.socket, b.environment, b.requestTimeout, maxWait);
         this.buffer = new PrefetchBuffer(sidecar, maxAge, maxWait,
-                new BatchSizer(b.minBatch, b.maxBatch, b.refillPeriod.toNanos()));
+                new BatchSizer(b.minBatch, b.maxBatch, b.maxRange, b.refillPeriod.toNanos()));
     }
 
     /** A client with the defaults of clients/SPEC.md, finding the sidecar from the environment. */
@@ -190,6 +190,7 @@ public final class KubeflakeClient implements AutoCloseable {
         private Duration requestTimeout = Duration.ofSeconds(2);
         private int minBatch = 64;
         private int maxBatch = 10_000;
+        private int maxRange = 1_000_000;
         private Duration refillPeriod = Duration.ofMillis(100);
         private Map<String, String> environment = System.getenv();
 
@@ -244,6 +245,15 @@ public final class KubeflakeClient implements AutoCloseable {
             return this;
         }
 
+        /**
+         * The largest segment refill from {@code /range} (default 1,000,000, the sidecar's default
+         * --max-range): a range costs the same whatever its length, so it may be far above maxBatch.
+         */
+        public Builder maxRange(int maxRange) {
+            this.maxRange = maxRange;
+            return this;
+        }
+
         /** What the batch size aims at: one refill per period (default 100 ms). */
         public Builder refillPeriod(Duration refillPeriod) {
             this.refillPeriod = positive(refillPeriod, "refillPeriod");
@@ -272,6 +282,9 @@ public final class KubeflakeClient implements AutoCloseable {
         public KubeflakeClient build() {
             if (minBatch < 1 || minBatch > maxBatch) {
                 throw new IllegalArgumentException("need 1 <= minBatch <= maxBatch, got " + minBatch + " and " + maxBatch);
+            }
+            if (maxRange < minBatch) {
+                throw new IllegalArgumentException("need minBatch <= maxRange, got " + minBatch + " and " + maxRange);
             }
             return new KubeflakeClient(this);
         }

@@ -241,6 +241,12 @@ final class PrefetchBuffer {
         }
     }
 
+    /** Values handed out so far, those taken from the current range included; lock is held. */
+    private long handedOutLocked() {
+        Range r = current;
+        return ids + (segment ? Math.min(r.next.get(), r.end) - r.first : 0);
+    }
+
     /** Values buffered now; lock is held. */
     private long depthLocked() {
         return segment ? current.left() + queued : depth;
@@ -286,11 +292,11 @@ final class PrefetchBuffer {
                 }
                 refillWanted = false;
                 while (!closed) {
-                    int size = batch.request();
+                    boolean askRange = segment && !noRanges;
+                    int size = batch.request(askRange);
                     long sent = System.nanoTime();
                     long[] got = null;
                     long[] range = null;
-                    boolean askRange = segment && !noRanges;
                     KubeflakeException error = null;
                     lock.unlock();
                     try {
@@ -308,7 +314,7 @@ final class PrefetchBuffer {
                         return;
                     }
                     if (error != null) {
-                        if (error.kind() == Kind.BAD_REQUEST && batch.tooLarge(size)) {
+                        if (error.kind() == Kind.BAD_REQUEST && batch.tooLarge(size, askRange)) {
                             continue;
                         }
                         refillError = error;
@@ -344,7 +350,11 @@ final class PrefetchBuffer {
                     }
                     refills++;
                     refillNanos += done - sent;
-                    batch.refilled(done);
+                    if (segment) {
+                        batch.refilled(done, done - sent, handedOutLocked(), !noRanges);
+                    } else {
+                        batch.refilled(done);
+                    }
                     refillError = null;
                     filled.signalAll();
                     if (depthLocked() > batch.lowWater()) {
@@ -405,10 +415,8 @@ final class PrefetchBuffer {
     ClientStats stats() {
         lock.lock();
         try {
-            Range r = current;
-            long taken = segment ? Math.min(r.next.get(), r.end) - r.first : 0;
             int buffered = (int) Math.min(Integer.MAX_VALUE, depthLocked());
-            return new ClientStats(ids + taken, buffered, batch.size(), refills, Duration.ofNanos(refillNanos), refillErrors,
+            return new ClientStats(handedOutLocked(), buffered, batch.size(), refills, Duration.ofNanos(refillNanos), refillErrors,
                     waits, Duration.ofNanos(waitNanos), expired, direct, Map.copyOf(errors));
         } finally {
             lock.unlock();

@@ -1,0 +1,134 @@
+package kubeflake
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clients/SPEC.md, "Range refills are sized and timed so that no caller waits".
+
+func TestTheLowWaterMarkIsHalfABatchUntilRefillsAreMeasured(t *testing.T) {
+	var p pace
+	if got := p.lowWater(1000, 1_000_000); got != 500 {
+		t.Fatalf("lowWater = %d, want 500 (half the batch)", got)
+	}
+}
+
+func TestTheLowWaterMarkCoversTwoRefillTimesAtTheMeasuredRate(t *testing.T) {
+	var p pace
+	t0 := time.Unix(1000, 0)
+	p.arrived(t0, 800*time.Microsecond, 0)
+	// 10,000,000 values in the second since: 10M values/s; refills take 0.8 ms.
+	p.arrived(t0.Add(time.Second), 800*time.Microsecond, 10_000_000)
+	if got := p.lowWater(10_000, 1_000_000); got != 16_000 {
+		t.Fatalf("lowWater = %d, want 16000 (2 x 0.8 ms x 10M/s)", got)
+	}
+	if got := p.lowWater(100_000, 1_000_000); got != 50_000 {
+		t.Fatalf("lowWater = %d, want 50000: never below half the batch", got)
+	}
+	if got := p.lowWater(10_000, 12_000); got != 12_000 {
+		t.Fatalf("lowWater = %d, want 12000: never above the ceiling", got)
+	}
+}
+
+func TestTheRefillTimeIsAnExponentialMeanGivingTheNewestAQuarter(t *testing.T) {
+	var p pace
+	t0 := time.Unix(1000, 0)
+	p.arrived(t0, 4*time.Millisecond, 0)
+	p.arrived(t0.Add(time.Second), 0, 1000)
+	if p.refillTime != 3*time.Millisecond {
+		t.Fatalf("refillTime = %s, want 3ms (4 ms, then a quarter of the way to 0)", p.refillTime)
+	}
+	p.arrived(t0.Add(3*time.Second), 0, 5000)
+	if p.rate != 2000 {
+		t.Fatalf("rate = %v, want 2000 (4000 values in 2 s)", p.rate)
+	}
+}
+
+// rangeSidecar is a segment sidecar with /range: it records each count asked, answers
+// min(count, cap) values, and answers 400 to a count above max.
+func rangeSidecar(t *testing.T, cap, max int) (string, func() []int) {
+	var mu sync.Mutex
+	var asked []int
+	next := int64(1)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			fmt.Fprint(w, `{"status":"ready","mode":"Segment","strict":false,"phase":"segment"}`)
+		case "/range":
+			count, _ := strconv.Atoi(r.URL.Query().Get("count"))
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, count)
+			if count > max {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintf(w, `{"error":"count must be a whole number from 1 to %d"}`, max)
+				return
+			}
+			n := min(count, cap)
+			fmt.Fprintf(w, `{"first":"%d","count":%d}`, next, n)
+			next += int64(n)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s.URL, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), asked...)
+	}
+}
+
+func TestRangeRefillsGrowPastMaxBatchUpToMaxRange(t *testing.T) {
+	url, asked := rangeSidecar(t, 1<<30, 1<<30)
+	c := newClient(t, Settings{URL: url, MaxBatch: 100, MaxRange: 6400})
+	for i := int64(1); i <= 200_000; i++ {
+		v, err := c.NextID(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != i {
+			t.Fatalf("got %d, want %d", v, i)
+		}
+	}
+	largest := 0
+	for _, n := range asked() {
+		if n > 6400 {
+			t.Fatalf("asked %d, above MaxRange", n)
+		}
+		largest = max(largest, n)
+	}
+	if largest != 6400 {
+		t.Fatalf("the largest range asked was %d; want MaxRange (6400), far above MaxBatch (100)", largest)
+	}
+}
+
+func TestA400ToARangeHalvesMaxRangeAndTheValuesStillComeInOrder(t *testing.T) {
+	url, asked := rangeSidecar(t, 1<<30, 1000)
+	c := newClient(t, Settings{URL: url, MaxRange: 4096})
+	for i := int64(1); i <= 100_000; i++ {
+		v, err := c.NextID(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != i {
+			t.Fatalf("got %d, want %d", v, i)
+		}
+	}
+	refused := 0
+	for _, n := range asked() {
+		if n > 1000 {
+			refused++
+		}
+	}
+	if refused == 0 || refused > 3 {
+		t.Fatalf("%d refused ranges; want a few halvings (4096, 2048), then none: %v", refused, asked())
+	}
+}

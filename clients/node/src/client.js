@@ -2,10 +2,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeflakeError, NoSidecarError, ProtocolError, SlotLostError } from './errors.js';
 import { layoutFromDecodes, toBigInt } from './layout.js';
+import { Pace } from './pace.js';
 import { parseJSONExact, resolveEndpoint, Transport } from './transport.js';
 
 const DEFAULTS = Object.freeze({
-  prefetch: true, maxAgeMs: 1000, maxWaitMs: 5000, requestTimeoutMs: 2000, minBatch: 64, maxBatch: 10000, refillPeriodMs: 100,
+  prefetch: true, maxAgeMs: 1000, maxWaitMs: 5000, requestTimeoutMs: 2000, minBatch: 64, maxBatch: 10000, maxRange: 1000000, refillPeriodMs: 100,
 });
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
@@ -27,16 +28,21 @@ function checkSettings(s) {
   if (!Number.isInteger(s.minBatch) || !Number.isInteger(s.maxBatch) || s.minBatch < 1 || s.minBatch > s.maxBatch) {
     throw new RangeError(`kubeflake: need whole numbers 1 <= minBatch <= maxBatch, got ${s.minBatch} and ${s.maxBatch}`);
   }
+  if (!Number.isInteger(s.maxRange) || s.maxRange < s.minBatch) throw new RangeError(`kubeflake: need a whole number maxRange >= minBatch, got ${s.maxRange}`);
   if (typeof s.maxAgeMs !== 'number' || Number.isNaN(s.maxAgeMs)) throw new RangeError('kubeflake: maxAgeMs must be a number (<= 0: no limit)');
 }
 
 export class Client {
   #s;
   #http;
-  #queue = []; // batches in the order their answers arrived: {at, ids, pos}
+  #queue = []; // batches in the order their answers arrived: {at, ids, length, pos}, a range {at, first, length, pos}
   #depth = 0;
   #batchSize;
   #maxBatch;
+  #maxRange;
+  #noRanges = false; // the sidecar answered 404 to /range (0.1.0): refills ask /ids
+  #pace = new Pace();
+  #low; // refill when #depth is at or below it
   #refilling = false;
   #taken = 0;
   #refillErr = null;
@@ -63,6 +69,8 @@ export class Client {
     this.#http = new Transport(resolveEndpoint(s), s.requestTimeoutMs);
     this.#batchSize = s.minBatch;
     this.#maxBatch = s.maxBatch;
+    this.#maxRange = s.maxRange;
+    this.#low = s.minBatch >> 1;
   }
 
   /** How the client reaches the sidecar: "unix" or "tcp". */
@@ -130,21 +138,21 @@ export class Client {
     const queue = this.#queue;
     while (queue.length > 0) {
       const head = queue[0];
-      if (head.pos === head.ids.length) {
+      if (head.pos === head.length) {
         queue.shift();
         continue;
       }
       if (this.#mode === 'snowflake' && this.#s.maxAgeMs > 0 && now() - head.at > this.#s.maxAgeMs) {
-        const dropped = head.ids.length - head.pos;
+        const dropped = head.length - head.pos;
         this.#stats.expired += dropped;
         this.#depth -= dropped;
         queue.shift();
         continue;
       }
-      const id = head.ids[head.pos++];
+      const id = head.ids ? head.ids[head.pos++] : head.first + BigInt(head.pos++);
       this.#depth--;
       this.#stats.ids++;
-      if (this.#depth <= this.#batchSize >> 1) this.#wantRefill();
+      if (this.#depth <= this.#low) this.#wantRefill();
       return id;
     }
     return undefined;
@@ -199,18 +207,30 @@ export class Client {
   async #refill() {
     let delay = 0;
     while (!this.#closed) {
-      const size = Math.min(this.#batchSize, this.#maxBatch);
+      const ranges = this.#ranges();
+      const size = Math.min(this.#batchSize, this.#ceiling());
       const sent = now();
-      let ids;
+      let batch;
       try {
-        ids = await this.#http.ids(`/ids?count=${size}`);
+        if (ranges) {
+          const range = await this.#http.range(size);
+          if (range === null) {
+            this.#noRanges = true; // a 0.1.0 sidecar: /ids from now on
+            continue;
+          }
+          batch = { at: sent, first: range.first, length: range.count, pos: 0 };
+        } else {
+          const ids = await this.#http.ids(`/ids?count=${size}`);
+          batch = { at: sent, ids, length: ids.length, pos: 0 };
+        }
       } catch (caught) {
         if (this.#closed) return;
         const err = caught instanceof KubeflakeError ? caught : new ProtocolError(String(caught), { cause: caught });
         if (err.kind === 'bad_request' && size > 1) {
-          // A sidecar with a smaller --max-batch: ask for fewer.
-          this.#maxBatch = size >> 1;
-          this.#batchSize = Math.min(this.#batchSize, this.#maxBatch);
+          // A sidecar with a smaller --max-batch (--max-range): ask for fewer.
+          if (ranges) this.#maxRange = size >> 1;
+          else this.#maxBatch = size >> 1;
+          this.#batchSize = Math.min(this.#batchSize, this.#ceiling());
           continue;
         }
         this.#refillErr = err;
@@ -230,17 +250,28 @@ export class Client {
       if (this.#closed) return;
       const done = now();
       delay = 0;
-      this.#queue.push({ at: sent, ids, pos: 0 });
-      this.#depth += ids.length;
+      this.#queue.push(batch);
+      this.#depth += batch.length;
       this.#stats.refills++;
       this.#stats.refillSeconds += (done - sent) / 1000;
       this.#batchSize = this.#nextBatchSize(done);
       this.#lastRefill = done;
+      this.#low = this.#batchSize >> 1;
+      if (this.#mode === 'segment') {
+        this.#pace.arrived(done, done - sent, this.#stats.ids);
+        this.#low = this.#pace.lowWater(this.#batchSize, this.#ceiling());
+      }
       this.#refillErr = null;
       this.#filled.fire();
-      if (this.#depth > this.#batchSize >> 1) return;
+      if (this.#depth > this.#low) return;
     }
   }
+
+  /** Refills ask /range: segment mode, unless the sidecar answered 404 to it. */
+  #ranges() { return this.#mode === 'segment' && !this.#noRanges; }
+
+  /** The largest refill: maxRange for a /range refill, else maxBatch. */
+  #ceiling() { return this.#ranges() ? this.#maxRange : this.#maxBatch; }
 
   /** Leaf's rule: double when the last batch lasted under half the refill period, halve when it lasted over four. */
   #nextBatchSize(done) {
@@ -250,7 +281,7 @@ export class Client {
       if (lasted < this.#s.refillPeriodMs / 2) size *= 2;
       else if (lasted > this.#s.refillPeriodMs * 4) size >>= 1;
     }
-    return Math.min(Math.max(size, this.#s.minBatch), this.#maxBatch);
+    return Math.min(Math.max(size, this.#s.minBatch), this.#ceiling());
   }
 
   async #direct(path) {

@@ -19,6 +19,8 @@ export interface Options {
   /** The refill size's range (defaults 64 and 10,000). */
   minBatch?: number;
   maxBatch?: number;
+  /** The largest segment refill from /range (default 1,000,000, the sidecar's default --max-range). */
+  maxRange?: number;
   /** The batch size aims at one refill per period, in ms (default 100). */
   refillPeriodMs?: number;
 }

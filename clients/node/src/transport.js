@@ -133,7 +133,42 @@ export class Transport {
     return parseIDs(await this.get(path, timeoutMs), path);
   }
 
+  /**
+   * A segment range from /range?count=N: `{first, count}` for the values first to
+   * first + count - 1; null when the sidecar has no /range (a 404: a 0.1.0 sidecar).
+   * @param {number} size
+   * @param {number} [timeoutMs]
+   * @returns {Promise<{first: bigint, count: number} | null>}
+   */
+  async range(size, timeoutMs) {
+    const path = `/range?count=${size}`;
+    const answer = await this.exchange(path, timeoutMs);
+    if (answer.status === 404) return null;
+    if (answer.status !== 200) throw errorFromResponse(answer.status, answer.body, answer.retryAfter, path);
+    return parseRange(answer.body, size, path);
+  }
+
   close() { this.agent.destroy(); }
+}
+
+/**
+ * A /range answer, `{"first":"F","count":n}` with 1 <= n <= asked and F + n - 1 below 2^63;
+ * anything else is a ProtocolError.
+ * @param {string} body
+ * @param {number} asked
+ * @param {string} path
+ */
+export function parseRange(body, asked, path) {
+  let doc;
+  try { doc = JSON.parse(body); } catch { doc = null; }
+  const first = doc?.first;
+  const count = doc?.count;
+  if (typeof first !== 'string' || !DECIMAL.test(first) || !Number.isInteger(count) || count < 1 || count > asked) {
+    throw new ProtocolError(`${path}: the answer is not {"first":"F","count":n} with 1 <= n <= ${asked}`);
+  }
+  const start = BigInt(first);
+  if (start + BigInt(count) - 1n > MAX_ID) throw new ProtocolError(`${path}: the range from ${first} of ${count} values passes 2^63-1`);
+  return { first: start, count };
 }
 
 const MAX_ID = (1n << 63n) - 1n;

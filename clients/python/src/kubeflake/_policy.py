@@ -55,27 +55,31 @@ class Settings:
     request_timeout: float = 2.0   # one HTTP exchange
     min_batch: int = 64
     max_batch: int = 10_000
+    max_range: int = 1_000_000     # the largest segment refill from /range (the sidecar's --max-range)
     refill_period: float = 0.1     # the batch size aims at one refill per this many seconds
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_batch <= self.max_batch:
             raise ValueError(f"need 1 <= min_batch <= max_batch, got {self.min_batch} and {self.max_batch}")
+        if self.max_range < self.min_batch:
+            raise ValueError(f"need min_batch <= max_range, got {self.min_batch} and {self.max_range}")
         if self.max_wait < 0 or self.request_timeout <= 0:
             raise ValueError("max_wait must be >= 0 and request_timeout > 0 (seconds)")
         if self.max_age is not None and self.max_age <= 0:
             raise ValueError("max_age must be > 0 seconds, or None for no limit")
 
 
-def next_batch_size(current: int, lasted: float | None, settings: Settings) -> int:
+def next_batch_size(current: int, lasted: float | None, settings: Settings, ceiling: int | None = None) -> int:
     """Leaf's rule: double the batch when the last one lasted under half the refill
-    period, halve it when it lasted over four periods; within [min_batch, max_batch]."""
+    period, halve it when it lasted over four periods; within [min_batch, ceiling]
+    (default max_batch)."""
     size = current
     if lasted is not None:
         if lasted < settings.refill_period / 2:
             size = current * 2
         elif lasted > settings.refill_period * 4:
             size = current // 2
-    return max(settings.min_batch, min(settings.max_batch, size))
+    return max(settings.min_batch, min(settings.max_batch if ceiling is None else ceiling, size))
 
 
 def low_water(batch: int) -> int:
@@ -98,6 +102,28 @@ def parse_ids(body: bytes, what: str) -> list[int]:
     if not ids or any(not 0 <= v < 2**63 for v in ids):
         raise ProtocolError(f"{what}: the answer holds no ID or one outside 0..2^63-1")
     return ids
+
+
+def parse_range(body: bytes, asked: int, what: str) -> range:
+    """The values of a /range answer, `{"first":"F","count":n}`: F to F+n-1, with
+    1 <= n <= asked and every value below 2^63. Anything else is a ProtocolError."""
+    import json
+
+    from .errors import ProtocolError
+
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    first = doc.get("first") if isinstance(doc, dict) else None
+    count = doc.get("count") if isinstance(doc, dict) else None
+    if (not isinstance(first, str) or not first.isascii() or not first.isdigit()
+            or type(count) is not int or not 1 <= count <= asked):
+        raise ProtocolError(f"{what}: the answer is not {{\"first\":\"F\",\"count\":n}} with 1 <= n <= {asked}")
+    start = int(first)
+    if start + count > 2**63:
+        raise ProtocolError(f"{what}: the range from {start} of {count} values passes 2^63-1")
+    return range(start, start + count)
 
 
 def mode_from_readyz(doc: dict) -> str | None:

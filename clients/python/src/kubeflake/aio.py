@@ -10,6 +10,7 @@ import asyncio
 import time
 
 from . import _buffer, _policy
+from ._sizer import Sizer
 from ._http import Response
 from ._policy import Endpoint, Settings
 from .client import Stats, _decoded, _json
@@ -66,10 +67,9 @@ class AsyncClient:
         self.endpoint = Endpoint.resolve(url, socket)
         self.settings = Settings(**settings)
         self._idle: list[_Connection] = []
-        self._batch = self.settings.min_batch
-        self._max_batch = self.settings.max_batch
+        self._sizer = Sizer(self.settings)
+        self._no_ranges = False  # the sidecar answered 404 to /range (0.1.0): refills ask /ids
         self._refill_error: KubeflakeError | None = None
-        self._last_refill_at: float | None = None
         self._retry_at = 0.0
         self._mode: str | None = None
         self._layout: Layout | None | bool = False
@@ -77,7 +77,7 @@ class AsyncClient:
         self._want: asyncio.Event | None = None
         self._filled: asyncio.Condition | None = None
         self._closed = False
-        self._stats = Stats(batch_size=self._batch)
+        self._stats = Stats(batch_size=self._sizer.batch)
         self._buffer = _buffer.Buffer(self._stats)
 
     # -- transport ---------------------------------------------------------------------
@@ -150,7 +150,7 @@ class AsyncClient:
         while True:
             value = self._buffer.take(time.monotonic(), max_age)
             if value is not None:
-                if self._stats.buffer_depth <= _policy.low_water(self._batch):
+                if self._stats.buffer_depth <= self._sizer.low:
                     self._ask_refill()
                 if started is not None:
                     self._stats.wait_seconds += time.monotonic() - started
@@ -196,16 +196,22 @@ class AsyncClient:
             await self._want.wait()
             if self._closed:
                 return
-            size = min(self._batch, self._max_batch)
+            ranges = self._mode == "segment" and not self._no_ranges
+            size = self._sizer.request(ranges)
             started = time.monotonic()
             try:
-                await self.mode()
-                ids = _policy.parse_ids(await self._once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
-            except BadRequest as e:
-                if size > 1:
-                    self._max_batch = size // 2
-                    self._batch = min(self._batch, self._max_batch)
+                if await self.mode() != "segment":
+                    ranges = False
+                if ranges:
+                    ids = await self._range(size)
+                    if ids is None:
+                        self._no_ranges = True  # a 0.1.0 sidecar: /ids from now on
+                        continue
                 else:
+                    ids = _policy.parse_ids(await self._once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
+            except BadRequest as e:
+                # A sidecar with a smaller --max-batch (--max-range): ask for fewer.
+                if not self._sizer.too_large(size, ranges):
                     self._refill_error = e
                     await self._notify()
                 continue
@@ -229,14 +235,24 @@ class AsyncClient:
             self._buffer.add(started, ids)  # in the order fetched (segment order)
             self._stats.refills += 1
             self._stats.refill_seconds += done - started
-            lasted = None if self._last_refill_at is None else done - self._last_refill_at
-            self._last_refill_at = done
-            self._batch = min(_policy.next_batch_size(self._batch, lasted, self.settings), self._max_batch)
-            self._stats.batch_size = self._batch
+            segment = self._mode == "segment"
+            self._sizer.refilled(done, done - started, self._stats.ids, segment, segment and not self._no_ranges)
+            self._stats.batch_size = self._sizer.batch
             self._refill_error = None
-            if self._stats.buffer_depth > _policy.low_water(self._batch):
+            if self._stats.buffer_depth > self._sizer.low:
                 self._want.clear()
             await self._notify()
+
+    async def _range(self, size: int) -> range | None:
+        """One /range refill of at most `size` values; None when the sidecar has no
+        /range (a 404: a 0.1.0 sidecar)."""
+        path = f"/range?count={size}"
+        response = await self._raw(path, self.settings.request_timeout)
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise from_response(response.status, response.body, response.retry_after, path)
+        return _policy.parse_range(response.body, size, path)
 
     # -- the rest, as in kubeflake.Client ----------------------------------------------
 

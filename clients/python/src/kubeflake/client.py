@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from . import _buffer, _policy
+from ._sizer import Sizer
 from ._http import TRANSPORT_ERRORS, Transport
 from ._policy import Endpoint, Settings
 from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response, not_ready_yet
@@ -88,17 +89,16 @@ class Client:
         self._transport = Transport(self.endpoint)
         self._req = _Requester(self._transport, self.settings)
         self._cond = threading.Condition(threading.Lock())
-        self._batch = self.settings.min_batch
-        self._max_batch = self.settings.max_batch
+        self._sizer = Sizer(self.settings)
+        self._no_ranges = False  # the sidecar answered 404 to /range (0.1.0): refills ask /ids
         self._want = False
         self._refill_error: KubeflakeError | None = None
-        self._last_refill_at: float | None = None
         self._retry_at = 0.0
         self._mode: str | None = None
         self._layout: Layout | None | bool = False  # False: not read yet
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._stats = Stats(batch_size=self._batch)
+        self._stats = Stats(batch_size=self._sizer.batch)
         self._buffer = _buffer.Buffer(self._stats)
 
     # -- the buffer --------------------------------------------------------------------
@@ -122,7 +122,7 @@ class Client:
             while True:
                 value = self._buffer.take(time.monotonic(), max_age)
                 if value is not None:
-                    if not self._want and self._stats.buffer_depth <= _policy.low_water(self._batch):
+                    if not self._want and self._stats.buffer_depth <= self._sizer.low:
                         self._ask_refill()
                     if started is not None:
                         self._stats.wait_seconds += time.monotonic() - started
@@ -163,18 +163,25 @@ class Client:
                     cond.wait()
                 if self._closed:
                     return
-                size = min(self._batch, self._max_batch)
+                ranges = self._mode == "segment" and not self._no_ranges
+                size = self._sizer.request(ranges)
             started = time.monotonic()
             try:
-                self.mode()
-                ids = _policy.parse_ids(
-                    self._req.once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
+                if self.mode() != "segment":
+                    ranges = False
+                if ranges:
+                    ids = self._range(size)
+                    if ids is None:
+                        with cond:
+                            self._no_ranges = True  # a 0.1.0 sidecar: /ids from now on
+                        continue
+                else:
+                    ids = _policy.parse_ids(
+                        self._req.once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
             except BadRequest as e:
                 with cond:
-                    if size > 1:  # a sidecar with a smaller --max-batch: ask for fewer
-                        self._max_batch = size // 2
-                        self._batch = min(self._batch, self._max_batch)
-                    else:
+                    # A sidecar with a smaller --max-batch (--max-range): ask for fewer.
+                    if not self._sizer.too_large(size, ranges):
                         self._refill_error = e
                         cond.notify_all()
                 continue
@@ -203,13 +210,23 @@ class Client:
                 self._buffer.add(started, ids)
                 self._stats.refills += 1
                 self._stats.refill_seconds += done - started
-                lasted = None if self._last_refill_at is None else done - self._last_refill_at
-                self._last_refill_at = done
-                self._batch = min(_policy.next_batch_size(self._batch, lasted, self.settings), self._max_batch)
-                self._stats.batch_size = self._batch
+                segment = self._mode == "segment"
+                self._sizer.refilled(done, done - started, self._stats.ids, segment, segment and not self._no_ranges)
+                self._stats.batch_size = self._sizer.batch
                 self._refill_error = None
-                self._want = self._stats.buffer_depth <= _policy.low_water(self._batch)
+                self._want = self._stats.buffer_depth <= self._sizer.low
                 cond.notify_all()
+
+    def _range(self, size: int) -> range | None:
+        """One /range refill of at most `size` values; None when the sidecar has no
+        /range (a 404: a 0.1.0 sidecar)."""
+        path = f"/range?count={size}"
+        response = self._req.raw(path, self.settings.request_timeout)
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise from_response(response.status, response.body, response.retry_after, path)
+        return _policy.parse_range(response.body, size, path)
 
     # -- requests that bypass the buffer ----------------------------------------------
 

@@ -23,6 +23,15 @@
 //! refusal's). They are added beside the checks of earlier releases, which stay word for
 //! word (rule 15).
 //!
+//! **The fence cap** (docs/safety.md rule 17, [`crate::slot_lease::fence_cap`]): on a slot
+//! Lease only the operator (and the exempt groups) adds, changes or removes
+//! [`FENCE_CAP_ANNOTATION`]; a cap the new object has must be a tick in range, and its fence
+//! must not be above it, for every user but the exempt groups. The operator is held to
+//! that too: its own writes never break it (`assign_in_block` starts below the cap,
+//! `raise_cap` refuses a cap below the fence), so the check costs it nothing, and a bug
+//! that broke it would let a holder issue ticks of another cluster's block. A cap is
+//! removed only by the operator (a plain `assign`, the sequence no longer joined).
+//!
 //! A counter without [`CLAIMANTS_ANNOTATION`] was created by an operator before 0.2, which
 //! did not keep the list: until this release's operator lists the claimants (its first pass
 //! over the sequence), any pod-bound token that RBAC lets write the counter may claim, as
@@ -72,7 +81,7 @@ use crate::segment_counter::{
     CLAIMANTS_ANNOTATION, CLAIMS_ANNOTATION, COUNTER_LABEL, LIMIT, NEXT_ANNOTATION,
 };
 use crate::slot_lease::{
-    FENCE_ANNOTATION, FORMAT_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION,
+    FENCE_ANNOTATION, FENCE_CAP_ANNOTATION, FORMAT_ANNOTATION, HOLDER_LABEL, HOLDER_POD_ANNOTATION,
     RELEASED_AT_ANNOTATION, SEQUENCE_LABEL,
 };
 #[cfg(doc)]
@@ -170,6 +179,22 @@ fn written_in_range(a: &str, bound: u64) -> String {
         "(!('{a}' in variables.newAnnotations) \
          || variables.newAnnotations[?'{a}'] == variables.oldAnnotations[?'{a}'] || {})",
         in_range(&format!("variables.newAnnotations['{a}']"), bound)
+    )
+}
+
+/// CEL: when the new object has a [`FENCE_CAP_ANNOTATION`], its fence (0 when absent) is
+/// not above it. Both must be in range ([`in_range`]: at most as many digits as
+/// [`FENCE_LIMIT`], 17, so `uint()` cannot fail on them, and `&&` stops before it); the
+/// numbers are then compared, not the texts, so a leading zero ("010" against "11")
+/// cannot pass a fence above the cap. A cap out of range fails this check too.
+fn fence_within_cap() -> String {
+    let fence = format!("variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('0')");
+    let cap = format!("variables.newAnnotations['{FENCE_CAP_ANNOTATION}']");
+    format!(
+        "(!('{FENCE_CAP_ANNOTATION}' in variables.newAnnotations) \
+         || ({} && {} && uint({fence}) <= uint({cap})))",
+        in_range(&fence, FENCE_LIMIT),
+        in_range(&cap, FENCE_LIMIT),
     )
 }
 
@@ -356,6 +381,47 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
                  every user (docs/safety.md rule 14); this write has \"' \
                  + variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('') + '\"'",
                 bits = TIMESTAMP_BITS.1,
+            ),
+        ),
+        // The fence cap (rule 17): readable, the operator's alone, and never below the fence.
+        validation(
+            format!(
+                "!variables.isSlot || variables.isExempt || !('{FENCE_CAP_ANNOTATION}' in variables.newAnnotations) \
+                 || {}",
+                in_range(
+                    &format!("variables.newAnnotations['{FENCE_CAP_ANNOTATION}']"),
+                    FENCE_LIMIT
+                )
+            ),
+            format!(
+                "'slot Lease ' + request.name + ': {FENCE_CAP_ANNOTATION} must be a whole number of \
+                 ticks from 0 to {FENCE_LIMIT}, the bound of the ID-space block the slot lies in \
+                 (docs/safety.md rule 17); this write has \"' \
+                 + variables.newAnnotations[?'{FENCE_CAP_ANNOTATION}'].orValue('') + '\"'"
+            ),
+        ),
+        validation(
+            format!(
+                "!variables.isSlot || variables.trusted \
+                 || variables.newAnnotations[?'{FENCE_CAP_ANNOTATION}'] == variables.oldAnnotations[?'{FENCE_CAP_ANNOTATION}']"
+            ),
+            format!(
+                "'slot Lease ' + request.name + ': {FENCE_CAP_ANNOTATION} (the bound of the ID-space \
+                 block the slot lies in, docs/safety.md rule 17) is written by the kubeflake operator \
+                 only; ' + {who} + ' may not add, change or remove it (\"' \
+                 + variables.oldAnnotations[?'{FENCE_CAP_ANNOTATION}'].orValue('') + '\" -> \"' \
+                 + variables.newAnnotations[?'{FENCE_CAP_ANNOTATION}'].orValue('') + '\")'"
+            ),
+        ),
+        validation(
+            format!("!variables.isSlot || variables.isExempt || {}", fence_within_cap()),
+            format!(
+                "'slot Lease ' + request.name + ': the fence \"' \
+                 + variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('0') + '\" is above \
+                 {FENCE_CAP_ANNOTATION} \"' + variables.newAnnotations[?'{FENCE_CAP_ANNOTATION}'].orValue('') \
+                 + '\", the bound of the ID-space block the slot lies in; nobody but the exempt \
+                 groups writes a fence above it (docs/safety.md rule 17): a holder stops at the \
+                 cap until the operator raises it, after the hub renewed the block'"
             ),
         ),
         validation(

@@ -99,3 +99,38 @@ fn rule14_the_policy_and_the_counter_parser_bound_next_at_the_same_value() {
     );
     assert!(Counter::parse(&counter(bound + 1)).is_err());
 }
+
+/// Rule 17: the cap the policy lets the operator write is one every parser reads, and the
+/// fence-within-cap check compares numbers only in that range (so `uint()` never fails).
+#[test]
+fn rule17_the_policy_and_the_parser_bound_a_fence_cap_at_the_same_tick() {
+    use kubeflake_crds::slot_lease::FENCE_CAP_ANNOTATION;
+    let policy = chart_policy();
+    let bound = policy_bound(&policy, FENCE_CAP_ANNOTATION);
+    assert_eq!(
+        bound, MAX_FENCE.0,
+        "the policy's cap bound is not the parser's"
+    );
+    assert!(
+        policy.contains(&format!(
+            "uint(variables.newAnnotations[?'{FENCE_ANNOTATION}'].orValue('0')) <= \
+             uint(variables.newAnnotations['{FENCE_CAP_ANNOTATION}'])"
+        )),
+        "the policy compares the fence with the cap"
+    );
+    assert!(
+        bound.to_string().len() < 20,
+        "uint() holds every value in range"
+    );
+    let slot = |cap: u64| {
+        with_annotation(
+            vacant(&orders(), Slot(3)),
+            FENCE_CAP_ANNOTATION,
+            &cap.to_string(),
+        )
+    };
+    let at = SlotLease::parse(&slot(bound)).expect("the policy's bound is read");
+    assert_eq!(at.fence_cap.map(|c| c.0), Some(bound));
+    let err = SlotLease::parse(&slot(bound + 1)).expect_err("one above the bound is refused");
+    assert!(matches!(err, SlotLeaseError::BadFenceCap { .. }), "{err}");
+}

@@ -64,6 +64,19 @@ pub enum Refusal {
         /// The tick the refused reservation needed.
         needed: u64,
     },
+    /// [`FenceReached`](Self::FenceReached) at the bound of the ID-space block the slot
+    /// lies in (its Lease's fence cap, docs/safety.md rule 17): the lease fence stops there
+    /// until the operator raises the cap, after the hub renewed the block.
+    #[error(
+        "the fence (tick {bound}) is the bound of this cluster's ID-space block: the cluster \
+         could not renew its ID-space block on the hub in time; retry later (the operator's \
+         IdSpaceMember status says why)"
+    )]
+    BlockBoundReached {
+        bound: u64,
+        /// The tick the refused reservation needed.
+        needed: u64,
+    },
     #[error("the wall clock reads before the sequence's epoch; fix the clock or the epoch")]
     ClockBeforeEpoch,
     #[error("this generator has stopped issuing IDs (shutting down or the slot was lost)")]
@@ -111,6 +124,7 @@ impl Refusal {
         match self {
             Refusal::AheadOfClock { .. } => "ahead_of_clock",
             Refusal::FenceReached { .. } => "fence_reached",
+            Refusal::BlockBoundReached { .. } => "block_bound_reached",
             Refusal::ClockBeforeEpoch => "clock_before_epoch",
             Refusal::Stopped => "stopped",
             Refusal::TimestampExhausted => "timestamp_exhausted",
@@ -126,6 +140,8 @@ impl Refusal {
     pub(crate) fn clears_after(&self) -> Option<std::time::Duration> {
         match self {
             Refusal::FenceReached { .. } => Some(std::time::Duration::from_millis(5)),
+            // Raised only by a renewal of the lease (every few seconds): looked at less often.
+            Refusal::BlockBoundReached { .. } => Some(std::time::Duration::from_millis(50)),
             Refusal::AheadOfClock { retry_after_ms, .. }
             | Refusal::AfterAheadOfClock { retry_after_ms, .. } => {
                 Some(std::time::Duration::from_millis((*retry_after_ms).max(1)))
@@ -197,6 +213,9 @@ pub struct Generator {
     /// The fence one write of the local fence file could bring into force (at or above
     /// `fence`; 0 means none beyond `fence`). Governs readiness and asking, never issuing.
     reachable: AtomicU64,
+    /// The bound of the ID-space block the lease fence stopped at (its fence cap), or
+    /// `u64::MAX` while it is not held there: names the refusal at that fence.
+    block_bound: AtomicU64,
     /// The highest tick a refused reservation needed (asked of the local fence's writer).
     wanted: AtomicU64,
     /// Wakes the local fence's writer when a reservation meets the fence.
@@ -243,6 +262,7 @@ impl Generator {
             last: AtomicU64::new(last),
             fence: AtomicU64::new(found_fence.0),
             reachable: AtomicU64::new(0),
+            block_bound: AtomicU64::new(u64::MAX),
             wanted: AtomicU64::new(0),
             asked: Arc::new(Notify::new()),
             raised: Arc::new(Notify::new()),
@@ -294,7 +314,7 @@ impl Generator {
                 Ok(reserved) => reserved,
                 Err(refusal @ Refusal::FenceReached { needed, .. }) => {
                     self.ask_for_fence(needed);
-                    return Err(refusal);
+                    return Err(self.at_block_bound(refusal));
                 }
                 Err(refusal) => return Err(refusal),
             };
@@ -374,6 +394,31 @@ impl Generator {
             self.reachable(),
         )
         .map(|_| ())
+        .map_err(|r| self.at_block_bound(r))
+    }
+
+    /// Notes that the lease fence stopped at `bound`, its block's bound (`Some`), or is no
+    /// longer held there (`None`). Returns the bound noted before.
+    pub(crate) fn set_block_bound(&self, bound: Option<Tick>) -> Option<Tick> {
+        let before = self
+            .block_bound
+            .swap(bound.map_or(u64::MAX, |b| b.0), Ordering::AcqRel);
+        (before != u64::MAX).then_some(Tick(before))
+    }
+
+    /// A refusal at a fence that is the block's bound, named as such.
+    fn at_block_bound(&self, refusal: Refusal) -> Refusal {
+        match refusal {
+            Refusal::FenceReached { fence, needed }
+                if fence >= self.block_bound.load(Ordering::Acquire) =>
+            {
+                Refusal::BlockBoundReached {
+                    bound: fence,
+                    needed,
+                }
+            }
+            other => other,
+        }
     }
 
     /// Records the tick a reservation refused at the fence needed and wakes the local

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub(crate) clock_forward_jumps: IntCounter,
     pub(crate) clock_forward_jump_last_seconds: Gauge,
     pub(crate) fence_writes: IntCounterVec,
+    /// 1 while the lease fence is held at its ID-space block's bound (rule 17).
+    pub(crate) fence_at_block_bound: IntGauge,
     pub(crate) clock_skew_seconds: Gauge,
     /// 1 for the serving phase the sidecar is in (`crate::phase::Phase`), 0 for the others.
     pub(crate) phase: IntGaugeVec,
@@ -207,6 +209,12 @@ impl Metrics {
                 "kubeflake_fence_writes_total",
                 "Writes of the fence, by result (ok, error).",
                 &["result"],
+            ),
+            fence_at_block_bound: r.int_gauge(
+                "kubeflake_fence_at_block_bound",
+                "1 while the lease fence is held at the bound of the ID-space block its slot \
+                 lies in (the Lease's fence cap): the cluster could not renew its block on the \
+                 hub; the sidecar refuses (block_bound_reached) once its clock reaches it.",
             ),
             clock_skew_seconds: r.gauge(
                 "kubeflake_clock_skew_seconds",

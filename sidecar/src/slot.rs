@@ -175,10 +175,13 @@ impl HeldSlot {
         })
     }
 
-    /// Raises the lease's fence to `fence` (and renews). When this returns `Ok`, ticks up
-    /// to `fence` may be used (rule 2). The fence never goes down here (rule 5): the
-    /// transition is [`SlotLease::renew`], written once in the API crate, which also
-    /// refuses a lease that no longer names this pod.
+    /// Raises the lease's fence towards `fence` (and renews), and returns the fence
+    /// written: ticks up to it, and none above it, may be used (rule 2). It may be below
+    /// `fence`: the transition, [`SlotLease::renew`] (written once in the API crate), stops
+    /// at the Lease's fence cap, the bound of the ID-space block the slot lies in (rule
+    /// 17); callers bound the generator by the value returned, never by `fence`. The fence
+    /// never goes down here (rule 5), and a lease that no longer names this pod is refused.
+    #[must_use = "the fence written is the bound (rule 2), not the one asked for"]
     pub async fn raise_fence(&mut self, fence: Tick) -> Result<Tick, SlotError> {
         loop {
             let next = match self.slot.renew(&self.uid, fence, Utc::now()) {

@@ -208,7 +208,11 @@ impl Ctx {
         let result = slot.raise_fence(target).await;
         let label = if result.is_ok() { "ok" } else { "error" };
         self.metrics.fence_writes.with_label_values(&[label]).inc();
-        gate.set_cap(result?);
+        // Rule 2: the bound is the fence written, which the Lease's cap may hold below the
+        // one asked for (rule 17), never `target`.
+        let written = result?;
+        gate.set_cap(written);
+        self.note_block_bound(generator, slot, written, target);
         Ok(())
     }
 
@@ -383,5 +387,6 @@ impl Ctx {
     }
 }
 
+mod block_bound;
 #[cfg(test)]
 mod tests;

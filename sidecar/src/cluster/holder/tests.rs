@@ -698,3 +698,5 @@ async fn without_a_note_or_after_a_container_restart_the_sidecar_reads_the_seque
         asked(&seen)
     );
 }
+
+mod rule17;

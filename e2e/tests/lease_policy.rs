@@ -23,7 +23,9 @@ use kubeflake_crds::layout::{Slot, Tick};
 use kubeflake_crds::segment_counter::{
     CLAIMANTS_ANNOTATION, NEXT_ANNOTATION, claimants_value, new_counter,
 };
-use kubeflake_crds::slot_lease::{self, Holder, Releaser, SEQUENCE_LABEL};
+use kubeflake_crds::slot_lease::{
+    self, BlockLimits, FENCE_CAP_ANNOTATION, Holder, Releaser, SEQUENCE_LABEL, SlotLease,
+};
 use kubeflake_crds::strict_oracle::{OracleLease, new_oracle_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use policy_support::{
@@ -820,5 +822,148 @@ async fn rule16_the_policy_refuses_a_counter_or_fence_beyond_what_the_parsers_ac
         slot_lease::SlotLease::parse(&at_limit)?.fence == Tick(FENCE_LIMIT),
         "the fence at its limit still parses"
     );
+    Ok(())
+}
+
+fn with_cap(mut lease: Lease, cap: Option<&str>) -> Lease {
+    let annotations = lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    match cap {
+        Some(cap) => annotations.insert(FENCE_CAP_ANNOTATION.into(), cap.into()),
+        None => annotations.remove(FENCE_CAP_ANNOTATION),
+    };
+    lease
+}
+
+fn fence_and_cap(lease: &Lease) -> Result<(Tick, Option<Tick>)> {
+    let parsed = slot_lease::SlotLease::parse(lease)?;
+    Ok((parsed.fence, parsed.fence_cap))
+}
+
+/// Issue 55, rule 17: in a sequence joined to an ID space, a slot's holder may issue only
+/// up to its block's bound, which the operator writes on the slot Lease as its fence cap.
+/// The API server holds every holder to it, one that does not know the cap (an older
+/// release) included: only the operator adds, raises or removes the cap; no write but the
+/// exempt groups' leaves the fence above it, the operator's included; a cap that is not a
+/// tick is refused. A renewal up to the cap, and the operator raising it, go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule17_only_the_operator_writes_the_fence_cap_and_no_holder_renews_past_it() -> Result<()>
+{
+    use kubeflake_crds::lease_policy::FENCE_LIMIT;
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-cap").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
+    let (uid_a, a) = &w.pod_a;
+    let (uid_b, b) = &w.pod_b;
+    let admin = cluster.client()?;
+    let now = Utc::now();
+    let operator_only = "is written by the kubeflake operator only";
+    let above_cap = format!("is above {FENCE_CAP_ANNOTATION}");
+
+    // The operator assigns slot 0 in a block: fence raised to its floor, capped at its bound.
+    let created = leases(&w.operator, ns)
+        .create(&PostParams::default(), &vacant(ns, 0))
+        .await
+        .context("the operator creates a vacant slot lease")?;
+    let limits = BlockLimits::new(Tick(1_000), Tick(2_000))?;
+    let assigned =
+        SlotLease::parse(&created)?.assign_in_block(holder(uid_a), &lease_spec(), now, limits)?;
+    let held = replace(&w.operator, ns, &assigned)
+        .await
+        .context("the operator assigns slot 0 to pod A in a block")?;
+    ensure!(fence_and_cap(&held)? == (Tick(1_000), Some(Tick(2_000))));
+
+    // Pod A renews up to the cap (the protocol's renew stops there): admitted.
+    let held = replace(a, ns, &slot_lease::renew(&held, uid_a, Tick(5_000), now)?)
+        .await
+        .context("pod A renews up to its cap")?;
+    ensure!(fence_and_cap(&held)? == (Tick(2_000), Some(Tick(2_000))));
+
+    // A holder that ignores the cap (an older release) is refused a fence past it.
+    for fence in ["2001", "100000", &FENCE_LIMIT.to_string()] {
+        refused(
+            replace(a, ns, &with_fence(held.clone(), fence)).await,
+            &format!("pod A renews past its cap to {fence}"),
+            &above_cap,
+        )?;
+    }
+    // The holder may not raise or remove the cap, with its fence kept or raised.
+    for (cap, what) in [
+        (Some("3000"), "raises its cap"),
+        (Some("2000000"), "raises its cap far"),
+        (None, "removes its cap"),
+    ] {
+        refused(
+            replace(a, ns, &with_fence(with_cap(held.clone(), cap), "2500")).await,
+            &format!("pod A {what} and renews to 2500"),
+            operator_only,
+        )?;
+    }
+    refused(
+        replace(a, ns, &with_cap(held.clone(), Some("3000"))).await,
+        "pod A raises its cap, fence kept",
+        operator_only,
+    )?;
+    // Nor may a holder add a cap to a slot held without one (its sequence not joined).
+    let plain = leases(&w.operator, ns)
+        .create(&PostParams::default(), &vacant(ns, 1))
+        .await?;
+    let plain = replace(
+        &w.operator,
+        ns,
+        &slot_lease::assign(
+            &plain,
+            Holder {
+                uid: uid_b,
+                pod: "b",
+            },
+            &lease_spec(),
+            now,
+        )?,
+    )
+    .await
+    .context("the operator assigns slot 1 to pod B, no block")?;
+    refused(
+        replace(b, ns, &with_cap(plain, Some("99999"))).await,
+        "pod B adds a cap to its slot",
+        operator_only,
+    )?;
+
+    // The hub renewed the block: the operator raises the cap, and pod A renews up to it.
+    let raised = replace(
+        &w.operator,
+        ns,
+        &SlotLease::parse(&held)?.raise_cap(Tick(3_000))?,
+    )
+    .await
+    .context("the operator raises the cap")?;
+    let held = replace(a, ns, &slot_lease::renew(&raised, uid_a, Tick(5_000), now)?)
+        .await
+        .context("pod A renews up to the raised cap")?;
+    ensure!(fence_and_cap(&held)? == (Tick(3_000), Some(Tick(3_000))));
+
+    // The operator too keeps the fence at or below the cap, and writes only ticks.
+    refused(
+        replace(&w.operator, ns, &with_cap(held.clone(), Some("2500"))).await,
+        "the operator writes a cap below the fence",
+        &above_cap,
+    )?;
+    let past_limit = (FENCE_LIMIT + 1).to_string();
+    for cap in ["soon", "-1", past_limit.as_str(), "18446744073709551616"] {
+        for (who, client) in [("pod A", a), ("the operator", &w.operator)] {
+            refused(
+                replace(client, ns, &with_cap(held.clone(), Some(cap))).await,
+                &format!("{who} writes the cap {cap:?}"),
+                "fence-cap must be a whole number of ticks",
+            )?;
+        }
+    }
+    // Break glass: the exempt groups may repair a Lease by hand, cap included.
+    replace(&admin, ns, &with_cap(held.clone(), Some("2500")))
+        .await
+        .context("a cluster admin lowers the cap by hand")?;
     Ok(())
 }

@@ -190,6 +190,72 @@ fn rule14_a_policy_changed_from_what_this_release_generates_is_not_in_force() {
     assert!(is_changed(judged(&n, Some(groups), Some(binding(None)))));
 }
 
+/// Rule 17: the guard's judgement of the fence cap is the API server's: a policy without
+/// any of the checks of `kubeflake.io/fence-cap` (who writes it, fence at most the cap, a
+/// cap that is a tick), such as the previous release's, is not in force, so the operator
+/// assigns no slot (in a block or not) until the chart's policy is back.
+#[test]
+fn rule17_a_policy_without_the_fence_cap_checks_is_not_in_force() {
+    use kubeflake_crds::slot_lease::FENCE_CAP_ANNOTATION;
+    let n = names(None);
+    let cap_checks = |p: &ValidatingAdmissionPolicy| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.validations.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, v)| v.expression.contains(FENCE_CAP_ANNOTATION))
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>()
+    };
+    let checks = cap_checks(&policy());
+    assert_eq!(checks.len(), 3, "owner, range and fence-within-cap");
+    for dropped in checks.iter().map(|i| vec![*i]).chain([checks.clone()]) {
+        let mut p = policy();
+        let validations = p
+            .spec
+            .as_mut()
+            .and_then(|s| s.validations.as_mut())
+            .expect("validations");
+        for i in dropped.iter().rev() {
+            validations.remove(*i);
+        }
+        assert!(
+            matches!(
+                judged(&n, Some(read_back(p)), Some(binding(None))),
+                Some(Missing::PolicyChanged { .. })
+            ),
+            "validations {dropped:?} dropped"
+        );
+    }
+    // The fence compared with a cap one tick higher is a weaker check: not in force either.
+    let mut p = policy();
+    let weakened = if let Some(v) = p
+        .spec
+        .as_mut()
+        .and_then(|s| s.validations.as_mut())
+        .and_then(|v| {
+            v.iter_mut().find(|v| {
+                v.expression.contains(FENCE_CAP_ANNOTATION) && v.expression.contains("uint(")
+            })
+        }) {
+        v.expression = v.expression.replace(" <= uint(", " <= 1u + uint(");
+        true
+    } else {
+        false
+    };
+    assert!(weakened, "the fence-within-cap check is there");
+    assert!(matches!(
+        judged(&n, Some(read_back(p)), Some(binding(None))),
+        Some(Missing::PolicyChanged { .. })
+    ));
+    assert_eq!(
+        judged(&n, Some(read_back(policy())), Some(binding(None))),
+        None
+    );
+}
+
 #[test]
 fn rule14_nothing_is_handed_out_before_the_first_check_nor_while_the_policy_is_missing() {
     assert!(PolicyState::Unchecked.refusal().is_some());

@@ -1,6 +1,6 @@
-//! Prometheus metrics of the operator. Labels take values from small fixed sets only
-//! (results, reasons); per-sequence figures are in each IdSequence's status instead of
-//! in labels, so the series count does not grow with the number of objects. The slot
+//! Prometheus metrics of the operator. Labels take values from small fixed sets only (results,
+//! reasons); per-sequence figures are in each IdSequence's status, not in labels, so the
+//! series count does not grow with the number of objects. The slot
 //! gauges are kept per sequence in memory and exported summed (or, for the oldest wait,
 //! the maximum) over all sequences; [`Metrics::forget`] drops a deleted sequence and
 //! [`Metrics::retain`] those the IdSequence cache no longer has.
@@ -15,10 +15,9 @@ pub use self::foreign::{ForeignBook, ForeignLease, Source};
 use kubeflake_runtime::metrics::Registrar;
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 
-/// Every `result` label of `kubeflake_operator_reconciles_total`: `ok` or an error's
-/// `metric_label()`; pre-registered so each series exists from the start (a test in
-/// `controller/tests.rs` checks this against every controller error variant).
-pub const RESULT_LABELS: [&str; 7] = [
+/// Every `result` label of `kubeflake_operator_reconciles_total` (`ok` or an error's `metric_label()`),
+/// pre-registered; a test in `controller/tests.rs` checks it against every error variant.
+pub const RESULT_LABELS: [&str; 8] = [
     "ok",
     "kube",
     "no_namespace",
@@ -26,6 +25,7 @@ pub const RESULT_LABELS: [&str; 7] = [
     "invalid_spec",
     "bad_counter",
     "bad_oracle",
+    "fence_above_cap",
 ];
 
 /// Every `watch` label of `kubeflake_operator_watch_errors_total`: `controller` is any

@@ -239,6 +239,10 @@ async fn run_controller(
         watches::lease_trigger,
     );
 
+    // Which sequences share an ID space (issue 55): none without the CRD.
+    let (id_spaces, membership_stream) =
+        controller::id_spaces::watch(&client, &config.namespace).await;
+
     let reporter = Reporter {
         controller: "kubeflake-operator".into(),
         instance: Some(config.instance.clone()),
@@ -264,6 +268,10 @@ async fn run_controller(
         let sequence = pod.labels().get(SEQUENCE_LABEL)?.clone();
         Some(ObjectRef::<IdSequence>::new(&sequence).within(&pod.namespace()?))
     })
+    // A membership's copy changes what its sequence may hand out.
+    .watches_stream(membership_stream, |m| {
+        Some(ObjectRef::<IdSequence>::new(&m.spec.sequence).within(&m.namespace()?))
+    })
     .graceful_shutdown_on(stop.triggered());
     let sequences = controller.store();
     // The IdSequence cache too: per-sequence memory follows it (`Context::forget_gone`).
@@ -277,6 +285,7 @@ async fn run_controller(
             reporter,
         )
         .with_lease_policy(gate)
+        .with_id_spaces(id_spaces)
         .with_network_policies(
             config
                 .network_policies

@@ -156,6 +156,7 @@ fn one_pass(
         now: Tick(0),
         assign: true,
         taken: &Default::default(),
+        blocks: &kubeflake_operator::controller::id_spaces::blocks::Blocks::Lone,
     });
     assert!(plan.steps.is_empty(), "a steady sequence plans no write");
     cpu.elapsed().expect("Linux tells a thread's CPU time")

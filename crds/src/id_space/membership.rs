@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::local::LocalRecord;
 use super::registry::{Grant, MemberView};
-use super::space::Space;
+use super::space::{Space, SpaceError, SpaceSequence};
 use crate::layout::Tick;
 
 /// One IdSequence's membership of an ID space on a hub.
@@ -108,6 +108,18 @@ pub struct IdSpaceMembershipStatus {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub revision_seen: i64,
+    /// The hub IdSpace's `blockSlots`, `toleranceSeconds` and `renewEverySeconds` (all
+    /// immutable there), written at each contact: with the sequence's layout they make the
+    /// [`Space`] the controller maps blocks to slots with ([`Self::space`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub block_slots: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tolerance_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub renew_every_seconds: Option<i64>,
     /// The blocks the hub granted it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4096))]
@@ -209,6 +221,26 @@ impl IdSpaceMembershipStatus {
         }))
     }
 
+    /// The space the copy was made in, for `sequence` (the member's own IdSequence, which
+    /// the join checked against the hub's): `None` before the first contact kept it.
+    pub fn space(&self, sequence: SpaceSequence) -> Option<Result<Space, SpaceError>> {
+        let (Some(block), Some(tolerance), Some(renew)) = (
+            self.block_slots,
+            self.tolerance_seconds,
+            self.renew_every_seconds,
+        ) else {
+            return None;
+        };
+        Some(Space::new(sequence, block, tolerance, renew))
+    }
+
+    /// Writes the space's parameters into the copy (see [`Self::space`]).
+    pub fn keep_space(&mut self, space: &Space) {
+        self.block_slots = Some(to_i64(space.block_slots()));
+        self.tolerance_seconds = Some(to_i64(space.tolerance_secs()));
+        self.renew_every_seconds = Some(to_i64(space.renew_every_secs()));
+    }
+
     /// Writes `local` into the copy (the UIDs and conditions stay).
     pub fn keep(&mut self, local: &LocalRecord) {
         let by_block: BTreeMap<u32, &Grant> = local.grants().map(|g| (g.block.get(), g)).collect();
@@ -281,6 +313,9 @@ mod tests {
         assert_eq!(status.grants.len(), 2);
         assert_eq!(status.local_record(&space).unwrap(), copy);
         assert_eq!(status.member_id.as_deref(), Some("cluster-a"), "kept");
+        assert_eq!(status.space(*space.sequence()), None, "not kept yet");
+        status.keep_space(&space);
+        assert_eq!(status.space(*space.sequence()), Some(Ok(space)));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use kubeflake_crds::IdSequence;
 
 use super::expectations::Expectations;
 use super::flow_schema::FlowSchemaKeeper;
+use super::id_spaces::IdSpaces;
 use super::silence::SilenceBook;
 use crate::index::Index;
 use crate::lease_policy_guard::LeasePolicyGate;
@@ -49,6 +50,9 @@ pub struct Context {
     /// The sidecars' FlowSchema, when the operator keeps its namespaces
     /// ([`super::flow_schema`]); `None`: the chart's list stays as installed.
     pub flow_schema: Option<Arc<FlowSchemaKeeper>>,
+    /// The IdSpaceMemberships, when their CRD is installed (issue 55): which sequences are
+    /// joined to an ID space ([`super::id_spaces`]); `None`: none is.
+    pub id_spaces: Option<Arc<IdSpaces>>,
 }
 
 impl Context {
@@ -72,7 +76,13 @@ impl Context {
             lease_policy: LeasePolicyGate::default(),
             network_policies: None,
             flow_schema: None,
+            id_spaces: None,
         }
+    }
+
+    /// The context reading which sequences are joined to an ID space from `id_spaces`.
+    pub fn with_id_spaces(self, id_spaces: Option<Arc<IdSpaces>>) -> Context {
+        Context { id_spaces, ..self }
     }
 
     /// The context keeping the sidecars' FlowSchema to the sequences' namespaces.

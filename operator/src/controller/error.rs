@@ -25,6 +25,10 @@ pub enum Error {
     /// is never written.
     #[error(transparent)]
     Oracle(#[from] kubeflake_crds::strict_oracle::OracleLeaseError),
+    /// A held slot Lease of a joined sequence with its fence above its block's bound
+    /// (docs/safety.md rule 17): the cap is not written; the message says what to do.
+    #[error(transparent)]
+    FenceAboveCap(kubeflake_crds::slot_lease::fence_cap::CapError),
 }
 
 impl Error {
@@ -38,6 +42,7 @@ impl Error {
             Error::InvalidSpec(_) => "invalid_spec",
             Error::Counter(_) => "bad_counter",
             Error::Oracle(_) => "bad_oracle",
+            Error::FenceAboveCap(_) => "fence_above_cap",
         }
     }
 }

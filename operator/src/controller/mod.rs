@@ -28,6 +28,7 @@ pub mod expectations;
 pub mod finalizer;
 pub mod flow_schema;
 pub mod foreign;
+pub mod id_spaces;
 pub mod injected;
 pub mod network_policy;
 pub mod policy_gate;

@@ -102,6 +102,7 @@ mod tests {
             holder: holder.map(str::to_string),
             holder_pod: holder.map(|h| format!("pod-{h}")),
             fence: Tick(0),
+            fence_cap: None,
             transitions: 1,
             resource_version: Some(version.into()),
             released_at: None,

@@ -42,6 +42,16 @@ struct Fixture {
 }
 
 fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
+    fixture_with(api, pods, leases, None)
+}
+
+/// [`fixture`], with `id_spaces` telling which sequences share an ID space.
+fn fixture_with(
+    api: &FakeApi,
+    pods: Vec<Pod>,
+    leases: Vec<Lease>,
+    id_spaces: Option<Arc<id_spaces::IdSpaces>>,
+) -> Fixture {
     let (pod_store, mut pod_writer) = index::<Pod>();
     for pod in pods {
         pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
@@ -67,7 +77,8 @@ fn fixture(api: &FakeApi, pods: Vec<Pod>, leases: Vec<Lease>) -> Fixture {
         sequences,
         Arc::new(Metrics::new()),
         reporter,
-    );
+    )
+    .with_id_spaces(id_spaces);
     Fixture {
         ctx: Arc::new(ctx),
         _writers: (pod_writer, lease_writer, sequence_writer),
@@ -524,9 +535,16 @@ fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
             name: "x".into(),
             value: None,
         }),
+        Error::FenceAboveCap(
+            kubeflake_crds::slot_lease::fence_cap::CapError::BelowFence {
+                name: "x".into(),
+                cap: kubeflake_crds::Tick(1),
+                fence: kubeflake_crds::Tick(2),
+            },
+        ),
     ];
     // No wildcard: a new variant does not compile here; give it an index and a sample.
-    let mut covered = [false; 6];
+    let mut covered = [false; 7];
     for e in &samples {
         covered[match e {
             Error::Kube(_) => 0,
@@ -535,6 +553,7 @@ fn every_reconcile_result_label_is_pre_registered_and_nothing_else() {
             Error::InvalidSpec(_) => 3,
             Error::Counter(_) => 4,
             Error::Oracle(_) => 5,
+            Error::FenceAboveCap(_) => 6,
         }] = true;
     }
     assert!(
@@ -1017,5 +1036,6 @@ async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pa
 }
 
 mod foreign;
+mod id_space;
 mod key_form;
 mod strict;

@@ -114,6 +114,8 @@ pub async fn round(
 pub struct Kept {
     pub copy: kubeflake_crds::id_space::local::LocalRecord,
     pub space_uid: String,
+    /// The space, whose parameters the copy keeps for the controller's slot planning.
+    pub space: kubeflake_crds::id_space::Space,
     pub blocks_low: Option<String>,
 }
 
@@ -206,6 +208,7 @@ pub async fn contact(
             return Ok(Kept {
                 copy: decision.copy,
                 space_uid,
+                space,
                 blocks_low: decision.blocks_low,
             });
         };
@@ -237,6 +240,7 @@ pub async fn contact(
     Ok(Kept {
         copy,
         space_uid,
+        space,
         blocks_low: None,
     })
 }
@@ -357,9 +361,10 @@ async fn keep_status(
 }
 
 /// Writes a successful contact's copy into `status`: the grants, generation and revision,
-/// and the two write-once fields when not set yet.
+/// the space's parameters, and the two write-once fields when not set yet.
 pub fn keep_copy(status: &mut IdSpaceMembershipStatus, this: &MemberId, kept: &Kept) {
     status.keep(&kept.copy);
+    status.keep_space(&kept.space);
     status.member_id.get_or_insert_with(|| this.to_string());
     status
         .id_space_uid

@@ -91,6 +91,7 @@ fn settle(
                 &Kept {
                     copy: decision.copy.clone(),
                     space_uid: "space-uid-1".into(),
+                    space: space(),
                     blocks_low: None,
                 },
             );

@@ -7,16 +7,22 @@
 //! ([`SlotLease::read`]), so fields kubeflake does not model are written back as read;
 //! the transition also checks the holder on that Lease ([`TransitionError`]). A refusal
 //! means the plan's view no longer allows the step: like a conflict, the pass repeats.
+//!
+//! A slot of a sequence joined to an ID space is assigned with its block's limits
+//! (`SlotLease::assign_in_block`), and a held one's cap follows its block's renewals
+//! (`SlotLease::raise_cap`; docs/safety.md rule 17).
 
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kubeflake_crds::Slot;
 use kubeflake_crds::ownership::{Foreign, LeaseKind};
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
+use kubeflake_crds::slot_lease::BlockLimits;
+use kubeflake_crds::slot_lease::fence_cap::CapError;
 use kubeflake_crds::slot_lease::{self, Holder, Releaser, SlotLease, TransitionError};
+use kubeflake_crds::{Slot, Tick};
 
 use super::plan::{PodInfo, ReleaseReason, Step};
 use crate::controller::context::Context;
@@ -36,6 +42,11 @@ pub enum Outcome {
         pod: Option<String>,
         reason: ReleaseReason,
     },
+    /// A held lease's fence cap raised after the hub renewed its block.
+    CapRaised {
+        slot: Slot,
+        cap: Tick,
+    },
     /// Nothing to do after all (the "gone" pod exists).
     Skipped,
     /// Another writer changed the lease first (counted in
@@ -54,6 +65,7 @@ pub enum Outcome {
 pub fn written_by(sequence: &str, step: &Step) -> Written {
     match step {
         Step::Release { lease, .. }
+        | Step::RaiseCap { lease, .. }
         | Step::Assign {
             existing: Some(lease),
             ..
@@ -100,6 +112,15 @@ pub async fn execute(
                 .replace(&lease.name, &PostParams::default(), &next)
                 .await
         }
+        (Step::RaiseCap { lease, cap }, _) => {
+            let next = match lease.raise_cap(*cap) {
+                Ok(next) => next,
+                Err(e) => return cap_refused(ctx, e),
+            };
+            leases
+                .replace(&lease.name, &PostParams::default(), &next)
+                .await
+        }
         // The plan hands out no slot without params (deletion); nothing to write.
         (Step::Assign { .. }, None) => return Ok(Outcome::Skipped),
         (
@@ -107,10 +128,11 @@ pub async fn execute(
                 slot,
                 pod,
                 existing: Some(lease),
+                limits,
             },
             Some(_),
         ) => {
-            let next = match assigned(seq, *slot, pod, Some(lease)) {
+            let next = match assigned(seq, *slot, pod, Some(lease), *limits) {
                 Ok(next) => next,
                 Err(e) => return refused(ctx, e),
             };
@@ -123,10 +145,11 @@ pub async fn execute(
                 slot,
                 pod,
                 existing: None,
+                limits,
             },
             Some(_),
         ) => {
-            let next = match assigned(seq, *slot, pod, None) {
+            let next = match assigned(seq, *slot, pod, None, *limits) {
                 Ok(next) => next,
                 Err(e) => return refused(ctx, e),
             };
@@ -162,6 +185,10 @@ pub async fn execute(
                 }
                 Outcome::Assigned { slot, pod }
             }
+            Step::RaiseCap { lease, cap } => Outcome::CapRaised {
+                slot: lease.slot,
+                cap,
+            },
         }),
         Err(e) if is_conflict(&e) => {
             ctx.metrics.conflicts.inc();
@@ -238,28 +265,50 @@ fn refused(ctx: &Context, e: TransitionError) -> Result<Outcome, Error> {
     }
 }
 
+/// A cap the plan wanted is refused on the lease as read. Lower than the one there: the
+/// plan is out of date (another writer raised it), a conflict, read again. Below the
+/// fence: a holder may have issued past its block's bound, which the Lease policy should
+/// have refused: an error the pass returns (and logs), never written over.
+fn cap_refused(ctx: &Context, e: CapError) -> Result<Outcome, Error> {
+    match e {
+        CapError::BadLease(e) => Err(e.into()),
+        e @ CapError::Lower { .. } => {
+            tracing::warn!(error = %e, "a planned fence cap was refused on the lease as read; reading again");
+            ctx.metrics.conflicts.inc();
+            Ok(Outcome::Conflict)
+        }
+        e @ CapError::BelowFence { .. } => Err(Error::FenceAboveCap(e)),
+    }
+}
+
 /// The lease with the slot given to `pod`: the API crate's one assignment transition on
 /// the free lease as read (or on a new vacant one), which keeps the fence (rule 9) and
 /// every field it does not own, counts the acquisition and notes the sequence's spec for
-/// the pod's sidecar.
+/// the pod's sidecar. With `limits` (a joined sequence, rule 17) the fence starts at the
+/// block's floor at least and the cap is the grant's bound; without, no cap is left.
 fn assigned(
     seq: &IdSequence,
     slot: Slot,
     pod: &PodInfo,
     existing: Option<&SlotLease>,
+    limits: Option<BlockLimits>,
 ) -> Result<Lease, TransitionError> {
     let holder = Holder {
         uid: &pod.uid,
         pod: &pod.name,
     };
-    match existing {
-        Some(lease) => lease.assign(holder, &seq.spec, Utc::now()),
-        None => slot_lease::assign(
-            &slot_lease::vacant(seq, slot),
-            holder,
-            &seq.spec,
-            Utc::now(),
-        ),
+    let vacant;
+    let lease = match existing {
+        Some(lease) => lease,
+        None => {
+            vacant = SlotLease::parse_shared(std::sync::Arc::new(slot_lease::vacant(seq, slot)))
+                .map_err(TransitionError::BadLease)?;
+            &vacant
+        }
+    };
+    match limits {
+        Some(limits) => lease.assign_in_block(holder, &seq.spec, Utc::now(), limits),
+        None => lease.assign(holder, &seq.spec, Utc::now()),
     }
 }
 

@@ -17,7 +17,7 @@ pub fn events_for(
     seq: &IdSequence,
     outcomes: &[Outcome],
     waiting: u64,
-    capacity: u64,
+    why: &str,
 ) -> Vec<(EventType, &'static str, &'static str, String)> {
     let mut assigned = Vec::new();
     let mut released = Vec::new();
@@ -77,7 +77,7 @@ pub fn events_for(
             EventType::Warning,
             "Exhausted",
             "Assign",
-            format!("{waiting} pods wait: all {capacity} slots are held"),
+            format!("{waiting} pods wait: {why}"),
         ));
     }
     events
@@ -89,10 +89,10 @@ pub async fn publish(
     ctx: &Context,
     outcomes: &[Outcome],
     waiting: u64,
-    capacity: u64,
+    why: &str,
 ) {
     let reference = seq.object_ref(&());
-    for (type_, reason, action, note) in events_for(seq, outcomes, waiting, capacity) {
+    for (type_, reason, action, note) in events_for(seq, outcomes, waiting, why) {
         let event = Event {
             type_,
             reason: reason.into(),

@@ -23,6 +23,10 @@
 //! kubeflake) stops the pass before planning, in normal passes and in deletion alike:
 //! nothing is assigned, reclaimed or deleted, `Ready=False LeaseFormatUnsupported` and a
 //! Warning Event say which Lease and what to do ([`events::unreadable_lease`]).
+//!
+//! A sequence joined to an ID space (an `IdSpaceMembership` names it; issue 55, rule 17)
+//! hands out only the slots of the blocks its cluster holds, with their limits, and none
+//! while its membership gives no usable copy ([`super::id_spaces`]).
 
 pub mod apply;
 pub mod events;
@@ -47,6 +51,7 @@ use super::error::Error;
 use super::expectations::{Readiness, Written};
 use super::finalizer;
 use super::foreign;
+use super::id_spaces::blocks::Blocks;
 use super::update_status::update_status;
 use super::validate::Teardown;
 use crate::metrics::{SlotFigures, Source};
@@ -63,6 +68,8 @@ const CACHE_BEHIND: Duration = Duration::from_millis(200);
 /// What one pass saw and did.
 struct Pass {
     leases: Vec<SlotLease>,
+    /// What the sequence's ID space let the pass hand out.
+    blocks: Blocks,
     plan: Plan,
     /// The writes that did not fail (conflicts and skips included).
     outcomes: Vec<Outcome>,
@@ -114,6 +121,16 @@ async fn pass(
     // Foreign slot Leases found by a create (rule 16) are read again now and then: one
     // deleted frees its slot.
     foreign::recheck_slots(seq, ctx, ns).await?;
+    // Rule 17: a joined sequence hands out slots of its blocks only. Deleted (no params):
+    // nothing is handed out anyway.
+    let blocks = match (params, &ctx.id_spaces) {
+        (Some(p), Some(spaces)) => {
+            spaces
+                .blocks_of(&ctx.client, seq, p, now, lease_duration)
+                .await
+        }
+        _ => Blocks::Lone,
+    };
     // What a pass computes (no await until the plan is made) is measured in CPU time, which
     // depends only on this sequence's objects (the index), not on how busy the machine is.
     let compute = ThreadCpu::start();
@@ -126,7 +143,13 @@ async fn pass(
         Err(e) => return Err(e.into()),
     };
     let key_form = params.is_some_and(|p| !p.layout.is_time_ordered());
-    let pods = observe::pods(&ctx.pods, ns, &name, key_form);
+    // Sidecars injected before 0.2.0 know neither key forms nor the fence cap.
+    let pods = observe::pods(
+        &ctx.pods,
+        ns,
+        &name,
+        key_form || blocks.needs_current_sidecars(),
+    );
     let silent = ctx.silence.silent(ns, &name, &leases, lease_duration);
     // Slots whose Lease name a foreign Lease takes: known ones, and those the cache shows
     // (labelled for the sequence, but not named or owned as kubeflake's).
@@ -144,6 +167,7 @@ async fn pass(
         now,
         assign: params.is_some() && seq.metadata.deletion_timestamp.is_none(),
         taken: &taken,
+        blocks: &blocks,
     });
     if let Some(cpu) = compute.elapsed() {
         ctx.metrics.pass_cpu.observe(cpu.as_secs_f64());
@@ -166,7 +190,12 @@ async fn pass(
     // What the next pass waits to see: every write that succeeded, also when another failed.
     let writes = results
         .iter()
-        .filter(|(_, r)| matches!(r, Ok(Outcome::Assigned { .. } | Outcome::Released { .. })))
+        .filter(|(_, r)| {
+            matches!(
+                r,
+                Ok(Outcome::Assigned { .. } | Outcome::Released { .. } | Outcome::CapRaised { .. })
+            )
+        })
         .map(|(w, _)| w.clone())
         .collect();
     ctx.expectations.expect(ns, &name, writes, Instant::now());
@@ -188,6 +217,7 @@ async fn pass(
     }
     let mut pass = Pass {
         leases,
+        blocks,
         plan,
         outcomes,
         assigned: 0,
@@ -223,12 +253,13 @@ pub async fn reconcile(
     };
     // A slot found taken by a foreign Lease: plan again soon, so the pod gets the next one.
     let conflicts = pass.count(|o| matches!(o, Outcome::Conflict | Outcome::Foreign { .. }));
-    let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting);
+    let why = status::why_waiting(&pass.blocks, capacity);
+    let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting, &why);
     let status = foreign::with_condition(status, seq, ctx);
     // The pass's Events and its status are independent writes: made at once, so that the
     // next pass of a busy sequence starts an API round trip sooner.
     let (_, status_written) = tokio::join!(
-        events::publish(seq, ctx, &pass.outcomes, pass.plan.still_waiting, capacity),
+        events::publish(seq, ctx, &pass.outcomes, pass.plan.still_waiting, &why),
         update_status(seq, ctx, status),
     );
     status_written?;
@@ -271,14 +302,8 @@ pub async fn tear_down(
         Ran::Planned(pass) => pass,
         Ran::Deferred => return Ok(Action::requeue(CACHE_BEHIND)),
     };
-    events::publish(
-        seq,
-        ctx,
-        &pass.outcomes,
-        pass.plan.still_waiting,
-        spec.capacity,
-    )
-    .await;
+    let why = status::why_waiting(&pass.blocks, spec.capacity);
+    events::publish(seq, ctx, &pass.outcomes, pass.plan.still_waiting, &why).await;
     let failed = pass.failed.take();
     if !finalizer::has_finalizer(seq) {
         return failed.map_or(Ok(Action::await_change()), Err);

@@ -54,8 +54,9 @@ pub fn lease_version(cache: &Index<Lease>, ns: &str, name: &str) -> Option<Strin
 }
 
 /// The sequence's pods, from the cache. With `key_form` (the layout stores IDs in a key
-/// form, docs/layouts.md) pods injected before 0.2.0 are left out: their sidecars would
-/// issue time-ordered IDs ([`crate::controller::injected`]), so they get no slot and wait.
+/// form, docs/layouts.md, or the sequence is joined to an ID space, rule 17) pods injected
+/// before 0.2.0 are left out: their sidecars would issue time-ordered IDs, or ignore the
+/// fence cap ([`crate::controller::injected`]), so they get no slot and wait.
 pub fn pods(cache: &Index<Pod>, ns: &str, name: &str, key_form: bool) -> Vec<PodInfo> {
     cache
         .of(ns, name)
@@ -63,7 +64,7 @@ pub fn pods(cache: &Index<Pod>, ns: &str, name: &str, key_form: bool) -> Vec<Pod
         .filter(|p| {
             let old = key_form && crate::controller::injected::before_0_2(p);
             if old {
-                tracing::warn!(sequence = name, namespace = ns, pod = %p.name_any(), "pod injected before 0.2.0 gets no slot: this sequence's layout has a key form its sidecar does not know; re-create the pod");
+                tracing::warn!(sequence = name, namespace = ns, pod = %p.name_any(), "pod injected before 0.2.0 gets no slot: this sequence's layout has a key form, or its sequence shares an ID space with a fence cap, that its sidecar does not know; re-create the pod");
             }
             !old
         })

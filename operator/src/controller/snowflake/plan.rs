@@ -6,7 +6,10 @@
 //! - waiting pods get free slots, oldest pod first; slots whose fence has passed come first,
 //!   then never-used ones, then least recently released;
 //! - a pod that somehow holds two slots keeps the lowest; the others are released;
-//! - a slot whose Lease name a foreign Lease takes (rule 16) is never handed out.
+//! - a slot whose Lease name a foreign Lease takes (rule 16) is never handed out;
+//! - a sequence joined to an ID space hands out only slots of the blocks its cluster holds,
+//!   each with the block's limits, and raises the caps of held Leases after the hub renewed
+//!   their block (rule 17, [`crate::controller::id_spaces`]).
 //!
 //! The plan is only a proposal: every write is a compare-and-swap on the lease's
 //! `resourceVersion`, so a stale view makes a write fail, never makes it wrong.
@@ -15,8 +18,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-use kubeflake_crds::slot_lease::SlotLease;
+use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
+
+use crate::controller::id_spaces::blocks::Blocks;
 
 /// A pod that takes part in the sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,11 +63,15 @@ pub enum Step {
         reason: ReleaseReason,
     },
     /// `existing` is the free lease to take over, or `None` to create the slot's lease.
+    /// `limits`: the slot's block grant, for a sequence joined to an ID space (rule 17).
     Assign {
         slot: Slot,
         pod: PodInfo,
         existing: Option<SlotLease>,
+        limits: Option<BlockLimits>,
     },
+    /// The held lease's fence cap raised to `cap`: the hub renewed its block (rule 17).
+    RaiseCap { lease: SlotLease, cap: Tick },
 }
 
 /// The outcome of planning one sequence.
@@ -92,6 +101,8 @@ pub struct Observed<'a> {
     /// Slots whose Lease name a foreign Lease takes (docs/safety.md rule 16): never handed
     /// out, so that a waiting pod gets the next free slot instead of this one forever.
     pub taken: &'a BTreeSet<Slot>,
+    /// Which slots the sequence's ID space lets it hand out (all when it is lone).
+    pub blocks: &'a Blocks,
 }
 
 /// Decides releases and assignments.
@@ -129,6 +140,27 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         }
     }
 
+    // Rule 17: held leases follow their block's renewals (not those released just now: one
+    // write per lease and pass).
+    let releasing: HashSet<String> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Release { lease, .. } => Some(lease.name.clone()),
+            _ => None,
+        })
+        .collect();
+    for lease in o.leases.iter().filter(|l| l.holder.is_some()) {
+        if releasing.contains(&lease.name) {
+            continue;
+        }
+        if let Some(cap) = o.blocks.cap_to_raise(lease) {
+            steps.push(Step::RaiseCap {
+                lease: lease.clone(),
+                cap,
+            });
+        }
+    }
+
     let mut waiting: Vec<&PodInfo> = o
         .pods
         .iter()
@@ -144,11 +176,12 @@ pub fn plan(o: &Observed<'_>) -> Plan {
         Vec::new()
     };
     let handed_out = free.len();
-    for (pod, (slot, existing)) in waiting.iter().zip(free) {
+    for (pod, (slot, existing, limits)) in waiting.iter().zip(free) {
         steps.push(Step::Assign {
             slot,
             pod: (*pod).clone(),
             existing,
+            limits,
         });
     }
     // Waiting pods are served oldest first: those left over are the younger ones.
@@ -166,8 +199,9 @@ pub fn plan(o: &Observed<'_>) -> Plan {
 ///
 /// Costs O(L log L + want) for L leases, not O(slots): the free leases are sorted, and
 /// never-used slot numbers (a layout has up to 65,536) are walked lazily in ascending
-/// order and merged in, as they all share the key (fence passed, never released).
-pub(super) fn free_slots(o: &Observed<'_>, want: usize) -> Vec<(Slot, Option<SlotLease>)> {
+/// order and merged in, as they all share the key (fence passed, never released). Only
+/// slots [`Blocks::room`] lets go are taken, each with its block's limits.
+pub(super) fn free_slots(o: &Observed<'_>, want: usize) -> Vec<Free> {
     // (fence not passed yet, released at): the order of preference before the slot number.
     type Key = (bool, Option<DateTime<Utc>>);
     let key = |lease: Option<&SlotLease>| -> Key {
@@ -178,37 +212,46 @@ pub(super) fn free_slots(o: &Observed<'_>, want: usize) -> Vec<(Slot, Option<Slo
         (fence >= o.now, released)
     };
     let used: HashSet<Slot> = o.leases.iter().map(|l| l.slot).collect();
-    let mut released: Vec<(Key, &SlotLease)> = o
+    let mut released: Vec<(Key, &SlotLease, Option<BlockLimits>)> = o
         .leases
         .iter()
         .filter(|l| l.holder.is_none() && u64::from(l.slot.0) < o.capacity)
         .filter(|l| !o.taken.contains(&l.slot))
-        .map(|l| (key(Some(l)), l))
+        .filter_map(|l| Some((key(Some(l)), l, o.blocks.room(l.slot, l.fence)?)))
         .collect();
-    released.sort_by(|(a_key, a), (b_key, b)| (a_key, a.slot).cmp(&(b_key, b.slot)));
+    released.sort_by(|(a_key, a, _), (b_key, b, _)| (a_key, a.slot).cmp(&(b_key, b.slot)));
     let never_used_key = key(None);
-    let mut never_used = (0..o.capacity)
-        .map(|n| Slot(n as u32))
+    let mut never_used = o
+        .blocks
+        .candidates(o.capacity)
         .filter(|slot| !used.contains(slot) && !o.taken.contains(slot))
+        .filter_map(|slot| Some((slot, o.blocks.room(slot, Tick(0))?)))
         .peekable();
     let mut released = released.into_iter().peekable();
     let mut free = Vec::with_capacity(want.min(o.capacity as usize));
     while free.len() < want {
         let take_released = match (released.peek(), never_used.peek()) {
-            (Some((k, lease)), Some(slot)) => (k, lease.slot) < (&never_used_key, *slot),
+            (Some((k, lease, _)), Some((slot, _))) => (k, lease.slot) < (&never_used_key, *slot),
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => break,
         };
         let next = if take_released {
-            released.next().map(|(_, l)| (l.slot, Some(l.clone())))
+            released
+                .next()
+                .map(|(_, l, limits)| (l.slot, Some(l.clone()), limits))
         } else {
-            never_used.next().map(|slot| (slot, None))
+            never_used.next().map(|(slot, limits)| (slot, None, limits))
         };
         free.extend(next);
     }
     free
 }
 
+/// A free slot, the free lease to take over (`None`: create it), and its block's limits.
+pub(super) type Free = (Slot, Option<SlotLease>, Option<BlockLimits>);
+
+#[cfg(test)]
+mod rule17_tests;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,8 @@ use kubeflake_crds::timebase::rfc3339;
 
 use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, set_condition};
 
+use crate::controller::id_spaces::blocks::Blocks;
+
 /// A year: the `Expiring` condition turns true when less is left.
 const EXPIRING_WITHIN_MS: u64 = 365 * 24 * 3600 * 1000;
 
@@ -19,6 +21,7 @@ pub fn ready_status(
     p: &SequenceParams,
     assigned: i64,
     waiting: u64,
+    why: &str,
 ) -> IdSequenceStatus {
     use ConditionStatus::{False, True};
     use ConditionType::{Exhausted, Expiring, Ready};
@@ -45,9 +48,7 @@ pub fn ready_status(
         set_condition(conditions, seq, Ready, True, Reason::Reconciled, &message);
     }
     if waiting > 0 {
-        let message = format!(
-            "{waiting} pods wait for a free slot: all {capacity} slots are held; raise layout.workerBits in a new IdSequence or run fewer pods"
-        );
+        let message = format!("{waiting} pods wait for a free slot: {why}");
         set_condition(
             conditions,
             seq,
@@ -95,6 +96,21 @@ pub fn ready_status(
     status.assigned = Some(assigned);
     status.exhausts_at = Some(rfc3339(exhausts_at));
     status
+}
+
+/// Why pods wait for a slot, and what to do (`Exhausted` and its Event): all slots held,
+/// or what the sequence's ID space lets it hand out (rule 17).
+pub fn why_waiting(blocks: &Blocks, capacity: u64) -> String {
+    match blocks {
+        Blocks::Lone => format!(
+            "all {capacity} slots are held; raise layout.workerBits in a new IdSequence or run fewer pods"
+        ),
+        Blocks::Joined(_) => "this sequence shares an ID space, and every slot of the blocks this \
+             cluster holds is held (or too near its bound); the operator's membership task claims \
+             a spare block from the hub (see the IdSpaceMembership's BlocksLow condition)"
+            .to_string(),
+        Blocks::Waiting(w) => w.to_string(),
+    }
 }
 
 /// `Ready=False Deleting` with what deletion waits for; everything else kept.

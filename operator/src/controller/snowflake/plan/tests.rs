@@ -1,4 +1,5 @@
 use super::*;
+use crate::controller::id_spaces::blocks::Blocks;
 
 /// `created`: an RFC 3339 time, or whole seconds since the Unix epoch.
 fn at(created: &str) -> Option<DateTime<Utc>> {
@@ -26,6 +27,7 @@ fn lease(slot: u32, holder: Option<&str>, fence: u64, released_at: Option<&str>)
         fence: Tick(fence),
         transitions: 1,
         resource_version: Some("1".into()),
+        fence_cap: None,
         released_at: released_at.map(String::from),
         format: 1,
         read: Default::default(),
@@ -46,6 +48,7 @@ fn observe<'a>(
         now: Tick(1000),
         assign: true,
         taken: &NONE_TAKEN,
+        blocks: &Blocks::Lone,
     }
 }
 
@@ -309,12 +312,12 @@ fn only_as_many_free_slots_as_pods_wait_are_looked_for_in_the_same_order_as_all_
     // then released, least recently first; then fences still in the future.
     assert_eq!(all, [2, 4, 5, 8, 10, 11, 6, 3, 9, 1]);
     for want in 0..=all.len() + 2 {
-        let got: Vec<u32> = free_slots(&o, want).iter().map(|(s, _)| s.0).collect();
+        let got: Vec<u32> = free_slots(&o, want).iter().map(|(s, ..)| s.0).collect();
         assert_eq!(got, all[..want.min(all.len())], "want {want}");
     }
     let taken_over: Vec<(u32, bool)> = free_slots(&o, 3)
         .iter()
-        .map(|(slot, existing)| (slot.0, existing.is_some()))
+        .map(|(slot, existing, _)| (slot.0, existing.is_some()))
         .collect();
     assert_eq!(
         taken_over,

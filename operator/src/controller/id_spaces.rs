@@ -1,0 +1,153 @@
+//! Where a Snowflake pass learns whether its sequence is joined to an ID space (issue 55):
+//! the `IdSpaceMembership` cache (a reflector, `run.rs`), and this cluster's ID, read once
+//! (`hub/cluster_id.rs`) and only when a membership names a sequence. What the copy lets a
+//! pass hand out is decided in [`blocks`] (pure).
+//!
+//! Without the `IdSpaceMembership` CRD installed there is no cache
+//! (`Context::id_spaces` is `None`): every sequence is lone, as before. With it, nothing
+//! is handed out before the cache's first full list: until then a joined sequence cannot
+//! be told from a lone one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflake_crds::Tick;
+use kubeflake_crds::id_space::{IdSpaceMembership, MemberId, SpaceSequence};
+use kubeflake_crds::sequence::{IdSequence, SequenceParams};
+use kubeflake_runtime::backoff;
+
+pub mod blocks;
+
+use self::blocks::{Blocks, Membership, Waiting};
+
+/// The memberships the controller caches, and this cluster's ID once read.
+pub struct IdSpaces {
+    memberships: Store<IdSpaceMembership>,
+    this: tokio::sync::OnceCell<MemberId>,
+}
+
+impl IdSpaces {
+    pub fn new(memberships: Store<IdSpaceMembership>) -> IdSpaces {
+        IdSpaces {
+            memberships,
+            this: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// With this cluster's ID already known (tests, or a caller that read it).
+    pub fn of_cluster(memberships: Store<IdSpaceMembership>, this: MemberId) -> IdSpaces {
+        IdSpaces {
+            memberships,
+            this: tokio::sync::OnceCell::new_with(Some(this)),
+        }
+    }
+
+    /// The memberships of namespace `ns` naming sequence `name`, by name.
+    fn naming(&self, ns: &str, name: &str) -> Vec<Arc<IdSpaceMembership>> {
+        let mut found: Vec<Arc<IdSpaceMembership>> = self
+            .memberships
+            .state()
+            .into_iter()
+            .filter(|m| m.namespace().as_deref() == Some(ns) && m.spec.sequence == name)
+            .collect();
+        found.sort_by_key(|m| m.name_any());
+        found
+    }
+
+    fn listed(&self) -> bool {
+        matches!(
+            futures::FutureExt::now_or_never(self.memberships.wait_until_ready()),
+            Some(Ok(()))
+        )
+    }
+
+    /// What the ID space lets this pass of `seq` hand out at `now`.
+    pub async fn blocks_of(
+        &self,
+        client: &Client,
+        seq: &IdSequence,
+        params: &SequenceParams,
+        now: Tick,
+        lease_duration: Duration,
+    ) -> Blocks {
+        if !self.listed() {
+            return Blocks::Waiting(Waiting::NotListed);
+        }
+        let ns = seq.namespace().unwrap_or_default();
+        let found = self.naming(&ns, &seq.name_any());
+        if found.is_empty() {
+            return Blocks::Lone;
+        }
+        let this = self
+            .this
+            .get_or_try_init(|| crate::hub::cluster_id::this_cluster(client))
+            .await
+            .map_err(|e| e.to_string());
+        let found: Vec<&IdSpaceMembership> = found.iter().map(Arc::as_ref).collect();
+        let lease_ms = u64::try_from(lease_duration.as_millis()).unwrap_or(u64::MAX);
+        blocks::blocks(&Membership {
+            found: &found,
+            this: this.as_ref().copied().map_err(String::clone),
+            sequence: SpaceSequence {
+                layout: params.layout,
+                timebase: params.timebase,
+                mode: seq.spec.mode,
+                strict: seq.spec.segment.as_ref().is_some_and(|s| s.strict),
+            },
+            datacenter: params.datacenter,
+            now,
+            min_ahead: params.timebase.ticks_in_ms(lease_ms),
+        })
+    }
+}
+
+/// How long the check that the CRD is installed may take.
+const CRD_CHECK: Duration = Duration::from_secs(10);
+
+/// The memberships' events, which wake the sequence each names.
+pub type MembershipStream = BoxStream<'static, Result<IdSpaceMembership, watcher::Error>>;
+
+/// The memberships' watch (in `namespace`, else all), when their CRD is installed: the
+/// cache passes read, and the stream (to hand the controller) that fills it. Without the
+/// CRD: `None`, and a stream that never yields. An installed CRD that cannot be listed now
+/// is watched anyway: nothing is handed out until the first full list.
+pub async fn watch(
+    client: &Client,
+    namespace: &Option<String>,
+) -> (Option<Arc<IdSpaces>>, MembershipStream) {
+    let api: Api<IdSpaceMembership> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    match tokio::time::timeout(CRD_CHECK, api.list(&ListParams::default().limit(1))).await {
+        Ok(Err(e)) if crate::controller::error::is_not_found(&e) => {
+            tracing::info!(
+                "the IdSpaceMembership CRD is not installed: every sequence is lone (install \
+                 it and restart the operator to share an ID space)"
+            );
+            return (None, futures::stream::pending().boxed());
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot list IdSpaceMemberships; watching them anyway: no slot is handed out until they are listed");
+        }
+        Err(_) => {
+            tracing::warn!(
+                "listing IdSpaceMemberships timed out; watching them anyway: no slot is handed out until they are listed"
+            );
+        }
+        Ok(Ok(_)) => {}
+    }
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .backoff(backoff::WatchBackoff::default())
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    (Some(Arc::new(IdSpaces::new(store))), stream)
+}

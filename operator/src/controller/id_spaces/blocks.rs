@@ -1,0 +1,260 @@
+//! Which slots a Snowflake pass may hand out when its sequence shares an ID space across
+//! clusters (issue 55; docs/safety.md rule 17; docs/design/2026-11-29-multicluster.md,
+//! "Never waiting on the hub"). Pure.
+//!
+//! An IdSequence is joined when an `IdSpaceMembership` of its namespace names it. Then:
+//! - only slots of the blocks this cluster holds are handed out
+//!   ([`LocalRecord::assignable`]: floor passed, bound at least a lease duration away),
+//!   never a slot of another member's block;
+//! - a new holder starts above the block's floor and its fence is capped at the grant's
+//!   bound ([`BlockLimits`], written by `SlotLease::assign_in_block`); a grant with no tick
+//!   left for it ([`kubeflake_crds::slot_lease::NoRoom`]) gives no slot;
+//! - a held Lease whose cap is below its grant's bound (the hub renewed the block), or that
+//!   has no cap, has its cap raised, so its holder goes on;
+//! - a membership whose copy cannot be used (not joined yet, made by another cluster, a
+//!   bad record) hands out no slot at all: pods wait, and the IdSequence says why
+//!   ([`Waiting`]).
+//!
+//! A sequence no membership names is [`Blocks::Lone`]: planned exactly as before.
+//!
+//! Its tests, with the plan, are `operator/src/controller/snowflake/plan/rule17_tests.rs`.
+
+use std::collections::BTreeSet;
+
+use kubeflake_crds::id_space::membership::{BadCopy, IdSpaceMembership, IdSpaceMembershipStatus};
+use kubeflake_crds::id_space::{
+    CopyOfAnotherCluster, LocalRecord, MemberId, Space, SpaceError, SpaceSequence, check_cluster,
+};
+use kubeflake_crds::layout::DatacenterId;
+use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
+use kubeflake_crds::{Slot, Tick};
+
+/// What the ID space lets a pass hand out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocks {
+    /// No membership names the sequence: every slot of its layout, no cap.
+    Lone,
+    /// Joined, with a usable copy: only the slots of the blocks this cluster holds.
+    Joined(Joined),
+    /// A membership names the sequence, but its copy cannot be used: no slot is handed out.
+    Waiting(Waiting),
+}
+
+/// A joined sequence's usable copy of its grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    space: Space,
+    datacenter: DatacenterId,
+    record: LocalRecord,
+    /// The slots a new holder may get now, ascending.
+    assignable: BTreeSet<Slot>,
+}
+
+/// Why a joined sequence hands out no slot. Each message says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Waiting {
+    #[error(
+        "the operator has not listed the IdSpaceMemberships yet, so it cannot tell whether \
+         this sequence shares an ID space; no slot is assigned until it has (if this lasts, \
+         check the operator's log and its RBAC on idspacememberships)"
+    )]
+    NotListed,
+    #[error(
+        "IdSpaceMembership {membership} holds no copy of this cluster's blocks yet ({state}): \
+         no slot of this sequence is assigned until the operator's membership task has joined \
+         the ID space on the hub (see the membership's Ready condition: \
+         `kubectl get idspacemembership {membership} -o yaml`)"
+    )]
+    NotJoined { membership: String, state: String },
+    #[error("IdSpaceMembership {membership}: {source}")]
+    OtherCluster {
+        membership: String,
+        #[source]
+        source: CopyOfAnotherCluster,
+    },
+    #[error(
+        "IdSpaceMembership {membership}: {source}; no slot of this sequence is assigned \
+         until then"
+    )]
+    BadCopy {
+        membership: String,
+        #[source]
+        source: BadCopy,
+    },
+    #[error(
+        "IdSpaceMembership {membership}: status.memberId does not read ({error}); the copy is \
+         not used and no slot of this sequence is assigned: join the ID space from this \
+         cluster again (a new IdSpaceMembership)"
+    )]
+    BadMemberId { membership: String, error: String },
+    #[error(
+        "IdSpaceMembership {membership}: the ID space's parameters in its status do not fit \
+         this sequence ({source}); no slot of this sequence is assigned until they do (remove \
+         status.blockSlots: the membership task writes them again from the hub)"
+    )]
+    BadSpace {
+        membership: String,
+        #[source]
+        source: SpaceError,
+    },
+    #[error(
+        "IdSpaceMembership {membership}: this operator cannot read its cluster's ID ({error}), \
+         so it cannot check the copy was made here; no slot of this sequence is assigned until \
+         it can (the operator needs get on kube-system)"
+    )]
+    ClusterUnknown { membership: String, error: String },
+    #[error(
+        "IdSpaceMemberships {first} and {second} both name this sequence: a sequence joins one \
+         ID space; no slot is assigned until one of them is deleted"
+    )]
+    TwoMemberships { first: String, second: String },
+}
+
+/// What deciding a sequence's [`Blocks`] reads.
+pub struct Membership<'a> {
+    /// The memberships of the sequence's namespace that name it.
+    pub found: &'a [&'a IdSpaceMembership],
+    /// This cluster's ID, or why it could not be read.
+    pub this: Result<&'a MemberId, String>,
+    pub sequence: SpaceSequence,
+    pub datacenter: DatacenterId,
+    pub now: Tick,
+    /// A slot lease's duration in ticks: a block is used only while its bound is that far.
+    pub min_ahead: u64,
+}
+
+/// Decides what the ID space lets a pass hand out.
+pub fn blocks(m: &Membership<'_>) -> Blocks {
+    let membership = match m.found {
+        [] => return Blocks::Lone,
+        [one] => *one,
+        [first, second, ..] => {
+            return Blocks::Waiting(Waiting::TwoMemberships {
+                first: name(first),
+                second: name(second),
+            });
+        }
+    };
+    match joined(membership, m) {
+        Ok(joined) => Blocks::Joined(joined),
+        Err(waiting) => Blocks::Waiting(waiting),
+    }
+}
+
+fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, Waiting> {
+    let mname = name(membership);
+    let not_joined = |status: Option<&IdSpaceMembershipStatus>| Waiting::NotJoined {
+        membership: mname.clone(),
+        state: state(status),
+    };
+    let status = membership.status.as_ref().ok_or_else(|| not_joined(None))?;
+    let copy_of = status
+        .member_id
+        .as_deref()
+        .ok_or_else(|| not_joined(Some(status)))?;
+    let this = m.this.clone().map_err(|error| Waiting::ClusterUnknown {
+        membership: mname.clone(),
+        error,
+    })?;
+    let copy_of = MemberId::new(copy_of).map_err(|e| Waiting::BadMemberId {
+        membership: mname.clone(),
+        error: e.to_string(),
+    })?;
+    check_cluster(&copy_of, this).map_err(|source| Waiting::OtherCluster {
+        membership: mname.clone(),
+        source,
+    })?;
+    let space = status
+        .space(m.sequence)
+        .ok_or_else(|| not_joined(Some(status)))?
+        .map_err(|source| Waiting::BadSpace {
+            membership: mname.clone(),
+            source,
+        })?;
+    let record = status
+        .local_record(&space)
+        .map_err(|source| Waiting::BadCopy {
+            membership: mname.clone(),
+            source,
+        })?;
+    let assignable = record
+        .assignable(&space, m.datacenter, m.now, m.min_ahead)
+        .into_iter()
+        .collect();
+    Ok(Joined {
+        space,
+        datacenter: m.datacenter,
+        record,
+        assignable,
+    })
+}
+
+fn name(membership: &IdSpaceMembership) -> String {
+    membership.metadata.name.clone().unwrap_or_default()
+}
+
+/// The membership's Ready condition, as a person reads it.
+fn state(status: Option<&IdSpaceMembershipStatus>) -> String {
+    status
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| format!("Ready={} {}: {}", c.status, c.reason, c.message))
+        .unwrap_or_else(|| "the membership task has not reached the hub yet".into())
+}
+
+impl Blocks {
+    /// Whether a new holder may get `slot`, whose Lease has `fence`: `None`, not given;
+    /// `Some(None)`, given without a cap (lone); `Some(Some(limits))`, given in its block.
+    pub fn room(&self, slot: Slot, fence: Tick) -> Option<Option<BlockLimits>> {
+        match self {
+            Blocks::Lone => Some(None),
+            Blocks::Waiting(_) => None,
+            Blocks::Joined(j) => j.limits(slot, fence).map(Some),
+        }
+    }
+
+    /// The slot numbers below `capacity` a never-used slot may be picked from, ascending.
+    pub fn candidates(&self, capacity: u64) -> Box<dyn Iterator<Item = Slot> + '_> {
+        match self {
+            Blocks::Lone => Box::new((0..capacity).map(|n| Slot(n as u32))),
+            Blocks::Waiting(_) => Box::new(std::iter::empty()),
+            Blocks::Joined(j) => Box::new(
+                j.assignable
+                    .iter()
+                    .copied()
+                    .filter(move |s| u64::from(s.0) < capacity),
+            ),
+        }
+    }
+
+    /// The cap `lease` (held) should be raised to: its grant's bound, when above the cap it
+    /// has or when it has none. Never for a lone sequence or a slot outside the blocks held.
+    pub fn cap_to_raise(&self, lease: &SlotLease) -> Option<Tick> {
+        let Blocks::Joined(j) = self else { return None };
+        let bound = j.record.fence_cap(&j.space, j.datacenter, lease.slot)?;
+        match lease.fence_cap {
+            Some(cap) if cap >= bound => None,
+            _ => Some(bound),
+        }
+    }
+
+    /// Whether pods injected before 0.2.0 must be kept from the sequence's slots: their
+    /// sidecars know no fence cap (as for key forms, rule 15).
+    pub fn needs_current_sidecars(&self) -> bool {
+        !matches!(self, Blocks::Lone)
+    }
+}
+
+impl Joined {
+    /// The limits of a new holder of `slot` whose Lease has `fence`, if the slot may be
+    /// given now: in a block held, usable at `now`, with a tick left above the start.
+    fn limits(&self, slot: Slot, fence: Tick) -> Option<BlockLimits> {
+        if !self.assignable.contains(&slot) {
+            return None;
+        }
+        let start = self
+            .record
+            .start_above(&self.space, self.datacenter, slot, fence)?;
+        let cap = self.record.fence_cap(&self.space, self.datacenter, slot)?;
+        BlockLimits::new(start, cap).ok()
+    }
+}

@@ -1,0 +1,299 @@
+//! Rule 17, the pure side: what a joined sequence's plan hands out, with which limits, and
+//! when it hands out nothing. The default layout (1,024 slots, no datacenter bits) in
+//! blocks of 64: block 2 is slots 128..192.
+
+use std::collections::BTreeSet;
+
+use kubeflake_crds::id_space::membership::SpaceRef;
+use kubeflake_crds::id_space::membership::{GrantRecord, IdSpaceMembershipStatus};
+use kubeflake_crds::id_space::{
+    IdSpaceMembershipSpec, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec,
+};
+
+use kubeflake_crds::id_space::{IdSpaceMembership, MemberId, Space};
+use kubeflake_crds::layout::DatacenterId;
+use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
+use kubeflake_crds::{Slot, Tick};
+
+use super::{Observed, Plan, PodInfo, Step, plan};
+use crate::controller::id_spaces::blocks::{Blocks, Membership, blocks};
+
+const NOW: u64 = 100_000;
+const LEASE_TICKS: u64 = 15_000;
+/// [`NOW`] and [`LEASE_TICKS`] as a stored grant writes them.
+const NOW_I: i64 = NOW as i64;
+const LEASE_TICKS_I: i64 = LEASE_TICKS as i64;
+
+fn space() -> Space {
+    IdSpaceSpec {
+        sequence: SpaceSequenceSpec::default(),
+        block_slots: 64,
+        tolerance_seconds: 3600,
+        renew_every_seconds: 300,
+        registry: RegistryRecord::default(),
+        segment: None,
+    }
+    .space()
+    .expect("test space")
+}
+
+fn cluster(id: &str) -> MemberId {
+    MemberId::new(id).expect("a member ID")
+}
+
+/// A membership whose copy, made by `made_by`, holds `grants` (block, floor, bound).
+fn membership(name: &str, made_by: &str, grants: &[(i64, i64, i64)]) -> IdSpaceMembership {
+    let mut status = IdSpaceMembershipStatus {
+        member_id: Some(made_by.into()),
+        grants: grants
+            .iter()
+            .map(|&(block, floor, bound)| GrantRecord {
+                block,
+                term: 1,
+                floor,
+                bound,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    status.keep_space(&space());
+    let mut m = IdSpaceMembership::new(
+        name,
+        IdSpaceMembershipSpec {
+            sequence: "s".into(),
+            member_name: "prod".into(),
+            space: SpaceRef {
+                namespace: "hub".into(),
+                name: "orders".into(),
+            },
+            hub_secret: "hub".into(),
+        },
+    );
+    m.status = Some(status);
+    m
+}
+
+fn decide(found: &[&IdSpaceMembership], this: &MemberId) -> Blocks {
+    blocks(&Membership {
+        found,
+        this: Ok(this),
+        sequence: *space().sequence(),
+        datacenter: DatacenterId(0),
+        now: Tick(NOW),
+        min_ahead: LEASE_TICKS,
+    })
+}
+
+/// This cluster ("a") holding block 2 from tick 50,000 to 200,000.
+fn joined() -> Blocks {
+    decide(
+        &[&membership("m", "a", &[(2, 50_000, 200_000)])],
+        &cluster("a"),
+    )
+}
+
+fn pod(name: &str) -> PodInfo {
+    PodInfo {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        created: chrono::DateTime::from_timestamp(i64::from(name.as_bytes()[0]), 0),
+        leaving: false,
+    }
+}
+
+fn lease(slot: u32, holder: Option<&str>, fence: u64, cap: Option<u64>) -> SlotLease {
+    SlotLease {
+        name: format!("s-slot-{slot}"),
+        slot: Slot(slot),
+        holder: holder.map(|h| format!("uid-{h}")),
+        holder_pod: holder.map(String::from),
+        fence: Tick(fence),
+        fence_cap: cap.map(Tick),
+        transitions: 1,
+        resource_version: Some("1".into()),
+        released_at: None,
+        format: 1,
+        read: Default::default(),
+    }
+}
+
+fn plan_with(blocks: &Blocks, leases: &[SlotLease], pods: &[PodInfo]) -> Plan {
+    plan(&Observed {
+        capacity: 1024,
+        leases,
+        pods,
+        silent: &BTreeSet::new(),
+        now: Tick(NOW),
+        assign: true,
+        taken: &BTreeSet::new(),
+        blocks,
+    })
+}
+
+fn assigned(plan: &Plan) -> Vec<(u32, Option<BlockLimits>)> {
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Assign { slot, limits, .. } => Some((slot.0, *limits)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn limits(start_above: u64, cap: u64) -> Option<BlockLimits> {
+    Some(BlockLimits::new(Tick(start_above), Tick(cap)).expect("room"))
+}
+
+#[test]
+fn rule17_a_joined_sequence_assigns_only_inside_its_blocks_never_in_another_members() {
+    // Slot 0's free lease (fence passed) would come first for a lone sequence; block 0 is
+    // another member's.
+    let leases = [lease(0, None, 10, None)];
+    let pods: Vec<PodInfo> = ["a", "b", "c"].into_iter().map(pod).collect();
+    let slots: Vec<u32> = assigned(&plan_with(&joined(), &leases, &pods))
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(slots, [128, 129, 130]);
+    // More pods than the block has slots: the rest wait; none goes outside the block.
+    let many: Vec<PodInfo> = (0..70).map(|i| pod(&format!("p{i:02}"))).collect();
+    let planned = plan_with(&joined(), &leases, &many);
+    let slots: BTreeSet<u32> = assigned(&planned).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(slots, (128..192).collect());
+    assert_eq!(planned.still_waiting, 6);
+}
+
+#[test]
+fn rule17_a_new_holders_fence_starts_at_the_blocks_floor_and_carries_the_cap() {
+    let pods = [pod("a"), pod("b")];
+    // Slot 128's free lease has a fence above the floor: the new holder starts above it.
+    let leases = [lease(128, None, 70_000, None)];
+    assert_eq!(
+        assigned(&plan_with(&joined(), &leases, &pods)),
+        [
+            (128, limits(70_000, 200_000)),
+            (129, limits(50_000, 200_000))
+        ]
+    );
+    // A lone sequence carries no limits.
+    assert_eq!(
+        assigned(&plan_with(&Blocks::Lone, &[], &pods)),
+        [(0, None), (1, None)]
+    );
+}
+
+#[test]
+fn rule17_a_grant_with_no_room_or_too_near_its_bound_gives_no_slot() {
+    // Slot 128's fence is at the bound: no tick left for a new holder (NoRoom).
+    let leases = [lease(128, None, 200_000, None)];
+    let slots: Vec<u32> = assigned(&plan_with(&joined(), &leases, &[pod("a")]))
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(slots, [129]);
+    // A bound less than a lease duration away: the block is not used at all.
+    let near = decide(
+        &[&membership(
+            "m",
+            "a",
+            &[(2, 50_000, NOW_I + LEASE_TICKS_I - 1)],
+        )],
+        &cluster("a"),
+    );
+    let planned = plan_with(&near, &[], &[pod("a")]);
+    assert_eq!((assigned(&planned).len(), planned.still_waiting), (0, 1));
+    // A floor not passed yet: not used either.
+    let early = decide(
+        &[&membership("m", "a", &[(2, NOW_I, 200_000)])],
+        &cluster("a"),
+    );
+    assert_eq!(assigned(&plan_with(&early, &[], &[pod("a")])), []);
+}
+
+#[test]
+fn rule17_a_renewed_grant_raises_the_cap_of_held_leases() {
+    let leases = [
+        lease(128, Some("a"), 90_000, Some(150_000)), // cap below the bound: raised
+        lease(129, Some("b"), 90_000, None),          // held since before the join: capped
+        lease(130, Some("c"), 90_000, Some(200_000)), // already at the bound
+        lease(131, Some("gone"), 90_000, Some(150_000)), // released this pass instead
+        lease(5, Some("d"), 90_000, None),            // outside the blocks held
+    ];
+    let pods = [pod("a"), pod("b"), pod("c"), pod("d")];
+    let raised: Vec<(u32, u64)> = plan_with(&joined(), &leases, &pods)
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::RaiseCap { lease, cap } => Some((lease.slot.0, cap.0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(raised, [(128, 200_000), (129, 200_000)]);
+    // A lone sequence raises nothing.
+    let planned = plan_with(&Blocks::Lone, &leases, &pods);
+    assert!(
+        !planned
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::RaiseCap { .. }))
+    );
+}
+
+#[test]
+fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_says_why() {
+    let a = cluster("a");
+    let mut no_status = membership("m", "a", &[]);
+    no_status.status = None;
+    let mut no_space = membership("m", "a", &[(2, 50_000, 200_000)]);
+    if let Some(s) = no_space.status.as_mut() {
+        s.block_slots = None;
+    }
+    let mut unjoined = membership("m", "a", &[]);
+    if let Some(s) = unjoined.status.as_mut() {
+        s.member_id = None;
+    }
+    let other = membership("m", "b", &[(2, 50_000, 200_000)]);
+    let bad = membership("m", "a", &[(99, 50_000, 200_000)]);
+    let second = membership("n", "a", &[(3, 50_000, 200_000)]);
+    let good = membership("m", "a", &[(2, 50_000, 200_000)]);
+    let cases: Vec<(Blocks, &str)> = vec![
+        (decide(&[&no_status], &a), "holds no copy"),
+        (decide(&[&no_space], &a), "holds no copy"),
+        (decide(&[&unjoined], &a), "holds no copy"),
+        (decide(&[&other], &a), "made by cluster b"),
+        (decide(&[&bad], &a), "remove status.grants"),
+        (decide(&[&good, &second], &a), "both name this sequence"),
+        (
+            blocks(&Membership {
+                found: &[&good],
+                this: Err("forbidden".into()),
+                sequence: *space().sequence(),
+                datacenter: DatacenterId(0),
+                now: Tick(NOW),
+                min_ahead: LEASE_TICKS,
+            }),
+            "cannot read its cluster's ID",
+        ),
+    ];
+    for (blocks, says) in cases {
+        let Blocks::Waiting(why) = &blocks else {
+            panic!("{says}: expected no usable copy, got {blocks:?}")
+        };
+        assert!(why.to_string().contains(says), "{why}");
+        let planned = plan_with(&blocks, &[lease(128, None, 0, None)], &[pod("a")]);
+        assert_eq!(
+            (planned.steps.len(), planned.still_waiting),
+            (0, 1),
+            "{says}"
+        );
+        assert!(blocks.needs_current_sidecars());
+    }
+}
+
+#[test]
+fn rule17_a_sequence_no_membership_names_is_lone() {
+    let lone = decide(&[], &cluster("a"));
+    assert_eq!(lone, Blocks::Lone);
+    assert!(!lone.needs_current_sidecars());
+    assert!(joined().needs_current_sidecars());
+}

@@ -1,0 +1,257 @@
+//! Issue 55, rule 17: a sequence joined to an ID space (an `IdSpaceMembership` names it)
+//! hands out only slots of the blocks its cluster holds, each new holder starting above the
+//! block's floor with its fence capped at the grant's bound; held Leases follow the hub's
+//! renewals; without a usable copy nothing is handed out and the sequence says why. Default
+//! layout in blocks of 64: this cluster holds block 2, slots 128..192.
+
+use kube::runtime::reflector::store::Writer;
+use kubeflake_crds::id_space::membership::{GrantRecord, IdSpaceMembershipStatus, SpaceRef};
+use kubeflake_crds::id_space::{
+    IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, MemberId, RegistryRecord,
+    SpaceSequenceSpec,
+};
+use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FENCE_CAP_ANNOTATION};
+
+use super::*;
+use crate::controller::id_spaces::IdSpaces;
+
+const THIS: &str = "cluster-a";
+
+/// The sequence's current tick, as a pass computes it.
+fn now_tick() -> u64 {
+    let params = IdSequenceSpec::default().params().expect("params");
+    params
+        .timebase
+        .tick_at(chrono::Utc::now().timestamp_millis() as u64)
+        .expect("epoch passed")
+        .0
+}
+
+/// A membership of the fixture's sequence; its copy (made by `made_by`) holds `grants`
+/// (block, floor, bound), or there is no copy yet.
+fn membership(made_by: &str, grants: Option<&[(i64, u64, u64)]>) -> IdSpaceMembership {
+    let mut m = IdSpaceMembership::new(
+        "orders-in-space",
+        IdSpaceMembershipSpec {
+            sequence: SEQ.into(),
+            member_name: "prod".into(),
+            space: SpaceRef {
+                namespace: "kubeflake-space-orders".into(),
+                name: "orders".into(),
+            },
+            hub_secret: "kubeflake-hub-orders".into(),
+        },
+    );
+    m.metadata.namespace = Some(NS.into());
+    m.status = grants.map(|grants| {
+        let space = IdSpaceSpec {
+            sequence: SpaceSequenceSpec::default(),
+            block_slots: 64,
+            tolerance_seconds: 3600,
+            renew_every_seconds: 300,
+            registry: RegistryRecord::default(),
+            segment: None,
+        }
+        .space()
+        .expect("a space");
+        let mut status = IdSpaceMembershipStatus {
+            member_id: Some(made_by.into()),
+            grants: grants
+                .iter()
+                .map(|&(block, floor, bound)| GrantRecord {
+                    block,
+                    term: 1,
+                    floor: floor as i64,
+                    bound: bound as i64,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        status.keep_space(&space);
+        status
+    });
+    m
+}
+
+fn id_spaces(memberships: Vec<IdSpaceMembership>) -> (Arc<IdSpaces>, Writer<IdSpaceMembership>) {
+    let (store, mut writer) = reflector::store::<IdSpaceMembership>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for m in memberships {
+        writer.apply_watcher_event(&watcher::Event::InitApply(m));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let this = MemberId::new(THIS).expect("a member ID");
+    (Arc::new(IdSpaces::of_cluster(store, this)), writer)
+}
+
+/// Slot `slot`'s lease, held by `holder` or free, with `fence` and maybe a cap.
+fn block_lease(slot: u32, holder: Option<&str>, fence: u64, cap: Option<u64>) -> Lease {
+    let mut lease = slot_lease(holder, fence);
+    let name = format!("{SEQ}-slot-{slot}");
+    lease.metadata.name = Some(name);
+    let mut labels =
+        kubeflake_crds::slot_lease::lease_labels(SEQ, kubeflake_crds::Slot(slot), None);
+    if let Some(h) = holder {
+        labels.insert("kubeflake.io/holder".into(), format!("uid-{h}"));
+    }
+    lease.metadata.labels = Some(labels);
+    if let Some(cap) = cap {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(FENCE_CAP_ANNOTATION.into(), cap.to_string());
+    }
+    lease
+}
+
+fn annotation(body: &Value, key: &str) -> Value {
+    body["metadata"]["annotations"][key].clone()
+}
+
+#[tokio::test]
+async fn rule17_a_joined_sequence_creates_its_pods_slot_lease_in_its_block_from_the_floor_with_the_cap()
+ {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let now = now_tick();
+    let (floor, bound) = (now - 1_000, now + 3_600_000);
+    let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&[(2, floor, bound)]))]);
+    let api = FakeApi::new()
+        .expect(
+            Method::POST,
+            LEASES,
+            201,
+            json!(block_lease(128, Some("a"), floor, Some(bound))),
+        )
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    // Slot 0's free lease would be taken by a lone sequence: block 0 is not this cluster's.
+    let f = fixture_with(
+        &api,
+        vec![pod("a")],
+        vec![slot_lease(None, 0)],
+        Some(spaces),
+    );
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    let created = &api.requests(&Method::POST, LEASES)[0].body;
+    assert_eq!(created["metadata"]["name"], json!("orders-slot-128"));
+    assert_eq!(created["spec"]["holderIdentity"], json!("uid-a"));
+    assert_eq!(
+        annotation(created, FENCE_ANNOTATION),
+        json!(floor.to_string())
+    );
+    assert_eq!(
+        annotation(created, FENCE_CAP_ANNOTATION),
+        json!(bound.to_string())
+    );
+}
+
+#[tokio::test]
+async fn rule17_a_renewed_grant_raises_the_cap_of_a_held_slot_lease() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let now = now_tick();
+    let (floor, old_bound, bound) = (now - 1_000, now + 1_000_000, now + 3_600_000);
+    let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&[(2, floor, bound)]))]);
+    let held = block_lease(128, Some("a"), now, Some(old_bound));
+    let path = format!("{LEASES}/orders-slot-128");
+    let api = FakeApi::new()
+        .expect(Method::PUT, &path, 200, json!(held))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture_with(&api, vec![pod("a")], vec![held.clone()], Some(spaces));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    let written = &api.requests(&Method::PUT, &path)[0].body;
+    assert_eq!(
+        annotation(written, FENCE_CAP_ANNOTATION),
+        json!(bound.to_string())
+    );
+    assert_eq!(
+        written["spec"]["holderIdentity"],
+        json!("uid-a"),
+        "holder kept"
+    );
+    assert_eq!(
+        annotation(written, FENCE_ANNOTATION),
+        json!(now.to_string())
+    );
+}
+
+#[tokio::test]
+async fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_the_sequence_says_why() {
+    let now = now_tick();
+    let cases = [
+        (membership(THIS, None), "holds no copy"),
+        (
+            membership("cluster-b", Some(&[(2, now - 1_000, now + 3_600_000)])),
+            "made by cluster cluster-b",
+        ),
+    ];
+    for (m, says) in cases {
+        let seq = sequence(IdSequenceSpec::default(), true, false);
+        let (spaces, _writer) = id_spaces(vec![m]);
+        let api = FakeApi::new().expect(Method::PATCH, STATUS, 200, echo(&seq));
+        let f = fixture_with(&api, vec![pod("a")], vec![], Some(spaces));
+        reconcile(Arc::new(seq), f.ctx.clone())
+            .await
+            .expect("the pass succeeds");
+        api.verify();
+        let status = &api.requests(&Method::PATCH, STATUS)[0].body["status"];
+        let exhausted = status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Exhausted"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(exhausted["status"], json!("True"), "{says}: {status}");
+        let message = exhausted["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("1 pods wait") && message.contains(says),
+            "{says}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rule17_a_pod_injected_by_0_1_gets_no_slot_of_a_joined_sequence() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let now = now_tick();
+    let grant = [(2, now - 1_000, now + 3_600_000)];
+    let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&grant))]);
+    let mut old = pod("old");
+    old.metadata.annotations = Some(
+        [(
+            kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
+            "0.1.0".to_string(),
+        )]
+        .into(),
+    );
+    let api = FakeApi::new().expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture_with(&api, vec![old], vec![], Some(spaces));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    assert!(api.requests(&Method::POST, LEASES).is_empty());
+}
+
+#[tokio::test]
+async fn rule17_a_sequence_no_membership_names_assigns_as_before_without_a_cap() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let mut other = membership(THIS, None);
+    other.spec.sequence = "payments".into();
+    let (spaces, _writer) = id_spaces(vec![other]);
+    let api = FakeApi::new()
+        .expect(Method::POST, LEASES, 201, json!(slot_lease(Some("a"), 0)))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture_with(&api, vec![pod("a")], vec![], Some(spaces));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    let created = &api.requests(&Method::POST, LEASES)[0].body;
+    assert_eq!(created["metadata"]["name"], json!("orders-slot-0"));
+    assert_eq!(annotation(created, FENCE_CAP_ANNOTATION), Value::Null);
+}

@@ -87,7 +87,7 @@ impl Pass {
 
 /// A pass either planned and wrote, or waited for the cache to show the last pass's writes.
 enum Ran {
-    Planned(Pass),
+    Planned(Box<Pass>),
     Deferred,
 }
 
@@ -234,7 +234,7 @@ async fn pass(
         oldest_waiting_since_ms: pass.plan.oldest_waiting_since.map(|t| t.timestamp_millis()),
     };
     ctx.metrics.set_slots(ns, &name, figures);
-    Ok(Ran::Planned(pass))
+    Ok(Ran::Planned(Box::new(pass)))
 }
 
 /// Reconciles one live Snowflake sequence.

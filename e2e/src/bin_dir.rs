@@ -123,3 +123,15 @@ pub fn script_output_dir_with_args(script: &Path, args: &[&str]) -> Result<PathB
     }
     Ok(PathBuf::from(last.trim()))
 }
+
+/// helm: `KUBEFLAKE_HELM` if set (the oldest pin set has no helm of its own), else `dir`'s
+/// (panics, saying so, if it has none).
+pub fn helm_in(dir: &Path) -> PathBuf {
+    if let Some(helm) = std::env::var_os(HELM_ENV) {
+        return PathBuf::from(helm);
+    }
+    if let Err(e) = require(dir, &[HELM]) {
+        panic!("{e:#}; or set {HELM_ENV}=/path/to/helm");
+    }
+    dir.join(HELM)
+}

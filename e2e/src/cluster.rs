@@ -23,7 +23,7 @@ use kube::{Api, Client, Config, ResourceExt};
 use tokio::io::AsyncWriteExt;
 
 use crate::addresses::{APISERVER_PORT, BRIDGE_IP, NODE_NAME};
-use crate::bin_dir::{HELM, HELM_ENV, NODE, bin_dir, require, script_output_dir};
+use crate::bin_dir::{NODE, bin_dir, require, script_output_dir};
 use crate::blocking::run_on_private_runtime;
 use crate::certs::Pki;
 use crate::control_plane::{
@@ -380,16 +380,9 @@ impl Cluster {
         self.bin_dir.join("kubectl")
     }
 
-    /// helm: `KUBEFLAKE_HELM` if set (the oldest pin set has no helm of its own), else the
-    /// bin directory's (panics, saying so, if it has none).
+    /// helm: `KUBEFLAKE_HELM` if set, else the bin directory's ([`crate::bin_dir::helm_in`]).
     pub fn helm_path(&self) -> PathBuf {
-        if let Some(helm) = std::env::var_os(HELM_ENV) {
-            return PathBuf::from(helm);
-        }
-        if let Err(e) = require(&self.bin_dir, &[HELM]) {
-            panic!("{e:#}; or set {HELM_ENV}=/path/to/helm");
-        }
-        self.bin_dir.join(HELM)
+        crate::bin_dir::helm_in(&self.bin_dir)
     }
 
     pub fn pki(&self) -> &Pki {

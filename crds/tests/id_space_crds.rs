@@ -84,15 +84,7 @@ fn cel_errors<K: CustomResourceExt>(new: &Value, old: Option<&Value>) -> String 
 
 /// A valid IdSpace over the default layout (16 blocks of 64), one member holding block 0.
 fn space(spec_changes: impl FnOnce(&mut Value)) -> Value {
-    let mut spec = serde_json::to_value(IdSpaceSpec {
-        sequence: Default::default(),
-        block_slots: 64,
-        tolerance_seconds: 3600,
-        renew_every_seconds: 300,
-        registry: Default::default(),
-        segment: None,
-    })
-    .unwrap();
+    let mut spec = serde_json::to_value(IdSpaceSpec::new(Default::default(), 64)).unwrap();
     spec["registry"] = json!({
         "revision": 2,
         "members": [{"id": "0b6c2a4e-1111-2222-3333-444455556666", "name": "prod", "datacenterId": 0, "generation": 2}],

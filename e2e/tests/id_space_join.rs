@@ -94,17 +94,7 @@ async fn hub(cluster: &'static Cluster, member: &str) -> Result<(TestNamespace, 
     Api::<RoleBinding>::namespaced(ns.client.clone(), &n)
         .create(&PostParams::default(), &binding)
         .await?;
-    let space = IdSpace::new(
-        SPACE,
-        IdSpaceSpec {
-            sequence: SpaceSequenceSpec::default(),
-            block_slots: 64,
-            tolerance_seconds: 3600,
-            renew_every_seconds: 300,
-            registry: RegistryRecord::default(),
-            segment: None,
-        },
-    );
+    let space = IdSpace::new(SPACE, IdSpaceSpec::new(SpaceSequenceSpec::default(), 64));
     Api::<IdSpace>::namespaced(ns.client.clone(), &n)
         .create(&PostParams::default(), &space)
         .await?;

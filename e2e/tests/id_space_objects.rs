@@ -61,14 +61,7 @@ async fn cluster() -> &'static Cluster {
 }
 
 fn spec() -> IdSpaceSpec {
-    IdSpaceSpec {
-        sequence: SpaceSequenceSpec::default(),
-        block_slots: 64,
-        tolerance_seconds: 3600,
-        renew_every_seconds: 300,
-        registry: RegistryRecord::default(),
-        segment: None,
-    }
+    IdSpaceSpec::new(SpaceSequenceSpec::default(), 64)
 }
 
 fn space_object(name: &str, spec: IdSpaceSpec) -> IdSpace {

@@ -261,6 +261,22 @@ impl Default for SpaceSequenceSpec {
     }
 }
 
+impl IdSpaceSpec {
+    /// A space for `sequence` in blocks of `block_slots`, with the CRD's default timing
+    /// (tolerance 1 h, renewal 5 min), an empty registry and no Segment counter: what a hub
+    /// starts from.
+    pub fn new(sequence: SpaceSequenceSpec, block_slots: i64) -> IdSpaceSpec {
+        IdSpaceSpec {
+            sequence,
+            block_slots,
+            tolerance_seconds: default_tolerance(),
+            renew_every_seconds: default_renew_every(),
+            registry: RegistryRecord::default(),
+            segment: None,
+        }
+    }
+}
+
 fn default_tolerance() -> i64 {
     space::DEFAULT_TOLERANCE_SECS as i64
 }

@@ -8,14 +8,7 @@ use crate::timebase::TimeUnit;
 
 /// A space over the default layout (41/0/10/12, 1 ms ticks): 16 blocks of 64 slots.
 pub(super) fn default_spec() -> IdSpaceSpec {
-    IdSpaceSpec {
-        sequence: SpaceSequenceSpec::default(),
-        block_slots: 64,
-        tolerance_seconds: 3600,
-        renew_every_seconds: 300,
-        registry: RegistryRecord::default(),
-        segment: None,
-    }
+    IdSpaceSpec::new(SpaceSequenceSpec::default(), 64)
 }
 
 /// The member's sequence, as its IdSequence's spec gives it.

@@ -5,8 +5,7 @@ use http::Method;
 use kubeflake_crds::id_space::join::SlotUse;
 use kubeflake_crds::id_space::membership::IdSpaceMembershipStatus;
 use kubeflake_crds::id_space::{
-    IdSpaceSpec, LocalRecord, MemberId, MemberName, Registry, RegistryRecord, Space,
-    SpaceSequenceSpec,
+    IdSpaceSpec, LocalRecord, MemberId, MemberName, Registry, Space, SpaceSequenceSpec,
 };
 use kubeflake_crds::layout::{DatacenterId, Slot, Tick};
 use kubeflake_runtime::fake_api::FakeApi;
@@ -19,16 +18,9 @@ use super::{cluster_id, connect};
 
 /// Default layout, 1 ms ticks: 16 blocks of 64 slots, tolerance 1 h, renewal 5 min.
 fn space() -> Space {
-    IdSpaceSpec {
-        sequence: SpaceSequenceSpec::default(),
-        block_slots: 64,
-        tolerance_seconds: 3600,
-        renew_every_seconds: 300,
-        registry: RegistryRecord::default(),
-        segment: None,
-    }
-    .space()
-    .expect("test space")
+    IdSpaceSpec::new(SpaceSequenceSpec::default(), 64)
+        .space()
+        .expect("test space")
 }
 
 fn id(n: u32) -> MemberId {

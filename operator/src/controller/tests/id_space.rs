@@ -7,8 +7,7 @@
 use kube::runtime::reflector::store::Writer;
 use kubeflake_crds::id_space::membership::{GrantRecord, IdSpaceMembershipStatus, SpaceRef};
 use kubeflake_crds::id_space::{
-    IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, MemberId, RegistryRecord,
-    SpaceSequenceSpec,
+    IdSpaceMembership, IdSpaceMembershipSpec, IdSpaceSpec, MemberId, SpaceSequenceSpec,
 };
 use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FENCE_CAP_ANNOTATION};
 
@@ -44,16 +43,9 @@ fn membership(made_by: &str, grants: Option<&[(i64, u64, u64)]>) -> IdSpaceMembe
     );
     m.metadata.namespace = Some(NS.into());
     m.status = grants.map(|grants| {
-        let space = IdSpaceSpec {
-            sequence: SpaceSequenceSpec::default(),
-            block_slots: 64,
-            tolerance_seconds: 3600,
-            renew_every_seconds: 300,
-            registry: RegistryRecord::default(),
-            segment: None,
-        }
-        .space()
-        .expect("a space");
+        let space = IdSpaceSpec::new(SpaceSequenceSpec::default(), 64)
+            .space()
+            .expect("a space");
         let mut status = IdSpaceMembershipStatus {
             member_id: Some(made_by.into()),
             grants: grants

@@ -6,9 +6,7 @@ use std::collections::BTreeSet;
 
 use kubeflake_crds::id_space::membership::SpaceRef;
 use kubeflake_crds::id_space::membership::{GrantRecord, IdSpaceMembershipStatus};
-use kubeflake_crds::id_space::{
-    IdSpaceMembershipSpec, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec,
-};
+use kubeflake_crds::id_space::{IdSpaceMembershipSpec, IdSpaceSpec, SpaceSequenceSpec};
 
 use kubeflake_crds::id_space::{IdSpaceMembership, MemberId, Space};
 use kubeflake_crds::layout::DatacenterId;
@@ -25,16 +23,9 @@ const NOW_I: i64 = NOW as i64;
 const LEASE_TICKS_I: i64 = LEASE_TICKS as i64;
 
 fn space() -> Space {
-    IdSpaceSpec {
-        sequence: SpaceSequenceSpec::default(),
-        block_slots: 64,
-        tolerance_seconds: 3600,
-        renew_every_seconds: 300,
-        registry: RegistryRecord::default(),
-        segment: None,
-    }
-    .space()
-    .expect("test space")
+    IdSpaceSpec::new(SpaceSequenceSpec::default(), 64)
+        .space()
+        .expect("test space")
 }
 
 fn cluster(id: &str) -> MemberId {

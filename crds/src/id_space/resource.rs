@@ -98,10 +98,10 @@ pub struct IdSpaceSpec {
     #[schemars(range(min = 1, max = 65536))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("blockSlots is immutable: members hold blocks of this size; make a new IdSpace instead"))]
     pub block_slots: i64,
-    /// How long a member keeps issuing while it cannot reach the hub (seconds, 300 to
+    /// How long a member keeps issuing while it cannot reach the hub (seconds, 60 to
     /// 2592000, default 3600). Immutable.
     #[serde(default = "default_tolerance")]
-    #[schemars(range(min = 300, max = 2592000))]
+    #[schemars(range(min = 60, max = 2592000))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("toleranceSeconds is immutable: members' bounds were set with it; make a new IdSpace instead"))]
     pub tolerance_seconds: i64,
     /// How often a member renews its blocks (seconds, at least 10 and at most half of

@@ -21,8 +21,9 @@ pub const MAX_BLOCKS: u64 = 4096;
 pub const DEFAULT_TOLERANCE_SECS: u64 = 3600;
 /// How often a member renews its claims, default: every five minutes.
 pub const DEFAULT_RENEW_EVERY_SECS: u64 = 300;
-/// Allowed `toleranceSeconds`: five minutes to thirty days.
-pub const TOLERANCE_SECS: (u64, u64) = (300, 30 * 24 * 3600);
+/// Allowed `toleranceSeconds`: one minute to thirty days. Below five minutes is for tests and
+/// labs: a member then stops issuing soon after it loses the hub.
+pub const TOLERANCE_SECS: (u64, u64) = (60, 30 * 24 * 3600);
 /// Shortest allowed `renewEverySeconds`.
 pub const MIN_RENEW_EVERY_SECS: u64 = 10;
 
@@ -50,7 +51,7 @@ pub enum SpaceError {
         need: u64,
     },
     #[error(
-        "toleranceSeconds is {0}, but it must be between 300 and 2592000 (30 days): it is how \
+        "toleranceSeconds is {0}, but it must be between 60 and 2592000 (30 days): it is how \
          long a member keeps issuing while it cannot reach the hub"
     )]
     ToleranceOutOfRange(i64),

@@ -531,7 +531,7 @@ fn rule20_a_block_larger_than_the_slot_space_and_other_bad_parameters_are_refuse
         text.contains("raise blockSlots to at least 16384"),
         "{text}"
     );
-    assert!(with(&|s| s.tolerance_seconds = 60).contains("between 300 and 2592000"));
+    assert!(with(&|s| s.tolerance_seconds = 59).contains("between 60 and 2592000"));
     assert!(with(&|s| s.renew_every_seconds = 1900).contains("half of toleranceSeconds"));
     let err = space().check_want(DatacenterId(0), 17).unwrap_err();
     assert!(err.to_string().contains("has only 16"), "{err}");

@@ -46,6 +46,9 @@ public class KubeflakeAutoConfiguration {
         if (p.getMaxBatch() != null) {
             b.maxBatch(p.getMaxBatch());
         }
+        if (p.getMaxRange() != null) {
+            b.maxRange(p.getMaxRange());
+        }
         if (p.getRefillPeriod() != null) {
             b.refillPeriod(p.getRefillPeriod());
         }

@@ -27,6 +27,8 @@ public class KubeflakeProperties {
     private Integer minBatch;
     /** The largest refill (default 10000). */
     private Integer maxBatch;
+    /** The largest segment refill from /range (default 1000000, the sidecar's default --max-range). */
+    private Integer maxRange;
     /** What the batch size aims at: one refill per period (default 100ms). */
     private Duration refillPeriod;
 
@@ -92,6 +94,14 @@ public class KubeflakeProperties {
 
     public void setMaxBatch(Integer maxBatch) {
         this.maxBatch = maxBatch;
+    }
+
+    public Integer getMaxRange() {
+        return maxRange;
+    }
+
+    public void setMaxRange(Integer maxRange) {
+        this.maxRange = maxRange;
     }
 
     public Duration getRefillPeriod() {

@@ -1,6 +1,7 @@
 package io.kubeflake.spring;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -88,6 +89,19 @@ class KubeflakeAutoConfigurationTest {
             client.nextId();
             client.nextId();
             assertEquals(2, client.stats().direct(), "prefetch=false: one request per ID");
+        });
+    }
+
+    @Test
+    void aMaxRangeBelowMinBatchFailsTheContextNamingBoth() {
+        runner.withPropertyValues("kubeflake.min-batch=64", "kubeflake.max-range=10").run(context -> {
+            Throwable failure = context.getStartupFailure();
+            assertNotNull(failure, "kubeflake.max-range is passed to the client, which refuses it");
+            Throwable cause = failure;
+            while (cause.getCause() != null) {
+                cause = cause.getCause();
+            }
+            assertTrue(cause.getMessage().contains("need minBatch <= maxRange, got 64 and 10"), cause.getMessage());
         });
     }
 

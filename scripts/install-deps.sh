@@ -14,6 +14,11 @@
 #     libc6-dev: the static C library for the fully static binaries in those images;
 #     ca-certificates: the CA roots copied into the images.
 #   g++: compiles libFuzzer's C++ for the fuzzers (libfuzzer-sys, scripts/fuzz.sh).
+#   The client libraries' toolchains (clients/test.sh): openjdk-17-jdk-headless and maven
+#     (clients/java), nodejs 20+ (clients/node). Go is not installed here: Debian's is older
+#     than the 1.21 that can fetch the toolchain the control plane pins
+#     (e2e/controlplane/go.mod) as a module; a missing or older Go stops this script with
+#     that message, before anything is built.
 #   postgresql, mariadb-server, sqlite3: the databases `kubectl kubeflake sql`'s functions
 #     are tested against (e2e/tests/sql_functions.rs). The test starts each server itself,
 #     in a private temp directory; the packages must not start a system-wide one, so the
@@ -41,6 +46,16 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 have_file /usr/sbin/mariadbd || need+=(mariadb-server)
 have_cmd sqlite3 || need+=(sqlite3)
 have_cmd g++ || need+=(g++)
+have_cmd javac || need+=(openjdk-17-jdk-headless)
+have_cmd mvn || need+=(maven)
+have_cmd node || need+=(nodejs)
+go_cmd=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+go_minor=$("$go_cmd" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p' || true)
+if [[ -z $go_minor || $go_minor -lt 21 ]]; then
+  echo "install-deps: the tests need Go 1.21 or newer on PATH (or GO=/path/to/go); found: ${go_minor:+go1.$go_minor}${go_minor:-none}." >&2
+  echo "install-deps: Go 1.21+ fetches the newer toolchain e2e/controlplane/go.mod asks for by itself." >&2
+  exit 1
+fi
 [[ ${#need[@]} -eq 0 ]] && exit 0
 echo "install-deps: installing ${need[*]}" >&2
 sudo=""

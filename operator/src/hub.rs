@@ -9,6 +9,7 @@
 //! | what one contact decides (join, renew, reclaim, spare; refusals) | `hub/step.rs` (pure) |
 //! | the reads and writes of a contact, the loop, the status | `hub/task.rs` |
 //! | the membership's conditions and reasons | `hub/conditions.rs` |
+//! | what a contact tells the metrics (`crate::metrics::hub`) | `hub/task/observe.rs` |
 
 pub mod cluster_id;
 pub mod conditions;

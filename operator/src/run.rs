@@ -310,7 +310,8 @@ async fn run_controller(
         ))
     });
     // Off the pod path: a pod's start reads only the copy this task keeps.
-    let id_spaces = config.id_spaces.clone().map(|c| {
+    let id_spaces = config.id_spaces.clone().map(|mut c| {
+        c.metrics = ctx_metrics.hub.clone();
         let reporter = Reporter {
             controller: "kubeflake-operator".into(),
             instance: Some(config.instance.clone()),

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use kubeflake_operator::http::{Health, serve};
+use kubeflake_operator::metrics::hub::{CallOutcome, Holding, Member, WentBack};
 use kubeflake_operator::metrics::{Metrics, SlotFigures};
 use kubeflake_runtime::metrics::assert_promtool_clean;
 
@@ -26,6 +27,25 @@ fn the_operators_metrics_pass_promtool() {
     metrics.assignments.inc();
     metrics.pod_to_slot.observe(0.3);
     metrics.webhook_seconds.observe(0.002);
+    // One membership of a shared ID space, with every family of the membership task set.
+    let member = Member {
+        namespace: "shop".into(),
+        name: "orders".into(),
+        space: "kubeflake-space-orders/orders".into(),
+    };
+    metrics.hub.joined(
+        &member,
+        Holding {
+            blocks: 2,
+            spare: 1,
+            nearest_bound_ms: Some(4_000_000_000_000),
+            tolerance_secs: 3600,
+        },
+    );
+    metrics.hub.refused(&member, "HubUnreachable");
+    metrics.hub.called(&member, CallOutcome::Ok, 0.02);
+    metrics.hub.reclaimed(&member, 1);
+    metrics.hub.went_back(&member, WentBack::Copy);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt
@@ -49,5 +69,22 @@ fn the_operators_metrics_pass_promtool() {
         body.contains("kubeflake_operator_slots_assigned 3"),
         "{body}"
     );
+    for family in [
+        "kubeflake_operator_id_space_blocks_held",
+        "kubeflake_operator_id_space_spare_blocks",
+        "kubeflake_operator_id_space_nearest_bound_seconds",
+        "kubeflake_operator_id_space_tolerance_seconds",
+        "kubeflake_operator_id_space_ready_reason",
+        "kubeflake_operator_id_space_hub_calls_total",
+        "kubeflake_operator_id_space_hub_call_duration_seconds",
+        "kubeflake_operator_id_space_reclaims_total",
+        "kubeflake_operator_id_space_went_back_total",
+    ] {
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with(family) && l.contains(r#"membership="orders""#)),
+            "no series of {family} to check:\n{body}"
+        );
+    }
     assert_promtool_clean(body, "the operator's /metrics");
 }

@@ -8,6 +8,7 @@
 //! Without the `IdSpaceMembership` CRD installed the task logs once and ends, so clusters
 //! that do not share an ID space are unaffected.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -28,6 +29,9 @@ use super::cluster_id;
 use super::conditions::{self, BLOCKS_LOW, READY, Reason};
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
+use crate::metrics::hub::{HubMetrics, Member};
+
+mod observe;
 
 /// How the task runs.
 #[derive(Debug, Clone)]
@@ -40,6 +44,8 @@ pub struct Config {
     pub period: Duration,
     /// How far behind its bound a block must be before this member reclaims it.
     pub reclaim_grace: Duration,
+    /// Where the task's figures go (`run.rs` sets the operator's; `new` exports none).
+    pub metrics: Arc<HubMetrics>,
 }
 
 impl Config {
@@ -49,6 +55,7 @@ impl Config {
             namespace,
             period: Duration::from_secs(10),
             reclaim_grace: Duration::from_secs(60),
+            metrics: Arc::new(HubMetrics::unexported()),
         }
     }
 }
@@ -90,6 +97,7 @@ pub async fn round(
         Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list IdSpaceMemberships"),
         Err(_) => return tracing::warn!("listing IdSpaceMemberships timed out"),
     };
+    observe::retain(&config.metrics, &list.items);
     if list.items.is_empty() {
         return;
     }
@@ -102,6 +110,7 @@ pub async fn round(
     let Some(this) = cluster.clone() else { return };
     for membership in list.items {
         let outcome = contact(client, config, &this, &membership).await;
+        observe::contacted(&config.metrics, &membership, &outcome);
         if let Err(e) = keep_status(client, recorder, &this, &membership, outcome).await {
             tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
         }
@@ -117,6 +126,8 @@ pub struct Kept {
     /// The space, whose parameters the copy keeps for the controller's slot planning.
     pub space: kubeflake_crds::id_space::Space,
     pub blocks_low: Option<String>,
+    /// Slots held by pods when the contact began.
+    pub in_use: u64,
 }
 
 /// One contact of `membership` with its hub. Writes the registry on the hub when the
@@ -133,6 +144,7 @@ pub async fn contact(
         message: e.to_string(),
     };
     let namespace = membership.namespace().unwrap_or_default();
+    let member = Member::of(membership);
     let spec = &membership.spec;
     let name = MemberName::new(&spec.member_name).map_err(|e| refused(Reason::BadRecord, &e))?;
     let sequences: Api<IdSequence> = Api::namespaced(client.clone(), &namespace);
@@ -163,7 +175,10 @@ pub async fn contact(
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;
     let spaces: Api<IdSpace> = Api::namespaced(hub.client.clone(), &spec.space.namespace);
-    let space_object = bounded(&hub, "reading the IdSpace", spaces.get(&spec.space.name))
+    let read = bounded(&hub, "reading the IdSpace", spaces.get(&spec.space.name));
+    let space_object = config
+        .metrics
+        .call(&member, read)
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;
     let space = space_object
@@ -204,22 +219,25 @@ pub async fn contact(
             now,
             reclaim_grace: timebase.ticks_in_ms(config.reclaim_grace.as_millis() as u64),
         })?;
+        let reclaimed =
+            observe::decided(&config.metrics, &member, &space, &registry, &decision, this);
         let Some(next) = decision.write else {
             return Ok(Kept {
                 copy: decision.copy,
                 space_uid,
                 space,
                 blocks_low: decision.blocks_low,
+                in_use,
             });
         };
         object.spec.registry = next.to_record();
-        object = bounded(
+        let post = PostParams::default();
+        let write = bounded(
             &hub,
             "writing the IdSpace registry",
-            spaces.replace(&spec.space.name, &PostParams::default(), &object),
-        )
-        .await
-        .map_err(|e| {
+            spaces.replace(&spec.space.name, &post, &object),
+        );
+        object = config.metrics.call(&member, write).await.map_err(|e| {
             let reason = if e.is_conflict() {
                 Reason::HubCheckPending
             } else {
@@ -228,6 +246,7 @@ pub async fn contact(
             refused(reason, &e)
         })?;
         // The hub holds it now: the copy may use it.
+        config.metrics.reclaimed(&member, reclaimed);
         copy.keep(&decision.copy);
         registry = object
             .spec
@@ -242,6 +261,7 @@ pub async fn contact(
         space_uid,
         space,
         blocks_low: None,
+        in_use,
     })
 }
 

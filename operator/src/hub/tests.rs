@@ -85,6 +85,7 @@ fn settle(
                     space_uid: "space-uid-1".into(),
                     space: space(),
                     blocks_low: None,
+                    in_use,
                 },
             );
             return (registry, status, decision);

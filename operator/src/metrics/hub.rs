@@ -1,0 +1,295 @@
+//! Metrics of the membership task (one ID space across clusters, issue 55;
+//! docs/design/2026-11-29-multicluster.md, plan step 6): per `IdSpaceMembership`, what it holds
+//! (blocks, the spare, the nearest bound), how its hub calls go, what its last contact
+//! found (the Ready reason), the reclaims it made and the records it found gone back.
+//!
+//! Labels: `membership_namespace`, `membership` (the IdSpaceMembership) and `space` (the hub
+//! IdSpace, `namespace/name`), plus small fixed sets (`reason`, `outcome`, `record`). A
+//! cluster has one membership per shared sequence, so the series grow with those objects,
+//! never with traffic; [`HubMetrics::retain`] drops a deleted membership's series at the
+//! next round. `namespace` is not used as a label name: Prometheus's own target label
+//! (the operator's namespace, which the alerts group by) would rename it.
+//!
+//! The task calls in here with a few lines (`hub/task.rs`, through `hub/task/observe.rs`, which
+//! maps the task's own types onto these: this module knows nothing of `crate::hub`, so the
+//! two do not depend on each other).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use kubeflake_runtime::metrics::Registrar;
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts};
+
+mod inputs;
+
+pub use self::inputs::{CallError, CallOutcome, Holding, Member, WentBack, reclaims};
+
+/// The labels naming one membership.
+pub const LABELS: [&str; 3] = ["membership_namespace", "membership", "space"];
+
+/// What is kept of one membership between contacts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    /// When its nearest bound passes (Unix ms): the gauge is computed from it at scrape
+    /// time, so that it keeps falling while the hub is away.
+    bound_ms: Option<u64>,
+    /// The Ready reason of its one `ready_reason` series.
+    reason: Option<&'static str>,
+}
+
+pub struct HubMetrics {
+    blocks_held: IntGaugeVec,
+    spare_blocks: IntGaugeVec,
+    nearest_bound: GaugeVec,
+    tolerance: IntGaugeVec,
+    ready_reason: IntGaugeVec,
+    calls: IntCounterVec,
+    call_seconds: HistogramVec,
+    reclaims: IntCounterVec,
+    went_back: IntCounterVec,
+    known: Mutex<BTreeMap<Member, Known>>,
+}
+
+impl std::fmt::Debug for HubMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubMetrics").finish_non_exhaustive()
+    }
+}
+
+impl HubMetrics {
+    /// Metrics registered nowhere (a task run without the operator's: tests).
+    pub fn unexported() -> HubMetrics {
+        HubMetrics::new(Registrar(&prometheus::Registry::new()))
+    }
+
+    pub fn new(r: Registrar<'_>) -> HubMetrics {
+        let with = |extra: &'static str| [LABELS[0], LABELS[1], LABELS[2], extra];
+        HubMetrics {
+            blocks_held: r.int_gauge_vec(
+                "kubeflake_operator_id_space_blocks_held",
+                "Blocks of the shared ID space this membership holds, after its last successful hub contact.",
+                &LABELS,
+            ),
+            spare_blocks: r.int_gauge_vec(
+                "kubeflake_operator_id_space_spare_blocks",
+                "Blocks held beyond those the slots in use need (held minus in-use slots over the block size, rounded up), after the last successful hub contact.",
+                &LABELS,
+            ),
+            nearest_bound: r.register(
+                GaugeVec::new(
+                    Opts::new(
+                        "kubeflake_operator_id_space_nearest_bound_seconds",
+                        "Seconds until the nearest bound of the blocks held passes, by the operator's clock at scrape time; negative once passed. Past it the member's pods stop issuing in that block until a renewal reaches the hub.",
+                    ),
+                    &LABELS,
+                )
+                .expect("a valid metric definition"),
+            ),
+            tolerance: r.int_gauge_vec(
+                "kubeflake_operator_id_space_tolerance_seconds",
+                "The ID space's toleranceSeconds: how long a member runs on its bounds without the hub.",
+                &LABELS,
+            ),
+            ready_reason: r.int_gauge_vec(
+                "kubeflake_operator_id_space_ready_reason",
+                "1, with the reason of the membership's Ready condition after its last hub contact (Joined is Ready=True, every other reason Ready=False); one series per membership.",
+                &with("reason"),
+            ),
+            calls: r.counter_vec(
+                "kubeflake_operator_id_space_hub_calls_total",
+                "Calls to the hub's API server (reading and writing the IdSpace), by outcome: ok, conflict (a compare-and-swap lost, read again), unreachable (no answer in time, no connection, a 5xx), refused (another 4xx).",
+                &with("outcome"),
+            ),
+            call_seconds: r.register(
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "kubeflake_operator_id_space_hub_call_duration_seconds",
+                        "Time one call to the hub's API server took, whatever its outcome (bounded at 10 s).",
+                    )
+                    .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                    &LABELS,
+                )
+                .expect("a valid metric definition"),
+            ),
+            reclaims: r.counter_vec(
+                "kubeflake_operator_id_space_reclaims_total",
+                "Blocks of other members whose bound had passed that this membership handed back on the hub (each with its floor raised to that bound).",
+                &LABELS,
+            ),
+            went_back: r.counter_vec(
+                "kubeflake_operator_id_space_went_back_total",
+                "Hub contacts that found a record gone back, by record: copy (this cluster's copy behind the hub's generation: its etcd restored; counted once, then the hub's view is taken) or registry (the hub's registry behind a revision this cluster saw, or its IdSpace re-created; counted at every contact until the hub is recovered).",
+                &with("record"),
+            ),
+            known: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn known(&self) -> MutexGuard<'_, BTreeMap<Member, Known>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `member`'s counters exist at 0 (so that `increase()` sees the first count),
+    /// once.
+    fn note(&self, member: &Member) {
+        if self.known().contains_key(member) {
+            return;
+        }
+        for outcome in CallOutcome::ALL {
+            self.calls.with_label_values(&member.with(outcome.label()));
+        }
+        self.call_seconds.with_label_values(&member.labels());
+        self.reclaims.with_label_values(&member.labels());
+        for record in [WentBack::Copy, WentBack::Registry] {
+            self.went_back
+                .with_label_values(&member.with(record.label()));
+        }
+        self.known().insert(member.clone(), Known::default());
+    }
+
+    /// Records a successful contact: Ready `Joined`, and what `member` holds now.
+    pub fn joined(&self, member: &Member, holding: Holding) {
+        self.note(member);
+        let labels = member.labels();
+        self.blocks_held
+            .with_label_values(&labels)
+            .set(i64::try_from(holding.blocks).unwrap_or(i64::MAX));
+        self.spare_blocks
+            .with_label_values(&labels)
+            .set(holding.spare);
+        self.tolerance
+            .with_label_values(&labels)
+            .set(i64::try_from(holding.tolerance_secs).unwrap_or(i64::MAX));
+        if holding.nearest_bound_ms.is_none() {
+            // No block, no bound: no series (absent, not an old value an alert could read).
+            drop_series(self.nearest_bound.remove_label_values(&labels));
+        }
+        self.known().entry(member.clone()).or_default().bound_ms = holding.nearest_bound_ms;
+        self.ready(member, "Joined");
+    }
+
+    /// Records a contact refused with Ready reason `reason`; what `member` holds is kept as
+    /// the last successful contact left it (nothing changes hands without a hub write).
+    pub fn refused(&self, member: &Member, reason: &'static str) {
+        self.note(member);
+        self.ready(member, reason);
+    }
+
+    /// Moves `member`'s one `ready_reason` series to `reason`.
+    fn ready(&self, member: &Member, reason: &'static str) {
+        let before = self
+            .known()
+            .entry(member.clone())
+            .or_default()
+            .reason
+            .replace(reason);
+        if let Some(before) = before.filter(|b| *b != reason) {
+            drop_series(self.ready_reason.remove_label_values(&member.with(before)));
+        }
+        self.ready_reason
+            .with_label_values(&member.with(reason))
+            .set(1);
+    }
+
+    /// Times `call`, a call to the hub, and counts its outcome.
+    pub async fn call<T, E: CallError>(
+        &self,
+        member: &Member,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let started = Instant::now();
+        let result = call.await;
+        let outcome = match &result {
+            Ok(_) => CallOutcome::Ok,
+            Err(e) => e.outcome(),
+        };
+        self.called(member, outcome, started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Counts one hub call of `member` that took `seconds`.
+    pub fn called(&self, member: &Member, outcome: CallOutcome, seconds: f64) {
+        self.note(member);
+        self.calls
+            .with_label_values(&member.with(outcome.label()))
+            .inc();
+        self.call_seconds
+            .with_label_values(&member.labels())
+            .observe(seconds);
+    }
+
+    /// Counts `n` reclaims written by `member`.
+    pub fn reclaimed(&self, member: &Member, n: u64) {
+        self.note(member);
+        self.reclaims.with_label_values(&member.labels()).inc_by(n);
+    }
+
+    /// Counts a record of `member` found gone back.
+    pub fn went_back(&self, member: &Member, record: WentBack) {
+        self.note(member);
+        self.went_back
+            .with_label_values(&member.with(record.label()))
+            .inc();
+    }
+
+    /// Drops the series of every membership not in `members` (deleted).
+    pub fn retain(&self, members: &BTreeSet<Member>) {
+        let gone: Vec<(Member, Known)> = self
+            .known()
+            .iter()
+            .filter(|(m, _)| !members.contains(*m))
+            .map(|(m, k)| (m.clone(), *k))
+            .collect();
+        for (member, known) in gone {
+            let labels = member.labels();
+            for family in [&self.blocks_held, &self.spare_blocks, &self.tolerance] {
+                drop_series(family.remove_label_values(&labels));
+            }
+            drop_series(self.nearest_bound.remove_label_values(&labels));
+            drop_series(self.call_seconds.remove_label_values(&labels));
+            drop_series(self.reclaims.remove_label_values(&labels));
+            if let Some(reason) = known.reason {
+                drop_series(self.ready_reason.remove_label_values(&member.with(reason)));
+            }
+            for outcome in CallOutcome::ALL {
+                drop_series(
+                    self.calls
+                        .remove_label_values(&member.with(outcome.label())),
+                );
+            }
+            for record in [WentBack::Copy, WentBack::Registry] {
+                drop_series(
+                    self.went_back
+                        .remove_label_values(&member.with(record.label())),
+                );
+            }
+            self.known().remove(&member);
+        }
+    }
+
+    /// Sets the nearest-bound gauges for the wall clock at `now_ms` (Unix ms): at scrape
+    /// time.
+    pub fn refresh(&self, now_ms: i64) {
+        for (member, known) in self.known().iter() {
+            if let Some(bound) = known.bound_ms {
+                let bound = i64::try_from(bound).unwrap_or(i64::MAX);
+                self.nearest_bound
+                    .with_label_values(&member.labels())
+                    .set(bound.saturating_sub(now_ms) as f64 / 1000.0);
+            }
+        }
+    }
+}
+
+/// The answer of removing a series that may never have been set (a membership that never
+/// had a successful contact has no holdings): absent is what was wanted either way.
+fn drop_series(removed: prometheus::Result<()>) {
+    if let Err(e) = removed {
+        tracing::trace!(error = %e, "no such series to remove");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -38,6 +38,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "docs/strict.md",
             "docs/sql.md",
             "docs/kubectl-plugin.md",
+            "docs/multicluster.md",
             "examples/app/README.md",
         ],
     ),

@@ -445,6 +445,25 @@ async fn sidecar_and_operator_metrics_pass_promtool_and_cover_every_queried_metr
             "sidecar/src/metrics.rs registers no metric {name}"
         );
     }
+    // The ID-space families are labelled per IdSpaceMembership: this operator has none, so
+    // they count as exported when the operator registers them under that very name.
+    let per_membership = [
+        "kubeflake_operator_id_space_nearest_bound_seconds",
+        "kubeflake_operator_id_space_tolerance_seconds",
+        "kubeflake_operator_id_space_ready_reason",
+        "kubeflake_operator_id_space_spare_blocks",
+        "kubeflake_operator_id_space_went_back_total",
+    ];
+    let hub_metrics = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../operator/src/metrics/hub.rs"
+    ))?;
+    for name in per_membership {
+        assert!(
+            hub_metrics.contains(&format!("\"{name}\"")),
+            "operator/src/metrics/hub.rs registers no metric {name}"
+        );
+    }
     let rules = std::fs::read_to_string(format!("{CHART}/files/alerts.yaml"))?;
     let recorded = rules
         .lines()
@@ -454,6 +473,7 @@ async fn sidecar_and_operator_metrics_pass_promtool_and_cover_every_queried_metr
         .into_iter()
         .chain(families(&operator_metrics))
         .chain(first_series_is_a_refusal.map(str::to_owned))
+        .chain(per_membership.map(str::to_owned))
         .chain(recorded)
         .collect();
     for file in ["files/alerts.yaml", "dashboards/kubeflake.json"] {

@@ -376,6 +376,8 @@ async fn run_controller(
     }
     if let Some(id_spaces) = id_spaces {
         id_spaces.abort();
+        // A replica that no longer leads keeps no membership's figures (they would age).
+        ctx_metrics.hub.clear();
     }
     // Asked to stop, or it ended by itself, which is a failure.
     controller_ended(&health, stop.is_triggered())

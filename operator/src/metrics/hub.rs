@@ -1,5 +1,5 @@
 //! Metrics of the membership task (one ID space across clusters, issue 55;
-//! docs/design/2026-11-29-multicluster.md, plan step 6): per `IdSpaceMembership`, what it holds
+//! docs/multicluster.md, "Metrics and alerts"): per `IdSpaceMembership`, what it holds
 //! (blocks, the spare, the nearest bound), how its hub calls go, what its last contact
 //! found (the Ready reason), the reclaims it made and the records it found gone back.
 //!
@@ -267,6 +267,12 @@ impl HubMetrics {
             }
             self.known().remove(&member);
         }
+    }
+
+    /// Drops every membership's series: the task stopped (this replica no longer leads), and
+    /// figures it no longer updates must not be read as current.
+    pub fn clear(&self) {
+        self.retain(&BTreeSet::new());
     }
 
     /// Sets the nearest-bound gauges for the wall clock at `now_ms` (Unix ms): at scrape

@@ -309,4 +309,8 @@ fn a_deleted_membership_leaves_no_series() {
         "orders' series are gone:\n{r}"
     );
     assert!(r.contains(r#"membership="carts""#), "{r}");
+    // The task stopped (leadership lost): nothing of any membership is left to age.
+    m.hub.clear();
+    let r = m.render_at(NOW as i64);
+    assert!(!r.contains("membership="), "{r}");
 }

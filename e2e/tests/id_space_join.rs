@@ -8,163 +8,32 @@
 //! IdSpaceMembership, claims a block and, with pods holding slots, a spare; a second
 //! membership of the same cluster under another name is refused (JoinRefused, saying what
 //! to fix); a membership whose Secret is missing says which Secret. Pods are API objects
-//! only (no kubelet), as in the other operator tests.
+//! only (no kubelet), as in the other operator tests. The hub and member set-up is
+//! e2e/tests/hub_support/ (shared with the three-control-plane suite, id_space_clusters.rs).
 
+mod hub_support;
 mod operator_support;
 mod policy_support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use hub_support::{Hub, SPACE, condition, held, install_crds, membership, ready_is, secret};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
-use kubeflake_crds::id_space::hub_policy::{self, MEMBER_ACCOUNT_PREFIX};
+use kube::api::ListParams;
 use kubeflake_crds::id_space::membership::GrantRecord;
-use kubeflake_crds::id_space::{
-    IdSpace, IdSpaceMembership, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec,
-};
+use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec};
 use kubeflake_e2e::{Cluster, TestNamespace};
-use operator_support::{
-    Operator, all_assigned, create_pods, create_sequence, eventually, install_crd,
-};
-use policy_support::{service_account, token};
+use operator_support::{Operator, all_assigned, create_pods, create_sequence, eventually};
 use serde_json::json;
 
-const SPACE: &str = "orders";
 const LIMIT: Duration = Duration::from_secs(40);
-
-async fn cluster() -> Result<&'static Cluster> {
-    let cluster = Cluster::shared();
-    install_crd(cluster).await?;
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds");
-    for (file, name) in [
-        ("idspace.yaml", "idspaces.kubeflake.io"),
-        ("idspacemembership.yaml", "idspacememberships.kubeflake.io"),
-    ] {
-        let path = crds.join(file);
-        cluster
-            .kubectl(&["apply", "--server-side", "-f", &path.to_string_lossy()])
-            .await?
-            .ok()
-            .with_context(|| format!("kubectl apply of crds/{file}"))?;
-        cluster.wait_crd_established(name).await?;
-    }
-    Ok(cluster)
-}
-
-/// The hub's namespace with the space, its policy, and member `name`'s account and Role;
-/// returns the member's kubeconfig (token and CA inline, as `hub add-member` will print).
-async fn hub(cluster: &'static Cluster, member: &str) -> Result<(TestNamespace, String)> {
-    let ns = cluster.namespace("hub").await?;
-    let n = ns.name.clone();
-    let admin = cluster.client()?;
-    let policy = format!("{}-{n}", hub_policy::POLICY_NAME);
-    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
-        .create(&PostParams::default(), &hub_policy::policy(&policy))
-        .await?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(admin)
-        .create(
-            &PostParams::default(),
-            &hub_policy::binding(&policy, &policy, Some(&n)),
-        )
-        .await?;
-    // The design's Role: the one IdSpace, get and update (compare-and-swap) only.
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "kubeflake-member"},
-        "rules": [{"apiGroups": ["kubeflake.io"], "resources": ["idspaces"],
-                   "resourceNames": [SPACE], "verbs": ["get", "list", "watch", "update"]}],
-    }))?;
-    Api::<Role>::namespaced(ns.client.clone(), &n)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let account = format!("{MEMBER_ACCOUNT_PREFIX}{member}");
-    service_account(&ns, &account).await?;
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "kubeflake-member"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kubeflake-member"},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": n}],
-    }))?;
-    Api::<RoleBinding>::namespaced(ns.client.clone(), &n)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    let space = IdSpace::new(SPACE, IdSpaceSpec::new(SpaceSequenceSpec::default(), 64));
-    Api::<IdSpace>::namespaced(ns.client.clone(), &n)
-        .create(&PostParams::default(), &space)
-        .await?;
-    let t = token(cluster, &n, &account, None).await?;
-    let ca = std::fs::read(&cluster.pki().ca_cert)?;
-    let kubeconfig = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "hub", "cluster": {
-            "server": cluster.server(),
-            "certificate-authority-data": k8s_openapi::ByteString(ca),
-        }}],
-        "users": [{"name": account, "user": {"token": t.trim()}}],
-        "contexts": [{"name": "hub", "context": {"cluster": "hub", "user": account}}],
-        "current-context": "hub",
-    });
-    Ok((ns, kubeconfig.to_string()))
-}
-
-async fn secret(ns: &TestNamespace, name: &str, kubeconfig: &str) -> Result<()> {
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "stringData": {"kubeconfig": kubeconfig},
-    }))?;
-    Api::<Secret>::namespaced(ns.client.clone(), &ns.name)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
-}
-
-async fn membership(
-    ns: &TestNamespace,
-    name: &str,
-    sequence: &str,
-    member: &str,
-    hub_ns: &str,
-    hub_secret: &str,
-) -> Result<()> {
-    let object: IdSpaceMembership = serde_json::from_value(json!({
-        "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembership",
-        "metadata": {"name": name},
-        "spec": {"sequence": sequence, "memberName": member,
-                 "space": {"namespace": hub_ns, "name": SPACE}, "hubSecret": hub_secret},
-    }))?;
-    Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name)
-        .create(&PostParams::default(), &object)
-        .await?;
-    Ok(())
-}
-
-/// The membership's condition `type_`: (status, reason, message).
-fn condition(m: &IdSpaceMembership, type_: &str) -> Option<(String, String, String)> {
-    m.status.as_ref().and_then(|s| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == type_)
-            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-    })
-}
 
 /// Waits until membership `name`'s Ready condition is False with `reason`; returns it.
 async fn refused(ns: &TestNamespace, name: &str, reason: &str) -> Result<IdSpaceMembership> {
-    let api = Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name);
-    eventually(LIMIT, &format!("{name}: Ready=False {reason}"), || async {
-        let m = api.get(name).await?;
-        Ok(match condition(&m, "Ready") {
-            Some((s, r, _)) if s == "False" && r == reason => Some(m),
-            _ => None,
-        })
-    })
-    .await
+    ready_is(ns, name, "False", reason, LIMIT).await
 }
 
 /// The hub's blocks held by `member`, and whether each of `grants` is one of them with a
@@ -184,19 +53,19 @@ fn check_copy(registry: &RegistryRecord, member: &str, grants: &[GrantRecord]) -
     Ok(())
 }
 
-fn held(registry: &RegistryRecord, member: &str) -> usize {
-    registry
-        .blocks
-        .iter()
-        .filter(|b| b.owner.as_deref() == Some(member))
-        .count()
-}
-
 #[tokio::test]
 async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spare_and_a_second_membership_of_the_cluster_is_refused()
 -> Result<()> {
-    let cluster = cluster().await?;
-    let (hub_ns, kubeconfig) = hub(cluster, "prod").await?;
+    let cluster = Cluster::shared();
+    install_crds(cluster).await?;
+    let hub = Hub::create(
+        cluster,
+        "hub",
+        IdSpaceSpec::new(SpaceSequenceSpec::default(), 64),
+    )
+    .await?;
+    let hub_ns = &hub.ns;
+    let kubeconfig = hub.add_member("prod", None).await?;
     let ops = cluster.namespace("ops").await?;
     secret(&ops, "kubeflake-hub-orders", &kubeconfig).await?;
     let member = cluster.namespace("shop").await?;
@@ -215,7 +84,7 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
         .metadata
         .uid
         .context("kube-system has a UID")?;
-    let spaces = Api::<IdSpace>::namespaced(hub_ns.client.clone(), &hub_ns.name);
+    let spaces = hub.spaces();
     let space_uid = spaces.get(SPACE).await?.metadata.uid.context("a UID")?;
     let memberships = Api::<IdSpaceMembership>::namespaced(member.client.clone(), &member.name);
     membership(

@@ -139,6 +139,25 @@ impl Operator {
         )
     }
 
+    /// Like [`Operator::start_as`], with extra command-line arguments (an operator of
+    /// another control plane than the shared one: its own admin kubeconfig).
+    pub fn start_as_with(
+        cluster: &Cluster,
+        ns: &str,
+        tag: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> Result<Operator> {
+        let args: Vec<&str> = ["--namespace", ns].iter().chain(extra).copied().collect();
+        Operator::start_process(
+            cluster,
+            &format!("{ns}-{tag}"),
+            tag,
+            &args,
+            Some(kubeconfig),
+        )
+    }
+
     /// Like [`Operator::start`], with extra command-line arguments.
     pub fn start_with(cluster: &Cluster, ns: &str, tag: &str, extra: &[&str]) -> Result<Operator> {
         let args: Vec<&str> = ["--namespace", ns].iter().chain(extra).copied().collect();

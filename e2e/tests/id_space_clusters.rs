@@ -1,0 +1,389 @@
+//! Issue 55's acceptance suite (docs/design/2026-11-29-multicluster.md, plan step 4): one
+//! ID space shared by THREE control planes, each a member with its own IdSequence (the
+//! same layout), its own operator process and real cluster-mode sidecars issuing IDs at a
+//! high rate from low slot numbers, so that blocks that did not separate the members would
+//! repeat IDs (the issue's repro: two clusters each handing out slots 0 and 1 repeated
+//! 16,000 of 120,000 IDs). The shared control plane H is the hub and a member; A and B are
+//! members of their own control planes. Every ID of every member is collected and checked:
+//! no ID twice, across clusters.
+//!
+//! - `rule17_19_*`: the hub killed, started again and paused while A and B keep issuing;
+//!   A cut off from the hub (a loopback forwarder switched off) past its bound stops at
+//!   the fence cap; its lapsed blocks are reclaimed by another member and issued in above
+//!   A's bound; switched back on, A drops them, claims a block and serves again.
+//! - `rule18_*`: the broken twin. The hub's administrator hands a block A issues in to B
+//!   without raising its floor to A's bound (what every hand-over must do); the same
+//!   checker must find the duplicates, so CI proves the suite can see one.
+//!
+//! Its own test binary: it kills and pauses API servers. The two tests take turns.
+
+mod clusters_support;
+mod hub_support;
+mod operator_support;
+mod policy_support;
+mod sidecar_support;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use clusters_support::*;
+use hub_support::forwarder::Forwarder;
+use hub_support::{Hub, install_crds};
+use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
+use kubeflake_e2e::Cluster;
+use operator_support::eventually;
+use serde_json::json;
+use sidecar_support::get;
+
+/// Slots per block: small, so a few pods fill a member's blocks and the space's blocks
+/// are few enough for the administrator to list.
+const BLOCK_SLOTS: i64 = 4;
+/// The shortest tolerance the IdSpace accepts, and a renewal every 10 s: a member's bound
+/// is 60-70 s ahead, and a lapsed block is reclaimed a minute after its bound.
+const TOLERANCE: i64 = 60;
+const RENEW_EVERY: i64 = 10;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn space() -> IdSpaceSpec {
+    let mut spec = IdSpaceSpec::new(SpaceSequenceSpec::default(), BLOCK_SLOTS);
+    spec.tolerance_seconds = TOLERANCE;
+    spec.renew_every_seconds = RENEW_EVERY;
+    spec
+}
+
+fn block_slots(index: i64) -> std::ops::Range<u32> {
+    let first = (index * BLOCK_SLOTS) as u32;
+    first..first + BLOCK_SLOTS as u32
+}
+
+/// Waits until `members` all show `Ready=<status> <reason>`.
+async fn all_ready_is(members: &[&Member], status: &str, reason: &str) -> Result<()> {
+    for m in members {
+        m.ready_is(status, reason, LIMIT).await?;
+    }
+    Ok(())
+}
+
+/// Fails unless each of `members` issued more IDs than `before` says, with every sidecar
+/// ready: they keep issuing while the hub is away.
+fn issuing(members: &[&Member], before: &[usize], during: &str) -> Result<Vec<usize>> {
+    let now: Vec<usize> = members.iter().map(|m| m.count()).collect();
+    for ((m, b), n) in members.iter().zip(before).zip(&now) {
+        ensure!(
+            n > b && m.all_ready(),
+            "{} stopped issuing while {during}: {b} then {n} IDs\n{}",
+            m.name,
+            m.readiness()
+        );
+    }
+    Ok(now)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule17_19_three_control_planes_issue_through_hub_outages_and_a_member_cut_off_past_its_bound_without_one_duplicate()
+-> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let started = Instant::now();
+    let hub_cluster = Cluster::shared();
+    let [a_cluster, b_cluster] = tokio::task::block_in_place(member_clusters)?;
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "hub", space()).await?;
+    let forwarder = Forwarder::start(hub_cluster.server()).await?;
+    let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
+    let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
+    let mut b = Member::join(b_cluster, "b", &hub, None).await?;
+    for m in [&mut h, &mut a, &mut b] {
+        m.holds(1).await?;
+        let pods = m.pods("app", 2).await?;
+        m.serve(&pods).await?;
+        m.holds(2).await?;
+    }
+    // The rest of the space is held by a ghost member (written by the hub's administrator,
+    // with a bound a day ahead), so that a block that lapses is the only one free.
+    let ghost_bound = tick_in(&h.params, 86_400_000)?.0 as i64;
+    let blocks = 1024 / BLOCK_SLOTS;
+    edit_registry(&hub, |r| {
+        r.members.push(serde_json::from_value(json!({
+            "id": "ghost", "name": "ghost", "datacenterId": 0, "generation": 1}))?);
+        let listed: Vec<i64> = r.blocks.iter().map(|b| b.index).collect();
+        for index in (0..blocks).filter(|i| !listed.contains(i)) {
+            r.blocks.push(serde_json::from_value(json!({
+                "index": index, "term": 1, "floor": 0, "owner": "ghost", "bound": ghost_bound}))?);
+        }
+        Ok(())
+    })
+    .await?;
+    eprintln!(
+        "clusters: three members serving after {:?}",
+        started.elapsed()
+    );
+
+    // The hub killed: A and B say HubUnreachable, and keep issuing.
+    let before = [a.count(), b.count()];
+    hub_cluster.kill_apiserver();
+    let down = async {
+        all_ready_is(&[&a, &b], "False", "HubUnreachable").await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        issuing(&[&a, &b], &before, "the hub was down")
+    }
+    .await;
+    hub_cluster.start_apiserver().await?;
+    down?;
+    all_ready_is(&[&h, &a, &b], "True", "Joined").await?;
+    // A renewed after the hub came back (its bounds a tolerance ahead again): then it is
+    // cut off, while the hub is paused.
+    eventually(
+        LIMIT,
+        "A's blocks renewed after the hub came back",
+        || async {
+            let fresh = tick_in(&a.params, 45_000)?.0 as i64;
+            let bounds = bounds_of(&hub.registry().await?, &a.id);
+            Ok((bounds.len() == 2 && bounds.iter().all(|(_, bound)| *bound > fresh)).then_some(()))
+        },
+    )
+    .await?;
+    forwarder.switch(false);
+    let cut = Instant::now();
+    let before = [a.count(), b.count()];
+    signal_apiserver(hub_cluster, libc::SIGSTOP)?;
+    let paused = async {
+        all_ready_is(&[&b], "False", "HubUnreachable").await?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        issuing(&[&a, &b], &before, "the hub was paused")
+    }
+    .await;
+    signal_apiserver(hub_cluster, libc::SIGCONT)?;
+    paused?;
+    all_ready_is(&[&h, &b], "True", "Joined").await?;
+    eprintln!("clusters: hub stopped, restarted and paused; A and B issued throughout");
+
+    // A, cut off, reaches its bound: every sidecar refuses at the fence cap.
+    let a_bounds = bounds_of(&hub.registry().await?, &a.id);
+    ensure!(a_bounds.len() == 2, "A holds two blocks: {a_bounds:?}");
+    eventually(
+        Duration::from_secs(150),
+        "A's sidecars to stop at the cap",
+        || async {
+            Ok(a.serving
+                .iter()
+                .all(|s| {
+                    get(s.sidecar.port, "/readyz").is_ok_and(|(code, body)| {
+                        code == 503 && body.contains("block_bound_reached")
+                    })
+                })
+                .then_some(()))
+        },
+    )
+    .await
+    .with_context(|| a.readiness())?;
+    eprintln!(
+        "clusters: A stopped at its bound {:?} after it was cut off",
+        cut.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopped = a.count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        a.count() == stopped,
+        "A issued past its bound while cut off"
+    );
+    a.ready_is("False", "HubUnreachable", LIMIT).await?;
+
+    // Its blocks lapse and are reclaimed by another member, each floor at A's bound.
+    eventually(Duration::from_secs(150), "A's blocks reclaimed", || async {
+        let registry = hub.registry().await?;
+        Ok(a_bounds
+            .iter()
+            .all(|(index, bound)| {
+                registry.blocks.iter().any(|b| {
+                    b.index == *index
+                        && b.owner.as_deref() != Some(a.id.as_str())
+                        && b.floor >= *bound
+                })
+            })
+            .then_some(()))
+    })
+    .await
+    .with_context(|| h.log() + "\n" + &b.log())?;
+    eprintln!(
+        "clusters: A's blocks reclaimed {:?} after it was cut off",
+        cut.elapsed()
+    );
+
+    // B grows: past its own blocks' room it claims a reclaimed block, and its next pods
+    // get slots there (the lowest free).
+    let fill = b.pods("fill", 3).await?;
+    let grown = b.holds(3).await?;
+    let taken: Vec<i64> = a_bounds
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| grown.grants.iter().any(|g| g.block == *i))
+        .collect();
+    ensure!(
+        !taken.is_empty(),
+        "B's spare is one of A's old blocks: {:?}",
+        grown.grants
+    );
+    let more = b.pods("more", 2).await?;
+    ensure!(
+        more.iter()
+            .all(|(_, slot)| taken.iter().any(|i| block_slots(*i).contains(slot))),
+        "B's new pods hold slots in A's old blocks {taken:?}: {:?} (fill: {:?})",
+        more.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+        fill.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    b.serve(&more).await?;
+    let from = b.count();
+    eventually(LIMIT, "B issuing in A's old blocks", || async {
+        Ok((b.count() > from + 2_000).then_some(()))
+    })
+    .await?;
+
+    // A switched back on: its renewals of the block B holds are refused (NotOwner) and it
+    // drops it; it claims a free block (the other one it lost: its floor at A's old bound)
+    // and new pods serve there.
+    forwarder.switch(true);
+    let back = eventually(LIMIT, "A joined again with a new block", || async {
+        let m = a.status().await?;
+        let joined = hub_support::condition(&m, "Ready")
+            .is_some_and(|(s, r, _)| s == "True" && r == "Joined");
+        Ok(m.status.filter(|s| {
+            joined
+                && !s.grants.is_empty()
+                && s.grants.iter().all(|g| {
+                    !taken.contains(&g.block)
+                        && a_bounds
+                            .iter()
+                            .all(|(i, bound)| g.block != *i || g.floor >= *bound)
+                })
+        }))
+    })
+    .await
+    .with_context(|| a.log())?;
+    eprintln!(
+        "clusters: A back with blocks {:?}",
+        back.grants.iter().map(|g| g.block).collect::<Vec<_>>()
+    );
+    let again = a.pods("again", 2).await?;
+    a.serve(&again).await?;
+    let from = a.count();
+    eventually(LIMIT, "A issuing again", || async {
+        Ok((a.count() > from + 2_000).then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "clusters: A's pods cut off past their bound, after A is back:\n{}",
+        a.readiness()
+    );
+
+    for m in [&mut h, &mut a, &mut b] {
+        m.finish();
+    }
+    let all: Vec<&Issued> = [&h, &a, &b].iter().flat_map(|m| m.issued.iter()).collect();
+    let layout = *h.layout();
+    let crossed = check_across(&layout, &all)?;
+    eprintln!(
+        "clusters: {} IDs from 3 control planes, {} duplicates, {:?} in all\n{}",
+        crossed.ids,
+        crossed.duplicates,
+        started.elapsed(),
+        crossed.lines.join("\n")
+    );
+    ensure!(crossed.duplicates == 0, "IDs repeated across clusters");
+    ensure!(
+        crossed.ids > 50_000,
+        "too few IDs collected: {}",
+        crossed.ids
+    );
+    // Rule 18: in A's old blocks, A issued at or below its bound and B only above it.
+    let of = |m: &'static str| -> Vec<&Issued> {
+        all.iter().copied().filter(|i| i.member == m).collect()
+    };
+    for (index, bound) in a_bounds.iter().filter(|(i, _)| taken.contains(i)) {
+        let bound = *bound as u64;
+        if let Some((_, hi)) = ticks_in(&layout, &of("a"), block_slots(*index))? {
+            ensure!(
+                hi <= bound,
+                "A issued tick {hi} in block {index} above its bound {bound}"
+            );
+        }
+        let Some((lo, _)) = ticks_in(&layout, &of("b"), block_slots(*index))? else {
+            bail!("B issued nothing in A's old block {index}");
+        };
+        ensure!(
+            lo > bound,
+            "B issued tick {lo} in A's old block {index}, not above A's bound {bound}"
+        );
+        eprintln!("clusters: block {index}: A issued at or below tick {bound}, B from tick {lo}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule18_broken_twin_a_block_handed_over_without_raising_its_floor_to_the_old_bound_repeats_ids_and_the_checker_finds_them()
+-> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let hub_cluster = Cluster::shared();
+    let [a_cluster, b_cluster] = tokio::task::block_in_place(member_clusters)?;
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "hub-broken", space()).await?;
+    let mut a = Member::join(a_cluster, "a", &hub, None).await?;
+    let mut b = Member::join(b_cluster, "b", &hub, None).await?;
+    let mut a_slots = Vec::new();
+    for m in [&mut a, &mut b] {
+        m.holds(1).await?;
+        let pods = m.pods("app", 2).await?;
+        if m.name == "a" {
+            a_slots = pods.iter().map(|(_, s)| *s).collect();
+        }
+        m.serve(&pods).await?;
+        m.holds(2).await?;
+    }
+    // The broken hand-over: the block A's pods issue in is given to B with its floor kept
+    // (0), not raised to A's bound. The registry is otherwise valid (revision counted up,
+    // B's term counted up, a bound above the floor), so B's operator takes it.
+    let a_block = i64::from(a_slots[0]) / BLOCK_SLOTS;
+    let b_id = b.id.clone();
+    edit_registry(&hub, |r| {
+        let block = r
+            .blocks
+            .iter_mut()
+            .find(|x| x.index == a_block)
+            .context("A's block is listed")?;
+        block.owner = Some(b_id.clone());
+        block.term += 1;
+        Ok(())
+    })
+    .await?;
+    b.holds(3).await?;
+    let more = b.pods("more", 2).await?;
+    ensure!(
+        more.iter()
+            .all(|(_, slot)| block_slots(a_block).contains(slot)),
+        "B's new pods hold slots in A's block {a_block}: {:?}",
+        more.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    b.serve(&more).await?;
+    let from = b.count();
+    eventually(LIMIT, "B issuing in A's block", || async {
+        Ok((b.count() > from + 20_000).then_some(()))
+    })
+    .await?;
+    a.finish();
+    b.finish();
+    let all: Vec<&Issued> = a.issued.iter().chain(&b.issued).collect();
+    let crossed = check_across(a.layout(), &all)?;
+    eprintln!(
+        "broken hand-over: {} IDs, {} duplicates\n{}",
+        crossed.ids,
+        crossed.duplicates,
+        crossed.lines.join("\n")
+    );
+    ensure!(
+        crossed.duplicates > 0,
+        "the checker found no duplicate although A and B issued in one block at once: the \
+         suite could not see a broken hand-over"
+    );
+    Ok(())
+}

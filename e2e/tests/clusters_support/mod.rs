@@ -257,6 +257,17 @@ impl Member {
             .join("\n")
     }
 
+    /// Gone without cleanup: every sidecar and the operator killed (-9), then the control
+    /// plane stopped. What the Collectors saw is kept.
+    pub fn vanish(&mut self) {
+        for s in &self.serving {
+            s.sidecar.process.kill();
+        }
+        self.operator.process.kill();
+        self.finish();
+        self.cluster.stop();
+    }
+
     /// Stops every Collector (keeping what each saw) and sidecar.
     pub fn finish(&mut self) {
         for s in self.serving.drain(..) {

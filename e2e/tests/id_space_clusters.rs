@@ -199,6 +199,10 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     );
     a.ready_is("False", "HubUnreachable", LIMIT).await?;
 
+    // Meanwhile A's namespace is restored from a backup into H's control plane (the copy of
+    // A's claims in the membership's status): H's operator must assign no slot of it.
+    let (restored, restored_operator, restored_pods) = restore_into(&a, hub_cluster, 2).await?;
+
     // Their blocks lapse and are reclaimed by the member left, each floor at the bound.
     let old: Vec<(&str, i64, i64)> = a_bounds
         .iter()
@@ -295,6 +299,44 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     eprintln!(
         "clusters: A's pods cut off past their bound, after A is back:\n{}",
         a.readiness()
+    );
+
+    // The restored namespace: refused as another cluster's copy (once its hub, reached
+    // through A's forwarder, answers), no slot assigned, nothing written on the hub for it.
+    let refused = hub_support::ready_is(
+        &restored,
+        SEQUENCE,
+        "False",
+        "MembershipOfAnotherCluster",
+        LIMIT,
+    )
+    .await
+    .with_context(|| restored_operator.process.log_tail(40))?;
+    let (_, _, message) = hub_support::condition(&refused, "Ready").context("Ready")?;
+    ensure!(
+        message.contains("restored or copied"),
+        "the refusal says the namespace was restored: {message}"
+    );
+    let held: Vec<String> = operator_support::slot_leases(&restored, SEQUENCE)
+        .await?
+        .into_iter()
+        .filter_map(|l| l.holder)
+        .filter(|holder| restored_pods.contains(holder))
+        .collect();
+    ensure!(
+        held.is_empty(),
+        "pods of the restored namespace hold slots: {held:?}"
+    );
+    let names: Vec<String> = hub
+        .registry()
+        .await?
+        .members
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    ensure!(
+        names.len() == 4,
+        "the hub lists h, a, b and the ghost only: {names:?}"
     );
 
     for m in [&mut h, &mut a, &mut b] {

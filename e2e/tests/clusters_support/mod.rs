@@ -10,12 +10,15 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::PostParams;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::membership::IdSpaceMembershipStatus;
 use kubeflake_crds::id_space::{IdSpaceMembership, RegistryRecord};
 use kubeflake_crds::sequence::SequenceParams;
+use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_crds::{Id, Layout, Tick};
 use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
 use serde_json::json;
@@ -278,6 +281,83 @@ impl Member {
             });
         }
     }
+}
+
+/// A namespace restored from a backup of `source`'s into `target` while `source` runs, as a
+/// backup tool would: the hub Secret, the IdSequence, its slot Leases and the
+/// IdSpaceMembership with its status (the copy of `source`'s claims); an operator of
+/// `target` watching it, and `pods` new pods of the sequence there. Returns the namespace,
+/// the operator and the pods' UIDs.
+pub async fn restore_into(
+    source: &Member,
+    target: &'static Cluster,
+    pods: usize,
+) -> Result<(TestNamespace, Operator, Vec<String>)> {
+    let ns = target.namespace("restored").await?;
+    let copy = |object: serde_json::Value| -> serde_json::Value {
+        let mut object = object;
+        if let Some(meta) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.retain(|k, _| ["name", "labels", "annotations"].contains(&k.as_str()));
+        }
+        object
+    };
+    let from = |kind: &str| format!("restoring {kind} of {} into {}", source.ns.name, ns.name);
+    let secret: Secret = Api::<Secret>::namespaced(source.ns.client.clone(), &source.ns.name)
+        .get(HUB_SECRET)
+        .await?;
+    let secret: Secret = serde_json::from_value(copy(serde_json::to_value(secret)?))?;
+    Api::<Secret>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &secret)
+        .await
+        .with_context(|| from("the hub Secret"))?;
+    let sequence = Api::<IdSequence>::namespaced(source.ns.client.clone(), &source.ns.name)
+        .get(SEQUENCE)
+        .await?;
+    let mut sequence = serde_json::to_value(sequence)?;
+    sequence.as_object_mut().map(|o| o.remove("status"));
+    let sequence: IdSequence = serde_json::from_value(copy(sequence))?;
+    Api::<IdSequence>::namespaced(ns.client.clone(), &ns.name)
+        .create(&PostParams::default(), &sequence)
+        .await
+        .with_context(|| from("the IdSequence"))?;
+    let leases = Api::<Lease>::namespaced(source.ns.client.clone(), &source.ns.name)
+        .list(&ListParams::default().labels(&format!("{SEQUENCE_LABEL}={SEQUENCE}")))
+        .await?;
+    for lease in leases.items {
+        let lease: Lease = serde_json::from_value(copy(serde_json::to_value(lease)?))?;
+        Api::<Lease>::namespaced(ns.client.clone(), &ns.name)
+            .create(&PostParams::default(), &lease)
+            .await
+            .with_context(|| from("a slot Lease"))?;
+    }
+    let membership = source.status().await?;
+    let status = membership.status.clone();
+    let mut object = serde_json::to_value(membership)?;
+    object.as_object_mut().map(|o| o.remove("status"));
+    let object: IdSpaceMembership = serde_json::from_value(copy(object))?;
+    let memberships = Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name);
+    memberships
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| from("the IdSpaceMembership"))?;
+    memberships
+        .patch_status(
+            SEQUENCE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .with_context(|| from("the IdSpaceMembership's status"))?;
+    let operator = Operator::start_as_with(
+        target,
+        &ns.name,
+        "restored",
+        target.kubeconfig(),
+        &["--hub-secret-namespace", &ns.name],
+    )?;
+    let created = create_pods(&ns, SEQUENCE, "app", pods).await?;
+    let uids = created.iter().filter_map(|p| p.uid()).collect();
+    Ok((ns, operator, uids))
 }
 
 /// Changes the hub's registry as its administrator (whom the members' policy does not

@@ -18,4 +18,6 @@ pub mod step;
 pub mod task;
 
 #[cfg(test)]
+mod task_tests;
+#[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::join::SlotUse;
+use kubeflake_crds::id_space::local::check_cluster;
 use kubeflake_crds::id_space::membership::{IdSpaceMembership, IdSpaceMembershipStatus};
 use kubeflake_crds::id_space::space::SpaceSequence;
 use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName};
@@ -143,6 +144,17 @@ pub async fn contact(
         reason,
         message: e.to_string(),
     };
+    // A copy of another cluster's claims (its namespace restored or copied here) is refused
+    // before anything is read, the hub above all: an unreachable hub must not hide it.
+    if let Some(copy_of) = membership
+        .status
+        .as_ref()
+        .and_then(|s| s.member_id.as_deref())
+    {
+        let copy_of = MemberId::new(copy_of).map_err(|e| refused(Reason::BadRecord, &e))?;
+        check_cluster(&copy_of, this)
+            .map_err(|e| refused(Reason::MembershipOfAnotherCluster, &e))?;
+    }
     let namespace = membership.namespace().unwrap_or_default();
     let member = Member::of(membership);
     let spec = &membership.spec;

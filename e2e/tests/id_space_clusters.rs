@@ -202,6 +202,22 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     // Meanwhile A's namespace is restored from a backup into H's control plane (the copy of
     // A's claims in the membership's status): H's operator must assign no slot of it.
     let (restored, restored_operator, restored_pods) = restore_into(&a, hub_cluster, 2).await?;
+    // Refused as another cluster's copy at once, though its hub (through A's forwarder) is
+    // unreachable now.
+    let refused = hub_support::ready_is(
+        &restored,
+        SEQUENCE,
+        "False",
+        "MembershipOfAnotherCluster",
+        LIMIT,
+    )
+    .await
+    .with_context(|| restored_operator.process.log_tail(40))?;
+    let (_, _, message) = hub_support::condition(&refused, "Ready").context("Ready")?;
+    ensure!(
+        message.contains("restored or copied"),
+        "the refusal says the namespace was restored: {message}"
+    );
 
     // Their blocks lapse and are reclaimed by the member left, each floor at the bound.
     let old: Vec<(&str, i64, i64)> = a_bounds
@@ -301,22 +317,7 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         a.readiness()
     );
 
-    // The restored namespace: refused as another cluster's copy (once its hub, reached
-    // through A's forwarder, answers), no slot assigned, nothing written on the hub for it.
-    let refused = hub_support::ready_is(
-        &restored,
-        SEQUENCE,
-        "False",
-        "MembershipOfAnotherCluster",
-        LIMIT,
-    )
-    .await
-    .with_context(|| restored_operator.process.log_tail(40))?;
-    let (_, _, message) = hub_support::condition(&refused, "Ready").context("Ready")?;
-    ensure!(
-        message.contains("restored or copied"),
-        "the refusal says the namespace was restored: {message}"
-    );
+    // The restored namespace: no slot assigned, nothing written on the hub for it.
     let held: Vec<String> = operator_support::slot_leases(&restored, SEQUENCE)
         .await?
         .into_iter()

@@ -151,6 +151,40 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
     );
     check_copy(&registry, &this, &status.grants)?;
 
+    // What the operator exports for the membership (docs/multicluster.md, "Metrics and
+    // alerts"): two blocks, one of them spare for two pods, the bound a tolerance and a
+    // renewal period ahead at most (so more than half the tolerance: no alert), Joined.
+    let of = |m: &str, rest: &str| {
+        format!(
+            r#"membership="{m}",membership_namespace="{}"{rest}"#,
+            member.name
+        )
+    };
+    let metric = |name: &str, rest: &str| operator.metric_with(name, &of("orders", rest));
+    let blocks = "kubeflake_operator_id_space_blocks_held";
+    eventually(LIMIT, "the metrics show two blocks", || async {
+        Ok((metric(blocks, "") == 2.0).then_some(()))
+    })
+    .await
+    .with_context(log)?;
+    let bound = metric("kubeflake_operator_id_space_nearest_bound_seconds", "");
+    ensure!(
+        metric("kubeflake_operator_id_space_spare_blocks", "") == 1.0
+            && metric("kubeflake_operator_id_space_tolerance_seconds", "") == 3600.0
+            && bound > 1800.0
+            && bound <= 3900.0
+            && metric(
+                "kubeflake_operator_id_space_ready_reason",
+                r#",reason="Joined""#
+            ) == 1.0
+            && metric(
+                "kubeflake_operator_id_space_hub_calls_total",
+                r#",outcome="ok""#
+            ) >= 3.0,
+        "the membership's metrics:\n{}",
+        operator.metrics()
+    );
+
     // Rule 20: the same cluster under another name is refused, saying what to fix, and
     // nothing is written on the hub for it.
     membership(
@@ -176,6 +210,12 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
     ensure!(
         status.grants.is_empty() && status.member_id.is_none(),
         "a refused membership keeps no copy: {status:?}"
+    );
+    let refusal = of("orders-copy", r#",reason="JoinRefused""#);
+    ensure!(
+        operator.metric_with("kubeflake_operator_id_space_ready_reason", &refusal) == 1.0,
+        "the refusal is exported ({refusal}):\n{}",
+        operator.metrics()
     );
     let registry = spaces.get(SPACE).await?.spec.registry;
     ensure!(

@@ -4,6 +4,8 @@
 //! every command spells them the same way. kubectl passes everything after
 //! `kubectl kubeflake` through unchanged, so `-n`, `--context` and `--kubeconfig` are ours.
 
+pub mod hub;
+
 use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -67,6 +69,9 @@ pub enum Command {
     /// MySQL/MariaDB functions, or for SQLite a view and range queries over one table.
     #[command(after_help = EXIT_CODES_HELP)]
     Sql(SqlArgs),
+    /// An ID space shared by clusters, on its hub: list its members and blocks, forget a
+    /// member, recover a restored registry.
+    Hub(hub::HubArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
         #[arg(value_enum)]

@@ -12,7 +12,7 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_RUNTIME: i32 = 1;
 /// Bad input: a flag, an ID, a time, a layout or a file (clap uses 2 for usage errors too).
 pub const EXIT_USAGE: i32 = 2;
-/// The named IdSequence does not exist in the namespace.
+/// The named IdSequence (or IdSpace, or member of it) does not exist.
 pub const EXIT_NOT_FOUND: i32 = 3;
 /// `plan --strict` raised at least one warning.
 pub const EXIT_WARNINGS: i32 = 4;
@@ -24,7 +24,8 @@ Exit codes:
   1  runtime error: the cluster could not be reached or refused a request
   2  bad input: unknown flag, bad ID, bad time, a layout whose bits do not add up, bad file,
      decode/compose/plan of a Segment sequence
-  3  the IdSequence was not found in the namespace
+  3  the IdSequence was not found in the namespace; hub: the IdSpace or the member was not
+     found
   4  plan --strict: a warning was raised";
 
 /// What `check --help` says about exit codes.
@@ -112,6 +113,32 @@ pub enum CliError {
     },
     #[error("idsequence {name} in the cluster has an unusable spec: {reason}")]
     BadSequenceInCluster { name: String, reason: SpecError },
+    #[error(
+        "idspace {name} not found in namespace {namespace}; list them with `kubectl get idspaces -n {namespace}` (on the hub) or pass -n NAMESPACE"
+    )]
+    SpaceNotFound { name: String, namespace: String },
+    #[error("idspace {namespace}/{name} cannot be used: {reason}; nothing was changed")]
+    BadSpace {
+        name: String,
+        namespace: String,
+        reason: kubeflake_crds::id_space::RecordError,
+    },
+    #[error(
+        "{member:?} is not a member of idspace {space} (by name or cluster ID); its members are: {known}; `kubectl kubeflake hub members {name} -n {namespace}` lists them"
+    )]
+    UnknownMember {
+        member: String,
+        space: String,
+        name: String,
+        namespace: String,
+        known: String,
+    },
+    #[error(
+        "idspace {space} changed under every one of {attempts} attempts (members write it too): nothing was changed; run the command again"
+    )]
+    Contended { space: String, attempts: u32 },
+    #[error("the registry refused the change: {0}")]
+    Registry(kubeflake_crds::id_space::RegistryError),
     #[error("{count} warning(s) and --strict was given")]
     StrictWarnings { count: usize },
     #[error("cannot render the output: {0}")]
@@ -136,11 +163,16 @@ impl CliError {
             | CliError::BadLayoutFlags(_)
             | CliError::SegmentSequence { .. }
             | CliError::BadFile { .. } => EXIT_USAGE,
-            CliError::SequenceNotFound { .. } => EXIT_NOT_FOUND,
+            CliError::SequenceNotFound { .. }
+            | CliError::SpaceNotFound { .. }
+            | CliError::UnknownMember { .. } => EXIT_NOT_FOUND,
             CliError::StrictWarnings { .. } => EXIT_WARNINGS,
             CliError::Kubeconfig(_)
             | CliError::Api { .. }
             | CliError::BadSequenceInCluster { .. }
+            | CliError::BadSpace { .. }
+            | CliError::Contended { .. }
+            | CliError::Registry(_)
             | CliError::Render(_)
             | CliError::Write(_) => EXIT_RUNTIME,
         }

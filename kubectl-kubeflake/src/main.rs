@@ -6,6 +6,7 @@
 //! - [`decode`], [`compose`], [`plan`], [`slots`]: one module per command, each building a
 //!   serializable report that [`output`] renders as a table, json or yaml;
 //! - [`check`]: `check` and `check --pre`, a checklist of the installation's health;
+//! - [`hub`]: `hub ...`, an ID space shared by clusters, seen and steered on its hub;
 //! - [`sql`]: SQL text for a sequence's layout ([`sql_name`] checks the names it writes).
 
 mod check;
@@ -15,6 +16,7 @@ mod complete;
 mod compose;
 mod decode;
 mod error;
+mod hub;
 mod output;
 mod plan;
 mod slots;
@@ -153,6 +155,11 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
                 .await
                 .map_err(one)?;
             let text = sql::generate(args, &source, &sql::command_line());
+            write_stdout(text.as_bytes()).map_err(one)?;
+        }
+        Command::Hub(args) => {
+            let now = u64::try_from(now_unix_ms()).unwrap_or(0);
+            let text = hub::run(args, cli.output, now).await.map_err(one)?;
             write_stdout(text.as_bytes()).map_err(one)?;
         }
         Command::Completion { shell } => {

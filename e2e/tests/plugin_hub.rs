@@ -1,4 +1,8 @@
-//! `kubectl kubeflake hub ...` against a real API server (the hub): `members` and `blocks`
+//! `kubectl kubeflake hub ...` against a real API server (the hub): `init` makes the space,
+//! its namespace, the hub policy and the members' Role, idempotently, refusing bad flags
+//! and changed parameters (exit 2); `add-member` prints a Secret whose kubeconfig gives
+//! the member exactly the design's rights (its space read and joined under its own name
+//! through the policy; delete, create, Secrets and other namespaces refused); `members` and `blocks`
 //! show a registry stored in an IdSpace, table and json; `forget` refuses an unknown member
 //! (exit 3, nothing written) and hands back a known member's blocks with each floor at its
 //! bound, one compare-and-swap (`--dry-run` writes nothing); `recover` frees every block
@@ -298,5 +302,154 @@ async fn an_unknown_space_exits_3_naming_it() -> Result<()> {
         "{}",
         r.stderr
     );
+    Ok(())
+}
+
+/// A member kubeconfig's client (what the member's operator would build from its Secret).
+async fn member_client(kubeconfig: &str) -> Result<kube::Client> {
+    let file = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn forbidden<T: std::fmt::Debug>(result: kube::Result<T>) -> bool {
+    matches!(result, Err(kube::Error::Api(s)) if s.code == 403)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_and_add_member_make_the_hub_and_a_member_credential_with_the_designs_rights()
+-> Result<()> {
+    let cluster = cluster().await?;
+    // A namespace init makes itself.
+    let n = format!("hub-init-{}", now_tick() % 1_000_000_007);
+    let n = n.as_str();
+    let init = plugin_json(
+        cluster,
+        &["hub", "init", SPACE, "-n", n, "--block-slots", "32"],
+    )
+    .await?;
+    let results: Vec<(String, String)> = init["objects"]
+        .as_array()
+        .context("objects")?
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or("?").into(),
+                o["result"].as_str().unwrap_or("?").into(),
+            )
+        })
+        .collect();
+    assert!(
+        results.contains(&("Namespace".into(), "created".into())),
+        "{results:?}"
+    );
+    assert!(
+        results.contains(&("IdSpace".into(), "created".into())),
+        "{results:?}"
+    );
+    let again = plugin_json(
+        cluster,
+        &["hub", "init", SPACE, "-n", n, "--block-slots", "32"],
+    )
+    .await?;
+    assert!(
+        again["objects"]
+            .as_array()
+            .context("objects")?
+            .iter()
+            .any(|o| o["kind"] == "IdSpace" && o["result"] == "unchanged"),
+        "init is idempotent: {again}"
+    );
+    let differs = plugin(cluster, &["hub", "init", SPACE, "-n", n]).await?;
+    assert_eq!(differs.code, 2, "{}", differs.stderr);
+    assert!(
+        differs
+            .stderr
+            .contains("exists with other parameters (blockSlots is 32, not 64)"),
+        "{}",
+        differs.stderr
+    );
+    let bad = plugin(
+        cluster,
+        &["hub", "init", "other", "-n", n, "--block-slots", "48"],
+    )
+    .await?;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--block-slots") && bad.stderr.contains("power of two"),
+        "{}",
+        bad.stderr
+    );
+    let bad_name = plugin(cluster, &["hub", "add-member", SPACE, "Prod_EU", "-n", n]).await?;
+    assert_eq!(bad_name.code, 2, "{}", bad_name.stderr);
+    assert!(
+        bad_name
+            .stderr
+            .contains("MEMBER: member name \"Prod_EU\" is not a DNS label"),
+        "{}",
+        bad_name.stderr
+    );
+    let no_space = plugin(cluster, &["hub", "add-member", "nope", "prod", "-n", n]).await?;
+    assert_eq!(no_space.code, 3, "{}", no_space.stderr);
+
+    let secret = plugin_json(cluster, &["hub", "add-member", SPACE, "prod", "-n", n]).await?;
+    assert_eq!(secret["kind"], "Secret");
+    assert_eq!(secret["metadata"]["name"], format!("kubeflake-hub-{SPACE}"));
+    assert_eq!(secret["metadata"]["namespace"], "kubeflake-system");
+    let kubeconfig = secret["stringData"]["kubeconfig"]
+        .as_str()
+        .context("kubeconfig")?;
+    let member = member_client(kubeconfig).await?;
+
+    // An operator's read works; everything else the design leaves out is refused.
+    let spaces = Api::<IdSpace>::namespaced(member.clone(), n);
+    let mut space = spaces
+        .get(SPACE)
+        .await
+        .context("the member reads its space")?;
+    assert!(
+        forbidden(spaces.delete(SPACE, &Default::default()).await),
+        "no delete"
+    );
+    let other = IdSpace::new("other", space.spec.clone());
+    assert!(
+        forbidden(spaces.create(&PostParams::default(), &other).await),
+        "no create"
+    );
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(member.clone(), n);
+    assert!(
+        forbidden(secrets.list(&Default::default()).await),
+        "no secrets"
+    );
+    let elsewhere = Api::<IdSpace>::namespaced(member.clone(), "default");
+    assert!(forbidden(elsewhere.get(SPACE).await), "no other namespace");
+
+    // The policy init applied holds the account add-member made: a join under another
+    // name is refused, a join under its own name admitted.
+    let join = |name: &str| MemberRecord {
+        id: format!("uid-{name}"),
+        name: name.into(),
+        datacenter_id: 0,
+        generation: 1,
+    };
+    space.spec.registry.revision += 1;
+    space.spec.registry.members.push(join("dr"));
+    let refused = spaces.replace(SPACE, &PostParams::default(), &space).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422),
+        "{refused:?}"
+    );
+    space.spec.registry.members = vec![join("prod")];
+    spaces
+        .replace(SPACE, &PostParams::default(), &space)
+        .await
+        .context("a join under the member's own name")?;
+
+    // Run again, add-member rotates the token; the objects stay as they were.
+    let again = plugin(cluster, &["hub", "add-member", SPACE, "prod", "-n", n]).await?;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stdout.contains("kind: Secret"), "{}", again.stdout);
     Ok(())
 }

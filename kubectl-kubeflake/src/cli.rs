@@ -69,8 +69,8 @@ pub enum Command {
     /// MySQL/MariaDB functions, or for SQLite a view and range queries over one table.
     #[command(after_help = EXIT_CODES_HELP)]
     Sql(SqlArgs),
-    /// An ID space shared by clusters, on its hub: list its members and blocks, forget a
-    /// member, recover a restored registry.
+    /// An ID space shared by clusters, on its hub: make it and its members' credentials,
+    /// list its members and blocks, forget a member, recover a restored registry.
     Hub(hub::HubArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {

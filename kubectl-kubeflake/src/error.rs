@@ -137,6 +137,20 @@ pub enum CliError {
         "idspace {space} changed under every one of {attempts} attempts (members write it too): nothing was changed; run the command again"
     )]
     Contended { space: String, attempts: u32 },
+    #[error(
+        "idspace {space} exists with other parameters ({fields}); they are immutable: use these values, or another space name"
+    )]
+    SpaceDiffers { space: String, fields: String },
+    #[error(
+        "invalid space flags (--block-slots, --tolerance-seconds, --renew-every-seconds, --from-sequence): {0}"
+    )]
+    BadSpaceFlags(kubeflake_crds::id_space::RecordError),
+    #[error("{flag}: {reason}")]
+    BadHubFlag { flag: &'static str, reason: String },
+    #[error(
+        "the API server returned no token for serviceaccount {account}; check that it serves TokenRequest (serviceaccounts/token)"
+    )]
+    NoToken { account: String },
     #[error("the registry refused the change: {0}")]
     Registry(kubeflake_crds::id_space::RegistryError),
     #[error("{count} warning(s) and --strict was given")]
@@ -162,7 +176,10 @@ impl CliError {
             | CliError::BadLayout { .. }
             | CliError::BadLayoutFlags(_)
             | CliError::SegmentSequence { .. }
-            | CliError::BadFile { .. } => EXIT_USAGE,
+            | CliError::BadFile { .. }
+            | CliError::SpaceDiffers { .. }
+            | CliError::BadSpaceFlags(_)
+            | CliError::BadHubFlag { .. } => EXIT_USAGE,
             CliError::SequenceNotFound { .. }
             | CliError::SpaceNotFound { .. }
             | CliError::UnknownMember { .. } => EXIT_NOT_FOUND,
@@ -173,6 +190,7 @@ impl CliError {
             | CliError::BadSpace { .. }
             | CliError::Contended { .. }
             | CliError::Registry(_)
+            | CliError::NoToken { .. }
             | CliError::Render(_)
             | CliError::Write(_) => EXIT_RUNTIME,
         }

@@ -5,14 +5,20 @@
 //!   compare-and-swap;
 //! - [`view`]: `members` and `blocks` (read-only);
 //! - [`change`]: `forget` and `recover`, each the API crate's registry transition, never
-//!   one of its own.
+//!   one of its own;
+//! - [`setup`]: `init` and `add-member`, the hub's objects ([`init`] its inputs and
+//!   report, [`member_secret`] the Secret a member cluster applies).
 
 mod change;
+mod init;
+mod member_secret;
+mod setup;
 mod store;
 mod view;
 
 use kube::api::Api;
-use kubeflake_crds::id_space::IdSpace;
+use kubeflake_crds::id_space::hub_policy::MEMBER_ACCOUNT_PREFIX;
+use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, MemberName, SpaceSequenceSpec};
 
 use crate::cli::Format;
 use crate::cli::hub::{HubArgs, HubCommand};
@@ -56,6 +62,58 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             report.dry_run = a.dry_run;
             render(format, &report)
         }
+        HubCommand::Init(a) => {
+            let s = &a.space;
+            let (client, ns) = cluster::connect(&s.cluster).await?;
+            let sequence = match &a.from_sequence {
+                Some(text) => init::sequence_of(&client, text).await?,
+                None => SpaceSequenceSpec::default(),
+            };
+            let mut spec = IdSpaceSpec::new(sequence, a.block_slots);
+            spec.tolerance_seconds = a.tolerance_seconds;
+            spec.renew_every_seconds = a.renew_every_seconds;
+            // The API crate's checks, before anything is written.
+            spec.space().map_err(CliError::BadSpaceFlags)?;
+            let applied = setup::init(&client, (&s.space, &ns), spec).await?;
+            render(format, &init::InitReport::new(&s.space, &ns, applied))
+        }
+        HubCommand::AddMember(a) => {
+            let s = &a.space;
+            let name = MemberName::new(&a.member).map_err(|e| CliError::BadHubFlag {
+                flag: "MEMBER",
+                reason: e.to_string(),
+            })?;
+            if a.token_duration_hours < 1 {
+                return Err(CliError::BadHubFlag {
+                    flag: "--token-duration-hours",
+                    reason: format!(
+                        "{} is not a number of hours of at least 1",
+                        a.token_duration_hours
+                    ),
+                });
+            }
+            let hub = member_secret::hub_address(&s.cluster, a.server.as_deref())?;
+            let (client, ns) = cluster::connect(&s.cluster).await?;
+            // The space must exist (exit 3 otherwise) and be readable.
+            let api: Api<IdSpace> = Api::namespaced(client.clone(), &ns);
+            store::read(&api, &ns, &s.space).await?;
+            let duration = a.token_duration_hours.saturating_mul(3600);
+            let (token, expires) =
+                setup::add_member(&client, (&s.space, &ns), name.as_str(), duration).await?;
+            let account = format!("{MEMBER_ACCOUNT_PREFIX}{name}");
+            eprintln!(
+                "member {name}: serviceaccount {ns}/{account} bound to role {} (get, list, watch, update of idspace {}); its token expires at {expires}. Apply the Secret below in the member cluster (kubectl apply -f -) and name it in the IdSpaceMembership's hubSecret; deleting the serviceaccount on the hub revokes the member.",
+                setup::MEMBER_ROLE,
+                s.space
+            );
+            let secret = member_secret::member_secret(
+                &hub,
+                (&s.space, &account),
+                &token,
+                &a.member_namespace,
+            );
+            render(format, &secret)
+        }
         HubCommand::Recover(a) => {
             let s = &a.space;
             let (client, ns) = cluster::connect(&s.cluster).await?;
@@ -79,3 +137,6 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod setup_tests;

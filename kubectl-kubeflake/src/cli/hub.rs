@@ -28,6 +28,14 @@ pub enum HubCommand {
     /// its bound (no ID can repeat, even while the member still runs).
     #[command(after_help = EXIT_CODES_HELP)]
     Forget(ForgetArgs),
+    /// Make the space on the hub: its namespace, IdSpace, the hub admission policy and
+    /// binding, and the Role members are bound to (idempotent).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Init(InitArgs),
+    /// A member's ServiceAccount, RoleBinding and token on the hub; prints the Secret
+    /// manifest (a kubeconfig) to apply in the member cluster.
+    #[command(after_help = EXIT_CODES_HELP)]
+    AddMember(AddMemberArgs),
     /// After the hub's IdSpace was restored from a backup: free every block with its floor
     /// above any bound a member can hold; memberships are kept.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -74,4 +82,62 @@ pub struct RecoverArgs {
     /// Show what would change; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// Token lifetime `hub add-member` asks for unless `--token-duration-hours` says otherwise
+/// (one year; the API server may cap it).
+pub const DEFAULT_TOKEN_HOURS: i64 = 8760;
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub space: SpaceArgs,
+    /// The IdSequence whose layout, epoch, time unit and mode the space shares, as
+    /// NAMESPACE/NAME, read through the same kubeconfig and context (default: the
+    /// IdSequence defaults).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub from_sequence: Option<String>,
+    /// Worker IDs per block: a power of two, at most 2^workerBits.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    pub block_slots: i64,
+    /// How long a member keeps issuing without the hub (60 s to 30 days).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 3600,
+        allow_negative_numbers = true
+    )]
+    pub tolerance_seconds: i64,
+    /// How often members renew their claims (10 s to half the tolerance).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        allow_negative_numbers = true
+    )]
+    pub renew_every_seconds: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct AddMemberArgs {
+    #[command(flatten)]
+    pub space: SpaceArgs,
+    /// The member's name (a DNS label such as prod-eu): its ServiceAccount on the hub is
+    /// member-<name>, and its IdSpaceMembership must carry the same memberName.
+    pub member: String,
+    /// The hub's address as members reach it (default: the server of the kubeconfig used).
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The namespace of kubeflake's operator in the member cluster, where the Secret goes.
+    #[arg(long, value_name = "NAMESPACE", default_value = "kubeflake-system")]
+    pub member_namespace: String,
+    /// How long the token lasts, in hours (the API server may cap it; run the command again
+    /// to rotate it).
+    #[arg(long, value_name = "HOURS", default_value_t = DEFAULT_TOKEN_HOURS)]
+    pub token_duration_hours: i64,
 }

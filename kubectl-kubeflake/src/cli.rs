@@ -115,6 +115,10 @@ pub struct PlanArgs {
     /// more) the number of slots.
     #[arg(long, value_name = "N")]
     pub replicas: Option<u64>,
+    /// Clusters that will share the layout through a hub (`hub init`): suggests the block
+    /// size and the slots each cluster gets; warns when they do not fit.
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub clusters: Option<u64>,
     /// Exit with code 4 when a warning is raised (warnings always go to stderr).
     #[arg(long)]
     pub strict: bool,
@@ -151,6 +155,16 @@ pub struct CheckArgs {
     /// namespaces).
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// A count of at least 1 (`plan --clusters`).
+fn at_least_one(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number of clusters: give 1 or more"
+        )),
+    }
 }
 
 /// `--format`: one of [`TextForm::names`], listed in `--help`, completions and errors.

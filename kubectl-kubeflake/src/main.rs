@@ -3,7 +3,7 @@
 //!
 //! - [`cli`]: commands and flags; [`error`]: failures and their exit codes;
 //! - [`source`]: the layout from flags, a manifest or the cluster; [`cluster`]: the client;
-//! - [`decode`], [`compose`], [`plan`], [`slots`]: one module per command, each building a
+//! - [`decode`], [`compose`], [`plan`] ([`plan_clusters`]: `--clusters`), [`slots`]: one module per command, each building a
 //!   serializable report that [`output`] renders as a table, json or yaml;
 //! - [`check`]: `check` and `check --pre`, a checklist of the installation's health;
 //! - [`hub`]: `hub ...`, an ID space shared by clusters, seen and steered on its hub;
@@ -19,6 +19,7 @@ mod error;
 mod hub;
 mod output;
 mod plan;
+mod plan_clusters;
 mod slots;
 mod source;
 mod sql;
@@ -131,7 +132,12 @@ async fn run(cli: &Cli) -> Result<i32, Vec<CliError>> {
             let source = source::resolve(&args.layout, &args.cluster)
                 .await
                 .map_err(one)?;
-            let report = plan::plan(&source, args.replicas, now_unix_ms());
+            let mut report = plan::plan(&source, args.replicas, now_unix_ms());
+            if let Some(n) = args.clusters {
+                let (clusters, warnings) = plan_clusters::plan(&source.params, n);
+                report.clusters = Some(clusters);
+                report.warnings.extend(warnings);
+            }
             print(cli, &report).map_err(one)?;
             warn(&report.warnings);
             if args.strict && !report.warnings.is_empty() {

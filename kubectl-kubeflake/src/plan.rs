@@ -7,6 +7,7 @@ use kubeflake_crds::timebase::rfc3339;
 use serde::Serialize;
 
 use crate::output::{Report, fields, grouped};
+use crate::plan_clusters::ClustersPlan;
 use crate::source::{LayoutView, Resolved};
 
 /// Milliseconds in an average Gregorian year.
@@ -38,6 +39,9 @@ pub struct PlanReport {
     pub javascript_safe: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u64>,
+    /// `--clusters N`: the layout shared by N clusters through a hub.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClustersPlan>,
     pub warnings: Vec<String>,
 }
 
@@ -85,6 +89,9 @@ impl Report for PlanReport {
         ];
         if let Some(r) = self.replicas {
             pairs.push(("REPLICAS", grouped(r.into())));
+        }
+        if let Some(c) = &self.clusters {
+            pairs.extend(crate::plan_clusters::fields(c));
         }
         fields(&pairs)
     }
@@ -162,6 +169,7 @@ pub fn plan(source: &Resolved, replicas: Option<u64>, now_unix_ms: i64) -> PlanR
         max_id,
         javascript_safe: p.layout.total_bits() <= u32::from(JS_SAFE_TOTAL_BITS),
         replicas,
+        clusters: None,
         warnings,
     }
 }

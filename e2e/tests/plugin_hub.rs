@@ -6,7 +6,8 @@
 //! show a registry stored in an IdSpace, table and json; `forget` refuses an unknown member
 //! (exit 3, nothing written) and hands back a known member's blocks with each floor at its
 //! bound, one compare-and-swap (`--dry-run` writes nothing); `recover` frees every block
-//! above any bound a member can hold; an unknown space exits 3.
+//! above any bound a member can hold; an unknown space exits 3; `join` makes a sequence's
+//! IdSpaceMembership once (again: unchanged; other values: exit 2; no sequence: exit 3).
 //!
 //! The IdSpace CRD is the generated one (crds/idspace.yaml), so every write the plugin
 //! makes passes the CRD's own rules (a floor never goes down, revision counted up). The
@@ -451,5 +452,72 @@ async fn init_and_add_member_make_the_hub_and_a_member_credential_with_the_desig
     let again = plugin(cluster, &["hub", "add-member", SPACE, "prod", "-n", n]).await?;
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(again.stdout.contains("kind: Secret"), "{}", again.stdout);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_makes_the_membership_of_a_sequence_once_and_names_an_unknown_sequence() -> Result<()>
+{
+    let cluster = cluster().await?;
+    operator_support::install_crd(cluster).await?;
+    let crd = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds/idspacemembership.yaml");
+    cluster
+        .kubectl(&["apply", "--server-side", "-f", &crd.to_string_lossy()])
+        .await?
+        .ok()
+        .context("kubectl apply of crds/idspacemembership.yaml")?;
+    cluster
+        .wait_crd_established("idspacememberships.kubeflake.io")
+        .await?;
+    let ns = cluster.namespace("member").await?;
+    let n = ns.name.as_str();
+    operator_support::create_sequence(&ns, "orders", serde_json::json!({})).await?;
+    let args = [
+        "hub",
+        "join",
+        SPACE,
+        "prod",
+        "--sequence",
+        "orders",
+        "--space-namespace",
+        "hub-ns",
+        "-n",
+        n,
+    ];
+    let made = plugin_json(cluster, &args).await?;
+    assert_eq!(made["result"], "created");
+    let stored =
+        Api::<kubeflake_crds::id_space::IdSpaceMembership>::namespaced(ns.client.clone(), n)
+            .get("orders")
+            .await?;
+    assert_eq!(stored.spec.member_name, "prod");
+    assert_eq!(stored.spec.hub_secret, format!("kubeflake-hub-{SPACE}"));
+    assert_eq!(
+        (
+            stored.spec.space.namespace.as_str(),
+            stored.spec.space.name.as_str()
+        ),
+        ("hub-ns", SPACE)
+    );
+    let again = plugin_json(cluster, &args).await?;
+    assert_eq!(again["result"], "unchanged");
+    let mut other = args.to_vec();
+    other[3] = "dr"; // the member name
+    let differs = plugin(cluster, &other).await?;
+    assert_eq!(differs.code, 2, "{}", differs.stderr);
+    assert!(
+        differs.stderr.contains("exists with other values"),
+        "{}",
+        differs.stderr
+    );
+    let mut missing = args.to_vec();
+    missing[5] = "nope"; // the sequence
+    let r = plugin(cluster, &missing).await?;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("idsequence nope not found"),
+        "{}",
+        r.stderr
+    );
     Ok(())
 }

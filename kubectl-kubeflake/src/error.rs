@@ -151,6 +151,10 @@ pub enum CliError {
         "the API server returned no token for serviceaccount {account}; check that it serves TokenRequest (serviceaccounts/token)"
     )]
     NoToken { account: String },
+    #[error(
+        "idspacemembership {membership} exists with other values ({found}); its fields are immutable: delete it first (the operator then stops using the space for that sequence), or join with the same values"
+    )]
+    MembershipDiffers { membership: String, found: String },
     #[error("the registry refused the change: {0}")]
     Registry(kubeflake_crds::id_space::RegistryError),
     #[error("{count} warning(s) and --strict was given")]
@@ -178,6 +182,7 @@ impl CliError {
             | CliError::SegmentSequence { .. }
             | CliError::BadFile { .. }
             | CliError::SpaceDiffers { .. }
+            | CliError::MembershipDiffers { .. }
             | CliError::BadSpaceFlags(_)
             | CliError::BadHubFlag { .. } => EXIT_USAGE,
             CliError::SequenceNotFound { .. }

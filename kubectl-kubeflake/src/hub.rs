@@ -7,10 +7,12 @@
 //! - [`change`]: `forget` and `recover`, each the API crate's registry transition, never
 //!   one of its own;
 //! - [`setup`]: `init` and `add-member`, the hub's objects ([`init`] its inputs and
-//!   report, [`member_secret`] the Secret a member cluster applies).
+//!   report, [`member_secret`] the Secret a member cluster applies);
+//! - [`join`]: `join`, the IdSpaceMembership in a member cluster.
 
 mod change;
 mod init;
+mod join;
 mod member_secret;
 mod setup;
 mod store;
@@ -113,6 +115,20 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
                 &a.member_namespace,
             );
             render(format, &secret)
+        }
+        HubCommand::Join(a) => {
+            let secret = a
+                .hub_secret
+                .clone()
+                .unwrap_or_else(|| member_secret::secret_name(&a.space));
+            let spec = join::spec(
+                &a.sequence,
+                &a.member,
+                (&a.space, &a.space_namespace),
+                &secret,
+            )?;
+            let (client, ns) = cluster::connect(&a.cluster).await?;
+            render(format, &join::join(&client, &ns, spec).await?)
         }
         HubCommand::Recover(a) => {
             let s = &a.space;

@@ -36,6 +36,10 @@ pub enum HubCommand {
     /// manifest (a kubeconfig) to apply in the member cluster.
     #[command(after_help = EXIT_CODES_HELP)]
     AddMember(AddMemberArgs),
+    /// In a member cluster: the IdSpaceMembership that makes kubeflake's operator join a
+    /// sequence to the space (after `add-member`'s Secret is applied there).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Join(JoinArgs),
     /// After the hub's IdSpace was restored from a backup: free every block with its floor
     /// above any bound a member can hold; memberships are kept.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -140,4 +144,25 @@ pub struct AddMemberArgs {
     /// to rotate it).
     #[arg(long, value_name = "HOURS", default_value_t = DEFAULT_TOKEN_HOURS)]
     pub token_duration_hours: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The IdSpace's name on the hub.
+    pub space: String,
+    /// This cluster's member name (the one given to `hub add-member`).
+    pub member: String,
+    /// The IdSequence to join (in the namespace given by -n in this, the member, cluster).
+    #[arg(long, value_name = "NAME")]
+    pub sequence: String,
+    /// The space's namespace on the hub.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub space_namespace: String,
+    /// The Secret holding the hub kubeconfig, in the operator's namespace (default
+    /// kubeflake-hub-<space>, as `hub add-member` prints it).
+    #[arg(long, value_name = "NAME")]
+    pub hub_secret: Option<String>,
+    /// The member cluster: -n is the sequence's namespace.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }

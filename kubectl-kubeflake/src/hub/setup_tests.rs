@@ -167,3 +167,29 @@ fn the_member_secret_holds_an_inline_token_kubeconfig_for_the_operator() {
         secret.table()
     );
 }
+
+#[test]
+fn a_join_names_the_space_the_member_and_the_secret_and_refuses_a_bad_name() {
+    let spec = super::join::spec(
+        "orders",
+        "prod",
+        ("orders", "kubeflake-space-orders"),
+        "kubeflake-hub-orders",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            spec.sequence.as_str(),
+            spec.member_name.as_str(),
+            spec.hub_secret.as_str()
+        ),
+        ("orders", "prod", "kubeflake-hub-orders")
+    );
+    assert_eq!(spec.space.namespace, "kubeflake-space-orders");
+    let err = super::join::spec("orders", "Prod", ("orders", "ns"), "s").unwrap_err();
+    assert_eq!(err.exit_code(), EXIT_USAGE);
+    assert!(
+        err.to_string().starts_with("MEMBER: member name \"Prod\""),
+        "{err}"
+    );
+}

@@ -9,10 +9,12 @@
 //! | what one contact decides (join, renew, reclaim, spare; refusals) | `hub/step.rs` (pure) |
 //! | the reads and writes of a contact, the loop, the status | `hub/task.rs` |
 //! | the membership's conditions and reasons | `hub/conditions.rs` |
+//! | the fence raise after the copy went back (`LocalBehind`) | `hub/fences.rs` |
 
 pub mod cluster_id;
 pub mod conditions;
 pub mod connect;
+pub mod fences;
 pub mod step;
 pub mod task;
 

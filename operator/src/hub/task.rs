@@ -24,10 +24,10 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
 
-use super::cluster_id;
 use super::conditions::{self, BLOCKS_LOW, READY, Reason};
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
+use super::{cluster_id, fences};
 
 /// How the task runs.
 #[derive(Debug, Clone)]
@@ -102,8 +102,11 @@ pub async fn round(
     let Some(this) = cluster.clone() else { return };
     for membership in list.items {
         let outcome = contact(client, config, &this, &membership).await;
-        if let Err(e) = keep_status(client, recorder, &this, &membership, outcome).await {
-            tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
+        match keep_status(client, recorder, &this, &membership, outcome).await {
+            Ok(stored) => fences::raise_logged(client, recorder, &stored).await,
+            Err(e) => {
+                tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
+            }
         }
     }
 }
@@ -117,6 +120,9 @@ pub struct Kept {
     /// The space, whose parameters the copy keeps for the controller's slot planning.
     pub space: kubeflake_crds::id_space::Space,
     pub blocks_low: Option<String>,
+    /// The copy was behind the hub's (`LocalBehind`): the slot fences must be raised
+    /// before a slot is assigned again (`hub/fences.rs`).
+    pub local_went_back: bool,
 }
 
 /// One contact of `membership` with its hub. Writes the registry on the hub when the
@@ -189,6 +195,7 @@ pub async fn contact(
         mode: sequence.spec.mode,
         strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
     };
+    let mut local_went_back = false;
     for _ in 0..step::MAX_WRITES_PER_CONTACT {
         let decision = step::decide(&Contact {
             this,
@@ -204,12 +211,14 @@ pub async fn contact(
             now,
             reclaim_grace: timebase.ticks_in_ms(config.reclaim_grace.as_millis() as u64),
         })?;
+        local_went_back |= decision.local_went_back;
         let Some(next) = decision.write else {
             return Ok(Kept {
                 copy: decision.copy,
                 space_uid,
                 space,
                 blocks_low: decision.blocks_low,
+                local_went_back,
             });
         };
         object.spec.registry = next.to_record();
@@ -242,6 +251,7 @@ pub async fn contact(
         space_uid,
         space,
         blocks_low: None,
+        local_went_back,
     })
 }
 
@@ -280,20 +290,25 @@ async fn slot_uses(
 }
 
 /// Keeps the copy (after a successful contact) and the conditions in the status, by
-/// compare-and-swap on the membership as read; a refusal is also an Event.
+/// compare-and-swap on the membership as read; a refusal is also an Event. A copy that
+/// went back is kept with `FencesRaised=False` in the same write. Returns the membership
+/// as stored.
 async fn keep_status(
     client: &Client,
     recorder: &Recorder,
     this: &MemberId,
     membership: &IdSpaceMembership,
     outcome: Result<Kept, Refusal>,
-) -> Result<(), kube::Error> {
+) -> Result<IdSpaceMembership, kube::Error> {
     let mut status = membership.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = membership.metadata.generation;
     match &outcome {
         Ok(kept) => {
             keep_copy(&mut status, this, kept);
+            if kept.local_went_back {
+                fences::mark_pending(&mut status, generation, now.clone());
+            }
             conditions::set(
                 &mut status.conditions,
                 READY,
@@ -349,7 +364,7 @@ async fn keep_status(
         }
     }
     if membership.status.as_ref() == Some(&status) {
-        return Ok(());
+        return Ok(membership.clone());
     }
     let mut object = membership.clone();
     object.status = Some(status);
@@ -357,7 +372,6 @@ async fn keep_status(
         Api::namespaced(client.clone(), &membership.namespace().unwrap_or_default());
     api.replace_status(&membership.name_any(), &PostParams::default(), &object)
         .await
-        .map(|_| ())
 }
 
 /// Writes a successful contact's copy into `status`: the grants, generation and revision,

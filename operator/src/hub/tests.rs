@@ -85,6 +85,7 @@ fn settle(
                     space_uid: "space-uid-1".into(),
                     space: space(),
                     blocks_low: None,
+                    local_went_back: decision.local_went_back,
                 },
             );
             return (registry, status, decision);

@@ -13,7 +13,10 @@
 //!   has no cap, has its cap raised, so its holder goes on;
 //! - a membership whose copy cannot be used (not joined yet, made by another cluster, a
 //!   bad record) hands out no slot at all: pods wait, and the IdSequence says why
-//!   ([`Waiting`]).
+//!   ([`Waiting`]);
+//! - nor does one whose copy went back (this cluster's etcd restored: the membership task
+//!   found it behind the hub's) until the task has raised the fences of the slot Leases in
+//!   its blocks: its condition `FencesRaised` is not `True` (rule 21, `hub/fences.rs`).
 //!
 //! A sequence no membership names is [`Blocks::Lone`]: planned exactly as before.
 //!
@@ -28,6 +31,8 @@ use kubeflake_crds::id_space::{
 use kubeflake_crds::layout::DatacenterId;
 use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
+
+use crate::hub::conditions::{FENCES_RAISED, READY};
 
 /// What the ID space lets a pass hand out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +109,13 @@ pub enum Waiting {
     )]
     ClusterUnknown { membership: String, error: String },
     #[error(
+        "IdSpaceMembership {membership}: this cluster's copy of its claims went back (its etcd \
+         was restored from an older snapshot) and the fences of the slot Leases in its blocks \
+         are not raised yet ({state}); no slot of this sequence is assigned until they are \
+         (the operator's membership task retries at every contact)"
+    )]
+    FencesNotRaised { membership: String, state: String },
+    #[error(
         "IdSpaceMemberships {first} and {second} both name this sequence: a sequence joins one \
          ID space; no slot is assigned until one of them is deleted"
     )]
@@ -164,6 +176,12 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
         membership: mname.clone(),
         source,
     })?;
+    if crate::hub::fences::pending(status) {
+        return Err(Waiting::FencesNotRaised {
+            membership: mname.clone(),
+            state: condition(status, FENCES_RAISED),
+        });
+    }
     let space = status
         .space(m.sequence)
         .ok_or_else(|| not_joined(Some(status)))?
@@ -196,9 +214,19 @@ fn name(membership: &IdSpaceMembership) -> String {
 /// The membership's Ready condition, as a person reads it.
 fn state(status: Option<&IdSpaceMembershipStatus>) -> String {
     status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| format!("Ready={} {}: {}", c.status, c.reason, c.message))
+        .filter(|s| s.conditions.iter().any(|c| c.type_ == READY))
+        .map(|s| condition(s, READY))
         .unwrap_or_else(|| "the membership task has not reached the hub yet".into())
+}
+
+/// Condition `type_` of the membership, as a person reads it.
+fn condition(status: &IdSpaceMembershipStatus, type_: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .unwrap_or_default()
 }
 
 impl Blocks {

@@ -288,3 +288,37 @@ fn rule17_a_sequence_no_membership_names_is_lone() {
     assert!(!lone.needs_current_sidecars());
     assert!(joined().needs_current_sidecars());
 }
+
+/// Rule 21 (docs/design/2026-11-29-multicluster.md): a copy that went back holds the
+/// sequence's slots until the membership task has raised the slot fences.
+#[test]
+fn rule21_a_copy_that_went_back_assigns_no_slot_until_the_fences_are_raised() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let at = || Time(k8s_openapi::jiff::Timestamp::now());
+    let mut behind = membership("m", "a", &[(2, 50_000, 200_000)]);
+    let status = behind.status.as_mut().expect("a status");
+    crate::hub::fences::mark_pending(status, None, at());
+    let waiting = decide(&[&behind], &cluster("a"));
+    let Blocks::Waiting(why) = &waiting else {
+        panic!("expected no slot while the fences are not raised, got {waiting:?}")
+    };
+    assert!(
+        why.to_string().contains("FencesRaised=False RaisePending"),
+        "{why}"
+    );
+    let planned = plan_with(&waiting, &[lease(128, None, 0, None)], &[pod("a")]);
+    assert_eq!((planned.steps.len(), planned.still_waiting), (0, 1));
+
+    let status = behind.status.as_mut().expect("a status");
+    crate::hub::conditions::set(
+        &mut status.conditions,
+        crate::hub::conditions::FENCES_RAISED,
+        true,
+        crate::hub::conditions::Reason::Raised,
+        "raised",
+        None,
+        at(),
+    );
+    let raised = decide(&[&behind], &cluster("a"));
+    assert_eq!(raised, joined(), "raised: the copy is used again");
+}

@@ -27,7 +27,7 @@ use kubeflake_runtime::shutdown::ShutdownToken;
 use super::conditions::{self, BLOCKS_LOW, READY, Reason};
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
-use super::{cluster_id, fences};
+use super::{cluster_id, fences, leave};
 
 /// How the task runs.
 #[derive(Debug, Clone)]
@@ -101,7 +101,17 @@ pub async fn round(
     }
     let Some(this) = cluster.clone() else { return };
     for membership in list.items {
-        let outcome = contact(client, config, &this, &membership).await;
+        let (membership, outcome) = if membership.metadata.deletion_timestamp.is_some() {
+            let secrets = &config.secret_namespace;
+            match leave::leave_deleted(client, secrets, recorder, &this, &membership).await {
+                Some(refusal) => (membership, Err(refusal)),
+                None => continue,
+            }
+        } else {
+            let membership = leave::with_finalizer(client, membership).await;
+            let outcome = contact(client, config, &this, &membership).await;
+            (membership, outcome)
+        };
         match keep_status(client, recorder, &this, &membership, outcome).await {
             Ok(stored) => fences::raise_logged(client, recorder, &stored).await,
             Err(e) => {
@@ -111,8 +121,8 @@ pub async fn round(
     }
 }
 
-/// What one contact found: the copy to keep (with the hub IdSpace's UID) and whether a
-/// spare was wanted but none free, or why nothing was done.
+/// What one contact found: the copy to keep (with the hub IdSpace's UID), whether a spare
+/// was wanted but none free, and whether the copy went back (`hub/fences.rs`).
 #[derive(Debug)]
 pub struct Kept {
     pub copy: kubeflake_crds::id_space::local::LocalRecord,
@@ -120,8 +130,6 @@ pub struct Kept {
     /// The space, whose parameters the copy keeps for the controller's slot planning.
     pub space: kubeflake_crds::id_space::Space,
     pub blocks_low: Option<String>,
-    /// The copy was behind the hub's (`LocalBehind`): the slot fences must be raised
-    /// before a slot is assigned again (`hub/fences.rs`).
     pub local_went_back: bool,
 }
 
@@ -290,9 +298,8 @@ async fn slot_uses(
 }
 
 /// Keeps the copy (after a successful contact) and the conditions in the status, by
-/// compare-and-swap on the membership as read; a refusal is also an Event. A copy that
-/// went back is kept with `FencesRaised=False` in the same write. Returns the membership
-/// as stored.
+/// compare-and-swap on the membership as read; a refusal is also an Event. A copy that went
+/// back is kept with `FencesRaised=False` in the same write. Returns what is stored.
 async fn keep_status(
     client: &Client,
     recorder: &Recorder,

@@ -32,7 +32,7 @@ use kubeflake_crds::layout::DatacenterId;
 use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
 
-use crate::hub::conditions::{FENCES_RAISED, READY};
+use crate::hub::conditions::{BLOCKS_LOW, FENCES_RAISED, READY};
 
 /// What the ID space lets a pass hand out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,24 @@ pub struct Joined {
     record: LocalRecord,
     /// The slots a new holder may get now, ascending.
     assignable: BTreeSet<Slot>,
+    /// The membership's `Ready` and `BlocksLow`, which the IdSequence's `IdSpace`
+    /// condition repeats (`snowflake/status.rs`).
+    pub hub: HubState,
+}
+
+/// The membership's own conditions, as the task last wrote them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HubState {
+    pub ready: Option<HubCondition>,
+    pub blocks_low: Option<HubCondition>,
+}
+
+/// One condition of the membership: whether it is `True`, its reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubCondition {
+    pub is_true: bool,
+    pub reason: String,
+    pub message: String,
 }
 
 /// Why a joined sequence hands out no slot. Each message says what to do.
@@ -199,11 +217,23 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
         .assignable(&space, m.datacenter, m.now, m.min_ahead)
         .into_iter()
         .collect();
+    let found = |type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+        Some(HubCondition {
+            is_true: c.status == "True",
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+    };
     Ok(Joined {
         space,
         datacenter: m.datacenter,
         record,
         assignable,
+        hub: HubState {
+            ready: found(READY),
+            blocks_low: found(BLOCKS_LOW),
+        },
     })
 }
 

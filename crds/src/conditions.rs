@@ -24,14 +24,21 @@ pub enum ConditionType {
     /// one was found (then back to False when none is left), so a sequence that never had
     /// one does not show it.
     ForeignLeases,
+    /// The sequence shares an ID space across clusters (an IdSpaceMembership names it): its
+    /// membership's state with the hub, and whether its blocks hand out slots
+    /// (docs/design/2026-11-29-multicluster.md). Set only once a membership named the
+    /// sequence (then `False` `NotJoined` when none does any more), so a lone sequence does
+    /// not show it.
+    IdSpace,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 4] = [
+    pub const ALL: [ConditionType; 5] = [
         ConditionType::Ready,
         ConditionType::Exhausted,
         ConditionType::Expiring,
         ConditionType::ForeignLeases,
+        ConditionType::IdSpace,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,6 +47,7 @@ impl ConditionType {
             ConditionType::Exhausted => "Exhausted",
             ConditionType::Expiring => "Expiring",
             ConditionType::ForeignLeases => "ForeignLeases",
+            ConditionType::IdSpace => "IdSpace",
         }
     }
 }
@@ -102,10 +110,35 @@ pub enum Reason {
     ForeignLease,
     /// ForeignLeases=False: none is left.
     NoForeignLease,
+    /// IdSpace=True: the membership's last contact with the hub went through and its blocks
+    /// hand out slots.
+    Joined,
+    /// IdSpace=True: as `Joined`, but a spare block was wanted and the hub had none free.
+    BlocksLow,
+    /// IdSpace=False, copied from the membership's `Ready` (its message says more):
+    /// no contact yet since the operator started.
+    HubCheckPending,
+    /// IdSpace=False: the hub Secret is missing or the hub did not answer (the sequence
+    /// keeps issuing from its blocks up to their bounds).
+    HubUnreachable,
+    /// IdSpace=False: the hub refused the join.
+    JoinRefused,
+    /// IdSpace=False: the membership's copy was made by another cluster.
+    MembershipOfAnotherCluster,
+    /// IdSpace=False: the hub's registry went back, or its IdSpace was re-created.
+    HubWentBack,
+    /// IdSpace=False: the copy, the IdSpace or the IdSequence cannot be read as it is.
+    BadRecord,
+    /// IdSpace=False: the membership gives no usable copy now (not joined yet, the fences
+    /// not raised after a restore, two memberships...): no slot is handed out; the message
+    /// says why.
+    NoUsableCopy,
+    /// IdSpace=False: no IdSpaceMembership names the sequence any more.
+    NotJoined,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 27] = [
         Reason::InvalidSpec,
         Reason::Deleting,
         Reason::EpochInFuture,
@@ -123,6 +156,16 @@ impl Reason {
         Reason::LeasePolicyMissing,
         Reason::ForeignLease,
         Reason::NoForeignLease,
+        Reason::Joined,
+        Reason::BlocksLow,
+        Reason::HubCheckPending,
+        Reason::HubUnreachable,
+        Reason::JoinRefused,
+        Reason::MembershipOfAnotherCluster,
+        Reason::HubWentBack,
+        Reason::BadRecord,
+        Reason::NoUsableCopy,
+        Reason::NotJoined,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -144,6 +187,16 @@ impl Reason {
             Reason::LeasePolicyMissing => "LeasePolicyMissing",
             Reason::ForeignLease => "ForeignLease",
             Reason::NoForeignLease => "NoForeignLease",
+            Reason::Joined => "Joined",
+            Reason::BlocksLow => "BlocksLow",
+            Reason::HubCheckPending => "HubCheckPending",
+            Reason::HubUnreachable => "HubUnreachable",
+            Reason::JoinRefused => "JoinRefused",
+            Reason::MembershipOfAnotherCluster => "MembershipOfAnotherCluster",
+            Reason::HubWentBack => "HubWentBack",
+            Reason::BadRecord => "BadRecord",
+            Reason::NoUsableCopy => "NoUsableCopy",
+            Reason::NotJoined => "NotJoined",
         }
     }
 }

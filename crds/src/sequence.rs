@@ -348,7 +348,8 @@ pub struct IdSequenceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, Exhausted (pods wait for a free slot), Expiring (less than a year of
-    /// timestamp bits left).
+    /// timestamp bits left), and for a sequence that shares an ID space across clusters,
+    /// IdSpace (its membership's state with the hub, for example HubUnreachable).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Worker slots in the layout: 2^workerBits.

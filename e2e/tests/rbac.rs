@@ -630,8 +630,8 @@ fn operator_rows() -> Vec<Row> {
     rows
 }
 
-/// The membership task's rights (issue 55): read IdSpaceMemberships everywhere and replace
-/// their status; read this cluster's ID by name; read the listed hub Secrets by name in its
+/// The membership task's rights (issue 55): read IdSpaceMemberships everywhere, replace
+/// them (their finalizer) and their status; read this cluster's ID by name; read the listed hub Secrets by name in its
 /// own namespace. Nothing else of these: the hub's registry is written with the member's
 /// hub credentials, never with the operator's own.
 fn membership_rows() -> Vec<Row> {
@@ -685,11 +685,11 @@ fn membership_rows() -> Vec<Row> {
             "status",
         ),
         row(
-            "may not update IdSpaceMemberships (their spec)",
+            "may update IdSpaceMemberships (their finalizer, kubeflake.io/id-space-blocks)",
             "update",
             memberships,
             App,
-            false,
+            true,
         ),
         row(
             "may not patch IdSpaceMemberships",

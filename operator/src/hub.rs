@@ -9,11 +9,16 @@
 //! | what one contact decides (join, renew, reclaim, spare; refusals) | `hub/step.rs` (pure) |
 //! | the reads and writes of a contact, the loop, the status | `hub/task.rs` |
 //! | the membership's conditions and reasons | `hub/conditions.rs` |
+//! | the membership status a contact keeps (copy, conditions, Events) | `hub/task/status.rs` |
 //! | what a contact tells the metrics (`crate::metrics::hub`) | `hub/task/observe.rs` |
+//! | the fence raise after the copy went back (`LocalBehind`) | `hub/fences.rs` |
+//! | releasing the blocks of a deleted membership (its finalizer) | `hub/leave.rs` |
 
 pub mod cluster_id;
 pub mod conditions;
 pub mod connect;
+pub mod fences;
+pub mod leave;
 pub mod step;
 pub mod task;
 

@@ -165,6 +165,30 @@ impl SlotLease {
             .insert(FENCE_CAP_ANNOTATION.to_string(), cap.0.to_string());
         Ok(next)
     }
+
+    /// The Lease with its fence raised after the member's records went back (its etcd
+    /// restored: `LocalBehind`, docs/design/2026-11-29-multicluster.md, "A member's etcd
+    /// restored from an older snapshot while its pods run"), held or free, holder unchanged:
+    /// the fence to `fence` (`now + lease duration + the skew bound`: no running holder can
+    /// be above it) but not above `bound`, the block's bound on the hub, which no holder of
+    /// the block can have passed either; the cap to at least `bound`, so the fence stays at
+    /// or below it. Neither goes down. `None` when both are there already, and when the
+    /// fence is at the bound or above (nothing to raise; no holder is given room there).
+    pub fn raise_after_restore(&self, fence: Tick, bound: Tick) -> Option<Lease> {
+        if self.fence >= bound {
+            return None;
+        }
+        let fence = self.fence.max(fence.min(bound));
+        let cap = self.fence_cap.map_or(bound, |c| c.max(bound)).max(fence);
+        if fence == self.fence && self.fence_cap == Some(cap) {
+            return None;
+        }
+        let mut next = Lease::clone(&self.read);
+        let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(FENCE_ANNOTATION.to_string(), fence.0.to_string());
+        annotations.insert(FENCE_CAP_ANNOTATION.to_string(), cap.0.to_string());
+        Some(next)
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@
 //! member issuing: pods keep their slots and the operator keeps assigning from the copy up
 //! to the bounds it holds (except `MembershipOfAnotherCluster`, whose copy is never used).
 //! `BlocksLow` is `True` while a spare block was wanted and the hub had none free.
+//! `FencesRaised` is `False` (`RaisePending`) from the contact that found this cluster's copy
+//! behind the hub's until the slot Leases' fences are raised (`hub/fences.rs`); while it is
+//! `False` the controller assigns no slot of the sequence. Absent: the copy never went back.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -30,6 +33,10 @@ pub enum Reason {
     NoFreeBlock,
     /// BlocksLow=False.
     SpareHeld,
+    /// FencesRaised=False: the copy went back; the slot Leases' fences are not raised yet.
+    RaisePending,
+    /// FencesRaised=True: raised; slots are assigned again.
+    Raised,
 }
 
 impl Reason {
@@ -44,12 +51,15 @@ impl Reason {
             Reason::BadRecord => "BadRecord",
             Reason::NoFreeBlock => "NoFreeBlock",
             Reason::SpareHeld => "SpareHeld",
+            Reason::RaisePending => "RaisePending",
+            Reason::Raised => "Raised",
         }
     }
 }
 
 pub const READY: &str = "Ready";
 pub const BLOCKS_LOW: &str = "BlocksLow";
+pub const FENCES_RAISED: &str = "FencesRaised";
 
 /// Sets condition `type_` in `conditions`, keeping its transition time when its status
 /// did not change. Returns whether anything changed.

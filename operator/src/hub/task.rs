@@ -12,27 +12,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::join::SlotUse;
 use kubeflake_crds::id_space::local::check_cluster;
-use kubeflake_crds::id_space::membership::{IdSpaceMembership, IdSpaceMembershipStatus};
+use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::id_space::space::SpaceSequence;
 use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName};
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
 
-use super::cluster_id;
-use super::conditions::{self, BLOCKS_LOW, READY, Reason};
+use super::conditions::Reason;
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
+use super::{cluster_id, fences, leave};
 use crate::metrics::hub::{HubMetrics, Member};
 
 mod observe;
+mod status;
+
+pub use status::keep_copy;
+use status::keep_status;
 
 /// How the task runs.
 #[derive(Debug, Clone)]
@@ -110,16 +113,29 @@ pub async fn round(
     }
     let Some(this) = cluster.clone() else { return };
     for membership in list.items {
-        let outcome = contact(client, config, &this, &membership).await;
-        observe::contacted(&config.metrics, &membership, &outcome);
-        if let Err(e) = keep_status(client, recorder, &this, &membership, outcome).await {
-            tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
+        let (membership, outcome) = if membership.metadata.deletion_timestamp.is_some() {
+            let secrets = &config.secret_namespace;
+            match leave::leave_deleted(client, secrets, recorder, &this, &membership).await {
+                Some(refusal) => (membership, Err(refusal)),
+                None => continue,
+            }
+        } else {
+            let membership = leave::with_finalizer(client, membership).await;
+            let outcome = contact(client, config, &this, &membership).await;
+            observe::contacted(&config.metrics, &membership, &outcome);
+            (membership, outcome)
+        };
+        match keep_status(client, recorder, &this, &membership, outcome).await {
+            Ok(stored) => fences::raise_logged(client, recorder, &stored).await,
+            Err(e) => {
+                tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
+            }
         }
     }
 }
 
-/// What one contact found: the copy to keep (with the hub IdSpace's UID) and whether a
-/// spare was wanted but none free, or why nothing was done.
+/// What one contact found: the copy to keep (with the hub IdSpace's UID), whether a spare
+/// was wanted but none free, and whether the copy went back (`hub/fences.rs`).
 #[derive(Debug)]
 pub struct Kept {
     pub copy: kubeflake_crds::id_space::local::LocalRecord,
@@ -129,6 +145,7 @@ pub struct Kept {
     pub blocks_low: Option<String>,
     /// Slots held by pods when the contact began.
     pub in_use: u64,
+    pub local_went_back: bool,
 }
 
 /// One contact of `membership` with its hub. Writes the registry on the hub when the
@@ -216,6 +233,7 @@ pub async fn contact(
         mode: sequence.spec.mode,
         strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
     };
+    let mut local_went_back = false;
     for _ in 0..step::MAX_WRITES_PER_CONTACT {
         let decision = step::decide(&Contact {
             this,
@@ -233,6 +251,7 @@ pub async fn contact(
         })?;
         let reclaimed =
             observe::decided(&config.metrics, &member, &space, &registry, &decision, this);
+        local_went_back |= decision.local_went_back;
         let Some(next) = decision.write else {
             return Ok(Kept {
                 copy: decision.copy,
@@ -240,6 +259,7 @@ pub async fn contact(
                 space,
                 blocks_low: decision.blocks_low,
                 in_use,
+                local_went_back,
             });
         };
         object.spec.registry = next.to_record();
@@ -274,6 +294,7 @@ pub async fn contact(
         space,
         blocks_low: None,
         in_use,
+        local_went_back,
     })
 }
 
@@ -309,98 +330,6 @@ async fn slot_uses(
     }
     let in_use = used.iter().filter(|u| u.held).count() as u64;
     Ok((used, in_use))
-}
-
-/// Keeps the copy (after a successful contact) and the conditions in the status, by
-/// compare-and-swap on the membership as read; a refusal is also an Event.
-async fn keep_status(
-    client: &Client,
-    recorder: &Recorder,
-    this: &MemberId,
-    membership: &IdSpaceMembership,
-    outcome: Result<Kept, Refusal>,
-) -> Result<(), kube::Error> {
-    let mut status = membership.status.clone().unwrap_or_default();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let generation = membership.metadata.generation;
-    match &outcome {
-        Ok(kept) => {
-            keep_copy(&mut status, this, kept);
-            conditions::set(
-                &mut status.conditions,
-                READY,
-                true,
-                Reason::Joined,
-                "the copy is the hub's",
-                generation,
-                now.clone(),
-            );
-            let (low, reason, message) = match &kept.blocks_low {
-                Some(m) => (true, Reason::NoFreeBlock, m.as_str()),
-                None => (
-                    false,
-                    Reason::SpareHeld,
-                    "a spare block is held or not needed",
-                ),
-            };
-            conditions::set(
-                &mut status.conditions,
-                BLOCKS_LOW,
-                low,
-                reason,
-                message,
-                generation,
-                now,
-            );
-        }
-        Err(refusal) => {
-            conditions::set(
-                &mut status.conditions,
-                READY,
-                false,
-                refusal.reason,
-                &refusal.message,
-                generation,
-                now,
-            );
-            if matches!(
-                refusal.reason,
-                Reason::JoinRefused | Reason::MembershipOfAnotherCluster | Reason::HubWentBack
-            ) {
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: refusal.reason.as_str().into(),
-                    note: Some(refusal.message.chars().take(1000).collect()),
-                    action: "ContactHub".into(),
-                    secondary: None,
-                };
-                if let Err(e) = recorder.publish(&event, &membership.object_ref(&())).await {
-                    tracing::warn!(error = %e, "could not record an Event");
-                }
-            }
-        }
-    }
-    if membership.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let mut object = membership.clone();
-    object.status = Some(status);
-    let api: Api<IdSpaceMembership> =
-        Api::namespaced(client.clone(), &membership.namespace().unwrap_or_default());
-    api.replace_status(&membership.name_any(), &PostParams::default(), &object)
-        .await
-        .map(|_| ())
-}
-
-/// Writes a successful contact's copy into `status`: the grants, generation and revision,
-/// the space's parameters, and the two write-once fields when not set yet.
-pub fn keep_copy(status: &mut IdSpaceMembershipStatus, this: &MemberId, kept: &Kept) {
-    status.keep(&kept.copy);
-    status.keep_space(&kept.space);
-    status.member_id.get_or_insert_with(|| this.to_string());
-    status
-        .id_space_uid
-        .get_or_insert_with(|| kept.space_uid.clone());
 }
 
 fn memberships(client: &Client, namespace: &Option<String>) -> Api<IdSpaceMembership> {

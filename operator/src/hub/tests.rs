@@ -86,6 +86,7 @@ fn settle(
                     space: space(),
                     blocks_low: None,
                     in_use,
+                    local_went_back: decision.local_went_back,
                 },
             );
             return (registry, status, decision);

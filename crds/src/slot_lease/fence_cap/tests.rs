@@ -177,3 +177,59 @@ fn rule11_an_unreadable_cap_makes_the_lease_unreadable() {
         );
     }
 }
+
+#[test]
+fn rule21_after_a_restore_a_leases_fence_is_raised_to_the_target_but_never_past_the_bound() {
+    let free = parsed(
+        &given_in_block(0, 5_000)
+            .release(Releaser::Operator { holder: "uid-a" }, at(1))
+            .expect("released"),
+    );
+    let raised = parsed(
+        &free
+            .raise_after_restore(Tick(3_000), Tick(6_000))
+            .expect("raised"),
+    );
+    assert_eq!(raised.fence, Tick(3_000));
+    assert_eq!(
+        raised.fence_cap,
+        Some(Tick(6_000)),
+        "the cap follows the hub's bound"
+    );
+    assert_eq!(raised.holder, None);
+    let at_bound = parsed(
+        &free
+            .raise_after_restore(Tick(9_000), Tick(6_000))
+            .expect("raised"),
+    );
+    assert_eq!(at_bound.fence, Tick(6_000), "never past the bound");
+    assert_eq!(
+        raised.raise_after_restore(Tick(2_000), Tick(6_000)),
+        None,
+        "never lowered"
+    );
+    let held = parsed(
+        &given_in_block(0, 5_000)
+            .renew("uid-a", Tick(4_000), at(1))
+            .expect("renews"),
+    );
+    let raised = parsed(
+        &held
+            .raise_after_restore(Tick(4_500), Tick(5_000))
+            .expect("raised"),
+    );
+    assert_eq!(
+        (raised.fence, raised.holder.as_deref()),
+        (Tick(4_500), Some("uid-a"))
+    );
+    assert_eq!(
+        raised.raise_after_restore(Tick(4_400), Tick(4_000)),
+        None,
+        "neither the fence nor the cap goes down"
+    );
+    assert_eq!(
+        free.raise_after_restore(Tick(9_000), Tick(0)),
+        None,
+        "a fence at or above the bound is left alone (a cap is never written below it)"
+    );
+}

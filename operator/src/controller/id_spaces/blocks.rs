@@ -13,7 +13,10 @@
 //!   has no cap, has its cap raised, so its holder goes on;
 //! - a membership whose copy cannot be used (not joined yet, made by another cluster, a
 //!   bad record) hands out no slot at all: pods wait, and the IdSequence says why
-//!   ([`Waiting`]).
+//!   ([`Waiting`]);
+//! - nor does one whose copy went back (this cluster's etcd restored: the membership task
+//!   found it behind the hub's) until the task has raised the fences of the slot Leases in
+//!   its blocks: its condition `FencesRaised` is not `True` (rule 21, `hub/fences.rs`).
 //!
 //! A sequence no membership names is [`Blocks::Lone`]: planned exactly as before.
 //!
@@ -28,6 +31,8 @@ use kubeflake_crds::id_space::{
 use kubeflake_crds::layout::DatacenterId;
 use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
+
+use crate::hub::conditions::{BLOCKS_LOW, FENCES_RAISED, READY};
 
 /// What the ID space lets a pass hand out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +53,24 @@ pub struct Joined {
     record: LocalRecord,
     /// The slots a new holder may get now, ascending.
     assignable: BTreeSet<Slot>,
+    /// The membership's `Ready` and `BlocksLow`, which the IdSequence's `IdSpace`
+    /// condition repeats (`snowflake/status.rs`).
+    pub hub: HubState,
+}
+
+/// The membership's own conditions, as the task last wrote them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HubState {
+    pub ready: Option<HubCondition>,
+    pub blocks_low: Option<HubCondition>,
+}
+
+/// One condition of the membership: whether it is `True`, its reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubCondition {
+    pub is_true: bool,
+    pub reason: String,
+    pub message: String,
 }
 
 /// Why a joined sequence hands out no slot. Each message says what to do.
@@ -103,6 +126,13 @@ pub enum Waiting {
          it can (the operator needs get on kube-system)"
     )]
     ClusterUnknown { membership: String, error: String },
+    #[error(
+        "IdSpaceMembership {membership}: this cluster's copy of its claims went back (its etcd \
+         was restored from an older snapshot) and the fences of the slot Leases in its blocks \
+         are not raised yet ({state}); no slot of this sequence is assigned until they are \
+         (the operator's membership task retries at every contact)"
+    )]
+    FencesNotRaised { membership: String, state: String },
     #[error(
         "IdSpaceMemberships {first} and {second} both name this sequence: a sequence joins one \
          ID space; no slot is assigned until one of them is deleted"
@@ -164,6 +194,12 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
         membership: mname.clone(),
         source,
     })?;
+    if crate::hub::fences::pending(status) {
+        return Err(Waiting::FencesNotRaised {
+            membership: mname.clone(),
+            state: condition(status, FENCES_RAISED),
+        });
+    }
     let space = status
         .space(m.sequence)
         .ok_or_else(|| not_joined(Some(status)))?
@@ -181,11 +217,23 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
         .assignable(&space, m.datacenter, m.now, m.min_ahead)
         .into_iter()
         .collect();
+    let found = |type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+        Some(HubCondition {
+            is_true: c.status == "True",
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+    };
     Ok(Joined {
         space,
         datacenter: m.datacenter,
         record,
         assignable,
+        hub: HubState {
+            ready: found(READY),
+            blocks_low: found(BLOCKS_LOW),
+        },
     })
 }
 
@@ -196,9 +244,19 @@ fn name(membership: &IdSpaceMembership) -> String {
 /// The membership's Ready condition, as a person reads it.
 fn state(status: Option<&IdSpaceMembershipStatus>) -> String {
     status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| format!("Ready={} {}: {}", c.status, c.reason, c.message))
+        .filter(|s| s.conditions.iter().any(|c| c.type_ == READY))
+        .map(|s| condition(s, READY))
         .unwrap_or_else(|| "the membership task has not reached the hub yet".into())
+}
+
+/// Condition `type_` of the membership, as a person reads it.
+fn condition(status: &IdSpaceMembershipStatus, type_: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .unwrap_or_default()
 }
 
 impl Blocks {

@@ -254,7 +254,9 @@ pub async fn reconcile(
     // A slot found taken by a foreign Lease: plan again soon, so the pod gets the next one.
     let conflicts = pass.count(|o| matches!(o, Outcome::Conflict | Outcome::Foreign { .. }));
     let why = status::why_waiting(&pass.blocks, capacity);
-    let status = status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting, &why);
+    let mut status =
+        status::ready_status(seq, params, pass.assigned, pass.plan.still_waiting, &why);
+    status::set_id_space(&mut status, seq, &pass.blocks);
     let status = foreign::with_condition(status, seq, ctx);
     // The pass's Events and its status are independent writes: made at once, so that the
     // next pass of a busy sequence starts an API round trip sooner.

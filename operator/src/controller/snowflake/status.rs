@@ -7,6 +7,7 @@ use kubeflake_crds::timebase::rfc3339;
 use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, set_condition};
 
 use crate::controller::id_spaces::blocks::Blocks;
+use crate::hub::conditions::Reason as Hub;
 
 /// A year: the `Expiring` condition turns true when less is left.
 const EXPIRING_WITHIN_MS: u64 = 365 * 24 * 3600 * 1000;
@@ -125,4 +126,73 @@ pub fn deleting_status(seq: &IdSequence, message: &str) -> IdSequenceStatus {
         message,
     );
     status
+}
+
+/// The `IdSpace` condition of a sequence that shares an ID space (issue 55): its
+/// membership's state with the hub, copied so that `kubectl get idsequence -o yaml` shows
+/// it; `False` `NotJoined` once no membership names a sequence that had it; not set for a
+/// sequence that never joined.
+pub fn set_id_space(status: &mut IdSequenceStatus, seq: &IdSequence, blocks: &Blocks) {
+    let had = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ConditionType::IdSpace.as_str());
+    let Some((value, reason, message)) = id_space(blocks) else {
+        if had {
+            let message = "no IdSpaceMembership names this sequence: it is lone (every slot of \
+                           its layout, no cap); it must not issue beside the members of the \
+                           space it left (scale it to zero, or join again)";
+            let (t, f) = (ConditionType::IdSpace, ConditionStatus::False);
+            set_condition(
+                &mut status.conditions,
+                seq,
+                t,
+                f,
+                Reason::NotJoined,
+                message,
+            );
+        }
+        return;
+    };
+    let t = ConditionType::IdSpace;
+    set_condition(&mut status.conditions, seq, t, value, reason, &message);
+}
+
+/// The `IdSpace` condition `blocks` gives (pure): `None` for a lone sequence.
+pub fn id_space(blocks: &Blocks) -> Option<(ConditionStatus, Reason, String)> {
+    use ConditionStatus::{False, True};
+    let joined = match blocks {
+        Blocks::Lone => return None,
+        Blocks::Waiting(w) => return Some((False, Reason::NoUsableCopy, w.to_string())),
+        Blocks::Joined(j) => j,
+    };
+    let Some(ready) = &joined.hub.ready else {
+        let message = "the operator's membership task has not reached the hub yet";
+        return Some((False, Reason::HubCheckPending, message.into()));
+    };
+    let low = joined.hub.blocks_low.as_ref().filter(|c| c.is_true);
+    if ready.is_true {
+        return Some(match low {
+            Some(low) => (
+                True,
+                Reason::BlocksLow,
+                format!("BlocksLow: {}", low.message),
+            ),
+            None => (True, Reason::Joined, ready.message.clone()),
+        });
+    }
+    let reason = [
+        (Hub::HubCheckPending, Reason::HubCheckPending),
+        (Hub::HubUnreachable, Reason::HubUnreachable),
+        (Hub::JoinRefused, Reason::JoinRefused),
+        (
+            Hub::MembershipOfAnotherCluster,
+            Reason::MembershipOfAnotherCluster,
+        ),
+        (Hub::HubWentBack, Reason::HubWentBack),
+    ]
+    .into_iter()
+    .find(|(hub, _)| hub.as_str() == ready.reason)
+    .map_or(Reason::BadRecord, |(_, ours)| ours);
+    Some((False, reason, ready.message.clone()))
 }

@@ -288,3 +288,153 @@ fn rule17_a_sequence_no_membership_names_is_lone() {
     assert!(!lone.needs_current_sidecars());
     assert!(joined().needs_current_sidecars());
 }
+
+/// Rule 21 (docs/design/2026-11-29-multicluster.md): a copy that went back holds the
+/// sequence's slots until the membership task has raised the slot fences.
+#[test]
+fn rule21_a_copy_that_went_back_assigns_no_slot_until_the_fences_are_raised() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let at = || Time(k8s_openapi::jiff::Timestamp::now());
+    let mut behind = membership("m", "a", &[(2, 50_000, 200_000)]);
+    let status = behind.status.as_mut().expect("a status");
+    crate::hub::fences::mark_pending(status, None, at());
+    let waiting = decide(&[&behind], &cluster("a"));
+    let Blocks::Waiting(why) = &waiting else {
+        panic!("expected no slot while the fences are not raised, got {waiting:?}")
+    };
+    assert!(
+        why.to_string().contains("FencesRaised=False RaisePending"),
+        "{why}"
+    );
+    let planned = plan_with(&waiting, &[lease(128, None, 0, None)], &[pod("a")]);
+    assert_eq!((planned.steps.len(), planned.still_waiting), (0, 1));
+
+    let status = behind.status.as_mut().expect("a status");
+    crate::hub::conditions::set(
+        &mut status.conditions,
+        crate::hub::conditions::FENCES_RAISED,
+        true,
+        crate::hub::conditions::Reason::Raised,
+        "raised",
+        None,
+        at(),
+    );
+    let raised = decide(&[&behind], &cluster("a"));
+    assert_eq!(raised, joined(), "raised: the copy is used again");
+}
+
+/// The IdSequence's `IdSpace` condition repeats its membership's state with the hub.
+#[test]
+fn a_joined_sequence_shows_its_memberships_hub_state_in_its_id_space_condition() {
+    use crate::controller::snowflake::status::{id_space, set_id_space};
+    use crate::hub::conditions::{self, BLOCKS_LOW, READY, Reason as Hub};
+    use kubeflake_crds::conditions::{ConditionStatus, Reason};
+    use kubeflake_crds::sequence::{IdSequence, IdSequenceSpec};
+    let at = || {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+    };
+    let with = |ready: Option<(bool, Hub, &str)>, low: Option<&str>| {
+        let mut m = membership("m", "a", &[(2, 50_000, 200_000)]);
+        let status = m.status.as_mut().expect("a status");
+        if let Some((value, reason, message)) = ready {
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                value,
+                reason,
+                message,
+                None,
+                at(),
+            );
+        }
+        if let Some(message) = low {
+            conditions::set(
+                &mut status.conditions,
+                BLOCKS_LOW,
+                true,
+                Hub::NoFreeBlock,
+                message,
+                None,
+                at(),
+            );
+        }
+        decide(&[&m], &cluster("a"))
+    };
+    let joined_ok = Some((true, Hub::Joined, "the copy is the hub's"));
+    let cases = [
+        (
+            with(joined_ok, None),
+            Some((
+                ConditionStatus::True,
+                Reason::Joined,
+                "the copy is the hub's",
+            )),
+        ),
+        (
+            with(joined_ok, Some("no free block")),
+            Some((
+                ConditionStatus::True,
+                Reason::BlocksLow,
+                "BlocksLow: no free block",
+            )),
+        ),
+        (
+            with(Some((false, Hub::HubUnreachable, "the hub is down")), None),
+            Some((
+                ConditionStatus::False,
+                Reason::HubUnreachable,
+                "the hub is down",
+            )),
+        ),
+        (
+            with(Some((false, Hub::JoinRefused, "taken name")), None),
+            Some((ConditionStatus::False, Reason::JoinRefused, "taken name")),
+        ),
+        (
+            with(None, None),
+            Some((
+                ConditionStatus::False,
+                Reason::HubCheckPending,
+                "has not reached the hub",
+            )),
+        ),
+        (
+            decide(&[&membership("m", "b", &[])], &cluster("a")),
+            Some((
+                ConditionStatus::False,
+                Reason::NoUsableCopy,
+                "made by cluster b",
+            )),
+        ),
+        (decide(&[], &cluster("a")), None),
+    ];
+    for (blocks, expected) in cases {
+        let got = id_space(&blocks);
+        match (got, expected) {
+            (None, None) => {}
+            (Some((value, reason, message)), Some((v, r, says))) => {
+                assert_eq!((value, reason), (v, r), "{message}");
+                assert!(message.contains(says), "{message}");
+            }
+            (got, expected) => panic!("{got:?} != {expected:?}"),
+        }
+    }
+    // A sequence that was joined and no longer is says so; one never joined shows nothing.
+    let seq = IdSequence::new("s", IdSequenceSpec::default());
+    let mut status = Default::default();
+    set_id_space(&mut status, &seq, &Blocks::Lone);
+    assert!(
+        status.conditions.is_empty(),
+        "a lone sequence gets no IdSpace condition"
+    );
+    set_id_space(&mut status, &seq, &with(joined_ok, None));
+    assert_eq!(status.conditions[0].reason, "Joined");
+    set_id_space(&mut status, &seq, &Blocks::Lone);
+    assert_eq!(
+        (
+            status.conditions[0].status.as_str(),
+            status.conditions[0].reason.as_str()
+        ),
+        ("False", "NotJoined")
+    );
+}

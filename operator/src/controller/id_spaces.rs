@@ -82,7 +82,7 @@ impl IdSpaces {
         let ns = seq.namespace().unwrap_or_default();
         let found = self.naming(&ns, &seq.name_any());
         if found.is_empty() {
-            return Blocks::Lone;
+            return blocks::unnamed(seq);
         }
         let this = self
             .this

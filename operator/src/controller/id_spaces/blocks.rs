@@ -138,6 +138,31 @@ pub enum Waiting {
          ID space; no slot is assigned until one of them is deleted"
     )]
     TwoMemberships { first: String, second: String },
+    #[error(
+        "this sequence shared an ID space (its status has the IdSpace condition) and no \
+         IdSpaceMembership names it any more: its slots may be another member's now, so none \
+         is assigned and held slots stop at their fence cap. Join again (a new \
+         IdSpaceMembership naming it), or, once no other cluster issues this sequence's IDs, \
+         delete the IdSequence and create it again (a new sequence starts lone)"
+    )]
+    LeftIdSpace,
+}
+
+/// What a sequence no membership names may hand out: every slot if it never shared an ID
+/// space ([`Blocks::Lone`]); nothing if it did (its status keeps the `IdSpace` condition
+/// the controller set while it was joined), since its former blocks may be another
+/// member's now and a lone plan would assign them without a cap (rule 17).
+pub fn unnamed(seq: &kubeflake_crds::sequence::IdSequence) -> Blocks {
+    let id_space = kubeflake_crds::conditions::ConditionType::IdSpace.as_str();
+    let shared = seq
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == id_space));
+    if shared {
+        Blocks::Waiting(Waiting::LeftIdSpace)
+    } else {
+        Blocks::Lone
+    }
 }
 
 /// What deciding a sequence's [`Blocks`] reads.

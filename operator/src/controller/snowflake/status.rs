@@ -139,9 +139,9 @@ pub fn set_id_space(status: &mut IdSequenceStatus, seq: &IdSequence, blocks: &Bl
         .any(|c| c.type_ == ConditionType::IdSpace.as_str());
     let Some((value, reason, message)) = id_space(blocks) else {
         if had {
-            let message = "no IdSpaceMembership names this sequence: it is lone (every slot of \
-                           its layout, no cap); it must not issue beside the members of the \
-                           space it left (scale it to zero, or join again)";
+            let message = "no IdSpaceMembership names this sequence any more: no slot is \
+                           assigned (its former blocks may be another member's); join again, \
+                           or delete the IdSequence and create it again";
             let (t, f) = (ConditionType::IdSpace, ConditionStatus::False);
             set_condition(
                 &mut status.conditions,

@@ -289,6 +289,31 @@ fn rule17_a_sequence_no_membership_names_is_lone() {
     assert!(joined().needs_current_sidecars());
 }
 
+/// A sequence whose membership was deleted is not lone again: its former blocks may be
+/// another member's now, and a lone plan would assign any slot with no cap.
+#[test]
+fn rule17_a_sequence_that_left_its_id_space_assigns_no_slot_until_it_joins_again_or_is_made_again()
+{
+    use crate::controller::id_spaces::blocks::{Waiting, unnamed};
+    use crate::controller::snowflake::status::set_id_space;
+    use kubeflake_crds::IdSequenceSpec;
+    use kubeflake_crds::sequence::IdSequence;
+    let mut seq = IdSequence::new("s", IdSequenceSpec::default());
+    assert_eq!(unnamed(&seq), Blocks::Lone, "never shared: lone, as before");
+    let mut status = Default::default();
+    set_id_space(&mut status, &seq, &joined());
+    seq.status = Some(status);
+    let left = unnamed(&seq);
+    assert_eq!(left, Blocks::Waiting(Waiting::LeftIdSpace));
+    let plan = plan_with(&left, &[lease(0, None, 0, None)], &[pod("p")]);
+    assert!(assigned(&plan).is_empty(), "no slot: {plan:?}");
+    let message = Waiting::LeftIdSpace.to_string();
+    assert!(
+        message.contains("Join again") && message.contains("create it again"),
+        "{message}"
+    );
+}
+
 /// Rule 21 (docs/design/2026-11-29-multicluster.md): a copy that went back holds the
 /// sequence's slots until the membership task has raised the slot fences.
 #[test]

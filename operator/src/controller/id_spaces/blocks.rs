@@ -146,6 +146,14 @@ pub enum Waiting {
          delete the IdSequence and create it again (a new sequence starts lone)"
     )]
     LeftIdSpace,
+    #[error(
+        "IdSpaceMembership {membership}: this sequence's slot lease is longer than the ID \
+         space keeps a block's bound ahead (toleranceSeconds + renewEverySeconds = \
+         {reach_secs} s), and a slot is assigned only while its block's bound is a whole lease \
+         ahead, so none ever is: shorten spec.lease.durationSeconds below {reach_secs} s, or \
+         use a space with a longer toleranceSeconds"
+    )]
+    LeaseBeyondBound { membership: String, reach_secs: u64 },
 }
 
 /// What a sequence no membership names may hand out: every slot if it never shared an ID
@@ -232,6 +240,13 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
             membership: mname.clone(),
             source,
         })?;
+    let reach_secs = space.tolerance_secs() + space.renew_every_secs();
+    if m.sequence.timebase.ticks_in_ms(reach_secs * 1000) < m.min_ahead {
+        return Err(Waiting::LeaseBeyondBound {
+            membership: mname.clone(),
+            reach_secs,
+        });
+    }
     let record = status
         .local_record(&space)
         .map_err(|source| Waiting::BadCopy {

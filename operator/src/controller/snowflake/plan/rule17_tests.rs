@@ -201,6 +201,36 @@ fn rule17_a_grant_with_no_room_or_too_near_its_bound_gives_no_slot() {
     assert_eq!(assigned(&plan_with(&early, &[], &[pod("a")])), []);
 }
 
+/// A slot lease longer than the space keeps a bound ahead could never be assigned: said,
+/// with what to change, instead of waiting for ever without a reason.
+#[test]
+fn a_slot_lease_longer_than_the_spaces_bound_distance_waits_and_says_which_setting_to_change() {
+    let reach_ms = (space().tolerance_secs() + space().renew_every_secs()) * 1000;
+    let member = membership("m", "a", &[(2, 50_000, 200_000)]);
+    let with_lease = |lease_ticks: u64| {
+        blocks(&Membership {
+            found: &[&member],
+            this: Ok(&cluster("a")),
+            sequence: *space().sequence(),
+            datacenter: DatacenterId(0),
+            now: Tick(NOW),
+            min_ahead: lease_ticks,
+        })
+    };
+    let Blocks::Waiting(waiting) = with_lease(reach_ms + 1) else {
+        panic!("a lease longer than the bound distance must wait");
+    };
+    let message = waiting.to_string();
+    assert!(
+        message.contains("spec.lease.durationSeconds") && message.contains("3900 s"),
+        "{message}"
+    );
+    assert!(
+        matches!(with_lease(reach_ms), Blocks::Joined(_)),
+        "a lease as long as the bound distance may still be assigned right after a renewal"
+    );
+}
+
 #[test]
 fn rule17_a_renewed_grant_raises_the_cap_of_held_leases() {
     let leases = [

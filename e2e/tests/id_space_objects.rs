@@ -170,11 +170,12 @@ async fn bad_parameters_and_registry_records_are_refused_naming_the_field() -> R
         &["spec.blockSlots", "more than the 4096"],
     )?;
     let mut s = spec();
-    s.tolerance_seconds = 100;
+    s.tolerance_seconds = 59;
+    s.renew_every_seconds = 10;
     refused(
-        "tolerance 100 s",
+        "tolerance 59 s",
         create(s).await,
-        &["spec.toleranceSeconds", "300"],
+        &["spec.toleranceSeconds", "60"],
     )?;
     let mut s = spec();
     s.renew_every_seconds = 2000;

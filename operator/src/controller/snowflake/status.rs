@@ -6,7 +6,7 @@ use kubeflake_crds::timebase::rfc3339;
 
 use kubeflake_crds::conditions::{ConditionStatus, ConditionType, Reason, set_condition};
 
-use crate::controller::id_spaces::blocks::Blocks;
+use crate::controller::id_spaces::blocks::{Blocks, Waiting};
 use crate::hub::conditions::Reason as Hub;
 
 /// A year: the `Expiring` condition turns true when less is left.
@@ -162,7 +162,9 @@ pub fn set_id_space(status: &mut IdSequenceStatus, seq: &IdSequence, blocks: &Bl
 pub fn id_space(blocks: &Blocks) -> Option<(ConditionStatus, Reason, String)> {
     use ConditionStatus::{False, True};
     let joined = match blocks {
-        Blocks::Lone => return None,
+        // Not listed yet: nothing is known about a membership, so nothing is written (a
+        // sequence with the condition and no membership is one that left its space).
+        Blocks::Lone | Blocks::Waiting(Waiting::NotListed) => return None,
         Blocks::Waiting(w) => return Some((False, Reason::NoUsableCopy, w.to_string())),
         Blocks::Joined(j) => j,
     };

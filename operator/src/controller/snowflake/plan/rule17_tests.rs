@@ -331,6 +331,13 @@ fn rule17_a_sequence_that_left_its_id_space_assigns_no_slot_until_it_joins_again
     let mut seq = IdSequence::new("s", IdSequenceSpec::default());
     assert_eq!(unnamed(&seq), Blocks::Lone, "never shared: lone, as before");
     let mut status = Default::default();
+    set_id_space(&mut status, &seq, &Blocks::Waiting(Waiting::NotListed));
+    seq.status = Some(status.clone());
+    assert_eq!(
+        unnamed(&seq),
+        Blocks::Lone,
+        "a pass before the memberships are listed marks nothing"
+    );
     set_id_space(&mut status, &seq, &joined());
     seq.status = Some(status);
     let left = unnamed(&seq);

@@ -288,6 +288,11 @@ async fn rule21_recover_frees_every_block_above_any_bound_a_member_can_hold() ->
         );
     }
     assert_eq!(after.members.len(), 2, "memberships are kept");
+    // Above any revision a member saw after the backup, or members would keep answering
+    // HubWentBack and never claim again.
+    let step = kubeflake_crds::id_space::registry::RECOVERY_REVISION_STEP as i64;
+    assert_eq!(after.revision, 9 + step, "{after:?}");
+    assert_eq!(report["revisionAfter"], serde_json::json!(9 + step));
     Ok(())
 }
 

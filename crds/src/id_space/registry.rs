@@ -20,6 +20,13 @@ use super::identity::{MemberId, MemberName};
 use super::space::{BlockIndex, Space};
 use crate::layout::{DatacenterId, Tick};
 
+/// How far `hub recover` moves the revision up ([`Registry::recover_after_restore`]):
+/// more writes than a hub takes in centuries (each is one member's transition, a few a
+/// minute per member), so it is above any revision a member saw after the backup.
+pub const RECOVERY_REVISION_STEP: u64 = 1 << 32;
+/// The highest revision the IdSpace holds (`spec.registry.revision` is an `int64`).
+pub const MAX_REVISION: u64 = i64::MAX as u64;
+
 /// A member as the registry records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -292,9 +299,18 @@ impl Registry {
     /// clocks that run behind: no member can hold a bound beyond that. Members keep their
     /// memberships and claim again; what they issue under their old grants stays below
     /// every new floor.
+    ///
+    /// The revision jumps by [`RECOVERY_REVISION_STEP`], not by one: a member that saw a
+    /// revision written after the backup refuses any registry below it (`HubWentBack`), and
+    /// the hub cannot know how many writes it lost. Above every revision a member saw,
+    /// members take the recovered registry as newer and claim again.
     pub fn recover_after_restore(&self, space: &Space, now: Tick, skew: u64) -> Registry {
         let floor = space.bound_from(Tick(now.0.saturating_add(skew)));
         let mut next = self.changed();
+        next.revision = self
+            .revision
+            .saturating_add(RECOVERY_REVISION_STEP)
+            .min(MAX_REVISION);
         for block in space.blocks() {
             let (term, old) = match self.block(block) {
                 BlockState::Free { term, floor } => (*term, *floor),

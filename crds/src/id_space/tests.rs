@@ -721,4 +721,14 @@ fn rule21_recovering_a_restored_hub_puts_every_floor_above_any_bound_a_member_ca
         );
     }
     assert!(recovered.member(&id(2)).is_some(), "memberships are kept");
+    // Member 2 saw the revision of its claim after the backup; the recovered registry
+    // must not look older to it, or it would never claim again (`HubWentBack` for ever).
+    let seen_after_backup = LocalRecord::from_view(&live.view_of(&id(2)).unwrap());
+    assert_eq!(
+        check_hub(&seen_after_backup, &recovered.view_of(&id(2)).unwrap()),
+        HubCheck::Current,
+        "a member that saw revision {} must take the recovered registry (revision {}) as newer",
+        live.revision(),
+        recovered.revision()
+    );
 }

@@ -116,7 +116,7 @@ impl Metrics {
             ),
             reclaims: r.counter_vec(
                 "kubeflake_operator_slot_reclaims_total",
-                "Slots released, by reason (pod_gone, silent, duplicate).",
+                "Slots released, by reason (pod_gone, silent, duplicate, outside_blocks).",
                 &["reason"],
             ),
             conflicts: r.counter(
@@ -200,7 +200,7 @@ impl Metrics {
         for result in RESULT_LABELS {
             m.reconciles.with_label_values(&[result]);
         }
-        for reason in ["pod_gone", "silent", "duplicate"] {
+        for reason in ["pod_gone", "silent", "duplicate", "outside_blocks"] {
             m.reclaims.with_label_values(&[reason]);
         }
         for outcome in ["injected", "skipped", "denied", "error"] {

@@ -142,7 +142,8 @@ impl LocalRecord {
             .collect()
     }
 
-    fn grant_of(&self, space: &Space, datacenter: DatacenterId, slot: Slot) -> Option<&Grant> {
+    /// The grant of the block `slot` lies in, if this member holds that block.
+    pub fn grant_of(&self, space: &Space, datacenter: DatacenterId, slot: Slot) -> Option<&Grant> {
         self.grants.get(&space.block_of(datacenter, slot)?)
     }
 }

@@ -325,13 +325,36 @@ impl Blocks {
     }
 
     /// The cap `lease` (held) should be raised to: its grant's bound, when above the cap it
-    /// has or when it has none. Never for a lone sequence or a slot outside the blocks held.
+    /// has or when it has none. Never for a lone sequence or a slot outside the blocks held
+    /// ([`Blocks::held_outside`]: raising that cap would let the holder issue below the
+    /// floor of a later term).
     pub fn cap_to_raise(&self, lease: &SlotLease) -> Option<Tick> {
         let Blocks::Joined(j) = self else { return None };
+        if self.held_outside(lease) {
+            return None;
+        }
         let bound = j.record.fence_cap(&j.space, j.datacenter, lease.slot)?;
         match lease.fence_cap {
             Some(cap) if cap >= bound => None,
             _ => Some(bound),
+        }
+    }
+
+    /// Whether held `lease` lies outside the blocks the member holds now (rule 17): its
+    /// block is not the member's any more, or the member holds it again in a later term
+    /// (the lease's cap, set in an earlier term, is at or below the new term's floor: within
+    /// one term every bound is above the floor). Its holder stopped at its cap; the
+    /// controller releases it so that the pod takes a slot in a block held now
+    /// ([`ReleaseReason::OutsideBlocks`](crate::controller::snowflake::plan::ReleaseReason)).
+    /// A held lease without a cap is the join's (its block became the first claim), so it
+    /// is outside only when its block is not held.
+    pub fn held_outside(&self, lease: &SlotLease) -> bool {
+        let Blocks::Joined(j) = self else {
+            return false;
+        };
+        match j.record.grant_of(&j.space, j.datacenter, lease.slot) {
+            None => true,
+            Some(grant) => lease.fence_cap.is_some_and(|cap| cap <= grant.floor),
         }
     }
 

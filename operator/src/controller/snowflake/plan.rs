@@ -43,6 +43,12 @@ pub enum ReleaseReason {
     Silent,
     /// The pod holds a lower slot too.
     Duplicate,
+    /// A joined sequence's slot outside the blocks its member holds now (rule 17): the
+    /// block was reclaimed or handed back while the holder was capped at its old bound. The
+    /// holder stops (it stopped at its cap already); the slot is not given again here until
+    /// the member holds its block, and then above the block's floor. The pod gets a slot in
+    /// a block held now.
+    OutsideBlocks,
 }
 
 impl ReleaseReason {
@@ -51,6 +57,7 @@ impl ReleaseReason {
             ReleaseReason::PodGone => "pod_gone",
             ReleaseReason::Silent => "silent",
             ReleaseReason::Duplicate => "duplicate",
+            ReleaseReason::OutsideBlocks => "outside_blocks",
         }
     }
 }
@@ -128,6 +135,8 @@ pub fn plan(o: &Observed<'_>) -> Plan {
                 Some(ReleaseReason::PodGone)
             } else if i > 0 {
                 Some(ReleaseReason::Duplicate)
+            } else if o.blocks.held_outside(lease) {
+                Some(ReleaseReason::OutsideBlocks)
             } else {
                 None
             };

@@ -13,7 +13,7 @@ use kubeflake_crds::layout::DatacenterId;
 use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
 
-use super::{Observed, Plan, PodInfo, Step, plan};
+use super::{Observed, Plan, PodInfo, ReleaseReason, Step, plan};
 use crate::controller::id_spaces::blocks::{Blocks, Membership, blocks};
 
 const NOW: u64 = 100_000;
@@ -257,6 +257,67 @@ fn rule17_a_renewed_grant_raises_the_cap_of_held_leases() {
             .steps
             .iter()
             .any(|s| matches!(s, Step::RaiseCap { .. }))
+    );
+}
+
+#[test]
+fn rule17_a_holder_outside_the_blocks_held_now_is_released_so_its_pod_gets_a_slot_inside() {
+    // Block 2 (slots 128-191) is held from tick 50,000 to 200,000.
+    let leases = [
+        // Block 0 was reclaimed while this member was cut off: its holder stopped at its
+        // cap and would refuse for ever.
+        lease(5, Some("d"), 90_000, Some(100_000)),
+        // Block 2 was lost and is held again in a later term (floor 50,000): a cap from
+        // the earlier term must not be raised, or the holder would issue below the floor.
+        lease(130, Some("e"), 40_000, Some(45_000)),
+        // Held in this term: kept, its cap raised.
+        lease(131, Some("f"), 60_000, Some(150_000)),
+    ];
+    let pods = [pod("d"), pod("e"), pod("f")];
+    let planned = plan_with(&joined(), &leases, &pods);
+    let released: Vec<(u32, ReleaseReason)> = planned
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Release { lease, reason } => Some((lease.slot.0, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        released,
+        [
+            (5, ReleaseReason::OutsideBlocks),
+            (130, ReleaseReason::OutsideBlocks)
+        ]
+    );
+    let raised: Vec<u32> = planned
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::RaiseCap { lease, .. } => Some(lease.slot.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(raised, [131]);
+    // Released, their pods wait and get slots inside block 2, above its floor.
+    let freed = [
+        lease(5, None, 90_000, Some(100_000)),
+        lease(130, None, 40_000, Some(45_000)),
+        leases[2].clone(),
+    ];
+    let next = assigned(&plan_with(&joined(), &freed, &pods));
+    assert_eq!(next.len(), 2, "{next:?}");
+    for (slot, limits) in next {
+        assert!((128..192).contains(&slot), "slot {slot} is outside block 2");
+        let limits = limits.expect("a joined sequence's slot carries its limits");
+        assert!(limits.start_above() >= Tick(50_000), "{limits:?}");
+    }
+    // A lone sequence releases none of them.
+    assert!(
+        !plan_with(&Blocks::Lone, &leases, &pods)
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Release { .. }))
     );
 }
 

@@ -90,9 +90,12 @@ impl IdSpaces {
             .await
             .map_err(|e| e.to_string());
         let found: Vec<&IdSpaceMembership> = found.iter().map(Arc::as_ref).collect();
+        let every = self.memberships.state();
+        let all: Vec<&IdSpaceMembership> = every.iter().map(Arc::as_ref).collect();
         let lease_ms = u64::try_from(lease_duration.as_millis()).unwrap_or(u64::MAX);
         blocks::blocks(&Membership {
             found: &found,
+            all: &all,
             this: this.as_ref().copied().map_err(String::clone),
             sequence: SpaceSequence {
                 layout: params.layout,

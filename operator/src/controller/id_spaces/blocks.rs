@@ -18,11 +18,21 @@
 //!   found it behind the hub's) until the task has raised the fences of the slot Leases in
 //!   its blocks: its condition `FencesRaised` is not `True` (rule 21, `hub/fences.rs`).
 //!
+//! - nor does a second sequence of this cluster joined to a space an earlier membership
+//!   of this cluster joined (same space and hub Secret, or the same IdSpace UID): the hub
+//!   sees one member per cluster, so both would use the same blocks (rule 20);
+//! - a held Lease outside the blocks held now is released ([`Blocks::held_outside`]).
+//!
 //! A sequence no membership names is [`Blocks::Lone`]: planned exactly as before.
+//!
+//! One piece (over 400 lines): the decision and its reasons ([`Waiting`], one message per
+//! way a membership is unusable) are read together; split, each would need the other.
 //!
 //! Its tests, with the plan, are `operator/src/controller/snowflake/plan/rule17_tests.rs`.
 
 use std::collections::BTreeSet;
+
+use kube::ResourceExt;
 
 use kubeflake_crds::id_space::membership::{BadCopy, IdSpaceMembership, IdSpaceMembershipStatus};
 use kubeflake_crds::id_space::{
@@ -139,6 +149,14 @@ pub enum Waiting {
     )]
     TwoMemberships { first: String, second: String },
     #[error(
+        "IdSpaceMembership {membership} joins the same ID space as {earlier} (same space and \
+         hub Secret, or the same IdSpace UID), made earlier for another sequence of this \
+         cluster: one cluster is one member, so both sequences would use the same blocks and \
+         repeat each other's IDs. No slot of this sequence is assigned: delete one of the two \
+         memberships, or join this sequence to a space of its own"
+    )]
+    SpaceJoinedTwice { membership: String, earlier: String },
+    #[error(
         "this sequence shared an ID space (its status has the IdSpace condition) and no \
          IdSpaceMembership names it any more: its slots may be another member's now, so none \
          is assigned and held slots stop at their fence cap. Join again (a new \
@@ -177,6 +195,8 @@ pub fn unnamed(seq: &kubeflake_crds::sequence::IdSequence) -> Blocks {
 pub struct Membership<'a> {
     /// The memberships of the sequence's namespace that name it.
     pub found: &'a [&'a IdSpaceMembership],
+    /// Every membership of this cluster (those in `found` too).
+    pub all: &'a [&'a IdSpaceMembership],
     /// This cluster's ID, or why it could not be read.
     pub this: Result<&'a MemberId, String>,
     pub sequence: SpaceSequence,
@@ -198,10 +218,38 @@ pub fn blocks(m: &Membership<'_>) -> Blocks {
             });
         }
     };
+    if let Some(earlier) = earlier_of_same_space(m.all, membership) {
+        let qualified =
+            |m: &IdSpaceMembership| format!("{}/{}", m.namespace().unwrap_or_default(), name(m));
+        return Blocks::Waiting(Waiting::SpaceJoinedTwice {
+            membership: qualified(membership),
+            earlier: qualified(earlier),
+        });
+    }
     match joined(membership, m) {
         Ok(joined) => Blocks::Joined(joined),
         Err(waiting) => Blocks::Waiting(waiting),
     }
+}
+
+/// The membership of another sequence of this cluster, made before `m`, that joins the same
+/// ID space: same space and hub Secret, or the same IdSpace UID in both copies (two Secrets
+/// for one hub). The hub sees one member, so a second sequence would get the first one's
+/// blocks; the earlier membership (by creation time, then namespace and name) keeps them.
+fn earlier_of_same_space<'a>(
+    all: &[&'a IdSpaceMembership],
+    m: &IdSpaceMembership,
+) -> Option<&'a IdSpaceMembership> {
+    let uid = |x: &IdSpaceMembership| x.status.as_ref().and_then(|s| s.id_space_uid.clone());
+    let order = |x: &IdSpaceMembership| (x.creation_timestamp(), x.namespace(), x.name_any());
+    all.iter().copied().find(|other| {
+        let same_sequence =
+            other.namespace() == m.namespace() && other.spec.sequence == m.spec.sequence;
+        let same_space = (other.spec.space == m.spec.space
+            && other.spec.hub_secret == m.spec.hub_secret)
+            || uid(other).is_some_and(|u| Some(u) == uid(m));
+        !same_sequence && same_space && order(other) < order(m)
+    })
 }
 
 fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, Waiting> {

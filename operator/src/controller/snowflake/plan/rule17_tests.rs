@@ -14,7 +14,7 @@ use kubeflake_crds::slot_lease::{BlockLimits, SlotLease};
 use kubeflake_crds::{Slot, Tick};
 
 use super::{Observed, Plan, PodInfo, ReleaseReason, Step, plan};
-use crate::controller::id_spaces::blocks::{Blocks, Membership, blocks};
+use crate::controller::id_spaces::blocks::{Blocks, Membership, Waiting, blocks};
 
 const NOW: u64 = 100_000;
 const LEASE_TICKS: u64 = 15_000;
@@ -67,6 +67,7 @@ fn membership(name: &str, made_by: &str, grants: &[(i64, i64, i64)]) -> IdSpaceM
 fn decide(found: &[&IdSpaceMembership], this: &MemberId) -> Blocks {
     blocks(&Membership {
         found,
+        all: found,
         this: Ok(this),
         sequence: *space().sequence(),
         datacenter: DatacenterId(0),
@@ -210,6 +211,7 @@ fn a_slot_lease_longer_than_the_spaces_bound_distance_waits_and_says_which_setti
     let with_lease = |lease_ticks: u64| {
         blocks(&Membership {
             found: &[&member],
+            all: &[&member],
             this: Ok(&cluster("a")),
             sequence: *space().sequence(),
             datacenter: DatacenterId(0),
@@ -348,6 +350,7 @@ fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_says_why() {
         (
             blocks(&Membership {
                 found: &[&good],
+                all: &[&good],
                 this: Err("forbidden".into()),
                 sequence: *space().sequence(),
                 datacenter: DatacenterId(0),
@@ -370,6 +373,66 @@ fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_says_why() {
         );
         assert!(blocks.needs_current_sidecars());
     }
+}
+
+/// Two sequences of one cluster joined to one space: the hub sees one member (the cluster),
+/// so both would take the same blocks and repeat each other's IDs. The earlier membership
+/// keeps the blocks; the later one's sequence assigns nothing and says why.
+#[test]
+fn rule20_a_second_sequence_of_the_cluster_joined_to_the_same_space_assigns_no_slot() {
+    let at = |secs: i64| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).expect("a time"),
+        )
+    };
+    let of = |ns: &str, sequence: &str, made: i64| {
+        let mut m = membership(sequence, "a", &[(2, 50_000, 200_000)]);
+        m.metadata.namespace = Some(ns.into());
+        m.metadata.creation_timestamp = Some(at(made));
+        m.spec.sequence = sequence.into();
+        m
+    };
+    let shop = of("shop", "orders", 100);
+    let billing = of("billing", "invoices", 200);
+    let all = [&shop, &billing];
+    let decide_in = |m: &IdSpaceMembership| {
+        blocks(&Membership {
+            found: &[m],
+            all: &all,
+            this: Ok(&cluster("a")),
+            sequence: *space().sequence(),
+            datacenter: DatacenterId(0),
+            now: Tick(NOW),
+            min_ahead: LEASE_TICKS,
+        })
+    };
+    assert!(
+        matches!(decide_in(&shop), Blocks::Joined(_)),
+        "the earlier keeps its blocks"
+    );
+    let Blocks::Waiting(waiting) = decide_in(&billing) else {
+        panic!("the later membership must give no slot");
+    };
+    assert!(
+        matches!(waiting, Waiting::SpaceJoinedTwice { .. }),
+        "{waiting:?}"
+    );
+    assert!(waiting.to_string().contains("shop/orders"), "{waiting}");
+    // Another space (its own hub Secret and IdSpace UID) is no conflict.
+    let mut elsewhere = of("billing", "invoices", 200);
+    elsewhere.spec.hub_secret = "other-hub".into();
+    elsewhere.status.as_mut().expect("status").id_space_uid = Some("uid-other".into());
+    let all = [&shop, &elsewhere];
+    let own = blocks(&Membership {
+        found: &[&elsewhere],
+        all: &all,
+        this: Ok(&cluster("a")),
+        sequence: *space().sequence(),
+        datacenter: DatacenterId(0),
+        now: Tick(NOW),
+        min_ahead: LEASE_TICKS,
+    });
+    assert!(matches!(own, Blocks::Joined(_)), "{own:?}");
 }
 
 #[test]

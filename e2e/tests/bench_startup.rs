@@ -28,6 +28,11 @@
 //!   sidecar + probes" and no sequence label: what the injected pod's shape costs, so that
 //!   "kubeflake over idle sidecar, as injected" is the sidecar's own work, its API
 //!   requests, the webhook call and the operator's;
+//! - **kubeflake, joined** (`kubeflake-joined`): the kubeflake pod in a second IdSequence
+//!   of the same namespace, joined to an ID space whose hub is a second control plane
+//!   (e2e/tests/bench_startup_support/): whether a member starts pods as fast as a lone
+//!   cluster; `KUBEFLAKE_BENCH_HUB=away` switches the hub off after the join, so that no
+//!   joined pod's start can wait on it;
 //! - **the same, again** (`idle-injected-again`): "idle sidecar, as injected" once more,
 //!   as a variant of its own. Two identical variants differ only by the rounds' noise, so
 //!   "the same, again, over idle sidecar, as injected" is what a difference between two
@@ -84,9 +89,12 @@
 //! (one table row each); statistics; host CPU; the kubelet's and operator's metrics; one
 //! round; the markdown report; the test itself.
 
+mod bench_startup_support;
 mod chart_support;
+mod hub_support;
 mod node_support;
 mod operator_support;
+mod policy_support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -104,6 +112,7 @@ use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::{BRIDGE_IP, NODE_NAME};
 use kubeflake_e2e::node::{self, PAUSE_IMAGE};
 use kubeflake_e2e::{Cluster, TestNamespace};
+use bench_startup_support::JOINED_SEQUENCE;
 use node_support::helm_install;
 use operator_support::create_sequence;
 
@@ -151,10 +160,12 @@ enum Variant {
     IdleInjectedAgain,
     Kubeflake,
     KubeflakeHook,
+    /// [`Variant::Kubeflake`]'s pod in a sequence joined to a hub.
+    KubeflakeJoined,
 }
 
 impl Variant {
-    const ALL: [Variant; 8] = [
+    const ALL: [Variant; 9] = [
         Variant::Plain,
         Variant::Idle,
         Variant::IdleHook,
@@ -163,6 +174,7 @@ impl Variant {
         Variant::IdleInjectedAgain,
         Variant::Kubeflake,
         Variant::KubeflakeHook,
+        Variant::KubeflakeJoined,
     ];
 
     fn label(self) -> &'static str {
@@ -175,6 +187,7 @@ impl Variant {
             Variant::IdleInjectedAgain => "idle-injected-again",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake-hook",
+            Variant::KubeflakeJoined => "kubeflake-joined",
         }
     }
 
@@ -188,6 +201,7 @@ impl Variant {
             Variant::IdleInjectedAgain => "the same, again",
             Variant::Kubeflake => "kubeflake",
             Variant::KubeflakeHook => "kubeflake, hook",
+            Variant::KubeflakeJoined => "kubeflake, joined",
         }
     }
 
@@ -197,7 +211,10 @@ impl Variant {
 
     /// Whether the pod has kubeflake's sidecar (and so a slot Lease).
     fn is_kubeflake(self) -> bool {
-        matches!(self, Variant::Kubeflake | Variant::KubeflakeHook)
+        matches!(
+            self,
+            Variant::Kubeflake | Variant::KubeflakeHook | Variant::KubeflakeJoined
+        )
     }
 
     /// Whether the pod is made with what the webhook injects ([`injected_template`]).
@@ -217,6 +234,9 @@ impl Variant {
         let mut labels = serde_json::json!({VARIANT_LABEL: self.label()});
         if self == Variant::Kubeflake {
             labels[SEQUENCE_LABEL] = serde_json::json!(SEQUENCE);
+        }
+        if self == Variant::KubeflakeJoined {
+            labels[SEQUENCE_LABEL] = serde_json::json!(JOINED_SEQUENCE);
         }
         let mut spec = serde_json::json!({
             "terminationGracePeriodSeconds": 10,
@@ -1739,6 +1759,11 @@ fn report(n: usize, rounds: usize, all: &BTreeMap<Variant, Results>) -> String {
             Variant::IdleInjected,
         ),
         (
+            "kubeflake, joined over kubeflake",
+            Variant::KubeflakeJoined,
+            Variant::Kubeflake,
+        ),
+        (
             "the same, again, over idle sidecar, as injected (the rounds' noise)",
             Variant::IdleInjectedAgain,
             Variant::IdleInjected,
@@ -2048,11 +2073,27 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let sets = std::env::var("KUBEFLAKE_BENCH_SET").unwrap_or_default();
     let sets: Vec<&str> = sets.split(',').filter(|s| !s.is_empty()).collect();
 
+    let joined = variants.contains(&Variant::KubeflakeJoined);
+    let hub_away = bench_startup_support::hub_away()?;
+    // The joined variant's hub: a second control plane, started beside the node.
+    let hub_start = joined.then(bench_startup_support::start_hub);
     let cluster = Cluster::shared_with_node();
+    if let Some(start) = hub_start {
+        bench_startup_support::hub_started(start)?;
+    }
+    let hub_secrets = hub_support::on_node::hub_secrets_value();
+    let mut sets = sets;
+    if joined {
+        sets.push(hub_secrets.as_str());
+    }
     helm_install(cluster, RELEASE, RELEASE_NAMESPACE, &sets).await?;
     let ns = cluster.namespace("bench-startup").await?;
     // The default layout: 10 worker bits, 1024 slots.
     create_sequence(&ns, SEQUENCE, serde_json::json!({})).await?;
+    let _hub = match joined {
+        true => Some(bench_startup_support::join(cluster, RELEASE_NAMESPACE, &ns).await?),
+        false => None,
+    };
 
     let shared: Shared = Arc::default();
     let pod_watch = spawn_watch(
@@ -2068,7 +2109,9 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let lease_watch = spawn_watch(
         Api::<Lease>::namespaced(ns.client.clone(), &ns.name),
         WatchParams::default()
-            .labels(&format!("{SEQUENCE_LABEL}={SEQUENCE}"))
+            .labels(&format!(
+                "{SEQUENCE_LABEL} in ({SEQUENCE},{JOINED_SEQUENCE})"
+            ))
             .timeout(280),
         shared.clone(),
         observe_lease,
@@ -2119,7 +2162,8 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
     let reports = outcome?;
 
     println!(
-        "\n<!-- KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
+        "\n<!-- {}KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
+        if hub_away { "KUBEFLAKE_BENCH_HUB=away " } else { "" },
         sizes
             .iter()
             .map(ToString::to_string)

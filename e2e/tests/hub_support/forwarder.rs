@@ -2,7 +2,11 @@
 //! names it instead of the hub, so the test can cut that member off from the hub (every
 //! connection dropped, new ones closed at once) while the hub keeps serving the others,
 //! and switch it back on. Bytes pass through untouched (TLS ends at the hub, whose
-//! certificate names 127.0.0.1).
+//! certificate names 127.0.0.1 and the node's bridge address). On the bridge address
+//! ([`Forwarder::start_on`]) it is how pods on the test node reach a second control plane:
+//! a pod has no route to this machine's loopback, only to the bridge.
+
+use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::{Context, Result};
 use tokio::net::{TcpListener, TcpStream};
@@ -10,6 +14,7 @@ use tokio::sync::watch;
 
 pub struct Forwarder {
     pub port: u16,
+    ip: IpAddr,
     on: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -17,11 +22,19 @@ pub struct Forwarder {
 impl Forwarder {
     /// Forwards 127.0.0.1:<port> to `server` (`https://127.0.0.1:<port>`), switched on.
     pub async fn start(server: &str) -> Result<Forwarder> {
+        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST), server).await
+    }
+
+    /// Forwards `ip`:<port> to `server`, switched on. `ip` is an address of this machine
+    /// (loopback, or the test node's bridge, which no traffic leaves the machine from).
+    pub async fn start_on(ip: IpAddr, server: &str) -> Result<Forwarder> {
         let target = server
             .strip_prefix("https://")
             .with_context(|| format!("the hub's address {server} is not https://host:port"))?
             .to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind((ip, 0))
+            .await
+            .with_context(|| format!("cannot listen on {ip}"))?;
         let port = listener.local_addr()?.port();
         let (on, rx) = watch::channel(true);
         let task = tokio::spawn(async move {
@@ -47,12 +60,12 @@ impl Forwarder {
                 });
             }
         });
-        Ok(Forwarder { port, on, task })
+        Ok(Forwarder { port, ip, on, task })
     }
 
     /// The address a kubeconfig names to go through this forwarder.
     pub fn server(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
+        format!("https://{}:{}", self.ip, self.port)
     }
 
     /// Off: every open connection is dropped and new ones are closed at once. On: passes.

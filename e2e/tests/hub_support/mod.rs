@@ -22,6 +22,7 @@ use kubeflake_e2e::{Cluster, TestNamespace};
 use serde_json::json;
 
 pub mod forwarder;
+pub mod on_node;
 
 use crate::operator_support::eventually;
 use crate::policy_support::{service_account, token};

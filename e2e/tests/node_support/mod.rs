@@ -388,6 +388,17 @@ impl Ledger {
             .len()
     }
 
+    /// The pods that gave IDs, by name.
+    pub fn pod_names(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .per_pod
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// IDs of one pod, in the order they were received.
     pub fn of(&self, pod: &str) -> Vec<u64> {
         self.inner

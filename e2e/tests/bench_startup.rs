@@ -101,6 +101,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use bench_startup_support::JOINED_SEQUENCE;
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -112,7 +113,6 @@ use kubeflake_crds::slot_lease::SEQUENCE_LABEL;
 use kubeflake_e2e::addresses::{BRIDGE_IP, NODE_NAME};
 use kubeflake_e2e::node::{self, PAUSE_IMAGE};
 use kubeflake_e2e::{Cluster, TestNamespace};
-use bench_startup_support::JOINED_SEQUENCE;
 use node_support::helm_install;
 use operator_support::create_sequence;
 
@@ -2163,7 +2163,11 @@ async fn pod_startup_stages_plain_idle_sidecar_idle_with_hook_and_kubeflake_with
 
     println!(
         "\n<!-- {}KUBEFLAKE_BENCH_PODS={} KUBEFLAKE_BENCH_ROUNDS={rounds} cargo test -p kubeflake-e2e --test bench_startup -- --ignored --nocapture; {} -->\n",
-        if hub_away { "KUBEFLAKE_BENCH_HUB=away " } else { "" },
+        if hub_away {
+            "KUBEFLAKE_BENCH_HUB=away "
+        } else {
+            ""
+        },
         sizes
             .iter()
             .map(ToString::to_string)

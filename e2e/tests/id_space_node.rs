@@ -30,7 +30,7 @@ use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, SpaceSequenceSpec
 use kubeflake_crds::{Id, Layout};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::{
-    LIMIT, Ledger, RELEASE, RELEASE_NAMESPACE, apply, app_deployment, helm_install,
+    LIMIT, Ledger, RELEASE, RELEASE_NAMESPACE, app_deployment, apply, helm_install,
     ids_of_every_ready_pod, namespace_state, rollout,
 };
 use operator_support::{create_sequence, eventually};
@@ -70,9 +70,11 @@ fn check_inside_grants(
 }
 
 async fn copy_of(ns: &TestNamespace) -> Result<IdSpaceMembership> {
-    Ok(Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name)
-        .get(SEQUENCE)
-        .await?)
+    Ok(
+        Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name)
+            .get(SEQUENCE)
+            .await?,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,11 +91,8 @@ async fn rule17_19_the_example_app_on_a_member_on_the_node_issues_only_in_its_bl
         .join()
         .map_err(|_| anyhow::anyhow!("starting the hub panicked"))?
         .map_err(anyhow::Error::msg)?;
-    let node_hub = NodeHub::start(IdSpaceSpec::new(
-        SpaceSequenceSpec::default(),
-        BLOCK_SLOTS,
-    ))
-    .await?;
+    let node_hub =
+        NodeHub::start(IdSpaceSpec::new(SpaceSequenceSpec::default(), BLOCK_SLOTS)).await?;
 
     // The other member: the hub's own cluster, with one pod holding a slot.
     let mut other = Member::join(node_hub.cluster, "central", &node_hub.hub, None).await?;
@@ -125,7 +124,10 @@ async fn rule17_19_the_example_app_on_a_member_on_the_node_issues_only_in_its_bl
             ])
             .await;
         let logs = logs.map(|o| o.stdout + &o.stderr).unwrap_or_default();
-        format!("{logs}\n{}", namespace_state(cluster, RELEASE_NAMESPACE).await)
+        format!(
+            "{logs}\n{}",
+            namespace_state(cluster, RELEASE_NAMESPACE).await
+        )
     };
     if let Err(e) = ready_is(&ns, SEQUENCE, "True", "Joined", LIMIT).await {
         return Err(e.context(operator_logs().await));
@@ -138,11 +140,16 @@ async fn rule17_19_the_example_app_on_a_member_on_the_node_issues_only_in_its_bl
     rollout(cluster, &ns.name, APP).await?;
     let ledger = Ledger::default();
     ids_of_every_ready_pod(&ns, APP, 3, &ledger).await?;
-    let held = eventually(LIMIT, "the node member holds a block and a spare", || async {
-        let m = copy_of(&ns).await?;
-        let joined = condition(&m, "Ready").is_some_and(|(s, r, _)| s == "True" && r == "Joined");
-        Ok(m.status.filter(|s| joined && s.grants.len() == 2))
-    })
+    let held = eventually(
+        LIMIT,
+        "the node member holds a block and a spare",
+        || async {
+            let m = copy_of(&ns).await?;
+            let joined =
+                condition(&m, "Ready").is_some_and(|(s, r, _)| s == "True" && r == "Joined");
+            Ok(m.status.filter(|s| joined && s.grants.len() == 2))
+        },
+    )
     .await?;
 
     // The hub away (the forwarder off): pods still start, take slots in the spare and
@@ -223,7 +230,11 @@ async fn rule17_19_the_example_app_on_a_member_on_the_node_issues_only_in_its_bl
         "{} IDs from the node's pods and {other_count} from the other member's, 0 duplicates; node member's blocks {:?}, pods' slots {node_slots:?}; other member's blocks {:?}",
         ledger.len(),
         grants.iter().map(|g| g.block).collect::<Vec<_>>(),
-        other_copy.grants.iter().map(|g| g.block).collect::<Vec<_>>()
+        other_copy
+            .grants
+            .iter()
+            .map(|g| g.block)
+            .collect::<Vec<_>>()
     );
     Ok(())
 }

@@ -61,7 +61,15 @@ pub async fn join(
         .await?;
     create_sequence(ns, JOINED_SEQUENCE, serde_json::json!({})).await?;
     let hub_ns = hub.hub.ns.name.clone();
-    membership(ns, JOINED_SEQUENCE, JOINED_SEQUENCE, "bench", &hub_ns, HUB_SECRET).await?;
+    membership(
+        ns,
+        JOINED_SEQUENCE,
+        JOINED_SEQUENCE,
+        "bench",
+        &hub_ns,
+        HUB_SECRET,
+    )
+    .await?;
     ready_is(ns, JOINED_SEQUENCE, "True", "Joined", JOIN_LIMIT)
         .await
         .context("the joined variant's sequence did not join its hub")?;

@@ -1,5 +1,5 @@
 //! Where a pod's start-up time goes, per pod, on the real node (measured, never asserted):
-//! the same pod (the node's pause image as the app) eight ways, created N at once,
+//! the same pod (the node's pause image as the app) nine ways, created N at once,
 //!
 //! - **plain**: the app container alone;
 //! - **idle sidecar**: plus the pause image as a native sidecar (an init container with
@@ -39,7 +39,8 @@
 //!   variants must exceed to say anything;
 //!
 //! alternating (plain, idle sidecar, idle sidecar + hook, idle sidecar + probes, idle
-//! sidecar as injected, the same again, kubeflake, kubeflake with the hook, plain, ...)
+//! sidecar as injected, the same again, kubeflake, kubeflake with the hook, kubeflake
+//! joined, plain, ...)
 //! for a number of rounds, each round starting one variant later than the last (the
 //! second round with idle sidecar, ..., and plain last), so that no variant always
 //! follows the same one; every pod deleted between rounds: gone from the API server, and

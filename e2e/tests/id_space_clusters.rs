@@ -28,7 +28,8 @@ mod sidecar_support;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use clusters_support::*;
+use clusters_support::moving_client::MovingClient;
+use clusters_support::{blue_green, *};
 use hub_support::forwarder::Forwarder;
 use hub_support::{Hub, install_crds};
 use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
@@ -88,10 +89,19 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     let _turn = SERIAL.lock().await;
     let started = Instant::now();
     let hub_cluster = Cluster::shared();
-    let [a_cluster, b_cluster] = tokio::task::block_in_place(member_clusters)?;
+    let [a_cluster, b_cluster, blue_cluster] = tokio::task::block_in_place(member_clusters)?;
     install_crds(hub_cluster).await?;
     let hub = Hub::create(hub_cluster, "hub", space()).await?;
     let forwarder = Forwarder::start(hub_cluster.server()).await?;
+    // Blue serves first, and a client sends requests to one of its sidecars; green (H)
+    // joins while it does, with its own identity and blocks, then A and B.
+    let mut blue = Member::join(blue_cluster, "blue", &hub, None).await?;
+    blue.holds(1).await?;
+    let pods = blue.pods("app", 2).await?;
+    blue.serve(&pods).await?;
+    blue.holds(2).await?;
+    let client = MovingClient::start(blue.name, blue.serving[0].sidecar.port);
+    let before = [blue.count()];
     let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
     let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
     let mut b = Member::join(b_cluster, "b", &hub, None).await?;
@@ -101,6 +111,7 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         m.serve(&pods).await?;
         m.holds(2).await?;
     }
+    issuing(&[&blue], &before, "green and the others joined")?;
     // The rest of the space is held by a ghost member (written by the hub's administrator,
     // with a bound a day ahead), so that a block that lapses is the only one free.
     let ghost_bound = tick_in(&h.params, 86_400_000)?.0 as i64;
@@ -117,9 +128,44 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     })
     .await?;
     eprintln!(
-        "clusters: three members serving after {:?}",
+        "clusters: four members serving after {:?}",
         started.elapsed()
     );
+
+    // Blue/green: the client's requests move to green; blue's pods drain; blue leaves (its
+    // membership deleted: its operator releases each block, floor at bound) and its control
+    // plane is stopped. Green grows into blue's two blocks at once (the only free ones),
+    // and the pods it adds there get slots once blue's bounds passed.
+    let released = blue_green::move_drain_and_leave(&hub, &mut blue, &h, &client).await?;
+    let moved = client.finish();
+    eprintln!(
+        "clusters: blue/green: the client sent {} requests ({} IDs from blue, then {} from \
+         green), {} refused (503), {} unanswered, at most {:?} between two IDs; blue's \
+         blocks released {released:?} (index, bound, floor), {:?} in",
+        moved.requests,
+        count_of(&moved.issued, "blue"),
+        count_of(&moved.issued, "h"),
+        moved.refusals,
+        moved.unanswered,
+        moved.longest_gap,
+        started.elapsed()
+    );
+    ensure!(
+        moved.refusals == 0 && moved.unanswered == 0,
+        "the client was refused or unanswered as traffic moved from blue to green"
+    );
+    blue.vanish();
+    let grow = h.pods("grow", 6).await?;
+    let grown = h.holds(4).await?;
+    ensure!(
+        released
+            .iter()
+            .all(|(i, _, _)| grown.grants.iter().any(|g| g.block == *i)),
+        "green claimed blue's released blocks {released:?}: {:?} (grow: {:?})",
+        grown.grants,
+        grow.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    let green = operator_support::create_pods(&h.ns, SEQUENCE, "green", 2).await?;
 
     // The hub killed: A and B say HubUnreachable, and keep issuing.
     let before = [a.count(), b.count()];
@@ -219,6 +265,17 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         "the refusal says the namespace was restored: {message}"
     );
 
+    // Green's pods in blue's old blocks (assigned once blue's bounds passed) serve.
+    let green = h.assigned(green, Duration::from_secs(150)).await?;
+    ensure!(
+        green.iter().all(|(_, slot)| released
+            .iter()
+            .any(|(i, _, _)| block_slots(*i).contains(slot))),
+        "green's new pods hold slots in blue's old blocks {released:?}: {:?}",
+        green.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    h.serve(&green).await?;
+
     // Their blocks lapse and are reclaimed by the member left, each floor at the bound.
     let old: Vec<(&str, i64, i64)> = a_bounds
         .iter()
@@ -251,10 +308,10 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         gone.elapsed()
     );
 
-    // H grows: its own blocks full, it claims a reclaimed block (the lowest floor first),
-    // and its next pods get slots there.
+    // H grows: its own blocks full (blue's old ones too), it claims a reclaimed block (the
+    // lowest floor first), and its next pods get slots there.
     let fill = h.pods("fill", 6).await?;
-    let grown = h.holds(3).await?;
+    let grown = h.holds(5).await?;
     let taken: Vec<(&str, i64, i64)> = old
         .iter()
         .copied()
@@ -336,18 +393,28 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         .map(|m| m.name)
         .collect();
     ensure!(
-        names.len() == 4,
-        "the hub lists h, a, b and the ghost only: {names:?}"
+        names.len() == 5,
+        "the hub lists h, a, b, blue (it left its blocks, not the space) and the ghost only: \
+         {names:?}"
     );
 
     for m in [&mut h, &mut a, &mut b] {
         m.finish();
     }
-    let all: Vec<&Issued> = [&h, &a, &b].iter().flat_map(|m| m.issued.iter()).collect();
+    let blue_refused: u64 = blue.issued.iter().map(|i| i.data.refusals).sum();
+    ensure!(
+        blue_refused == 0,
+        "blue's sidecars refused {blue_refused} requests while green joined or traffic moved"
+    );
+    let all: Vec<&Issued> = [&h, &a, &b, &blue]
+        .iter()
+        .flat_map(|m| m.issued.iter())
+        .chain(&moved.issued)
+        .collect();
     let layout = *h.layout();
     let crossed = check_across(&layout, &all)?;
     eprintln!(
-        "clusters: {} IDs from 3 control planes, {} duplicates, {:?} in all\n{}",
+        "clusters: {} IDs from 4 control planes, {} duplicates, {:?} in all\n{}",
         crossed.ids,
         crossed.duplicates,
         started.elapsed(),
@@ -381,7 +448,44 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
             "clusters: block {index}: {owner} issued at or below tick {bound}, H from tick {lo}"
         );
     }
+    // Rule 18 for blue's released blocks: blue issued at or below the bound the hub recorded
+    // before it left, green only above the floor its release set (at least that bound).
+    let mut used_again = 0;
+    for (index, bound, floor) in &released {
+        let (bound, floor) = (*bound as u64, *floor as u64);
+        if let Some((_, hi)) = ticks_in(&layout, &of("blue"), block_slots(*index))? {
+            ensure!(
+                hi <= bound,
+                "blue issued tick {hi} in block {index} above its bound {bound}"
+            );
+        }
+        if let Some((lo, _)) = ticks_in(&layout, &of("h"), block_slots(*index))? {
+            ensure!(
+                lo > floor,
+                "green issued tick {lo} in blue's old block {index}, not above {floor}"
+            );
+            used_again += 1;
+            eprintln!(
+                "clusters: blue's block {index}: blue's bound tick {bound}, released at \
+                 {floor}, green from tick {lo}"
+            );
+        }
+    }
+    ensure!(
+        used_again > 0,
+        "green issued in none of blue's released blocks {released:?}"
+    );
     Ok(())
+}
+
+/// IDs in `issued` of `member`.
+fn count_of(issued: &[Issued], member: &str) -> usize {
+    issued
+        .iter()
+        .filter(|i| i.member == member)
+        .flat_map(|i| i.data.segments.iter())
+        .map(Vec::len)
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,7 +493,7 @@ async fn rule18_broken_twin_a_block_handed_over_without_raising_its_floor_to_the
 -> Result<()> {
     let _turn = SERIAL.lock().await;
     let hub_cluster = Cluster::shared();
-    let [a_cluster, _] = tokio::task::block_in_place(member_clusters)?;
+    let [a_cluster, _, _] = tokio::task::block_in_place(member_clusters)?;
     install_crds(hub_cluster).await?;
     let hub = Hub::create(hub_cluster, "hub-broken", space()).await?;
     let mut a = Member::join(a_cluster, "a", &hub, None).await?;

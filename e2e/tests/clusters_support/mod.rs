@@ -27,6 +27,9 @@ use crate::hub_support::{Hub, SPACE, condition, install_crds, membership, secret
 use crate::operator_support::{Operator, all_assigned, create_pods, create_sequence, eventually};
 use crate::sidecar_support::{Collected, Collector, Sidecar, get};
 
+pub mod blue_green;
+pub mod moving_client;
+
 pub const SEQUENCE: &str = "orders";
 pub const HUB_SECRET: &str = "kubeflake-hub-orders";
 /// The shortest slot lease: a slot is assignable only while its block's bound is at least
@@ -34,21 +37,23 @@ pub const HUB_SECRET: &str = "kubeflake-hub-orders";
 pub const LEASE_SECONDS: u64 = 15;
 pub const LIMIT: Duration = Duration::from_secs(60);
 
-/// The two member control planes besides the shared one (the hub), started once per test
-/// binary, side by side; stopped by the exit hook, as the shared one is.
-pub fn member_clusters() -> Result<&'static [Cluster; 2]> {
-    static MEMBERS: OnceLock<Result<[Cluster; 2], String>> = OnceLock::new();
+/// The three member control planes besides the shared one (the hub): A, B and blue,
+/// started once per test binary, side by side; stopped by the exit hook, as the shared one
+/// is.
+pub fn member_clusters() -> Result<&'static [Cluster; 3]> {
+    static MEMBERS: OnceLock<Result<[Cluster; 3], String>> = OnceLock::new();
     let started = MEMBERS.get_or_init(|| {
         std::thread::scope(|s| {
             let a = s.spawn(|| Cluster::start(ClusterOptions::default()));
             let b = s.spawn(|| Cluster::start(ClusterOptions::default()));
+            let blue = s.spawn(|| Cluster::start(ClusterOptions::default()));
             let join = |h: std::thread::ScopedJoinHandle<'_, Result<Cluster>>| {
                 h.join()
                     .map_err(|_| "starting it panicked".to_string())?
                     .map_err(|e| format!("{e:#}"))
             };
-            let (a, b) = (join(a), join(b));
-            Ok([a?, b?])
+            let (a, b, blue) = (join(a), join(b), join(blue));
+            Ok([a?, b?, blue?])
         })
     });
     started

@@ -101,6 +101,7 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     blue.serve(&pods).await?;
     blue.holds(2).await?;
     let client = MovingClient::start(blue.name, blue.serving[0].sidecar.port);
+    let blue_slots: Vec<u32> = blue.serving.iter().map(|s| s.slot).collect();
     let before = [blue.count()];
     let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
     let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
@@ -164,6 +165,14 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         "green claimed blue's released blocks {released:?}: {:?} (grow: {:?})",
         grown.grants,
         grow.iter().map(|(_, s)| s).collect::<Vec<_>>()
+    );
+    eprintln!(
+        "clusters: green holds {:?} (block, floor, bound)",
+        grown
+            .grants
+            .iter()
+            .map(|g| (g.block, g.floor, g.bound))
+            .collect::<Vec<_>>()
     );
     let green = operator_support::create_pods(&h.ns, SEQUENCE, "green", 2).await?;
 
@@ -275,6 +284,11 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
         green.iter().map(|(_, s)| s).collect::<Vec<_>>()
     );
     h.serve(&green).await?;
+    eprintln!(
+        "clusters: green serves from slots {:?} of blue's old blocks; blue's pods had {:?}",
+        green.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+        blue_slots
+    );
 
     // Their blocks lapse and are reclaimed by the member left, each floor at the bound.
     let old: Vec<(&str, i64, i64)> = a_bounds

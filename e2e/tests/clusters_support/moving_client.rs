@@ -141,7 +141,10 @@ fn run(target: &Mutex<Target>, stop: &AtomicBool, seen: &Mutex<Seen>) {
             continue;
         };
         let mut conn = BufReader::new(stream);
-        seen.lock().unwrap().legs[leg].data.segments.push(Vec::new());
+        seen.lock().unwrap().legs[leg]
+            .data
+            .segments
+            .push(Vec::new());
         while !stop.load(Ordering::Relaxed) && current() == to {
             let answer = request(&mut conn, "/id");
             let mut s = seen.lock().unwrap();

@@ -1,15 +1,20 @@
 //! Issue 55's acceptance suite (docs/design/2026-11-29-multicluster.md, plan step 4): one
-//! ID space shared by THREE control planes, each a member with its own IdSequence (the
+//! ID space shared by FOUR control planes, each a member with its own IdSequence (the
 //! same layout), its own operator process and real cluster-mode sidecars issuing IDs at a
 //! high rate from low slot numbers, so that blocks that did not separate the members would
 //! repeat IDs (the issue's repro: two clusters each handing out slots 0 and 1 repeated
-//! 16,000 of 120,000 IDs). The shared control plane H is the hub and a member; A and B are
-//! members of their own control planes. Every ID of every member is collected and checked:
-//! no ID twice, across clusters.
+//! 16,000 of 120,000 IDs). The shared control plane H is the hub and a member; A, B and
+//! blue are members of their own control planes. Every ID of every member is collected
+//! and checked: no ID twice, across clusters.
 //!
-//! - `rule17_18_19_*`: the hub killed, started again and paused while A and B keep
-//!   issuing; A cut off from the hub (a loopback forwarder switched off) past its bound
-//!   stops at the fence cap; B deleted without cleanup (processes killed, control plane
+//! - `rule17_18_19_*`, first blue/green: blue serves and a client calls one of its
+//!   sidecars; green (H) joins meanwhile, with its own identity and blocks (blue keeps
+//!   issuing, 0 refused); the client moves to green (0 requests refused or unanswered);
+//!   blue's pods drain and blue leaves (its membership deleted: its operator releases its
+//!   blocks through the finalizer, floor at least its bound; its control plane stopped);
+//!   green grows into blue's blocks and issues there only above blue's bound. Then the
+//!   hub killed, started again and paused while A and B keep issuing; A cut off from the
+//!   hub (a loopback forwarder switched off) past its bound stops at the fence cap; B deleted without cleanup (processes killed, control plane
 //!   stopped); their lapsed blocks are reclaimed by H a minute after their bounds, and H
 //!   issues in one above its old owner's bound; switched back on, A drops its lost blocks,
 //!   claims one and serves again from new pods.
@@ -17,7 +22,9 @@
 //!   without raising its floor to A's bound (what every hand-over must do); the same
 //!   checker must find the duplicates, so CI proves the suite can see one.
 //!
-//! Its own test binary: it kills and pauses API servers. The two tests take turns.
+//! Its own test binary: it kills and pauses API servers. The two tests take turns. Over
+//! 400 lines: one schedule, read top to bottom; the blue/green move and the moving client
+//! are in clusters_support/.
 
 mod clusters_support;
 mod hub_support;

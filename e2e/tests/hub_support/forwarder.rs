@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 pub struct Forwarder {
+    pub ip: IpAddr,
     pub port: u16,
-    ip: IpAddr,
     on: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }

@@ -55,27 +55,28 @@ pub fn lease_version(cache: &Index<Lease>, ns: &str, name: &str) -> Option<Strin
 
 /// The sequence's pods, from the cache. With `key_form` (the layout stores IDs in a key
 /// form, docs/layouts.md, or the sequence is joined to an ID space, rule 17) pods injected
-/// before 0.2.0 are left out: their sidecars would issue time-ordered IDs, or ignore the
-/// fence cap ([`crate::controller::injected`]), so they get no slot and wait.
+/// before 0.2.0 count as leaving: their sidecars would issue time-ordered IDs, or ignore the
+/// fence cap ([`crate::controller::injected`]), so they get no new slot and wait. A slot
+/// such a pod already holds (it was injected before the upgrade, and held it when the
+/// sequence joined) stays its own, so its app keeps serving, and a joined sequence's plan
+/// caps its Lease like any other held one: the API server's Lease policy refuses the old
+/// sidecar's renewals past the cap, which it does not know (docs/safety.md rules 15, 17).
 pub fn pods(cache: &Index<Pod>, ns: &str, name: &str, key_form: bool) -> Vec<PodInfo> {
     cache
         .of(ns, name)
         .into_iter()
-        .filter(|p| {
-            let old = key_form && crate::controller::injected::before_0_2(p);
-            if old {
-                tracing::warn!(sequence = name, namespace = ns, pod = %p.name_any(), "pod injected before 0.2.0 gets no slot: this sequence's layout has a key form, or its sequence shares an ID space with a fence cap, that its sidecar does not know; re-create the pod");
-            }
-            !old
-        })
         .filter_map(|p| {
+            let old = key_form && crate::controller::injected::before_0_2(&p);
+            if old {
+                tracing::warn!(sequence = name, namespace = ns, pod = %p.name_any(), "pod injected before 0.2.0 gets no new slot: this sequence's layout has a key form, or its sequence shares an ID space with a fence cap, that its sidecar does not know; a slot it holds stays its own (capped for an ID space); re-create the pod");
+            }
             Some(PodInfo {
                 name: p.name_any(),
                 uid: p.uid()?,
                 created: p
                     .creation_timestamp()
                     .and_then(|t| chrono::DateTime::from_timestamp_millis(t.0.as_millisecond())),
-                leaving: slot_lease::pod_is_leaving(&p),
+                leaving: old || slot_lease::pod_is_leaving(&p),
             })
         })
         .collect()

@@ -229,6 +229,43 @@ async fn rule17_a_pod_injected_by_0_1_gets_no_slot_of_a_joined_sequence() {
     assert!(api.requests(&Method::POST, LEASES).is_empty());
 }
 
+/// An install upgraded from 0.1.0 joins with its pods as they are (e2e `upgrade_join`): a
+/// 0.1.0 pod that holds a slot keeps it, and its Lease gets the cap like any held one, so
+/// the Lease policy holds the old sidecar (which knows no cap) to the block's bound.
+/// Before, the pod was left out of the pass: its slot was planned as its pod's gone, the
+/// direct read found the pod and skipped the release, and no cap was ever written.
+#[tokio::test]
+async fn rule15_17_a_slot_held_by_a_pod_injected_by_0_1_stays_its_own_and_its_lease_gets_the_cap() {
+    let seq = sequence(IdSequenceSpec::default(), true, false);
+    let now = now_tick();
+    let bound = now + 3_600_000;
+    let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&[(2, now - 1_000, bound)]))]);
+    let mut old = pod("old");
+    old.metadata.annotations = Some(
+        [(
+            kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
+            "0.1.0".to_string(),
+        )]
+        .into(),
+    );
+    let held = block_lease(128, Some("old"), now, None);
+    let path = format!("{LEASES}/orders-slot-128");
+    let api = FakeApi::new()
+        .expect(Method::PUT, &path, 200, json!(held))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture_with(&api, vec![old], vec![held.clone()], Some(spaces));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    let written = &api.requests(&Method::PUT, &path)[0].body;
+    assert_eq!(written["spec"]["holderIdentity"], json!("uid-old"), "holder kept");
+    assert_eq!(
+        annotation(written, FENCE_CAP_ANNOTATION),
+        json!(bound.to_string())
+    );
+}
+
 #[tokio::test]
 async fn rule17_a_sequence_no_membership_names_assigns_as_before_without_a_cap() {
     let seq = sequence(IdSequenceSpec::default(), true, false);

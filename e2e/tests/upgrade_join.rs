@@ -30,8 +30,8 @@ use anyhow::{Context, Result, anyhow, ensure};
 use hub_support::forwarder::Forwarder;
 use hub_support::{Hub, install_crds, membership, ready_is, secret};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
 use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
 use kubeflake_crds::conditions::{ConditionType, condition};
 use kubeflake_crds::contract::INJECTED_ANNOTATION;
 use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, SpaceSequenceSpec};
@@ -69,7 +69,12 @@ fn hub_cluster() -> Result<&'static Cluster> {
 /// `helm <verb> kf <chart> --wait` with `values`, then the operator's rollout.
 async fn helm(cluster: &Cluster, verb: &str, chart: &str, values: &[String]) -> Result<()> {
     node_support::helm_wait(cluster, verb, RELEASE, chart, RELEASE_NAMESPACE, values).await?;
-    rollout(cluster, RELEASE_NAMESPACE, &chart_support::fullname(RELEASE)).await
+    rollout(
+        cluster,
+        RELEASE_NAMESPACE,
+        &chart_support::fullname(RELEASE),
+    )
+    .await
 }
 
 /// `replicas` ready pods of the app, every one injected by `version`.
@@ -139,7 +144,10 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
         Ok(release)
     })
     .await??;
-    ensure!(previous.version != CURRENT, "releases.txt's newest is this tree");
+    ensure!(
+        previous.version != CURRENT,
+        "releases.txt's newest is this tree"
+    );
     eprintln!("upgrade-join: from {} to {CURRENT}", previous.version);
 
     // 1. The previous release, a sequence with the default layout, its app serving IDs.
@@ -206,7 +214,13 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
         Err(e) => {
             let state = node_support::namespace_state(cluster, RELEASE_NAMESPACE).await;
             let logs = cluster
-                .kubectl(&["logs", "-n", RELEASE_NAMESPACE, "deployment/kf-kubeflake", "--tail=40"])
+                .kubectl(&[
+                    "logs",
+                    "-n",
+                    RELEASE_NAMESPACE,
+                    "deployment/kf-kubeflake",
+                    "--tail=40",
+                ])
                 .await
                 .map(|o| o.stdout)
                 .unwrap_or_default();
@@ -215,7 +229,10 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
     };
     let mut problems = Vec::new();
     if !joined.finalizers().iter().any(|f| f == BLOCKS_FINALIZER) {
-        problems.push(format!("the membership has no {BLOCKS_FINALIZER}: {:?}", joined.finalizers()));
+        problems.push(format!(
+            "the membership has no {BLOCKS_FINALIZER}: {:?}",
+            joined.finalizers()
+        ));
     }
     let held = blocks_held(&ns).await?;
     eprintln!("upgrade-join: joined, blocks held {held:?}");
@@ -243,7 +260,10 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
     //    the cap the Lease policy holds their sidecars to.
     let capped = eventually(LIMIT, "the old pods' Leases capped", || async {
         let now = slots_of(&ns, &old_pods).await?;
-        let same = now.iter().zip(&old_slots).all(|(a, b)| a.1.slot == b.1.slot);
+        let same = now
+            .iter()
+            .zip(&old_slots)
+            .all(|(a, b)| a.1.slot == b.1.slot);
         let capped = now.iter().all(|(_, l)| l.fence_cap.is_some());
         Ok((same && capped).then_some(now))
     })
@@ -303,11 +323,16 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
     let layout = Layout::default();
     for pod in &new_pods {
         let name = pod.name_any();
-        let slot = new_slots.iter().find(|(p, _)| *p == name).map(|(_, l)| l.slot.0);
+        let slot = new_slots
+            .iter()
+            .find(|(p, _)| *p == name)
+            .map(|(_, l)| l.slot.0);
         for id in ledger.of(&name) {
             let decoded = slot_of(&layout, id)?;
             if Some(decoded) != slot {
-                problems.push(format!("{name}'s ID {id} decodes to slot {decoded}, it holds {slot:?}"));
+                problems.push(format!(
+                    "{name}'s ID {id} decodes to slot {decoded}, it holds {slot:?}"
+                ));
                 break;
             }
         }
@@ -321,7 +346,12 @@ async fn rule15_17_an_install_of_the_previous_release_upgraded_and_joined_to_a_h
         ledger.pods(),
         ledger.duplicates().len()
     );
-    problems.extend(ledger.duplicates().into_iter().map(|d| format!("duplicate {d}")));
+    problems.extend(
+        ledger
+            .duplicates()
+            .into_iter()
+            .map(|d| format!("duplicate {d}")),
+    );
 
     // The blocks go back to the hub with the membership (the finalizer's work).
     Api::<IdSpaceMembership>::namespaced(ns.client.clone(), &ns.name)

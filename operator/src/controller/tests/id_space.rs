@@ -259,7 +259,11 @@ async fn rule15_17_a_slot_held_by_a_pod_injected_by_0_1_stays_its_own_and_its_le
         .expect("the pass succeeds");
     api.verify();
     let written = &api.requests(&Method::PUT, &path)[0].body;
-    assert_eq!(written["spec"]["holderIdentity"], json!("uid-old"), "holder kept");
+    assert_eq!(
+        written["spec"]["holderIdentity"],
+        json!("uid-old"),
+        "holder kept"
+    );
     assert_eq!(
         annotation(written, FENCE_CAP_ANNOTATION),
         json!(bound.to_string())

@@ -9,6 +9,8 @@
 package tools
 
 import (
+	_ "go.etcd.io/etcd/etcdctl/v3"
+	_ "go.etcd.io/etcd/etcdutl/v3"
 	_ "go.etcd.io/etcd/server/v3"
 	_ "helm.sh/helm/v3/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"

@@ -37,6 +37,11 @@ staging=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$k8s_gomod"
 	echo
 	echo "require ("
 	echo "	go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
+	# etcdctl and etcdutl (snapshot save and restore, for the tests that restore a member's
+	# etcd), at etcd's version, when the set builds them.
+	for tool in etcdctl etcdutl; do
+		if [[ " ${COMMANDS[*]} " == *" $tool:"* ]]; then echo "	go.etcd.io/etcd/$tool/v3 ${ETCD_VERSION}"; fi
+	done
 	if [[ -n ${HELM_VERSION:-} ]]; then echo "	helm.sh/helm/v3 ${HELM_VERSION}"; fi
 	echo "	k8s.io/kubernetes ${KUBERNETES_VERSION}"
 	echo ")"

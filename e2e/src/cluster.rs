@@ -437,7 +437,7 @@ impl Cluster {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let request = Namespace {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}-", dns_label_prefix(prefix))),
+                generate_name: Some(format!("{}-", names::dns_label_prefix(prefix))),
                 labels: Some([("kubeflake.io/e2e".to_owned(), "true".to_owned())].into()),
                 ..ObjectMeta::default()
             },
@@ -573,27 +573,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panicked".to_owned())
 }
 
-/// Turns a test name into the start of a namespace name (a DNS label, with room for the
-/// random suffix the API server appends).
-fn dns_label_prefix(prefix: &str) -> String {
-    let mut label: String = prefix
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .take(40)
-        .collect();
-    label = label.trim_matches('-').to_owned();
-    if label.is_empty() {
-        "test".to_owned()
-    } else {
-        label
-    }
-}
-
+mod names;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;

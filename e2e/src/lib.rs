@@ -44,5 +44,6 @@ pub mod prometheus;
 pub mod registry;
 pub mod release;
 
+pub use cluster::snapshot::EtcdSnapshot;
 pub use cluster::{Cluster, ClusterOptions, TestNamespace};
 pub use process::CommandOutput;

@@ -14,6 +14,7 @@
 //! | the fence raise after the copy went back (`LocalBehind`) | `hub/fences.rs` |
 //! | releasing the blocks of a deleted membership (its finalizer) | `hub/leave.rs` |
 
+pub mod checks;
 pub mod cluster_id;
 pub mod conditions;
 pub mod connect;

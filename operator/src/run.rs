@@ -240,8 +240,14 @@ async fn run_controller(
     );
 
     // Which sequences share an ID space (issue 55): none without the CRD.
+    // The membership task tells the controller which copies it compared with the hub since
+    // the start or the last re-list (rule 21): none are used before.
+    let hub_checks = config
+        .id_spaces
+        .as_ref()
+        .map(|_| Arc::new(crate::hub::checks::HubChecks::default()));
     let (id_spaces, membership_stream) =
-        controller::id_spaces::watch(&client, &config.namespace).await;
+        controller::id_spaces::watch(&client, &config.namespace, hub_checks.clone()).await;
 
     let reporter = Reporter {
         controller: "kubeflake-operator".into(),
@@ -312,6 +318,7 @@ async fn run_controller(
     // Off the pod path: a pod's start reads only the copy this task keeps.
     let id_spaces = config.id_spaces.clone().map(|mut c| {
         c.metrics = ctx_metrics.hub.clone();
+        c.checks = hub_checks.clone();
         let reporter = Reporter {
             controller: "kubeflake-operator".into(),
             instance: Some(config.instance.clone()),

@@ -1,4 +1,4 @@
-use super::dns_label_prefix;
+use super::names::dns_label_prefix;
 
 #[test]
 fn namespace_prefixes_are_dns_labels() {

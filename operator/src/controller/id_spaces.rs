@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,14 +22,19 @@ use kubeflake_crds::id_space::{IdSpaceMembership, MemberId, SpaceSequence};
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
 use kubeflake_runtime::backoff;
 
+use crate::hub::checks::HubChecks;
+
 pub mod blocks;
 
 use self::blocks::{Blocks, Membership, Waiting};
 
-/// The memberships the controller caches, and this cluster's ID once read.
+/// The memberships the controller caches, this cluster's ID once read, and which copies
+/// the membership task has compared with the hub since the start or the last re-list.
 pub struct IdSpaces {
     memberships: Store<IdSpaceMembership>,
     this: tokio::sync::OnceCell<MemberId>,
+    /// `None` when no membership task runs in this process: copies are used unchecked.
+    checks: Option<Arc<HubChecks>>,
 }
 
 impl IdSpaces {
@@ -37,6 +42,7 @@ impl IdSpaces {
         IdSpaces {
             memberships,
             this: tokio::sync::OnceCell::new(),
+            checks: None,
         }
     }
 
@@ -45,7 +51,15 @@ impl IdSpaces {
         IdSpaces {
             memberships,
             this: tokio::sync::OnceCell::new_with(Some(this)),
+            checks: None,
         }
+    }
+
+    /// No slot of a joined sequence until the membership task recorded in `checks` has
+    /// compared its copy with the hub (`hub/checks.rs`).
+    pub fn with_hub_checks(mut self, checks: Option<Arc<HubChecks>>) -> IdSpaces {
+        self.checks = checks;
+        self
     }
 
     /// The memberships of namespace `ns` naming sequence `name`, by name.
@@ -93,9 +107,20 @@ impl IdSpaces {
         let every = self.memberships.state();
         let all: Vec<&IdSpaceMembership> = every.iter().map(Arc::as_ref).collect();
         let lease_ms = u64::try_from(lease_duration.as_millis()).unwrap_or(u64::MAX);
+        let checks = self.checks.clone();
+        let hub_checked = move |m: &IdSpaceMembership| {
+            let Some(checks) = &checks else { return true };
+            let generation = m.status.as_ref().map_or(0, |s| s.generation);
+            checks.usable(
+                &m.namespace().unwrap_or_default(),
+                &m.name_any(),
+                generation,
+            )
+        };
         blocks::blocks(&Membership {
             found: &found,
             all: &all,
+            hub_checked: &hub_checked,
             this: this.as_ref().copied().map_err(String::clone),
             sequence: SpaceSequence {
                 layout: params.layout,
@@ -117,12 +142,14 @@ const CRD_CHECK: Duration = Duration::from_secs(10);
 pub type MembershipStream = BoxStream<'static, Result<IdSpaceMembership, watcher::Error>>;
 
 /// The memberships' watch (in `namespace`, else all), when their CRD is installed: the
-/// cache passes read, and the stream (to hand the controller) that fills it. Without the
+/// cache passes read, and the stream (to hand the controller) that fills it. Each list
+/// from scratch after the first is told to `checks` (`hub/checks.rs`). Without the
 /// CRD: `None`, and a stream that never yields. An installed CRD that cannot be listed now
 /// is watched anyway: nothing is handed out until the first full list.
 pub async fn watch(
     client: &Client,
     namespace: &Option<String>,
+    checks: Option<Arc<HubChecks>>,
 ) -> (Option<Arc<IdSpaces>>, MembershipStream) {
     let api: Api<IdSpaceMembership> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -147,10 +174,17 @@ pub async fn watch(
         Ok(Ok(_)) => {}
     }
     let (store, writer) = reflector::store();
+    let relists = checks.clone();
     let stream = watcher(api, watcher::Config::default())
         .backoff(backoff::WatchBackoff::default())
+        .inspect_ok(move |event| {
+            if let (watcher::Event::Init, Some(checks)) = (event, &relists) {
+                checks.listing();
+            }
+        })
         .reflect(writer)
         .applied_objects()
         .boxed();
-    (Some(Arc::new(IdSpaces::new(store))), stream)
+    let id_spaces = IdSpaces::new(store).with_hub_checks(checks);
+    (Some(Arc::new(id_spaces)), stream)
 }

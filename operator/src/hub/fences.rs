@@ -12,7 +12,9 @@
 //! then raises every slot Lease in the blocks the copy holds ([`plan`]:
 //! `SlotLease::raise_after_restore`) to `now + lease duration + SKEW_BOUND`, no higher
 //! than the block's bound on the hub: a running holder's fence is at most its own
-//! `now + lease duration`, and never above its block's bound. Only when every write
+//! `now + lease duration`, and never above its block's bound. A slot of those blocks with no
+//! Lease at all (first used after the snapshot, while its pod may still issue) gets one,
+//! free, at the same fence ([`plan_missing`]). Only when every write
 //! succeeded does it set `FencesRaised=True` (`Raised`); a failed write leaves the
 //! condition `False`, and the next round tries again ([`raise_if_pending`]).
 //!
@@ -42,8 +44,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::membership::{BadCopy, IdSpaceMembership, IdSpaceMembershipStatus};
 use kubeflake_crds::id_space::{LocalRecord, Space, SpaceSequence};
-use kubeflake_crds::layout::{DatacenterId, Tick};
-use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease, SlotLeaseError};
+use kubeflake_crds::layout::{DatacenterId, Slot, Tick};
+use kubeflake_crds::slot_lease::{self, SEQUENCE_LABEL, SlotLease, SlotLeaseError};
 
 use super::conditions::{self, FENCES_RAISED, Reason};
 use super::connect::CALL_TIMEOUT;
@@ -108,6 +110,40 @@ pub fn plan(
         .collect()
 }
 
+/// The Leases to create (pure): one for every slot of the blocks the copy holds that has
+/// no Lease at all, free, its fence at `target` but not above the block's bound. A slot
+/// first used after the snapshot has no Lease in the restored store while its pod may still
+/// issue there; without one at a raised fence the controller would create one at fence 0 and
+/// hand the slot out from the block's floor. Slots outside the sequence's datacenter are
+/// not the sequence's.
+pub fn plan_missing(
+    leases: &[SlotLease],
+    copy: &LocalRecord,
+    space: &Space,
+    sequence: &IdSequence,
+    datacenter: DatacenterId,
+    target: Tick,
+) -> Result<Vec<Lease>, SlotLeaseError> {
+    let present: std::collections::BTreeSet<u32> = leases.iter().map(|l| l.slot.0).collect();
+    let mut created = Vec::new();
+    for grant in copy.grants() {
+        let (dc, slots) = space.slots_of(grant.block);
+        if dc != datacenter {
+            continue;
+        }
+        for slot in slots.filter(|s| !present.contains(s)) {
+            let Some(bound) = copy.fence_cap(space, datacenter, Slot(slot)) else {
+                continue;
+            };
+            let vacant = SlotLease::parse(&slot_lease::vacant(sequence, Slot(slot)))?;
+            if let Some(next) = vacant.raise_after_restore(target, bound) {
+                created.push(next);
+            }
+        }
+    }
+    Ok(created)
+}
+
 /// Why a raise did not finish. The condition stays `False`; the next round tries again.
 #[derive(Debug, thiserror::Error)]
 pub enum RaiseError {
@@ -134,6 +170,15 @@ pub enum RaiseError {
          assigned until every Lease of its blocks is raised (retried every contact)"
     )]
     Write {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "cannot create slot Lease {name} at a raised fence: {source}; no slot of the sequence \
+         is assigned until every slot of its blocks has one (retried every contact)"
+    )]
+    Create {
         name: String,
         #[source]
         source: kube::Error,
@@ -203,6 +248,19 @@ pub async fn raise_if_pending(
         params.timebase.ticks_in_ms(ms)
     });
     let writes = plan(&parsed, &copy, &space, params.datacenter, to);
+    let missing = plan_missing(&parsed, &copy, &space, &seq, params.datacenter, to)?;
+    for next in &missing {
+        let lease_name = next.metadata.name.clone().unwrap_or_default();
+        tokio::time::timeout(CALL_TIMEOUT, leases.create(&PostParams::default(), next))
+            .await
+            .map_err(|_| RaiseError::Timeout {
+                what: "creating a slot Lease",
+            })?
+            .map_err(|source| RaiseError::Create {
+                name: lease_name,
+                source,
+            })?;
+    }
     for (lease_name, next) in &writes {
         tokio::time::timeout(
             CALL_TIMEOUT,
@@ -224,10 +282,11 @@ pub async fn raise_if_pending(
         true,
         Reason::Raised,
         &format!(
-            "the fences of {} slot Lease(s) in this cluster's blocks were raised to tick {} \
-             (now + lease duration + {} s) after its copy was found behind the hub's; slots \
-             are assigned again",
+            "the fences of {} slot Lease(s) in this cluster's blocks were raised, and {} created, \
+             at tick {} (now + lease duration + {} s) after its copy was found behind the \
+             hub's; slots are assigned again",
             writes.len(),
+            missing.len(),
             to.0,
             SKEW_BOUND.as_secs()
         ),
@@ -246,7 +305,7 @@ pub async fn raise_if_pending(
         what: "writing the membership's status",
     })?
     .map_err(RaiseError::Status)?;
-    Ok(Some(writes.len()))
+    Ok(Some(writes.len() + missing.len()))
 }
 
 /// [`raise_if_pending`], its outcome logged, and a failure also a Warning Event on the

@@ -25,6 +25,7 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
 
+use super::checks::HubChecks;
 use super::conditions::Reason;
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
@@ -50,6 +51,9 @@ pub struct Config {
     pub reclaim_grace: Duration,
     /// Where the task's figures go (`run.rs` sets the operator's; `new` exports none).
     pub metrics: Arc<HubMetrics>,
+    /// Where each contact that compared a copy with the hub is recorded, for the
+    /// controller (`run.rs` shares one with it; `new` sets none).
+    pub checks: Option<Arc<HubChecks>>,
 }
 
 impl Config {
@@ -60,6 +64,7 @@ impl Config {
             period: Duration::from_secs(10),
             reclaim_grace: Duration::from_secs(60),
             metrics: Arc::new(HubMetrics::unexported()),
+            checks: None,
         }
     }
 }
@@ -95,6 +100,9 @@ pub async fn round(
     recorder: &Recorder,
     cluster: &mut Option<MemberId>,
 ) {
+    // Taken before anything is read: a re-list of the controller's watch during the round
+    // voids its comparisons (`hub/checks.rs`).
+    let began = config.checks.as_ref().map(|c| c.epoch());
     let api = memberships(client, &config.namespace);
     let list = match tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await {
         Ok(Ok(list)) => list,
@@ -125,8 +133,16 @@ pub async fn round(
             observe::contacted(&config.metrics, &membership, &outcome);
             (membership, outcome)
         };
+        let compared = outcome.is_ok();
         match keep_status(client, recorder, &this, &membership, outcome).await {
-            Ok(stored) => fences::raise_logged(client, recorder, &stored).await,
+            Ok(stored) => {
+                if let (true, Some(checks), Some(began)) = (compared, &config.checks, began) {
+                    let generation = stored.status.as_ref().map_or(0, |s| s.generation);
+                    let namespace = stored.namespace().unwrap_or_default();
+                    checks.compared(&namespace, &stored.name_any(), began, generation);
+                }
+                fences::raise_logged(client, recorder, &stored).await
+            }
             Err(e) => {
                 tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
             }

@@ -144,6 +144,14 @@ pub enum Waiting {
     )]
     FencesNotRaised { membership: String, state: String },
     #[error(
+        "IdSpaceMembership {membership}: the operator has not compared this cluster's copy of \
+         its claims with the hub since it started or since its watch listed again from \
+         scratch ({state}), so it cannot tell whether its etcd went back; no new slot of this \
+         sequence is assigned until the membership task reaches the hub (running pods keep \
+         issuing; if this lasts, see the membership's Ready condition)"
+    )]
+    HubCheckPending { membership: String, state: String },
+    #[error(
         "IdSpaceMemberships {first} and {second} both name this sequence: a sequence joins one \
          ID space; no slot is assigned until one of them is deleted"
     )]
@@ -197,6 +205,9 @@ pub struct Membership<'a> {
     pub found: &'a [&'a IdSpaceMembership],
     /// Every membership of this cluster (those in `found` too).
     pub all: &'a [&'a IdSpaceMembership],
+    /// Whether the membership task compared this membership's copy with the hub since the
+    /// operator started or its watch last listed from scratch (`hub/checks.rs`).
+    pub hub_checked: &'a dyn Fn(&IdSpaceMembership) -> bool,
     /// This cluster's ID, or why it could not be read.
     pub this: Result<&'a MemberId, String>,
     pub sequence: SpaceSequence,
@@ -279,6 +290,12 @@ fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, 
         return Err(Waiting::FencesNotRaised {
             membership: mname.clone(),
             state: condition(status, FENCES_RAISED),
+        });
+    }
+    if !(m.hub_checked)(membership) {
+        return Err(Waiting::HubCheckPending {
+            membership: mname.clone(),
+            state: state(Some(status)),
         });
     }
     let space = status

@@ -16,7 +16,7 @@ use kubeflake_crds::{IdSequence, IdSequenceSpec};
 use kubeflake_runtime::fake_api::{FakeApi, failure};
 use serde_json::json;
 
-use super::{pending, plan, raise_if_pending, target};
+use super::{pending, plan, plan_missing, raise_if_pending, target};
 use crate::hub::conditions::FENCES_RAISED;
 
 const NS: &str = "shop";
@@ -164,6 +164,53 @@ fn rule21_the_raise_covers_every_lease_of_the_blocks_held_free_or_held_and_no_ot
     );
 }
 
+/// A slot first used after the snapshot has no Lease in the restored store, while its pod
+/// may still issue there: the raise creates it, free, at the raised fence.
+#[test]
+fn rule21_a_slot_of_the_blocks_held_with_no_lease_gets_one_at_the_raised_fence() {
+    let parsed: Vec<SlotLease> = [lease(0, 1_000, Some("a")), lease(64, 1_000, None)]
+        .iter()
+        .map(|l| SlotLease::parse(l).expect("a slot lease"))
+        .collect();
+    let status = went_back(40_000).status.expect("a status");
+    let copy = status.local_record(&space()).expect("a copy");
+    let created = plan_missing(
+        &parsed,
+        &copy,
+        &space(),
+        &sequence(),
+        DatacenterId(0),
+        Tick(30_000),
+    )
+    .expect("a plan");
+    let slots: Vec<(u32, Tick, Option<Tick>, bool)> = created
+        .iter()
+        .map(|l| {
+            let l = SlotLease::parse(l).expect("parses");
+            (l.slot.0, l.fence, l.fence_cap, l.holder.is_some())
+        })
+        .collect();
+    let want: Vec<(u32, Tick, Option<Tick>, bool)> = (1..64)
+        .map(|s| (s, Tick(30_000), Some(Tick(40_000)), false))
+        .collect();
+    assert_eq!(slots, want, "slots 1..64 of block 0, none of block 1");
+    let near_bound = plan_missing(
+        &parsed,
+        &copy,
+        &space(),
+        &sequence(),
+        DatacenterId(0),
+        Tick(90_000),
+    )
+    .expect("a plan");
+    assert!(
+        near_bound
+            .iter()
+            .all(|l| SlotLease::parse(l).expect("parses").fence == Tick(40_000)),
+        "never past the bound"
+    );
+}
+
 #[tokio::test]
 async fn rule21_every_lease_is_raised_before_the_condition_lets_slots_be_assigned_again() {
     let bound = now().0 + HOUR;
@@ -192,18 +239,28 @@ async fn rule21_every_lease_is_raised_before_the_condition_lets_slots_be_assigne
             200,
             json!(lease(1, 0, None)),
         )
+        .always(Method::POST, LEASES, 201, json!(lease(2, 0, None)))
         .expect(Method::PUT, STATUS, 200, json!(m));
     let before = now().0;
     let written = raise_if_pending(&fake.client(), &m).await.expect("raised");
-    assert_eq!(written, Some(2));
+    assert_eq!(
+        written,
+        Some(64),
+        "2 raised, 62 created (slots 2..64 had none)"
+    );
     fake.verify();
     let seen = fake.seen();
     let order: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
     let status_at = order.iter().position(|p| *p == STATUS).expect("status");
     assert_eq!(status_at, order.len() - 1, "the condition last: {order:#?}");
+    let created = fake.requests(&Method::POST, LEASES).len();
+    assert_eq!(
+        created, 62,
+        "a Lease for every slot of block 0 that had none"
+    );
     for s in seen
         .iter()
-        .filter(|s| s.method == Method::PUT && s.path != STATUS)
+        .filter(|s| (s.method == Method::PUT || s.method == Method::POST) && s.path != STATUS)
     {
         let fence = fence_of(&s.body);
         assert!(
@@ -240,6 +297,7 @@ async fn rule21_a_failed_raise_leaves_the_condition_false_so_nothing_is_assigned
             200,
             list(&[lease(0, 1_000, None), lease(1, 2_000, None)]),
         )
+        .always(Method::POST, LEASES, 201, json!(lease(2, 0, None)))
         .always(
             Method::PUT,
             &format!("{LEASES}/orders-slot-0"),

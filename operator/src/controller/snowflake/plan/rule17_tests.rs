@@ -68,6 +68,7 @@ fn decide(found: &[&IdSpaceMembership], this: &MemberId) -> Blocks {
     blocks(&Membership {
         found,
         all: found,
+        hub_checked: &|_| true,
         this: Ok(this),
         sequence: *space().sequence(),
         datacenter: DatacenterId(0),
@@ -212,6 +213,7 @@ fn a_slot_lease_longer_than_the_spaces_bound_distance_waits_and_says_which_setti
         blocks(&Membership {
             found: &[&member],
             all: &[&member],
+            hub_checked: &|_| true,
             this: Ok(&cluster("a")),
             sequence: *space().sequence(),
             datacenter: DatacenterId(0),
@@ -351,6 +353,7 @@ fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_says_why() {
             blocks(&Membership {
                 found: &[&good],
                 all: &[&good],
+                hub_checked: &|_| true,
                 this: Err("forbidden".into()),
                 sequence: *space().sequence(),
                 datacenter: DatacenterId(0),
@@ -399,6 +402,7 @@ fn rule20_a_second_sequence_of_the_cluster_joined_to_the_same_space_assigns_no_s
         blocks(&Membership {
             found: &[m],
             all: &all,
+            hub_checked: &|_| true,
             this: Ok(&cluster("a")),
             sequence: *space().sequence(),
             datacenter: DatacenterId(0),
@@ -426,6 +430,7 @@ fn rule20_a_second_sequence_of_the_cluster_joined_to_the_same_space_assigns_no_s
     let own = blocks(&Membership {
         found: &[&elsewhere],
         all: &all,
+        hub_checked: &|_| true,
         this: Ok(&cluster("a")),
         sequence: *space().sequence(),
         datacenter: DatacenterId(0),
@@ -507,6 +512,33 @@ fn rule21_a_copy_that_went_back_assigns_no_slot_until_the_fences_are_raised() {
     );
     let raised = decide(&[&behind], &cluster("a"));
     assert_eq!(raised, joined(), "raised: the copy is used again");
+}
+
+/// After an operator start or a re-list, a copy the membership task has not compared with
+/// the hub yet may be a restored one: no slot until it has (`hub/checks.rs`).
+#[test]
+fn rule21_a_copy_not_compared_with_the_hub_since_the_start_assigns_no_slot() {
+    let member = membership("m", "a", &[(2, 50_000, 200_000)]);
+    let with = |checked: bool| {
+        blocks(&Membership {
+            found: &[&member],
+            all: &[&member],
+            hub_checked: &|_| checked,
+            this: Ok(&cluster("a")),
+            sequence: *space().sequence(),
+            datacenter: DatacenterId(0),
+            now: Tick(NOW),
+            min_ahead: LEASE_TICKS,
+        })
+    };
+    let waiting = with(false);
+    let Blocks::Waiting(why) = &waiting else {
+        panic!("expected no slot before the hub check, got {waiting:?}")
+    };
+    assert!(why.to_string().contains("not compared"), "{why}");
+    let planned = plan_with(&waiting, &[lease(128, None, 0, None)], &[pod("a")]);
+    assert_eq!((planned.steps.len(), planned.still_waiting), (0, 1));
+    assert_eq!(with(true), joined(), "compared: the copy is used");
 }
 
 /// The IdSequence's `IdSpace` condition repeats its membership's state with the hub.

@@ -123,7 +123,9 @@ async fn rule21_a_members_etcd_restored_from_an_older_snapshot_while_its_sidecar
     let after = a.pods("after", 1).await?;
     let raised = fences_raised(&a).await?;
     ensure!(
-        raised.as_ref().is_some_and(|(s, r)| s == "True" && r == "Raised"),
+        raised
+            .as_ref()
+            .is_some_and(|(s, r)| s == "True" && r == "Raised"),
         "a slot was assigned after the restore before A's fences were raised: FencesRaised \
          {raised:?}\n{}",
         a.log()

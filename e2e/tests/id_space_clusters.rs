@@ -517,7 +517,8 @@ async fn rule18_broken_twin_a_block_handed_over_without_raising_its_floor_to_the
     let [a_cluster, _, _] = tokio::task::block_in_place(member_clusters)?;
     install_crds(hub_cluster).await?;
     let hub = Hub::create(hub_cluster, "hub-broken", space()).await?;
-    let mut a = Member::join(a_cluster, "a", &hub, None).await?;
+    let forwarder = Forwarder::start(hub_cluster.server()).await?;
+    let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
     let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
     let mut a_slots = Vec::new();
     for m in [&mut a, &mut h] {
@@ -529,6 +530,17 @@ async fn rule18_broken_twin_a_block_handed_over_without_raising_its_floor_to_the
         m.serve(&pods).await?;
         m.holds(2).await?;
     }
+    // A is cut off from the hub just after a renewal: it never learns that its block is
+    // handed over (a member in touch would release its slots there at its next contact,
+    // ReleaseReason::OutsideBlocks), so its pods keep issuing there up to their cap, a
+    // minute ahead, as a cut-off member's do.
+    eventually(LIMIT, "A's blocks renewed before it is cut off", || async {
+        let fresh = tick_in(&a.params, 50_000)?.0 as i64;
+        let bounds = bounds_of(&hub.registry().await?, &a.id);
+        Ok((bounds.len() == 2 && bounds.iter().all(|(_, bound)| *bound > fresh)).then_some(()))
+    })
+    .await?;
+    forwarder.switch(false);
     // The broken hand-over: the block A's pods issue in is given to H with its floor kept
     // (0), not raised to A's bound. The registry is otherwise valid (revision counted up,
     // H's term counted up, a bound above the floor), so H's operator takes it.

@@ -9,6 +9,7 @@
 # (once; a few minutes on two cores).
 #
 #   scripts/check-deps.sh
+#   scripts/check-deps.sh --build-only   only build cargo-deny (scripts/test.sh, ahead of time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +19,16 @@ version=0.20.2
 root="${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/cargo-deny-$version"
 deny=$root/bin/cargo-deny
 if [[ ! -x $deny ]]; then
-	log "building cargo-deny $version into $root (once)"
-	nice -n 10 cargo install --locked --quiet cargo-deny --version "$version" --root "$root"
+	mkdir -p "$(dirname "$root")"
+	exec 8>"$root.lock"
+	flock 8 # another run building it: wait, then find it built
+	if [[ ! -x $deny ]]; then
+		log "building cargo-deny $version into $root (once)"
+		nice -n 10 cargo install --locked --quiet cargo-deny --version "$version" --root "$root"
+	fi
+	exec 8>&-
 fi
+[[ ${1:-} == --build-only ]] && exit 0
 
 if ! "$deny" --locked --color never check --hide-inclusion-graph --show-stats licenses bans sources; then
 	log "FAIL: the dependency graph breaks deny.toml (errors above: change the dependency," \

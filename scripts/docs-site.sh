@@ -12,6 +12,7 @@
 #
 #   scripts/docs-site.sh [OUT]     OUT: where the site goes (default: a temporary directory,
 #                                  removed afterwards); open OUT/index.html in a browser
+#   scripts/docs-site.sh --build-only   only build mdBook (scripts/test.sh, ahead of time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,10 +22,17 @@ version=0.4.52
 root="${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/mdbook-$version"
 mdbook=$root/bin/mdbook
 if [[ ! -x $mdbook ]]; then
-	log "building mdBook $version into $root (once)"
-	nice -n 10 cargo install --locked --quiet mdbook --version "$version" \
-		--no-default-features --features search --root "$root"
+	mkdir -p "$(dirname "$root")"
+	exec 8>"$root.lock"
+	flock 8 # another run building it: wait, then find it built
+	if [[ ! -x $mdbook ]]; then
+		log "building mdBook $version into $root (once)"
+		nice -n 10 cargo install --locked --quiet mdbook --version "$version" \
+			--no-default-features --features search --root "$root"
+	fi
+	exec 8>&-
 fi
+[[ ${1:-} == --build-only ]] && exit 0
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

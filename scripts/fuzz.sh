@@ -5,6 +5,7 @@
 #
 #   scripts/fuzz.sh [SECONDS]           # every target, SECONDS each (default 30)
 #   scripts/fuzz.sh SECONDS TARGET...   # only these targets
+#   scripts/fuzz.sh --build-only        # only build every target (scripts/test.sh, ahead of time)
 #
 # libFuzzer, built from the libfuzzer-sys crate with the stable toolchain: coverage comes
 # from LLVM's sanitizer-coverage pass, asked for with plain -C codegen flags on kubeflake's
@@ -23,6 +24,11 @@ repo=$PWD
 
 log() { echo "fuzz: $*" >&2; }
 
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+	build_only=1
+	shift
+fi
 seconds=${1:-30}
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || {
 	log "SECONDS must be a whole number from 1 up, not '$seconds'"
@@ -47,6 +53,7 @@ fi
 (cd fuzz && RUSTC_WRAPPER=$repo/fuzz/rustc-wrapper.sh nice -n 10 \
 	cargo build --release --locked --quiet "${bins[@]}")
 log "built in $((SECONDS - started)) s"
+((build_only)) && exit 0
 
 crashed=()
 for t in "${targets[@]}"; do

@@ -35,6 +35,7 @@ if [[ ${KUBEFLAKE_RELEASE_CHECK_SIGN:-} == 1 ]]; then
 	# shellcheck source=lib/release-tools.sh
 	source "$repo/scripts/lib/release-tools.sh"
 	cosign=$(tool_cosign)
+	cosign_offline
 	log "making a throw-away cosign key pair"
 	(cd "$tmp" && COSIGN_PASSWORD=throwaway "$cosign" generate-key-pair >/dev/null 2>&1) ||
 		fail "cosign generate-key-pair failed"
@@ -86,7 +87,7 @@ for crate in tokio kube-client serde_json hyper; do
 done
 
 if ((${#sign_env[@]})); then
-	for file in "$a"/*.manifest.json "$a/SHA256SUMS"; do
+	for file in "$a"/*.manifest.json "$a"/*.cosign-payload.json "$a/SHA256SUMS"; do
 		"$cosign" verify-blob --key "$a/cosign.pub" --insecure-ignore-tlog=true \
 			--signature "$file.sig" "$file" >/dev/null 2>&1 || fail "cosign verify-blob of $file failed"
 	done
@@ -96,6 +97,11 @@ if ((${#sign_env[@]})); then
 		--signature "$a/SHA256SUMS.sig" "$tmp/tampered" >/dev/null 2>&1; then
 		fail "cosign verified a changed SHA256SUMS"
 	fi
+	# Each image's signature payload names its digest in images.txt.
+	while read -r name digest; do
+		got=$(jq -r '.critical.image["docker-manifest-digest"]' "$a/kubeflake-$name-$version.cosign-payload.json")
+		[[ $got == "$digest" ]] || fail "kubeflake-$name-$version.cosign-payload.json signs $got, images.txt says $digest"
+	done <"$a/images.txt"
 	log "signatures verified with the throw-away key; a changed file is refused"
 fi
 log "ok: $(wc -l <"$a/images.txt") images with the same digests in two builds, identical SHA256SUMS"

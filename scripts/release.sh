@@ -9,7 +9,7 @@
 #   --allow-dirty   build even with uncommitted changes (for testing; the notes say so)
 #
 # Signing: with KUBEFLAKE_COSIGN_KEY=<cosign.key> (and COSIGN_PASSWORD, its password) the
-# image manifests and SHA256SUMS are signed with cosign (built once from its Go module,
+# image manifests, the images and SHA256SUMS are signed with cosign (built once from its Go module,
 # scripts/lib/release-tools.sh); without it nothing is signed. No key lives in the repo.
 #
 # Artifacts (docs/install.md, "Releases"), for <v> the version:
@@ -22,7 +22,9 @@
 #   images.txt            <name> <digest>, one image a line
 #   RELEASE-NOTES.md      the version's CHANGELOG.md section and the digests
 #   SHA256SUMS            of all the above
-#   cosign.pub, *.manifest.json.sig, SHA256SUMS.sig   only when signing
+#   cosign.pub, *.manifest.json.sig, SHA256SUMS.sig   only when signing, and per image
+#   kubeflake-<name>-<v>.cosign-payload.json(.sig)   its cosign image signature, to attach
+#        in a registry with `cosign attach signature` (docs/install.md, "Verifying a release")
 #
 # The binaries are e2e/images/build.sh's (scripts/lib/images.sh: the same cache, so
 # after a test run nothing is compiled); the images come from the Dockerfile's

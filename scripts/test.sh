@@ -57,8 +57,6 @@ fi
 step "building (or finding cached) control-plane and node binaries"
 bin_dir=$(e2e/controlplane/build.sh | tail -n 1)
 export KUBEFLAKE_BIN_DIR="$bin_dir"
-step "building (or finding cached) the control plane of the oldest Kubernetes the docs claim (e2e/controlplane/oldest)"
-oldest_bin_dir=$(e2e/controlplane/build.sh oldest | tail -n 1)
 step "building (or finding cached) CoreDNS"
 e2e/dns/build.sh >/dev/null
 step "building (or finding cached) the linearizability checker (porcupine)"
@@ -67,8 +65,6 @@ export KUBEFLAKE_LINCHECK
 step "building (or finding cached) the images"
 e2e/images/build.sh >/dev/null
 read -r previous_version previous_commit < <(grep -v '^#' releases.txt | awk 'NF >= 2' | tail -n 1)
-step "building (or finding cached) the images of the previous release, $previous_version (e2e/tests/upgrade.rs)"
-e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/null
 
 step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh
@@ -92,7 +88,8 @@ cargo test --workspace --locked --no-run "$@"
 #   [other]   every other test binary (unit tests; e2e binaries whose control planes listen
 #             on free loopback ports of their own) and the doc tests.
 #   [checks]  Schemathesis and the client libraries (clients/test.sh) against the sidecar
-#             just built, clippy, cargo deny.
+#             just built, clippy, cargo deny, the release cut twice and signed
+#             (scripts/release-check.sh), the docs site, the fuzzers.
 # Why lanes at once can help: most of an e2e binary's time is waiting (Leases expiring, pods starting, processes
 # stopping). Run one at a time they kept the 2 cores 7-55 % busy, most under 35 % (CPU
 # sampled every 5 s, 2026-11-26): 25 min for the binaries. In lanes the same binaries took
@@ -130,6 +127,9 @@ other_lane() {
 	cargo test --workspace --locked --no-fail-fast --lib --bins "${other_flags[@]}" "$@" || status=$?
 	step "cargo test: doc tests"
 	cargo test --workspace --locked --no-fail-fast --doc "$@" || status=$?
+	local oldest_bin_dir
+	step "the control plane of the oldest Kubernetes the docs claim (e2e/controlplane/oldest; built in the background, waited for)"
+	oldest_bin_dir=$(e2e/controlplane/build.sh oldest | tail -n 1) || return 1
 	step "cargo test on $("$oldest_bin_dir/kube-apiserver" --version): ${oldest_suites[*]}"
 	KUBEFLAKE_BIN_DIR=$oldest_bin_dir KUBEFLAKE_HELM=$bin_dir/helm cargo test --workspace --locked --no-fail-fast \
 		"${oldest_flags[@]}" "$@" -- "${oldest_skip[@]}" || status=$?
@@ -148,6 +148,8 @@ checks_lane() {
 	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
 	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
 	scripts/check-deps.sh || status=$?
+	step "the release: cut twice, the same digests and SHA256SUMS, SBOMs against cargo tree, signed and verified (scripts/release-check.sh)"
+	KUBEFLAKE_RELEASE_CHECK_SIGN=1 scripts/release-check.sh || status=$?
 	step "the documentation site: built with mdBook, every link checked (scripts/docs-site.sh)"
 	scripts/docs-site.sh || status=$?
 	step "the fuzzers: the forwarding wire format and the Lease parsers (scripts/fuzz.sh)"
@@ -202,6 +204,30 @@ digest() {
 	grep -E '^---- .* ----$' <<<"$blocks" || true
 	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240 || true
 }
+# The builds only later steps need, each cached after its first run, start here in the
+# background at the lowest CPU priority, one after another in the order they are needed:
+# on a new machine (about 35 minutes of CPU in all) they use the cores the test lanes leave
+# idle while they wait on pods and Leases, instead of lengthening the steps above. cosign
+# (registry_install, mid-[node] lane, and the [checks] lane's release-check sign with it),
+# the images of the previous release (upgrade and upgrade_join, late in the [node] lane),
+# the oldest control plane (the end of the [other] lane), then the [checks] lane's tools:
+# cargo-deny, mdBook and the fuzz targets. Each script holds a lock while it builds, and the
+# step that needs it runs the same script, which waits on that lock or finds the cache; a
+# failure here shows again there.
+background_log="$cache_root/background-builds.log"
+(
+	set +e # one build failing does not stop the others
+	renice -n 19 -p "$BASHPID" >/dev/null
+	e2e/registry/cosign.sh >/dev/null
+	e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/null
+	e2e/controlplane/build.sh oldest >/dev/null
+	scripts/check-deps.sh --build-only
+	scripts/docs-site.sh --build-only
+	scripts/fuzz.sh --build-only
+) >"$background_log" 2>&1 &
+background_pid=$!
+trap 'pkill -P "$background_pid" 2>/dev/null; kill "$background_pid" 2>/dev/null; rm -rf "$lane_logs"' EXIT
+step "building in the background, at the lowest priority: cosign, the images of the previous release ($previous_version), the oldest control plane, cargo-deny, mdBook, the fuzz targets (log: $background_log)"
 step "running the lanes: [node], [other], [checks] ($lanes_mode)"
 in_lane node node_lane "$@"
 in_lane other other_lane "$@"

@@ -97,10 +97,20 @@ pub fn script_output_dir(script: &Path) -> Result<PathBuf> {
 
 /// [`script_output_dir`] with arguments for the script.
 pub fn script_output_dir_with_args(script: &Path, args: &[&str]) -> Result<PathBuf> {
+    script_output_dir_with_env(script, args, &[])
+}
+
+/// [`script_output_dir_with_args`] with variables added to the script's environment.
+pub fn script_output_dir_with_env(
+    script: &Path,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<PathBuf> {
     // stderr is inherited so a cold build (tens of minutes) shows its progress.
     let output = Command::new("bash")
         .arg(script)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

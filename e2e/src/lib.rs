@@ -22,6 +22,8 @@
 //!   [`blocking`]: runs async code from that blocking startup code.
 //! - [`node`]: a real node beside it (kubelet, containerd, kube-proxy, CoreDNS), on request.
 //! - [`release`]: the previous release (`releases.txt`), its images and its chart.
+//! - [`registry`]: an OCI registry on the node's bridge; [`signing`]: cosign, verifying the
+//!   release's image signatures in it.
 //! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API;
 //!   [`exposition`]: reading a `/metrics` answer.
 //! - [`linearizability`]: a history recorder and two checkers (its own, porcupine's) for
@@ -43,6 +45,7 @@ pub mod process;
 pub mod prometheus;
 pub mod registry;
 pub mod release;
+pub mod signing;
 
 pub use cluster::snapshot::EtcdSnapshot;
 pub use cluster::{Cluster, ClusterOptions, TestNamespace};

@@ -128,6 +128,39 @@ impl Registry {
         Ok(output.stdout)
     }
 
+    /// Pushes a copy of `<registry>/<repository>@<digest>` with one more layer (a file
+    /// `/tampered`) as `<registry>/<repository>:<tag>`, as someone with push rights could:
+    /// returns its digest, which no release signature covers.
+    pub fn push_tampered(
+        &self,
+        repository: &str,
+        digest: &str,
+        work: &Path,
+        tag: &str,
+    ) -> Result<String> {
+        let dir = work.join("tampered-layer");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("tampered"), "not from the release\n")?;
+        let layer = work.join("tampered-layer.tar");
+        run(Command::new("tar")
+            .arg("-cf")
+            .arg(&layer)
+            .arg("-C")
+            .arg(&dir)
+            .arg("tampered"))?;
+        let host = registry_host();
+        let base = format!("{host}/{repository}@{digest}");
+        let target = format!("{host}/{repository}:{tag}");
+        let out = run(Command::new(&self.crane)
+            .args(["append", "--insecure", "-b", &base, "-t", &target, "-f"])
+            .arg(&layer))?;
+        // crane prints `<repository>@sha256:...`.
+        out.trim()
+            .rsplit_once('@')
+            .map(|(_, digest)| digest.to_owned())
+            .with_context(|| format!("crane append {target} printed no digest: {out}"))
+    }
+
     /// The registry's process (for its log).
     pub fn process(&self) -> &Process {
         &self.process

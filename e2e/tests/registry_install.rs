@@ -5,6 +5,10 @@
 //! not in the node's containerd under those names: the kubelet pulls them with the
 //! default pull policy, as in a user's cluster.
 //!
+//! The release is signed (a throw-away cosign key pair); its image signatures are attached
+//! in the registry and `cosign verify` passes for its images there and refuses an image it
+//! did not sign (docs/install.md, "Verifying a release").
+//!
 //! In CI the release reuses the binaries the image build made (scripts/lib/images.sh), so
 //! it only builds the images, SBOMs and chart from them.
 
@@ -16,8 +20,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use kubeflake_e2e::Cluster;
-use kubeflake_e2e::bin_dir::{repo_file, script_output_dir_with_args};
+use kubeflake_e2e::bin_dir::{repo_file, script_output_dir_with_env};
 use kubeflake_e2e::registry::{Registry, registry_host, remove_node_images};
+use kubeflake_e2e::signing::{Cosign, PASSWORD, Verdict};
 use node_support::*;
 use operator_support::{create_sequence, eventually};
 use tokio::sync::OnceCell;
@@ -32,8 +37,11 @@ struct Installed {
     operator: String,
     sidecar: String,
     example_app: String,
+    /// The release's public key (`cosign.pub` of the release directory).
+    public_key: PathBuf,
+    cosign: Cosign,
     /// Kept running for the binary's life.
-    _registry: Registry,
+    registry: Registry,
 }
 
 /// The registry's repository of an image of the release.
@@ -90,10 +98,27 @@ async fn install() -> Result<Installed> {
     let out_dir = cluster.dir().join("release");
     let out_arg = out_dir.to_string_lossy().into_owned();
     let release = repo_file("scripts/release.sh");
+    // The release is signed with a throw-away key pair (the project's key, in a real
+    // release), as docs/install.md's "Releases" shows.
+    let cosign = tokio::task::spawn_blocking(Cosign::build).await??;
+    let key = cosign.key_pair(&cluster.dir().join("release-key"))?;
+    let private = key.private.clone();
     let out = tokio::task::spawn_blocking(move || {
-        script_output_dir_with_args(&release, &["--allow-dirty", "--out", &out_arg])
+        script_output_dir_with_env(
+            &release,
+            &["--allow-dirty", "--out", &out_arg],
+            &[
+                ("KUBEFLAKE_COSIGN_KEY", private.as_os_str()),
+                ("COSIGN_PASSWORD", PASSWORD.as_ref()),
+            ],
+        )
     })
     .await??;
+    assert_eq!(
+        std::fs::read(out.join("cosign.pub"))?,
+        std::fs::read(&key.public)?,
+        "the release ships the public key of the key it was signed with"
+    );
     let dir = cluster.dir().to_path_buf();
     let registry = tokio::task::spawn_blocking(move || Registry::start(&dir)).await??;
     let removed = remove_node_images(&registry_host())?;
@@ -118,7 +143,23 @@ async fn install() -> Result<Installed> {
             "the registry serves {name}'s manifest byte for byte as the release's {}",
             manifest.display()
         );
-        pinned.insert(name.clone(), format!("{}@{digest}", repository(&name)));
+        // The image signature the release made offline, attached in the registry and
+        // verified there with the release's public key: the commands docs/install.md
+        // gives a user before `helm install`.
+        let reference = format!("{}@{digest}", repository(&name));
+        let payload = release_file(&out, &format!("kubeflake-{name}-"), ".cosign-payload.json")?;
+        let signature = release_file(
+            &out,
+            &format!("kubeflake-{name}-"),
+            ".cosign-payload.json.sig",
+        )?;
+        cosign.attach(&payload, &signature, &reference)?;
+        assert_eq!(
+            cosign.verify(&out.join("cosign.pub"), &reference)?,
+            Verdict::Verified,
+            "cosign verify passes for the release's {name} image in the registry"
+        );
+        pinned.insert(name.clone(), reference);
     }
     let chart = release_file(&out, "kubeflake-", ".tgz")?;
     helm_wait(
@@ -140,7 +181,9 @@ async fn install() -> Result<Installed> {
         operator: image("operator")?,
         sidecar: image("sidecar")?,
         example_app: image("example-app")?,
-        _registry: registry,
+        public_key: out.join("cosign.pub"),
+        cosign,
+        registry,
     })
 }
 
@@ -329,5 +372,69 @@ async fn a_chart_pinning_a_digest_the_registry_lacks_leaves_the_operator_pod_not
     )
     .await?
     .ok()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_image_the_release_did_not_sign_is_refused_by_cosign_verify_before_install() -> Result<()>
+{
+    let _turn = one_at_a_time().await;
+    let cluster = cluster();
+    let installed = installed().await?;
+    let (_, digest) = installed
+        .sidecar
+        .rsplit_once('@')
+        .context("the sidecar's reference has a digest")?;
+    // Someone with push rights puts a changed sidecar beside the release's.
+    let tampered_digest =
+        installed
+            .registry
+            .push_tampered("kubeflake/sidecar", digest, cluster.dir(), "tampered")?;
+    assert_ne!(
+        tampered_digest, digest,
+        "the tampered copy is another image"
+    );
+    let tampered = format!("{}@{tampered_digest}", repository("sidecar"));
+    let refused = |verdict: Verdict, what: &str| match verdict {
+        Verdict::Verified => bail!("cosign verify passed {what} {tampered}"),
+        Verdict::Refused(message) => Ok(message),
+    };
+
+    // Unsigned: no signature for its digest in the registry.
+    let message = refused(
+        installed.cosign.verify(&installed.public_key, &tampered)?,
+        "the unsigned",
+    )?;
+    assert!(
+        message.contains("no signatures found") || message.contains("no matching signatures"),
+        "cosign says why it refuses the unsigned image: {message}"
+    );
+
+    // Signed, but with another key than the release's.
+    let other = installed
+        .cosign
+        .key_pair(&cluster.dir().join("another-key"))?;
+    installed.cosign.sign(&other, &tampered)?;
+    assert_eq!(
+        installed.cosign.verify(&other.public, &tampered)?,
+        Verdict::Verified,
+        "the other key's signature is in the registry (so the refusal below is the key's)"
+    );
+    let message = refused(
+        installed.cosign.verify(&installed.public_key, &tampered)?,
+        "an image signed by another key,",
+    )?;
+    assert!(
+        message.contains("no matching signatures"),
+        "cosign says why it refuses an image signed by another key: {message}"
+    );
+
+    // The release's own image still verifies beside them.
+    assert_eq!(
+        installed
+            .cosign
+            .verify(&installed.public_key, &installed.sidecar)?,
+        Verdict::Verified
+    );
     Ok(())
 }

@@ -6,7 +6,8 @@
 #   release_sbom NAME    the image's CycloneDX SBOM, checked against `cargo tree`
 #   release_chart        the chart, images pinned by digest, packaged reproducibly
 #   release_notes        RELEASE-NOTES.md: the version's CHANGELOG.md section, the digests
-#   release_sign         cosign signatures of the manifests and SHA256SUMS, then verified
+#   release_sign         cosign signatures of the manifests, the images (payloads to attach
+#                        in a registry) and SHA256SUMS, then verified
 
 # reproducible_tar DIR FILE...: a tar of FILE... (relative to DIR) on stdout whose bytes
 # depend only on their contents: sorted, the release's mtime, no owner names.
@@ -131,10 +132,20 @@ release_notes() {
 }
 
 release_sign() {
-	local file
-	log "signing the image manifests and SHA256SUMS (cosign, key $KUBEFLAKE_COSIGN_KEY)"
+	local file name
+	log "signing the image manifests, the images and SHA256SUMS (cosign, key $KUBEFLAKE_COSIGN_KEY)"
+	cosign_offline
 	"$cosign" public-key --key "$KUBEFLAKE_COSIGN_KEY" --outfile "$out/cosign.pub" >&2
-	for file in "$out"/*.manifest.json "$out/SHA256SUMS"; do
+	# Each image's cosign signature payload (`cosign generate`: the image digest; its
+	# docker-reference, localhost/kubeflake/<name>, is not checked by `cosign verify`): a
+	# user attaches it with its signature to the image in their registry (`cosign attach
+	# signature`), where `cosign verify` and admission controllers find it.
+	for name in "${names[@]}"; do
+		"$cosign" generate "localhost/kubeflake/$name@${digest[$name]}" \
+			>"$out/kubeflake-$name-$version.cosign-payload.json" 2>"$work/cosign.log" ||
+			die "cosign generate of $name failed: $(cat "$work/cosign.log")"
+	done
+	for file in "$out"/*.manifest.json "$out"/*.cosign-payload.json "$out/SHA256SUMS"; do
 		"$cosign" sign-blob --yes --key "$KUBEFLAKE_COSIGN_KEY" --tlog-upload=false \
 			--output-signature "$file.sig" "$file" >/dev/null 2>"$work/cosign.log" ||
 			die "cosign sign-blob $file failed: $(cat "$work/cosign.log")"

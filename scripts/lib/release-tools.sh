@@ -14,6 +14,8 @@
 #                          registry), built from its Go module into
 #                          <cache>/tools/crane-<v> (once: about 2 minutes of CPU); the
 #                          node e2e pushes the release's archives with it
+#   cosign_offline         exports the variables that keep cosign's verify commands
+#                          from fetching Sigstore's trust root over the network
 #   tool_helm              prints the path of helm: $KUBEFLAKE_HELM, else helm on PATH,
 #                          else the one e2e/controlplane/build.sh builds for the tests
 #
@@ -71,6 +73,17 @@ tool_cosign() {
 		}
 	fi
 	echo "$root/bin/cosign"
+}
+
+# cosign_offline: cosign's verify commands fetch Sigstore's trust root (TUF) from the
+# network even for a key-pair signature, which needs none; pointed at an empty cache and a
+# mirror on loopback where nothing listens, they fail that fetch at once, locally, print a
+# warning and verify with the key alone. The release is signed and checked offline.
+cosign_offline() {
+	TUF_ROOT="$(tools_root)/cosign-tuf-empty"
+	TUF_MIRROR=http://127.0.0.1:9
+	mkdir -p "$TUF_ROOT"
+	export TUF_ROOT TUF_MIRROR
 }
 
 # go_tool NAME MODULE VERSION: NAME built from the Go package MODULE@VERSION into

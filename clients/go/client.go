@@ -41,22 +41,36 @@ func (b *batch) at(i int) int64 {
 	return b.first + int64(i)
 }
 
+// cursor is the batch NextID takes IDs from without the lock: each caller claims the next
+// index with one atomic add, so two callers never get the same index and a segment batch
+// leaves in the order of its claims. Only the holder of c.mu replaces the head cursor.
+type cursor struct {
+	batch
+	taken   atomic.Int64 // indexes claimed so far; past len() once used up
+	expires time.Time    // Snowflake with MaxAge: no claim after this; zero: none
+}
+
+// usedUp is what taken is swapped to when the slow path drops a cursor's rest.
+const usedUp = int64(1) << 62
+
 // Client hands out IDs; safe for concurrent use. Close it when done.
 type Client struct {
 	settings Settings
 	endpoint endpoint
 	http     *transport
 
+	// NextID's fast path reads head, depth, low and handed without the lock; c.mu guards
+	// the rest, and only its holder replaces head.
+	head        atomic.Pointer[cursor]
+	depth       atomic.Int64  // IDs in the buffer: the head's unclaimed ones and the queue's
+	low         atomic.Int64  // refill when depth is at or below it
+	handed      atomic.Uint64 // IDs handed out from the buffer (Stats.IDs)
 	mu          sync.Mutex
-	head        batch
-	pos         int
 	queue       []batch
-	depth       int
 	batchSize   int
 	maxBatch    int
 	maxRange    int  // the ceiling of a /range refill (segment mode)
 	pace        pace // segment mode: refill times and the rate, for the low-water mark
-	low         int  // refill when depth is at or below it
 	refillErr   *Error
 	retryAt     time.Time
 	lastRefill  time.Time
@@ -106,7 +120,6 @@ func New(s Settings) (*Client, error) {
 		batchSize: s.MinBatch,
 		maxBatch:  s.MaxBatch,
 		maxRange:  s.MaxRange,
-		low:       lowWater(s.MinBatch),
 		filled:    make(chan struct{}),
 		want:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -114,6 +127,7 @@ func New(s Settings) (*Client, error) {
 		stats:     Stats{Errors: map[Kind]uint64{}},
 	}
 	c.stats.BatchSize = c.batchSize
+	c.low.Store(int64(lowWater(s.MinBatch)))
 	return c, nil
 }
 
@@ -135,6 +149,10 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 	if mode == "strict" {
 		return c.direct(ctx, "/id")
 	}
+	// The steady state: one atomic add on the head batch, no lock.
+	if id, ok := c.fromHead(); ok {
+		return id, nil
+	}
 	var started time.Time
 	var timer *time.Timer
 	defer func() {
@@ -144,31 +162,17 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 	}()
 	for {
 		c.mu.Lock()
-		for c.pos < c.head.len() || len(c.queue) > 0 {
-			if c.pos == c.head.len() {
-				c.head, c.pos = c.queue[0], 0
-				c.queue[0] = batch{}
-				c.queue = c.queue[1:]
-			}
-			if c.mode == "snowflake" && c.settings.MaxAge > 0 && time.Since(c.head.fetchedAt) > c.settings.MaxAge {
-				dropped := c.head.len() - c.pos
-				c.stats.Expired += uint64(dropped)
-				c.depth -= dropped
-				c.head, c.pos = batch{}, 0
-				continue
-			}
-			id := c.head.at(c.pos)
-			c.pos++
-			c.depth--
-			c.stats.IDs++
-			if c.depth <= c.low {
-				c.askRefill()
-			}
-			if !started.IsZero() {
-				c.stats.WaitTime += time.Since(started)
-			}
+		if c.advance() {
 			c.mu.Unlock()
-			return id, nil
+			if id, ok := c.fromHead(); ok {
+				if !started.IsZero() {
+					c.mu.Lock()
+					c.stats.WaitTime += time.Since(started)
+					c.mu.Unlock()
+				}
+				return id, nil
+			}
+			continue // other callers took the rest first
 		}
 		if c.closed {
 			c.mu.Unlock()
@@ -207,7 +211,58 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 	}
 }
 
-// askRefill wakes the refiller; c.mu is held.
+// fromHead claims the next ID of the head batch without the lock: false when there is no
+// head, it is used up, or its IDs are older than MaxAge (the slow path then moves on).
+func (c *Client) fromHead() (int64, bool) {
+	h := c.head.Load()
+	if h == nil || !h.expires.IsZero() && time.Now().After(h.expires) {
+		return 0, false
+	}
+	i := h.taken.Add(1) - 1
+	if i >= int64(h.len()) {
+		return 0, false
+	}
+	id := h.at(int(i))
+	c.handed.Add(1)
+	if c.depth.Add(-1) <= c.low.Load() {
+		c.askRefill()
+	}
+	return id, true
+}
+
+// advance makes the head a batch with IDs left, taking the queue's next batch when the
+// head is used up or older than MaxAge (its rest dropped and counted as expired); false
+// when the buffer has no ID. c.mu is held.
+func (c *Client) advance() bool {
+	for {
+		h := c.head.Load()
+		if h != nil {
+			expired := !h.expires.IsZero() && time.Now().After(h.expires)
+			if !expired && h.taken.Load() < int64(h.len()) {
+				return true
+			}
+			if expired {
+				// Claims made before the swap are counted by their callers; none after.
+				if left := int64(h.len()) - min(h.taken.Swap(usedUp), int64(h.len())); left > 0 {
+					c.stats.Expired += uint64(left)
+					c.depth.Add(-left)
+				}
+			}
+		}
+		if len(c.queue) == 0 {
+			return false
+		}
+		next := &cursor{batch: c.queue[0]}
+		c.queue[0] = batch{}
+		c.queue = c.queue[1:]
+		if c.mode == "snowflake" && c.settings.MaxAge > 0 {
+			next.expires = next.fetchedAt.Add(c.settings.MaxAge)
+		}
+		c.head.Store(next)
+	}
+}
+
+// askRefill wakes the refiller (starting it the first time); safe without c.mu.
 func (c *Client) askRefill() {
 	c.refillerRun.Do(func() { go c.refill() })
 	select {
@@ -227,10 +282,7 @@ func (c *Client) refill() {
 			return
 		case <-c.want:
 		}
-		c.mu.Lock()
-		stale := c.depth > c.low // asked while the last refill was out
-		c.mu.Unlock()
-		if stale {
+		if c.depth.Load() > c.low.Load() { // asked while the last refill was out
 			continue
 		}
 		for {
@@ -295,22 +347,23 @@ func (c *Client) refill() {
 			done := time.Now()
 			delay = 0
 			c.queue = append(c.queue, got)
-			c.depth += got.len()
+			c.depth.Add(int64(got.len()))
 			c.stats.Refills++
 			c.stats.RefillTime += done.Sub(sent)
 			c.batchSize = nextBatchSize(c.batchSize, done.Sub(c.lastRefill), !c.lastRefill.IsZero(), c.settings, c.ceiling())
 			c.stats.BatchSize = c.batchSize
 			c.lastRefill = done
 			c.refillErr = nil
-			c.low = lowWater(c.batchSize)
+			low := lowWater(c.batchSize)
 			if c.mode == "segment" {
-				c.pace.arrived(done, done.Sub(sent), c.stats.IDs)
-				c.low = c.pace.lowWater(c.batchSize, c.ceiling())
+				c.pace.arrived(done, done.Sub(sent), c.handed.Load())
+				low = c.pace.lowWater(c.batchSize, c.ceiling())
 			}
-			low := c.depth <= c.low
+			c.low.Store(int64(low))
+			wantMore := c.depth.Load() <= int64(low)
 			c.broadcast()
 			c.mu.Unlock()
-			if !low {
+			if !wantMore {
 				break
 			}
 		}
@@ -451,7 +504,8 @@ func (c *Client) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.BufferDepth = c.depth
+	s.IDs = c.handed.Load()
+	s.BufferDepth = int(c.depth.Load())
 	s.Errors = make(map[Kind]uint64, len(c.stats.Errors))
 	for k, v := range c.stats.Errors {
 		s.Errors[k] = v

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,6 +216,30 @@ func BenchmarkSegmentNextID(b *testing.B) { buffered(b, segmentSocket) }
 // values (--max-block-size, as the Java benchmark's segment row): a range never crosses a
 // block, so only then can one /range refill bring more than 1,000 values.
 func BenchmarkSegmentGrowingBlocks(b *testing.B) { buffered(b, growingSocket) }
+
+// BenchmarkSegmentGrowingBlocks16: the same sidecar, NextID from 16 goroutines at once on
+// one client (8 per core on the project's 2-core machine): the buffer's fast path under
+// contention (one atomic add per ID, no lock; clients/SPEC.md, "Order"). ns/op is the
+// wall time per ID across all goroutines.
+func BenchmarkSegmentGrowingBlocks16(b *testing.B) {
+	c := client(b, growingSocket, kubeflake.Settings{})
+	ctx := context.Background()
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+	before := c.Stats()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.NextID(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	s := c.Stats()
+	b.ReportMetric(float64(s.Waits-before.Waits), "waits")
+	b.ReportMetric(float64(s.Refills-before.Refills), "refills")
+}
 
 // BenchmarkOneRequestPerID: the same client without a buffer, one GET /id per ID over a
 // kept-alive connection on the Unix socket (Snowflake).

@@ -101,6 +101,34 @@ fn annotation(body: &Value, key: &str) -> Value {
     body["metadata"]["annotations"][key].clone()
 }
 
+/// A pod the webhook of 0.1.0 injected (its sidecar knows no fence cap).
+fn injected_by_0_1(name: &str) -> Pod {
+    let mut old = pod(name);
+    old.metadata.annotations = Some(
+        [(
+            kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
+            "0.1.0".to_string(),
+        )]
+        .into(),
+    );
+    old
+}
+
+/// One pass over a sequence whose pod `holder` holds slot 128 (`held`), which the pass
+/// must rewrite (a PUT) before it patches the status: the Lease the pass wrote.
+async fn pass_over_held(seq: IdSequence, holder: Pod, held: Lease, spaces: Arc<IdSpaces>) -> Value {
+    let path = format!("{LEASES}/orders-slot-128");
+    let api = FakeApi::new()
+        .expect(Method::PUT, &path, 200, json!(held))
+        .expect(Method::PATCH, STATUS, 200, echo(&seq));
+    let f = fixture_with(&api, vec![holder], vec![held.clone()], Some(spaces));
+    reconcile(Arc::new(seq), f.ctx.clone())
+        .await
+        .expect("the pass succeeds");
+    api.verify();
+    api.requests(&Method::PUT, &path)[0].body.clone()
+}
+
 #[tokio::test]
 async fn rule17_a_joined_sequence_creates_its_pods_slot_lease_in_its_block_from_the_floor_with_the_cap()
  {
@@ -147,16 +175,7 @@ async fn rule17_a_renewed_grant_raises_the_cap_of_a_held_slot_lease() {
     let (floor, old_bound, bound) = (now - 1_000, now + 1_000_000, now + 3_600_000);
     let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&[(2, floor, bound)]))]);
     let held = block_lease(128, Some("a"), now, Some(old_bound));
-    let path = format!("{LEASES}/orders-slot-128");
-    let api = FakeApi::new()
-        .expect(Method::PUT, &path, 200, json!(held))
-        .expect(Method::PATCH, STATUS, 200, echo(&seq));
-    let f = fixture_with(&api, vec![pod("a")], vec![held.clone()], Some(spaces));
-    reconcile(Arc::new(seq), f.ctx.clone())
-        .await
-        .expect("the pass succeeds");
-    api.verify();
-    let written = &api.requests(&Method::PUT, &path)[0].body;
+    let written = &pass_over_held(seq, pod("a"), held, spaces).await;
     assert_eq!(
         annotation(written, FENCE_CAP_ANNOTATION),
         json!(bound.to_string())
@@ -212,16 +231,8 @@ async fn rule17_a_pod_injected_by_0_1_gets_no_slot_of_a_joined_sequence() {
     let now = now_tick();
     let grant = [(2, now - 1_000, now + 3_600_000)];
     let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&grant))]);
-    let mut old = pod("old");
-    old.metadata.annotations = Some(
-        [(
-            kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
-            "0.1.0".to_string(),
-        )]
-        .into(),
-    );
     let api = FakeApi::new().expect(Method::PATCH, STATUS, 200, echo(&seq));
-    let f = fixture_with(&api, vec![old], vec![], Some(spaces));
+    let f = fixture_with(&api, vec![injected_by_0_1("old")], vec![], Some(spaces));
     reconcile(Arc::new(seq), f.ctx.clone())
         .await
         .expect("the pass succeeds");
@@ -240,25 +251,8 @@ async fn rule15_17_a_slot_held_by_a_pod_injected_by_0_1_stays_its_own_and_its_le
     let now = now_tick();
     let bound = now + 3_600_000;
     let (spaces, _writer) = id_spaces(vec![membership(THIS, Some(&[(2, now - 1_000, bound)]))]);
-    let mut old = pod("old");
-    old.metadata.annotations = Some(
-        [(
-            kubeflake_crds::contract::INJECTED_ANNOTATION.to_string(),
-            "0.1.0".to_string(),
-        )]
-        .into(),
-    );
     let held = block_lease(128, Some("old"), now, None);
-    let path = format!("{LEASES}/orders-slot-128");
-    let api = FakeApi::new()
-        .expect(Method::PUT, &path, 200, json!(held))
-        .expect(Method::PATCH, STATUS, 200, echo(&seq));
-    let f = fixture_with(&api, vec![old], vec![held.clone()], Some(spaces));
-    reconcile(Arc::new(seq), f.ctx.clone())
-        .await
-        .expect("the pass succeeds");
-    api.verify();
-    let written = &api.requests(&Method::PUT, &path)[0].body;
+    let written = &pass_over_held(seq, injected_by_0_1("old"), held, spaces).await;
     assert_eq!(
         written["spec"]["holderIdentity"],
         json!("uid-old"),

@@ -65,15 +65,28 @@ fn membership(name: &str, made_by: &str, grants: &[(i64, i64, i64)]) -> IdSpaceM
 }
 
 fn decide(found: &[&IdSpaceMembership], this: &MemberId) -> Blocks {
+    decide_with(found, found, Ok(this), true, LEASE_TICKS)
+}
+
+/// What `blocks` decides for the memberships `found` that name the sequence, among `all`
+/// of this cluster (`this`), every copy compared with the hub or none (`checked`), a slot
+/// lease `min_ahead` ticks long.
+fn decide_with(
+    found: &[&IdSpaceMembership],
+    all: &[&IdSpaceMembership],
+    this: Result<&MemberId, String>,
+    checked: bool,
+    min_ahead: u64,
+) -> Blocks {
     blocks(&Membership {
         found,
-        all: found,
-        hub_checked: &|_| true,
-        this: Ok(this),
+        all,
+        hub_checked: &|_| checked,
+        this,
         sequence: *space().sequence(),
         datacenter: DatacenterId(0),
         now: Tick(NOW),
-        min_ahead: LEASE_TICKS,
+        min_ahead,
     })
 }
 
@@ -210,16 +223,7 @@ fn a_slot_lease_longer_than_the_spaces_bound_distance_waits_and_says_which_setti
     let reach_ms = (space().tolerance_secs() + space().renew_every_secs()) * 1000;
     let member = membership("m", "a", &[(2, 50_000, 200_000)]);
     let with_lease = |lease_ticks: u64| {
-        blocks(&Membership {
-            found: &[&member],
-            all: &[&member],
-            hub_checked: &|_| true,
-            this: Ok(&cluster("a")),
-            sequence: *space().sequence(),
-            datacenter: DatacenterId(0),
-            now: Tick(NOW),
-            min_ahead: lease_ticks,
-        })
+        decide_with(&[&member], &[&member], Ok(&cluster("a")), true, lease_ticks)
     };
     let Blocks::Waiting(waiting) = with_lease(reach_ms + 1) else {
         panic!("a lease longer than the bound distance must wait");
@@ -279,16 +283,8 @@ fn rule17_a_holder_outside_the_blocks_held_now_is_released_so_its_pod_gets_a_slo
     ];
     let pods = [pod("d"), pod("e"), pod("f")];
     let planned = plan_with(&joined(), &leases, &pods);
-    let released: Vec<(u32, ReleaseReason)> = planned
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Release { lease, reason } => Some((lease.slot.0, *reason)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        released,
+        super::tests::released(&planned),
         [
             (5, ReleaseReason::OutsideBlocks),
             (130, ReleaseReason::OutsideBlocks)
@@ -350,16 +346,13 @@ fn rule17_a_membership_without_a_usable_copy_assigns_no_slot_and_says_why() {
         (decide(&[&bad], &a), "remove status.grants"),
         (decide(&[&good, &second], &a), "both name this sequence"),
         (
-            blocks(&Membership {
-                found: &[&good],
-                all: &[&good],
-                hub_checked: &|_| true,
-                this: Err("forbidden".into()),
-                sequence: *space().sequence(),
-                datacenter: DatacenterId(0),
-                now: Tick(NOW),
-                min_ahead: LEASE_TICKS,
-            }),
+            decide_with(
+                &[&good],
+                &[&good],
+                Err("forbidden".into()),
+                true,
+                LEASE_TICKS,
+            ),
             "cannot read its cluster's ID",
         ),
     ];
@@ -398,18 +391,8 @@ fn rule20_a_second_sequence_of_the_cluster_joined_to_the_same_space_assigns_no_s
     let shop = of("shop", "orders", 100);
     let billing = of("billing", "invoices", 200);
     let all = [&shop, &billing];
-    let decide_in = |m: &IdSpaceMembership| {
-        blocks(&Membership {
-            found: &[m],
-            all: &all,
-            hub_checked: &|_| true,
-            this: Ok(&cluster("a")),
-            sequence: *space().sequence(),
-            datacenter: DatacenterId(0),
-            now: Tick(NOW),
-            min_ahead: LEASE_TICKS,
-        })
-    };
+    let decide_in =
+        |m: &IdSpaceMembership| decide_with(&[m], &all, Ok(&cluster("a")), true, LEASE_TICKS);
     assert!(
         matches!(decide_in(&shop), Blocks::Joined(_)),
         "the earlier keeps its blocks"
@@ -427,16 +410,7 @@ fn rule20_a_second_sequence_of_the_cluster_joined_to_the_same_space_assigns_no_s
     elsewhere.spec.hub_secret = "other-hub".into();
     elsewhere.status.as_mut().expect("status").id_space_uid = Some("uid-other".into());
     let all = [&shop, &elsewhere];
-    let own = blocks(&Membership {
-        found: &[&elsewhere],
-        all: &all,
-        hub_checked: &|_| true,
-        this: Ok(&cluster("a")),
-        sequence: *space().sequence(),
-        datacenter: DatacenterId(0),
-        now: Tick(NOW),
-        min_ahead: LEASE_TICKS,
-    });
+    let own = decide_with(&[&elsewhere], &all, Ok(&cluster("a")), true, LEASE_TICKS);
     assert!(matches!(own, Blocks::Joined(_)), "{own:?}");
 }
 
@@ -520,16 +494,13 @@ fn rule21_a_copy_that_went_back_assigns_no_slot_until_the_fences_are_raised() {
 fn rule21_a_copy_not_compared_with_the_hub_since_the_start_assigns_no_slot() {
     let member = membership("m", "a", &[(2, 50_000, 200_000)]);
     let with = |checked: bool| {
-        blocks(&Membership {
-            found: &[&member],
-            all: &[&member],
-            hub_checked: &|_| checked,
-            this: Ok(&cluster("a")),
-            sequence: *space().sequence(),
-            datacenter: DatacenterId(0),
-            now: Tick(NOW),
-            min_ahead: LEASE_TICKS,
-        })
+        decide_with(
+            &[&member],
+            &[&member],
+            Ok(&cluster("a")),
+            checked,
+            LEASE_TICKS,
+        )
     };
     let waiting = with(false);
     let Blocks::Waiting(why) = &waiting else {

@@ -2,6 +2,17 @@ use super::*;
 use crate::controller::id_spaces::blocks::Blocks;
 
 /// `created`: an RFC 3339 time, or whole seconds since the Unix epoch.
+/// The plan's release steps, as (slot, why), in plan order.
+pub(super) fn released(plan: &Plan) -> Vec<(u32, ReleaseReason)> {
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Release { lease, reason } => Some((lease.slot.0, *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn at(created: &str) -> Option<DateTime<Utc>> {
     match created.parse::<i64>() {
         Ok(secs) => DateTime::from_timestamp(secs, 0),
@@ -177,16 +188,8 @@ fn rule9_slots_are_released_only_from_pods_gone_or_silent() {
     ];
     let silent = BTreeSet::from(["s-slot-2".to_string()]);
     let plan = plan(&observe(3, &leases, &pods, &silent));
-    let releases: Vec<(u32, ReleaseReason)> = plan
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::Release { lease, reason } => Some((lease.slot.0, *reason)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        releases,
+        released(&plan),
         vec![(1, ReleaseReason::PodGone), (2, ReleaseReason::Silent)]
     );
     assert!(

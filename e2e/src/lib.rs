@@ -25,7 +25,8 @@
 //! - [`registry`]: an OCI registry on the node's bridge; [`signing`]: cosign, verifying the
 //!   release's image signatures in it.
 //! - [`prometheus`]: a real Prometheus on loopback with the chart's rules, and its HTTP API;
-//!   [`exposition`]: reading a `/metrics` answer.
+//!   [`exposition`]: reading a `/metrics` answer; [`dashboard`]: the chart's dashboard
+//!   queries, each waited for until it returns a series.
 //! - [`linearizability`]: a history recorder and two checkers (its own, porcupine's) for
 //!   values that must increase in real-time order across every sidecar.
 //!
@@ -37,6 +38,7 @@ pub mod blocking;
 pub mod certs;
 pub mod cluster;
 pub mod control_plane;
+pub mod dashboard;
 pub mod exposition;
 pub mod kubeconfig;
 pub mod linearizability;

@@ -7,7 +7,8 @@
 //! An operator (the real binary, `--hub-secret-namespace`) joins an IdSequence through its
 //! IdSpaceMembership, claims a block and, with pods holding slots, a spare; a second
 //! membership of the same cluster under another name is refused (JoinRefused, saying what
-//! to fix); a membership whose Secret is missing says which Secret. Pods are API objects
+//! to fix); a membership whose Secret is missing says which Secret; the dashboard's ID
+//! space row returns series on a real Prometheus scraping the operator. Pods are API objects
 //! only (no kubelet), as in the other operator tests. The hub and member set-up is
 //! e2e/tests/hub_support/ (shared with the three-control-plane suite, id_space_clusters.rs).
 
@@ -25,6 +26,8 @@ use kube::Api;
 use kube::api::ListParams;
 use kubeflake_crds::id_space::membership::GrantRecord;
 use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec};
+use kubeflake_e2e::dashboard;
+use kubeflake_e2e::prometheus::{Prometheus, Target};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::{Operator, all_assigned, create_pods, create_sequence, eventually};
 use serde_json::json;
@@ -184,6 +187,23 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
         "the membership's metrics:\n{}",
         operator.metrics()
     );
+    // The dashboard's ID space row: every query returns a series with a value on a real
+    // Prometheus scraping this operator (e2e prometheus checks the other rows).
+    let prom = Prometheus::start(
+        &[Target::new("kubeflake-operator", operator.metrics_port)
+            .label("namespace", &member.name)],
+        None,
+    )?;
+    let queries = dashboard::queries(|row| row == dashboard::ID_SPACE_ROW)?;
+    ensure!(
+        queries.len() >= 6,
+        "the ID space row's queries: {queries:?}"
+    );
+    let ns = member.name.clone();
+    tokio::task::spawn_blocking(move || {
+        dashboard::wait_every_query(&prom, &queries, &ns, Duration::from_secs(90))
+    })
+    .await??;
 
     // Rule 20: the same cluster under another name is refused, saying what to fix, and
     // nothing is written on the hub for it.

@@ -18,14 +18,13 @@
 mod operator_support;
 mod sidecar_support;
 
-use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -33,6 +32,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kubeflake_crds::segment_counter::{counter_name, new_counter};
+use kubeflake_e2e::dashboard;
 use kubeflake_e2e::prometheus::{Prometheus, Target, chart_rules};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::*;
@@ -409,38 +409,6 @@ async fn operator_with_webhook(cluster: &Cluster, ns: &TestNamespace) -> Result<
     Ok(operator)
 }
 
-/// The `expr` of every panel query of the chart's dashboard, in order.
-fn dashboard_queries() -> Result<Vec<String>> {
-    let file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../charts/kubeflake/dashboards/kubeflake.json"
-    );
-    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
-    fn collect(v: &Value, out: &mut Vec<String>) {
-        match v {
-            Value::Object(map) => {
-                if let Some(Value::String(expr)) = map.get("expr") {
-                    out.push(expr.clone());
-                }
-                map.values().for_each(|v| collect(v, out));
-            }
-            Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
-            _ => {}
-        }
-    }
-    let mut queries = Vec::new();
-    collect(&dashboard, &mut queries);
-    Ok(queries)
-}
-
-/// A dashboard query as Grafana would send it with the namespace variable set to `ns`:
-/// `$namespace` is a regex (`=~`), `$__rate_interval` at least four scrape intervals (here
-/// 1 minute, with a 1 s scrape interval).
-fn as_grafana_sends(expr: &str, ns: &str) -> String {
-    expr.replace("$__rate_interval", "1m")
-        .replace("$namespace", ns)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_of_sidecars()
 -> Result<()> {
@@ -548,52 +516,21 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
     create_pods(&ns, "blocks", "late", 1).await?;
     eprintln!("prometheus: faults driven after {:?}", started.elapsed());
 
-    let queries = dashboard_queries()?;
+    // Every row but the ID space's, whose series exist only where a sequence joined a hub
+    // (e2e id_space_join checks those).
+    let queries = dashboard::queries(|row| row != dashboard::ID_SPACE_ROW)?;
     ensure!(
         queries.len() >= 20,
         "only {} dashboard queries",
         queries.len()
     );
-    let deadline = Instant::now() + LIMIT;
-    let mut empty: Vec<String> = queries
-        .iter()
-        .map(|q| as_grafana_sends(q, &ns.name))
-        .collect();
-    let mut answers: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    while !empty.is_empty() {
-        let mut still = Vec::new();
-        for q in empty {
-            // A series whose value is NaN (a histogram without observations in the
-            // window) is drawn as a gap: it does not count.
-            let result = prom.query(&q)?;
-            if result.iter().all(|r| r["value"][1] == "NaN") {
-                still.push(q);
-            } else {
-                eprintln!("prometheus: {:?}: {q}", started.elapsed());
-                answers.insert(q, result);
-            }
-        }
-        empty = still;
-        if empty.is_empty() {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} of {} dashboard queries returned no series (or only NaN) after {LIMIT:?}:\n{}",
-                empty.len(),
-                queries.len(),
-                empty
-                    .iter()
-                    .map(|q| format!("{q}\n  -> {:?}", prom.query(q)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    {
+        let prom = prom.clone();
+        let ns = ns.name.clone();
+        blocking(move || dashboard::wait_every_query(&prom, &queries, &ns, LIMIT)).await?;
     }
     eprintln!(
-        "prometheus: all {} dashboard queries returned series with a value after {:?}",
-        answers.len(),
+        "prometheus: every dashboard query returned series with a value after {:?}",
         started.elapsed()
     );
     drop(loads);

@@ -13,6 +13,13 @@
 //!
 //! Nobody at all lowers a counter's `next` or `claims` in place: values below were issued.
 //!
+//! **Ranges** (docs/safety.md rule 22, [`crate::segment_counter::range`]): a counter of a
+//! sequence joined to an ID space (format 3) has a limit and maybe a queued range; once it
+//! has a limit, every writer but the exempt groups keeps one, with `next` at or below it or
+//! inside the queued range, and a queued range above it. A claimant still changes only
+//! `next` and `claims` (moving to the queued range is raising `next` into it), so 0.1.0
+//! sidecars, which know no limit, are stopped at the ranges here ([`ranges`]).
+//!
 //! **Ranges, not digit counts** (docs/safety.md rules 14 and 16): nobody at all writes a
 //! counter's `next` or `claims` above [`LIMIT`] (what [`Counter::parse`] reads), or a slot
 //! Lease's fence above [`FENCE_LIMIT`] (the last tick any layout holds); a value already
@@ -88,6 +95,13 @@ use crate::slot_lease::{
 use crate::strict_oracle::OracleLease;
 use crate::strict_oracle::{ADDRESS_ANNOTATION, ORACLE_LABEL};
 
+mod cel;
+mod ranges;
+
+use cel::{
+    annotations_of, in_range, labels_of, not_lowered, same_except, same_spec, written_in_range,
+};
+
 /// Where the chart puts the operator's user name (`system:serviceaccount:<ns>:<name>`).
 pub const OPERATOR_PLACEHOLDER: &str = "__KUBEFLAKE_OPERATOR__";
 /// Where the chart puts the exempt groups, as a JSON (and so CEL) list of strings.
@@ -109,78 +123,12 @@ fn variable(name: &str, expression: String) -> Variable {
     }
 }
 
-/// Annotations of `side` (`object` or `oldObject`; null on create or delete), as a map.
-fn annotations_of(side: &str) -> String {
-    format!("{side} == null ? {{}} : {side}.metadata.?annotations.orValue({{}})")
-}
-
-fn labels_of(side: &str) -> String {
-    format!("{side} == null ? {{}} : {side}.metadata.?labels.orValue({{}})")
-}
-
-/// CEL: every key of map `m` other than `except` is unchanged (added, removed or
-/// changed keys all count).
-fn same_except(m: &str, except: &[&str]) -> String {
-    let list = except
-        .iter()
-        .map(|k| format!("'{k}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "variables.new{m}.all(k, k in [{list}] || variables.old{m}[?k] == optional.of(variables.new{m}[k])) \
-         && variables.old{m}.all(k, k in [{list}] || k in variables.new{m})"
-    )
-}
-
-/// CEL: spec field `f` is unchanged.
-fn same_spec(f: &str) -> String {
-    format!("object.spec.?{f} == oldObject.spec.?{f}")
-}
-
-/// CEL: annotation `a` holds a whole number (at most 19 digits, so `uint()` cannot fail).
-fn numeric(side: &str, a: &str) -> String {
-    format!(
-        "'{a}' in variables.{side}Annotations && variables.{side}Annotations['{a}'].matches('^[0-9]{{1,19}}$')"
-    )
-}
-
-/// CEL: annotation `a` did not go down. An old value that is missing or not a number
-/// (a counter being repaired) may be replaced by any number.
-fn not_lowered(a: &str) -> String {
-    format!(
-        "!({old}) || (({new}) && uint(variables.newAnnotations['{a}']) >= uint(variables.oldAnnotations['{a}']))",
-        old = numeric("old", a),
-        new = numeric("new", a),
-    )
-}
-
 /// The highest fence anyone may write on a slot Lease: [`MAX_TICK`], the last tick the
 /// widest timestamp field ([`TIMESTAMP_BITS`]) holds, and the same bound the fence parser
 /// ([`crate::slot_lease::MAX_FENCE`]) reads up to. A sequence's own layout may end sooner;
 /// its sidecar refuses a fence beyond that layout's last tick (the slot is then unusable,
 /// and says so).
 pub const FENCE_LIMIT: u64 = MAX_TICK.0;
-
-/// CEL: the string `value` is a whole number from 0 to `bound`, decided without
-/// converting it (`uint()` fails from 2^64, `int()` from 2^63): at most as many digits as
-/// `bound`, and, with as many, not after it in text order, which for digit strings of one
-/// length is numeric order.
-fn in_range(value: &str, bound: u64) -> String {
-    let digits = bound.to_string().len();
-    format!(
-        "({value}.matches('^[0-9]{{1,{digits}}}$') && (size({value}) < {digits} || {value} <= '{bound}'))"
-    )
-}
-
-/// CEL: a write leaves annotation `a` absent, as it was, or a whole number from 0 to
-/// `bound`: nobody writes a value the parsers refuse (docs/safety.md rules 14 and 16).
-fn written_in_range(a: &str, bound: u64) -> String {
-    format!(
-        "(!('{a}' in variables.newAnnotations) \
-         || variables.newAnnotations[?'{a}'] == variables.oldAnnotations[?'{a}'] || {})",
-        in_range(&format!("variables.newAnnotations['{a}']"), bound)
-    )
-}
 
 /// CEL: when the new object has a [`FENCE_CAP_ANNOTATION`], its fence (0 when absent) is
 /// not above it. Both must be in range ([`in_range`]: at most as many digits as
@@ -469,6 +417,7 @@ fn spec(operator: &str, exempt_groups: &str) -> ValidatingAdmissionPolicySpec {
                 bits = LIMIT.trailing_zeros(),
             ),
         ),
+        ranges::within_ranges(),
         validation(
             format!(
                 "!variables.isCounter || request.operation != 'UPDATE' || (({}) && ({}))",

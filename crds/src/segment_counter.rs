@@ -12,6 +12,7 @@
 //! | annotation `kubeflake.io/next`      | the first value not yet claimed (decimal)      |
 //! | annotation `kubeflake.io/claims`    | blocks claimed so far (for the status's rate)  |
 //! | annotation `kubeflake.io/format`    | the format the counter is written in ([`LEASE_FORMAT`]; absent = 1): a newer one is refused, see [`crate::slot_lease`] |
+//! | annotations `kubeflake.io/limit`, `kubeflake.io/queued-start`, `kubeflake.io/queued-limit` | format 3 only: the range of an ID space's values claims stay in, and the next one ([`range`]) |
 //! | annotation `kubeflake.io/claimants` | UIDs of the pods labelled for the sequence, comma-separated: the only pods whose sidecars may claim (written by the operator, enforced by [`crate::lease_policy`]) |
 //!
 //! A claim of `n` values reads `next = v`, writes `next = v + n` conditional on the version
@@ -29,8 +30,16 @@ use crate::slot_lease::{FORMAT_ANNOTATION, FormatProblem, LEASE_FORMAT, lease_fo
 /// without the oracle refuse it.
 pub const COUNTER_FORMAT_ORACLE: u64 = 2;
 /// The highest counter format this release reads: 1 (claimed in blocks or one value per
-/// write), 2 ([`COUNTER_FORMAT_ORACLE`]).
-pub const COUNTER_FORMAT: u64 = COUNTER_FORMAT_ORACLE;
+/// write), 2 ([`COUNTER_FORMAT_ORACLE`]), 3 ([`COUNTER_FORMAT_RANGED`]: values in ranges
+/// from an ID space's hub).
+pub const COUNTER_FORMAT: u64 = COUNTER_FORMAT_RANGED;
+
+pub mod range;
+
+pub use range::{
+    COUNTER_FORMAT_RANGED, QUEUED_LIMIT_ANNOTATION, QUEUED_START_ANNOTATION, Queued,
+    RANGE_LIMIT_ANNOTATION, Ranged, TakeError, Taken, take,
+};
 
 pub use crate::ownership::{COUNTER_LABEL, counter_name};
 /// Annotation: the first value not yet claimed.
@@ -78,6 +87,14 @@ pub enum CounterError {
          the Lease was not changed"
     )]
     BadFormat { name: String, value: String },
+    /// The ranges of a format 3 counter (docs/safety.md rule 22) do not read as ranges.
+    #[error(
+        "segment counter Lease {name}: {problem}. No value is claimed from it and it is not \
+         changed: the operator writes these annotations from the ID space's hub; put back what \
+         it wrote (the range this cluster's IdSpaceMembership records), never a range another \
+         cluster may hold"
+    )]
+    BadRange { name: String, problem: String },
 }
 
 impl CounterError {
@@ -103,6 +120,9 @@ pub struct Counter {
     pub format: u64,
     /// The version read: the precondition of the next write.
     pub resource_version: Option<String>,
+    /// Format 3 only: the range claims stay in, and the one queued after it
+    /// ([`range`], docs/safety.md rule 22). `None`: claims go up to 2^63, as before.
+    pub range: Option<Ranged>,
 }
 
 impl Counter {
@@ -148,16 +168,18 @@ impl Counter {
             claims: read(CLAIMS_ANNOTATION)?.unwrap_or(0),
             format,
             resource_version: lease.metadata.resource_version.clone(),
+            range: range::read(&name, annotations, format, next)?,
         })
     }
 
     /// The Lease with this counter written into `lease`'s metadata (other fields kept, the
-    /// format annotation included), carrying the version read, so that a replace is a
-    /// compare-and-swap.
+    /// format annotation included; the range written when there is one), carrying the
+    /// version read, so that a replace is a compare-and-swap.
     pub fn write_into(&self, mut lease: Lease) -> Lease {
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
         annotations.insert(NEXT_ANNOTATION.to_string(), self.next.to_string());
         annotations.insert(CLAIMS_ANNOTATION.to_string(), self.claims.to_string());
+        range::write(annotations, self.range.as_ref());
         lease.metadata.resource_version = self.resource_version.clone();
         lease
     }
@@ -207,6 +229,7 @@ pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
         claims: 0,
         format: LEASE_FORMAT,
         resource_version: None,
+        range: None,
     };
     counter.write_into(Lease {
         metadata: ObjectMeta {
@@ -229,152 +252,4 @@ pub fn new_counter(sequence: &str, namespace: &str, start: u64) -> Lease {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::slot_lease::SEQUENCE_LABEL;
-
-    #[test]
-    fn a_new_counter_round_trips_and_is_not_labelled_as_a_slot_lease() {
-        let lease = new_counter("orders", "ns", 7);
-        assert_eq!(
-            lease.metadata.name.as_deref(),
-            Some("orders-segment-counter")
-        );
-        let labels = lease.metadata.labels.clone().unwrap();
-        assert!(
-            !labels.contains_key(SEQUENCE_LABEL),
-            "slot code selects on that label"
-        );
-        assert_eq!(
-            labels.get(COUNTER_LABEL).map(String::as_str),
-            Some("orders")
-        );
-        let c = Counter::parse(&lease).unwrap();
-        assert_eq!((c.next, c.claims), (7, 0));
-    }
-
-    #[test]
-    fn claimants_are_written_sorted_without_repeats_and_read_back() {
-        let value = claimants_value(["uid-b", "uid-a", "uid-b", ""]);
-        assert_eq!(value, "uid-a,uid-b");
-        let mut lease = new_counter("orders", "ns", 7);
-        assert!(claimants(&lease).is_empty(), "a new counter lists nobody");
-        lease
-            .metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .insert(CLAIMANTS_ANNOTATION.into(), value);
-        assert_eq!(claimants(&lease), ["uid-a", "uid-b"]);
-        assert!(lists_claimant(&lease, "uid-a") && lists_claimant(&lease, "uid-b"));
-        assert!(!lists_claimant(&lease, "uid") && !lists_claimant(&lease, ""));
-    }
-
-    #[test]
-    fn garbled_or_out_of_range_counters_are_errors_not_zero() {
-        for bad in ["soon", "-1", "9223372036854775809"] {
-            let mut lease = new_counter("orders", "ns", 7);
-            lease
-                .metadata
-                .annotations
-                .as_mut()
-                .unwrap()
-                .insert(NEXT_ANNOTATION.into(), bad.into());
-            let err = Counter::parse(&lease).unwrap_err();
-            assert!(err.to_string().contains("never lower"), "{bad}: {err}");
-        }
-        let mut lease = new_counter("orders", "ns", 7);
-        lease.metadata.annotations = None;
-        assert!(matches!(
-            Counter::parse(&lease),
-            Err(CounterError::Missing { .. })
-        ));
-    }
-
-    fn with_format(mut lease: Lease, format: Option<&str>) -> Lease {
-        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        annotations.remove(FORMAT_ANNOTATION);
-        if let Some(f) = format {
-            annotations.insert(FORMAT_ANNOTATION.into(), f.into());
-        }
-        lease
-    }
-
-    #[test]
-    fn a_counter_without_a_format_is_format_1_and_a_new_one_writes_it() {
-        let fresh = new_counter("orders", "ns", 7);
-        assert_eq!(
-            fresh
-                .metadata
-                .annotations
-                .as_ref()
-                .unwrap()
-                .get(FORMAT_ANNOTATION),
-            Some(&"1".to_string())
-        );
-        for (format, read) in [(None, 1), (Some("1"), 1), (Some("2"), 2)] {
-            let c = Counter::parse(&with_format(fresh.clone(), format)).unwrap();
-            assert_eq!((c.next, c.claims, c.format), (7, 0, read), "{format:?}");
-        }
-    }
-
-    #[test]
-    fn a_counter_in_a_newer_format_is_refused_naming_it_and_what_to_do() {
-        let newer = with_format(new_counter("orders", "ns", 7), Some("3"));
-        let err = Counter::parse(&newer).unwrap_err();
-        assert_eq!(
-            err,
-            CounterError::UnsupportedFormat {
-                name: "orders-segment-counter".into(),
-                found: 3,
-                understood: 2,
-            }
-        );
-        assert!(err.is_format());
-        let message = err.to_string();
-        for part in [
-            "orders-segment-counter",
-            "newer kubeflake",
-            "format 3",
-            "up to 2",
-            "Upgrade this operator and its sidecars",
-            "the Lease was not changed",
-        ] {
-            assert!(message.contains(part), "{part:?} missing: {message}");
-        }
-    }
-
-    #[test]
-    fn a_counter_format_that_is_not_a_number_is_refused_not_guessed() {
-        for bad in ["two", "", "0", "-1"] {
-            let lease = with_format(new_counter("orders", "ns", 7), Some(bad));
-            let err = Counter::parse(&lease).unwrap_err();
-            assert!(
-                matches!(err, CounterError::BadFormat { .. }),
-                "{bad:?}: {err}"
-            );
-            assert!(err.is_format());
-        }
-        assert!(!CounterError::Missing { name: "x".into() }.is_format());
-    }
-
-    #[test]
-    fn writing_a_counter_keeps_the_format_it_was_read_in() {
-        for format in [None, Some("1")] {
-            let lease = with_format(new_counter("orders", "ns", 7), format);
-            let mut counter = Counter::parse(&lease).unwrap();
-            counter.next = 100;
-            let written = counter.write_into(lease);
-            assert_eq!(
-                written
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .unwrap()
-                    .get(FORMAT_ANNOTATION)
-                    .map(String::as_str),
-                format
-            );
-        }
-    }
-}
+mod tests;

@@ -967,3 +967,189 @@ async fn rule17_only_the_operator_writes_the_fence_cap_and_no_holder_renews_past
         .context("a cluster admin lowers the cap by hand")?;
     Ok(())
 }
+
+/// docs/safety.md rule 22: a counter of a sequence joined to an ID space (format 3) is
+/// claimed from only below its limit or inside the range its operator queued, by anyone (a
+/// claim of 0.1.0, which knows no limit, included); a claimant moves to the queued range by
+/// raising `next` into it, the one write it may make (next and claims, as before); nobody
+/// but the exempt groups removes the limit, writes `next` outside the ranges or queues a
+/// range below the limit. The claims are made by `segment_counter::take`, as the sidecar
+/// makes them (`sidecar/src/segment/lease.rs` patches `next` and `claims`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule22_a_ranged_counter_is_claimed_only_inside_its_ranges_whoever_writes() -> Result<()> {
+    use kubeflake_crds::segment_counter::{
+        Counter, QUEUED_LIMIT_ANNOTATION, QUEUED_START_ANNOTATION, RANGE_LIMIT_ANNOTATION, take,
+    };
+    use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
+    let cluster = Cluster::shared();
+    let w = world(cluster, "lease-policy-ranges").await?;
+    let ns = w.ns.name.as_str();
+    enforce_policy(cluster, ns, "operator", &["system:masters"], "bystander").await?;
+    let (uid_c, c) = &w.claimer;
+    let annotate = |pairs: &[(&str, Option<&str>)]| {
+        let map: serde_json::Map<String, serde_json::Value> = pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    (*k).to_string(),
+                    v.map_or(serde_json::Value::Null, |v| json!(v)),
+                )
+            })
+            .collect();
+        Patch::Merge(json!({"metadata": {"annotations": map}}))
+    };
+    let as_claim = |counter: &Counter| claim(counter.next, counter.claims);
+    let read = |lease: Lease| Counter::parse(&lease).context("the counter reads");
+    let mut counter = new_counter(SEGMENT_SEQUENCE, ns, 1000);
+    let a = counter
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    a.insert(CLAIMANTS_ANNOTATION.into(), uid_c.clone());
+    a.insert(FORMAT_ANNOTATION.into(), "3".into());
+    a.insert(RANGE_LIMIT_ANNOTATION.into(), "1100".into());
+    let seen = read(
+        leases(&w.operator, ns)
+            .create(&PostParams::default(), &counter)
+            .await
+            .context("the operator creates a format 3 counter: range [1000, 1100), pod C listed")?,
+    )?;
+
+    // Claims below the limit, the last one cut at it.
+    let first = take(&seen, 90, 0)?;
+    let seen = read(
+        patch_counter(ns, c, as_claim(&first.counter))
+            .await
+            .context("pod C claims [1000, 1090)")?,
+    )?;
+    let last = take(&seen, 50, 0)?;
+    ensure!(
+        (last.start, last.end) == (1090, 1100),
+        "cut at the limit: {last:?}"
+    );
+    let seen = read(
+        patch_counter(ns, c, as_claim(&last.counter))
+            .await
+            .context("pod C claims the rest, [1090, 1100)")?,
+    )?;
+    ensure!(take(&seen, 10, 0).is_err(), "used up, nothing queued");
+    refused(
+        patch_counter(ns, c, claim(1110, 3)).await,
+        "pod C claims past the limit as 0.1.0 would",
+        "rule 22",
+    )?;
+    refused(
+        patch_counter(ns, c, claim(5010, 3)).await,
+        "pod C moves to a range nobody queued",
+        "rule 22",
+    )?;
+    refused(
+        patch_counter(ns, &w.operator, claim(1200, 3)).await,
+        "the operator writes next past the limit",
+        "rule 22",
+    )?;
+    refused(
+        patch_counter(
+            ns,
+            &w.operator,
+            annotate(&[
+                (QUEUED_START_ANNOTATION, Some("50")),
+                (QUEUED_LIMIT_ANNOTATION, Some("60")),
+            ]),
+        )
+        .await,
+        "the operator queues a range below the limit",
+        "rule 22",
+    )?;
+    refused(
+        patch_counter(
+            ns,
+            &w.operator,
+            annotate(&[(QUEUED_START_ANNOTATION, Some("5000"))]),
+        )
+        .await,
+        "the operator queues half a range",
+        "rule 22",
+    )?;
+    let seen = read(
+        patch_counter(
+            ns,
+            &w.operator,
+            annotate(&[
+                (QUEUED_START_ANNOTATION, Some("5000")),
+                (QUEUED_LIMIT_ANNOTATION, Some("6000")),
+            ]),
+        )
+        .await
+        .context("the operator queues [5000, 6000)")?,
+    )?;
+    for (next, what) in [
+        (3000, "between the ranges"),
+        (6001, "past the queued range"),
+    ] {
+        refused(
+            patch_counter(ns, c, claim(next, 4)).await,
+            &format!("pod C claims {what}"),
+            "rule 22",
+        )?;
+    }
+    refused(
+        patch_counter(
+            ns,
+            c,
+            annotate(&[
+                (QUEUED_START_ANNOTATION, Some("5000")),
+                (QUEUED_LIMIT_ANNOTATION, Some("9000")),
+            ]),
+        )
+        .await,
+        "pod C widens the queued range",
+        "may only raise",
+    )?;
+    let moved = take(&seen, 10, 0)?;
+    ensure!(
+        moved.moved && (moved.start, moved.end) == (5000, 5010),
+        "{moved:?}"
+    );
+    let seen = read(
+        patch_counter(ns, c, as_claim(&moved.counter))
+            .await
+            .context("pod C moves to the queued range in its claim")?,
+    )?;
+    ensure!(
+        seen.range.and_then(|r| r.in_use(seen.next)) == Some((6000, None)),
+        "moved: {seen:?}"
+    );
+    refused(
+        patch_counter(ns, c, annotate(&[(RANGE_LIMIT_ANNOTATION, None)])).await,
+        "pod C removes the limit",
+        "may only raise",
+    )?;
+    refused(
+        patch_counter(ns, &w.operator, annotate(&[(RANGE_LIMIT_ANNOTATION, None)])).await,
+        "the operator removes the limit",
+        "rule 22",
+    )?;
+    patch_counter(
+        ns,
+        &w.operator,
+        annotate(&[
+            (RANGE_LIMIT_ANNOTATION, Some("6000")),
+            (QUEUED_START_ANNOTATION, None),
+            (QUEUED_LIMIT_ANNOTATION, None),
+        ]),
+    )
+    .await
+    .context("the operator writes the range in use as the limit")?;
+    patch_counter(
+        ns,
+        &cluster.client()?,
+        annotate(&[(RANGE_LIMIT_ANNOTATION, Some("7000"))]),
+    )
+    .await
+    .context("a cluster admin (exempt) raises the limit by hand")?;
+    patch_counter(ns, &w.operator, claim(6500, 4))
+        .await
+        .context("the operator raises next below the limit")?;
+    Ok(())
+}

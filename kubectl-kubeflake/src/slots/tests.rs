@@ -225,6 +225,7 @@ fn a_segment_sequence_has_no_slots_nobody_waits_and_the_counter_is_shown() {
         claims: 10,
         format: 1,
         resource_version: None,
+        range: None,
     }
     .write_into(counter);
     let pods = [pod("app-0", "u0", None), pod("app-1", "u1", None)];

@@ -791,7 +791,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     let counter = format!("{LEASES}/orders-segment-counter");
     let newer = in_format(
         kubeflake_crds::segment_counter::new_counter(SEQ, NS, 1),
-        "3",
+        "4",
     );
     let api = FakeApi::new()
         .expect(Method::GET, &counter, 200, json!(newer))
@@ -804,7 +804,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     assert!(
         matches!(
             err,
-            Error::Counter(CounterError::UnsupportedFormat { found: 3, .. })
+            Error::Counter(CounterError::UnsupportedFormat { found: 4, .. })
         ),
         "{err}"
     );
@@ -816,7 +816,7 @@ async fn a_segment_counter_in_a_newer_format_is_never_written_and_the_sequence_s
     );
     for part in [
         "orders-segment-counter",
-        "format 3",
+        "format 4",
         "Upgrade this operator",
         "not changed",
     ] {

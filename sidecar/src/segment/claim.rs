@@ -25,7 +25,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use kubeflake_crds::segment_counter::{Counter, LIMIT};
+use kubeflake_crds::segment_counter::{Counter, LIMIT, TakeError, take};
 
 use crate::metrics::SegmentMetrics;
 
@@ -124,6 +124,11 @@ pub(crate) enum ClaimError {
          kubeflake.io/claims is at least {known}; see docs/segment.md (\"The counter was lost\")"
     )]
     CounterWentBack { claims: u64, known: u64 },
+    /// A counter of a sequence joined to an ID space (format 3) has used up the range
+    /// its operator took from the hub, and no next range is queued (docs/safety.md rule
+    /// 22): nothing is claimed until the operator queues one.
+    #[error("{0}")]
+    RangeUsedUp(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -286,16 +291,22 @@ pub(crate) async fn claim_above(
                 known,
             });
         }
-        let Some(block) = block_from(seen.next, min_start, size) else {
-            return Err(ClaimError::Exhausted);
+        // Below the range's limit, or moved to the queued range in this same write, for a
+        // counter joined to an ID space (rule 22); as `block_from` for any other.
+        let taken = take(&seen, size, min_start).map_err(|e| match e {
+            TakeError::Exhausted => ClaimError::Exhausted,
+            e @ TakeError::RangeUsedUp { .. } => ClaimError::RangeUsedUp(e.to_string()),
+        })?;
+        let block = Block {
+            start: taken.start,
+            end: taken.end,
         };
-        let new = Counter {
-            next: block.end,
-            claims: seen.claims.saturating_add(1),
-            format: seen.format,
-            resource_version: seen.resource_version.clone(),
-        };
-        match bounded(backoff.call_timeout, store.compare_and_swap(&seen, new)).await {
+        match bounded(
+            backoff.call_timeout,
+            store.compare_and_swap(&seen, taken.counter),
+        )
+        .await
+        {
             Ok(()) => {
                 return Ok(Claimed { block, conflicts });
             }
@@ -333,6 +344,7 @@ pub(crate) async fn give_back(
         claims: seen.claims,
         format: seen.format,
         resource_version: seen.resource_version.clone(),
+        range: seen.range,
     };
     match bounded(CALL_TIMEOUT, store.compare_and_swap(&seen, new)).await {
         Ok(()) => Ok(true),
@@ -345,6 +357,7 @@ pub(crate) async fn give_back(
 pub(crate) mod fake {
     //! An in-memory counter with the API server's CAS semantics, and fault switches.
     use super::*;
+    use kubeflake_crds::segment_counter::{COUNTER_FORMAT_RANGED, Queued, Ranged};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -368,6 +381,9 @@ pub(crate) mod fake {
         pub(crate) newer_format: AtomicBool,
         /// The format reads report (0 reads as 1): 2 for a strict oracle's counter.
         pub(crate) format: AtomicU64,
+        /// A format 3 counter's ranges (docs/safety.md rule 22); a write whose `next`
+        /// passes its limit is refused, as the Lease policy refuses it.
+        pub(crate) range: Mutex<Option<Ranged>>,
     }
 
     impl FakeStore {
@@ -381,6 +397,34 @@ pub(crate) mod fake {
 
         pub(crate) fn next(&self) -> u64 {
             self.counter.lock().unwrap().0
+        }
+
+        /// A format 3 counter at `next`, claims stopping at `limit`.
+        pub(crate) fn ranged(next: u64, limit: u64) -> FakeStore {
+            let store = FakeStore::starting_at(next);
+            *store.range.lock().unwrap() = Some(Ranged {
+                limit,
+                queued: None,
+            });
+            store
+        }
+
+        /// The operator queues `[start, limit)` (a compare-and-swap of its own), writing
+        /// the range in use as the limit.
+        pub(crate) fn queue(&self, start: u64, limit: u64) {
+            let mut c = self.counter.lock().unwrap();
+            let mut range = self.range.lock().unwrap();
+            if let Some((in_use, _)) = range.and_then(|r| r.in_use(c.0)) {
+                *range = Some(Ranged {
+                    limit: in_use,
+                    queued: Some(Queued { start, limit }),
+                });
+            }
+            c.2 += 1;
+        }
+
+        pub(crate) fn range(&self) -> Option<Ranged> {
+            *self.range.lock().unwrap()
         }
 
         /// The counter deleted and re-created at `next` (or restored from a backup).
@@ -416,14 +460,21 @@ pub(crate) mod fake {
                     ));
                 }
                 let (next, claims, version) = *self.counter.lock().unwrap();
+                let range = self.range();
                 if self.interleave {
                     tokio::task::yield_now().await;
                 }
+                let format = if range.is_some() {
+                    COUNTER_FORMAT_RANGED
+                } else {
+                    self.format.load(Ordering::SeqCst).max(1)
+                };
                 Ok(Counter {
                     next,
                     claims,
-                    format: self.format.load(Ordering::SeqCst).max(1),
+                    format,
                     resource_version: Some(version.to_string()),
+                    range,
                 })
             })
         }
@@ -447,6 +498,13 @@ pub(crate) mod fake {
                 if Some(c.2.to_string()) != seen.resource_version {
                     return Err(StoreError::Conflict);
                 }
+                let range = self.range.lock().unwrap();
+                if range.is_some_and(|r| new.range != Some(r) || r.in_use(new.next).is_none()) {
+                    return Err(StoreError::Unavailable(
+                        "the Lease policy refuses a claim outside the ranges or of the ranges"
+                            .into(),
+                    ));
+                }
                 *c = (new.next, new.claims, c.2 + 1);
                 self.writes.fetch_add(1, Ordering::SeqCst);
                 if self.apply_then_fail.load(Ordering::SeqCst) {
@@ -458,5 +516,7 @@ pub(crate) mod fake {
     }
 }
 
+#[cfg(test)]
+mod rule22_tests;
 #[cfg(test)]
 mod tests;

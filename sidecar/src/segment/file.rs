@@ -167,6 +167,7 @@ fn as_counter(record: &CounterRecord) -> Counter {
         claims: record.claims,
         format: 1,
         resource_version: Some(format!("{}/{}", record.next, record.claims)),
+        range: None,
     }
 }
 

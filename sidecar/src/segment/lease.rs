@@ -126,6 +126,8 @@ impl CounterStore for LeaseCounter {
                     self.name
                 )));
             };
+            // A claim writes `next` and `claims` only, whatever the format: in format 3
+            // (rule 22) moving to the queued range is raising `next` into it.
             let patch = json!({"metadata": {
                 "resourceVersion": version,
                 "annotations": {
@@ -158,7 +160,7 @@ mod tests {
             .metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(FORMAT_ANNOTATION.into(), "3".into());
+            .insert(FORMAT_ANNOTATION.into(), "4".into());
         let body = serde_json::to_value(&newer).unwrap();
         let client = FakeApi::answering(move |_, _, _| (200, body.clone())).client();
         let err = LeaseCounter::new(client, "ns", "orders")
@@ -169,9 +171,61 @@ mod tests {
             panic!("another error: {err}");
         };
         assert!(
-            message.contains("orders-segment-counter") && message.contains("format 3"),
+            message.contains("orders-segment-counter") && message.contains("format 4"),
             "{message}"
         );
+    }
+
+    /// Rule 22: a claim of a format 3 counter, a move to its queued range included, patches
+    /// `next` and `claims` only, as for every counter (what the Lease policy of earlier
+    /// releases lets a claimant write).
+    #[tokio::test]
+    async fn rule22_a_claim_that_moves_to_the_queued_range_patches_next_and_claims_only() {
+        use kubeflake_crds::segment_counter::{
+            QUEUED_LIMIT_ANNOTATION, QUEUED_START_ANNOTATION, RANGE_LIMIT_ANNOTATION, take,
+        };
+        let mut lease = new_counter("orders", "ns", 1000);
+        lease.metadata.resource_version = Some("5".into());
+        let annotations = lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        for (k, v) in [
+            (FORMAT_ANNOTATION, "3"),
+            (RANGE_LIMIT_ANNOTATION, "1000"),
+            (QUEUED_START_ANNOTATION, "5000"),
+            (QUEUED_LIMIT_ANNOTATION, "6000"),
+        ] {
+            annotations.insert(k.into(), v.into());
+        }
+        let plain = {
+            let mut l = new_counter("orders", "ns", 7);
+            l.metadata.resource_version = Some("5".into());
+            l
+        };
+        for (lease, want) in [
+            (
+                lease,
+                json!({NEXT_ANNOTATION: "5010", CLAIMS_ANNOTATION: "1"}),
+            ),
+            (
+                plain,
+                json!({NEXT_ANNOTATION: "17", CLAIMS_ANNOTATION: "1"}),
+            ),
+        ] {
+            let body = serde_json::to_value(&lease).unwrap();
+            let api = FakeApi::answering(move |_, _, _| (200, body.clone()));
+            let counter = LeaseCounter::new(api.client(), "ns", "orders");
+            let seen = counter.read().await.unwrap();
+            let taken = take(&seen, 10, 0).unwrap();
+            counter
+                .compare_and_swap(&seen, taken.counter)
+                .await
+                .unwrap();
+            let patch = api.seen().pop().unwrap().body;
+            assert_eq!(patch["metadata"]["annotations"], want);
+            assert_eq!(patch["metadata"]["resourceVersion"], "5");
+        }
     }
 
     /// Rule 16: a Lease with the counter's name that a tenant made before the operator

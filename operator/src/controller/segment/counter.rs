@@ -226,6 +226,7 @@ mod tests {
             claims,
             format: 1,
             resource_version: Some("7".into()),
+            range: None,
         }
     }
 

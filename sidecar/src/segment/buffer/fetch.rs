@@ -43,6 +43,7 @@ impl Segment {
                                 .claimed_top
                                 .set(i64::try_from(s.top).unwrap_or(i64::MAX));
                             s.last_error = None;
+                            s.range_used_up = false;
                             if s.stopped {
                                 // Never served (takes are refused); kept as the spare only
                                 // so that it can be given back.
@@ -97,6 +98,23 @@ impl Segment {
                                 "the segment counter went backwards: refusing to claim from it"
                             );
                             s.last_error = Some(e.to_string());
+                            if s.stopped {
+                                s.fetching = false;
+                                None
+                            } else {
+                                Some(e)
+                            }
+                        }
+                        Err(e @ ClaimError::RangeUsedUp(_)) => {
+                            // A joined sequence between ranges (rule 22): what is buffered
+                            // is still in the range and is served; retried until the
+                            // operator queues the next range.
+                            s.last_error = Some(e.to_string());
+                            s.range_used_up = true;
+                            // An `after` above every range held is not kept for later
+                            // claims (they would all be refused): its request alone skips
+                            // the values below it (gaps), others are served.
+                            s.above = s.above.min(s.top);
                             if s.stopped {
                                 s.fetching = false;
                                 None

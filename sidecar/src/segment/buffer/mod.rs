@@ -28,6 +28,8 @@ mod fetch;
 mod range;
 #[cfg(test)]
 mod range_tests;
+#[cfg(test)]
+mod rule22_tests;
 mod sizing;
 mod state;
 #[cfg(test)]
@@ -64,6 +66,9 @@ pub(crate) enum SegmentRefusal {
          sequence"
     )]
     AfterAboveCounter { after: u64, next: u64 },
+    /// The ID space range of a joined sequence is used up, none queued (rule 22).
+    #[error("no block of values is buffered: {0}")]
+    RangeUsedUp(String),
 }
 
 /// An `after` may raise the counter only below this (docs/safety.md rule 12): what is
@@ -78,6 +83,7 @@ impl SegmentRefusal {
             SegmentRefusal::Exhausted => "exhausted",
             SegmentRefusal::Stopping => "stopping",
             SegmentRefusal::AfterAboveCounter { .. } => "after_above_counter",
+            SegmentRefusal::RangeUsedUp(_) => "range_used_up",
         }
     }
 
@@ -165,6 +171,7 @@ impl Segment {
                 size: params.block_size,
                 prefetch_permille: 0,
                 last_error: None,
+                range_used_up: false,
                 top: 0,
                 above: 0,
             }),
@@ -203,11 +210,7 @@ impl Segment {
         } else if s.exhausted {
             Err(SegmentRefusal::Exhausted)
         } else {
-            Err(SegmentRefusal::NoBlock(
-                s.last_error
-                    .clone()
-                    .unwrap_or_else(|| "the first block is being claimed".into()),
-            ))
+            Err(s.no_block(|| "the first block is being claimed".into()))
         }
     }
 
@@ -316,11 +319,10 @@ impl Segment {
                 Some(r) => Some(r),
                 None => match tokio::time::timeout_at(deadline, refills.changed()).await {
                     Ok(_) => None,
-                    Err(_) => Some(SegmentRefusal::NoBlock(
-                        self.lock().last_error.clone().unwrap_or_else(|| {
-                            format!("no block claimed within {:?}", self.wait_limit)
-                        }),
-                    )),
+                    Err(_) => Some(
+                        self.lock()
+                            .no_block(|| format!("no block claimed within {:?}", self.wait_limit)),
+                    ),
                 },
             };
             if let Some(refusal) = refusal {

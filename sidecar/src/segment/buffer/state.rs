@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::sizing::{next_block_size, prefetch_threshold};
-use super::{Runs, Segment};
+use super::{Runs, Segment, SegmentRefusal};
 use crate::segment::claim::Block;
 
 pub(super) struct State {
@@ -30,6 +30,8 @@ pub(super) struct State {
     /// Used share of the current block (per mille) at which the spare is claimed.
     pub(super) prefetch_permille: u64,
     pub(super) last_error: Option<String>,
+    /// The last claim found the ID space range used up, none queued (rule 22).
+    pub(super) range_used_up: bool,
     /// End of the highest block claimed (for giving back the unused top on stop).
     pub(super) top: u64,
     /// The highest `after + 1` asked for: claims start at or above it (docs/safety.md
@@ -63,6 +65,17 @@ impl State {
             });
         }
         dropped
+    }
+
+    /// The refusal when nothing is buffered: why the last claim failed (`otherwise` when
+    /// none did), as [`SegmentRefusal::RangeUsedUp`] when its range is used up.
+    pub(super) fn no_block(&self, otherwise: impl FnOnce() -> String) -> SegmentRefusal {
+        let why = self.last_error.clone().unwrap_or_else(otherwise);
+        if self.range_used_up {
+            SegmentRefusal::RangeUsedUp(why)
+        } else {
+            SegmentRefusal::NoBlock(why)
+        }
     }
 
     /// Forgets every buffered value (never to be served); returns how many there were.

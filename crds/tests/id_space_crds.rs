@@ -237,3 +237,29 @@ fn the_copys_cluster_and_idspace_uid_are_write_once_and_the_space_is_immutable()
     let errors = cel_errors::<IdSpaceMembership>(&moved, Some(&membership(json!({}))));
     assert!(errors.contains("space is immutable"), "{errors}");
 }
+
+/// docs/safety.md rule 22: a Segment space's counter is never removed (its `next` would
+/// start again at 0, below values handed to members) nor lowered, by anyone.
+#[test]
+fn rule22_a_segment_spaces_counter_is_never_removed_or_lowered() {
+    let segment = |next: Option<i64>| {
+        space(|s| {
+            s["sequence"]["mode"] = json!("Segment");
+            if let Some(next) = next {
+                s["segment"] = json!({"next": next});
+            }
+        })
+    };
+    let old = segment(Some(5000));
+    assert_eq!(cel_errors::<IdSpace>(&old, None), "");
+    assert_eq!(cel_errors::<IdSpace>(&segment(Some(6000)), Some(&old)), "");
+    let errors = cel_errors::<IdSpace>(&segment(None), Some(&old));
+    assert!(errors.contains("segment may not be removed"), "{errors}");
+    let errors = cel_errors::<IdSpace>(&segment(Some(4000)), Some(&old));
+    assert!(errors.contains("segment.next may not go down"), "{errors}");
+    assert_eq!(
+        cel_errors::<IdSpace>(&segment(Some(1)), Some(&segment(None))),
+        "",
+        "a counter may be added"
+    );
+}

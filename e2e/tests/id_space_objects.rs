@@ -346,6 +346,11 @@ fn spec_with_blocks(listed: i64) -> IdSpaceSpec {
 }
 
 async fn hub(cluster: &'static Cluster, listed_blocks: i64) -> Result<Hub> {
+    hub_with(cluster, spec_with_blocks(listed_blocks)).await
+}
+
+/// [`hub`] with the space made from `made`.
+async fn hub_with(cluster: &'static Cluster, made: IdSpaceSpec) -> Result<Hub> {
     let ns = cluster.namespace("idspace-hub").await?;
     let n = ns.name.clone();
     let admin = cluster.client()?;
@@ -401,9 +406,10 @@ async fn hub(cluster: &'static Cluster, listed_blocks: i64) -> Result<Hub> {
             token_client(cluster, &format!("{n}-{name}"), &t)
         }
     };
-    // The administrator makes the space (`hub init`); the members join themselves.
-    let made = spec_with_blocks(listed_blocks);
-    let space = made.space()?;
+    // The administrator makes the space (`hub init`); the members join themselves. A
+    // Segment space has no blocks (`space()` refuses it): its hub keeps the default space,
+    // used only to read its empty registry.
+    let space = made.space().or_else(|_| spec().space())?;
     Api::<IdSpace>::namespaced(ns.client.clone(), &n)
         .create(&PostParams::default(), &space_object(SPACE, made))
         .await?;
@@ -661,5 +667,76 @@ async fn a_member_write_in_a_space_listing_all_4096_blocks_is_within_the_policys
     hub.write(&hub.prod, &read, claimed.to_record())
         .await
         .context("a claim in a full registry")?;
+    Ok(())
+}
+
+/// docs/safety.md rule 22: in a Segment space a member takes a range of the space's values by
+/// raising `spec.segment.next` (`segment_range::take`, one compare-and-swap with the
+/// registry's revision counted up), at most `MAX_RANGE` values per write, so one member
+/// cannot use up the space for the others; nobody, the administrator included, lowers the
+/// counter or removes it (which would start it again at 0).
+#[tokio::test]
+async fn rule22_a_member_raises_the_segment_counter_by_at_most_one_range_and_nobody_removes_it()
+-> Result<()> {
+    use kubeflake_crds::id_space::resource::SpaceCounterRecord;
+    use kubeflake_crds::id_space::segment_range::{MAX_RANGE, take};
+    use kubeflake_crds::sequence::Mode;
+    let cluster = cluster().await;
+    let mut made = spec();
+    made.sequence.mode = Mode::Segment;
+    made.segment = Some(SpaceCounterRecord { next: 0 });
+    let hub = hub_with(cluster, made).await?;
+    wait_enforced(&hub).await?;
+    let spaces = Api::<IdSpace>::namespaced(hub.ns.client.clone(), &hub.ns.name);
+    // `as_member` writes the space's counter `next`, or none, over what it reads now.
+    let write_counter = |as_member: Client, next: Option<i64>| {
+        let ns = hub.ns.name.clone();
+        let spaces = spaces.clone();
+        async move {
+            let mut space = spaces.get(SPACE).await?;
+            space.spec.registry.revision += 1;
+            space.spec.segment = next.map(|next| SpaceCounterRecord { next });
+            Api::<IdSpace>::namespaced(as_member, &ns)
+                .replace(SPACE, &PostParams::default(), &space)
+                .await
+        }
+    };
+    let counter = |space: &IdSpace| space.spec.segment.clone().unwrap_or_default();
+
+    let (taken, range) = take(&counter(&spaces.get(SPACE).await?), MAX_RANGE)?;
+    ensure!(range == (0..MAX_RANGE), "{range:?}");
+    let written = write_counter(hub.prod.clone(), Some(taken.next))
+        .await
+        .context("prod takes a whole range")?;
+    ensure!(counter(&written).next == taken.next, "{written:?}");
+    let too_far = i64::try_from(2 * MAX_RANGE + 1)?;
+    refused(
+        "prod takes more than one range at once",
+        write_counter(hub.prod.clone(), Some(too_far)).await,
+        &["at most", "one range"],
+    )?;
+    refused(
+        "prod lowers the counter",
+        write_counter(hub.prod.clone(), Some(1)).await,
+        &["segment.next may not go down"],
+    )?;
+    for (who, client) in [
+        ("prod", hub.prod.clone()),
+        ("the administrator", hub.ns.client.clone()),
+    ] {
+        refused(
+            &format!("{who} removes the counter"),
+            write_counter(client, None).await,
+            &["segment may not be removed"],
+        )?;
+    }
+    let (taken, range) = take(&counter(&spaces.get(SPACE).await?), 1000)?;
+    ensure!(
+        range.start == MAX_RANGE,
+        "the next range starts above the last: {range:?}"
+    );
+    write_counter(hub.prod.clone(), Some(taken.next))
+        .await
+        .context("prod takes the next range")?;
     Ok(())
 }

@@ -14,6 +14,7 @@
 //! | renew ([`renew`])                      | its own block, same term and floor, bound not lowered                           |
 //! | hand back ([`release`], [`reclaim`], [`forget`]) | owner and bound removed, term kept, floor at least the old bound      |
 //! | a free block                           | term kept; its floor may go up (a join raises floors where it issued)          |
+//! | `spec.segment.next` (Segment spaces)   | raised by at most [`MAX_RANGE`] per write ([`segment_range::take`]); never lowered nor removed (the CRD's rules, for everyone) |
 //!
 //! The CRD's own rules ([`super::resource`]) hold for everyone on top: the parameters are
 //! immutable, no floor, revision or generation goes down, one entry per cluster ID, name
@@ -32,6 +33,7 @@
 //! per-expression budget from about 500 listed blocks (measured on 1.35), and a write
 //! over budget is refused (the policy fails closed).
 //!
+//! [`segment_range::take`]: super::segment_range::take
 //! [`claim`]: super::Registry::claim
 //! [`renew`]: super::Registry::renew
 //! [`release`]: super::Registry::release
@@ -44,6 +46,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::segment_range::MAX_RANGE;
 
 /// The name of a member's ServiceAccount on the hub is this prefix and the member's name.
 pub const MEMBER_ACCOUNT_PREFIX: &str = "member-";
@@ -256,6 +260,21 @@ pub fn spec() -> ValidatingAdmissionPolicySpec {
             format!(
                 "{who} + ': a free block keeps its term (only a claim counts it up); its floor may \
                  only go up'"
+            ),
+        ),
+        // A Segment space's counter (docs/safety.md rule 22): one range per write at most,
+        // so that one member cannot use up the space's values for the others.
+        validation(
+            on_update(&format!(
+                "!has(object.spec.segment) || (has(oldObject.spec.segment) \
+                 ? object.spec.segment.next - oldObject.spec.segment.next <= {MAX_RANGE} \
+                 : object.spec.segment.next <= {MAX_RANGE})"
+            )),
+            format!(
+                "{who} + ': a member raises spec.segment.next by at most {MAX_RANGE} values \
+                 (one range) per write; this write raises it from ' + \
+                 (has(oldObject.spec.segment) ? string(oldObject.spec.segment.next) : 'none') \
+                 + ' to ' + string(object.spec.segment.next)"
             ),
         ),
     ];

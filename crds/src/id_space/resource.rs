@@ -11,7 +11,8 @@
 //! - one member per cluster ID (the members list is keyed by `id`), one member per name,
 //!   one entry per block (keyed by `index`); a member's name and datacenter never change;
 //! - a block's floor never goes down, the registry's revision and a member's generation
-//!   never go down, and the Segment counter's `next` never goes down;
+//!   never go down, and the Segment counter's `next` never goes down, nor is the counter
+//!   removed once set;
 //! - a held block has both an owner and a bound, the bound above the floor.
 //!
 //! What the CRD cannot see (who writes, and which registry transitions are legal) is the
@@ -86,6 +87,9 @@ macro_rules! pow2 {
 ).field_path(".registry.blocks"))]
 #[x_kube(validation = Rule::new("!has(self.segment) || self.sequence.mode == 'Segment'").message(
     "segment is set but sequence.mode is Snowflake: a Snowflake space hands out blocks of worker IDs, not counter ranges; remove segment"
+).field_path(".segment"))]
+#[x_kube(validation = Rule::new("!has(oldSelf.segment) || has(self.segment)").message(
+    "segment may not be removed once set: its next would start again at 0, below values already handed to members (docs/safety.md rule 22); put it back as it was"
 ).field_path(".segment"))]
 #[serde(rename_all = "camelCase")]
 pub struct IdSpaceSpec {

@@ -10,9 +10,9 @@ use std::ops::Range;
 
 use super::resource::SpaceCounterRecord;
 
-/// The largest range one claim may take: a member sizes its ranges to last the tolerance
-/// at its recent rate; this keeps one mistake from using up the counter.
-pub const MAX_RANGE: u64 = 1 << 40;
+/// The largest range one claim may take (defined beside the local counter's ranges, which
+/// the operator sizes with it).
+pub use crate::segment_counter::range::MAX_RANGE;
 /// The counter never goes beyond this (what an `i64` field holds).
 pub const COUNTER_LIMIT: u64 = i64::MAX as u64;
 

@@ -28,6 +28,12 @@ use std::collections::BTreeMap;
 
 use super::{Counter, CounterError, LIMIT};
 
+pub mod plan;
+
+/// The largest range one claim from the hub may take (`id_space::segment_range`): a
+/// member sizes its ranges to last the tolerance at its recent rate; this keeps one
+/// mistake from using up the hub's counter (its hub policy holds members to it).
+pub const MAX_RANGE: u64 = 1 << 40;
 /// The counter's format when its values come in ranges from an ID space's hub.
 pub const COUNTER_FORMAT_RANGED: u64 = 3;
 /// Annotation: one past the last value of the range in use.

@@ -5,7 +5,7 @@
 //!
 //! | annotation                     | meaning                                                         |
 //! |--------------------------------|-----------------------------------------------------------------|
-//! | [`RANGE_LIMIT_ANNOTATION`]     | one past the last value of the range in use: `next <= limit`, and a claim ends at or below it |
+//! | [`RANGE_LIMIT_ANNOTATION`]     | one past the last value of the first range: while `next <= limit` a claim ends at or below it |
 //! | [`QUEUED_START_ANNOTATION`], [`QUEUED_LIMIT_ANNOTATION`] | optional: the next range `[start, limit)`, queued by the operator |
 //!
 //! A claim takes values below the limit; one that finds the range used up moves to the

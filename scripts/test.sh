@@ -65,6 +65,10 @@ export KUBEFLAKE_LINCHECK
 step "building (or finding cached) the images"
 e2e/images/build.sh >/dev/null
 read -r previous_version previous_commit < <(grep -v '^#' releases.txt | awk 'NF >= 2' | tail -n 1)
+# Not in the background (below): every node binary runs e2e/images/build.sh, which holds
+# the images lock while it looks, so the [node] lane would wait for this build anyway.
+step "building (or finding cached) the images of the previous release, $previous_version (e2e/tests/upgrade.rs)"
+e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/null
 
 step "checking the chart's alerts and dashboard with promtool"
 charts/kubeflake/tests/promtool.sh
@@ -207,10 +211,9 @@ digest() {
 }
 # The builds only later steps need, each cached after its first run, start here in the
 # background at the lowest CPU priority, one after another in the order they are needed:
-# on a new machine (about 35 minutes of CPU in all) they use the cores the test lanes leave
+# on a new machine (about 25 minutes of CPU in all) they use the cores the test lanes leave
 # idle while they wait on pods and Leases, instead of lengthening the steps above. cosign
 # (registry_install, mid-[node] lane, and the [checks] lane's release-check sign with it),
-# the images of the previous release (upgrade and upgrade_join, late in the [node] lane),
 # the oldest control plane (the end of the [other] lane), then the [checks] lane's tools:
 # cargo-deny, mdBook and the fuzz targets. Each script holds a lock while it builds, and the
 # step that needs it runs the same script, which waits on that lock or finds the cache; a
@@ -220,7 +223,6 @@ background_log="$cache_root/background-builds.log"
 	set +e # one build failing does not stop the others
 	renice -n 19 -p "$BASHPID" >/dev/null
 	e2e/registry/cosign.sh >/dev/null
-	e2e/images/build.sh --ref "$previous_commit" --tag "$previous_version" >/dev/null
 	e2e/controlplane/build.sh oldest >/dev/null
 	scripts/check-deps.sh --build-only
 	scripts/docs-site.sh --build-only
@@ -228,7 +230,7 @@ background_log="$cache_root/background-builds.log"
 ) >"$background_log" 2>&1 &
 background_pid=$!
 trap 'pkill -P "$background_pid" 2>/dev/null; kill "$background_pid" 2>/dev/null; rm -rf "$lane_logs"' EXIT
-step "building in the background, at the lowest priority: cosign, the images of the previous release ($previous_version), the oldest control plane, cargo-deny, mdBook, the fuzz targets (log: $background_log)"
+step "building in the background, at the lowest priority: cosign, the oldest control plane, cargo-deny, mdBook, the fuzz targets (log: $background_log)"
 step "running the lanes: [node], [other], [checks] ($lanes_mode)"
 in_lane node node_lane "$@"
 in_lane other other_lane "$@"

@@ -221,18 +221,11 @@ async fn run_controller(
     // Only labelled pods and leases are watched and cached, slimmed; renewals and pod
     // status updates fill the caches without waking the controller (see `watches`).
     let selected = watcher::Config::default().labels(SEQUENCE_LABEL);
-    // The membership task tells the controller which copies it compared with the hub since
-    // the start or the last failure or re-list of a watch (rule 21): none are used before.
-    let hub_checks = config
-        .id_spaces
-        .as_ref()
-        .map(|_| Arc::new(crate::hub::checks::HubChecks::default()));
     // Indexed by sequence: a pass reads its own sequence's objects only (`index`).
     let (pods, pod_writer) = index::index::<Pod>();
     let pod_stream = watches::reflect_triggers(
         watcher(api::<Pod>(&client, &config.namespace), selected.clone())
             .backoff(backoff::WatchBackoff::default())
-            .inspect(crate::hub::checks::failures_void("Pod", hub_checks.clone()))
             .modify(watches::slim_pod),
         pod_writer,
         watches::pod_trigger,
@@ -241,16 +234,18 @@ async fn run_controller(
     let lease_stream = watches::reflect_triggers(
         watcher(api::<Lease>(&client, &config.namespace), selected)
             .backoff(backoff::WatchBackoff::default())
-            .inspect(crate::hub::checks::failures_void(
-                "Lease",
-                hub_checks.clone(),
-            ))
             .modify(watches::slim_lease),
         lease_writer,
         watches::lease_trigger,
     );
 
     // Which sequences share an ID space (issue 55): none without the CRD.
+    // The membership task tells the controller which copies it compared with the hub since
+    // the start or the last re-list (rule 21): none are used before.
+    let hub_checks = config
+        .id_spaces
+        .as_ref()
+        .map(|_| Arc::new(crate::hub::checks::HubChecks::default()));
     let (id_spaces, membership_stream) =
         controller::id_spaces::watch(&client, &config.namespace, hub_checks.clone()).await;
 

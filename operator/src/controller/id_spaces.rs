@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,7 +22,7 @@ use kubeflake_crds::id_space::{IdSpaceMembership, MemberId, SpaceSequence};
 use kubeflake_crds::sequence::{IdSequence, SequenceParams};
 use kubeflake_runtime::backoff;
 
-use crate::hub::checks::{HubChecks, Stored};
+use crate::hub::checks::HubChecks;
 
 pub mod blocks;
 
@@ -111,12 +111,11 @@ impl IdSpaces {
         let hub_checked = move |m: &IdSpaceMembership| {
             let Some(checks) = &checks else { return true };
             let generation = m.status.as_ref().map_or(0, |s| s.generation);
-            let resource_version = m.resource_version().unwrap_or_default();
-            let cached = Stored {
+            checks.usable(
+                &m.namespace().unwrap_or_default(),
+                &m.name_any(),
                 generation,
-                resource_version: &resource_version,
-            };
-            checks.usable(&m.namespace().unwrap_or_default(), &m.name_any(), cached)
+            )
         };
         blocks::blocks(&Membership {
             found: &found,
@@ -143,8 +142,8 @@ const CRD_CHECK: Duration = Duration::from_secs(10);
 pub type MembershipStream = BoxStream<'static, Result<IdSpaceMembership, watcher::Error>>;
 
 /// The memberships' watch (in `namespace`, else all), when their CRD is installed: the
-/// cache passes read, and the stream (to hand the controller) that fills it. Each failure
-/// and each list from scratch after the first is told to `checks` (`hub/checks.rs`). Without the
+/// cache passes read, and the stream (to hand the controller) that fills it. Each list
+/// from scratch after the first is told to `checks` (`hub/checks.rs`). Without the
 /// CRD: `None`, and a stream that never yields. An installed CRD that cannot be listed now
 /// is watched anyway: nothing is handed out until the first full list.
 pub async fn watch(
@@ -178,9 +177,9 @@ pub async fn watch(
     let relists = checks.clone();
     let stream = watcher(api, watcher::Config::default())
         .backoff(backoff::WatchBackoff::default())
-        .inspect(move |event| {
-            if let Some(checks) = &relists {
-                checks.watched(event);
+        .inspect_ok(move |event| {
+            if let (watcher::Event::Init, Some(checks)) = (event, &relists) {
+                checks.listing();
             }
         })
         .reflect(writer)

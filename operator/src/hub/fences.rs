@@ -191,21 +191,13 @@ pub enum RaiseError {
     Status(#[source] kube::Error),
 }
 
-/// What a raise wrote.
-#[derive(Debug)]
-pub struct Raised {
-    /// How many slot Leases were raised or created.
-    pub leases: usize,
-    /// The membership as stored with `FencesRaised=True`.
-    pub stored: IdSpaceMembership,
-}
-
 /// When `membership` (as stored) waits for its fences to be raised: raises them, then sets
-/// `FencesRaised=True`. Returns what was written, or `None` when nothing waited.
+/// `FencesRaised=True`. Returns how many Leases were written, or `None` when nothing
+/// waited.
 pub async fn raise_if_pending(
     client: &Client,
     membership: &IdSpaceMembership,
-) -> Result<Option<Raised>, RaiseError> {
+) -> Result<Option<usize>, RaiseError> {
     let Some(status) = membership.status.as_ref().filter(|s| pending(s)) else {
         return Ok(None);
     };
@@ -304,7 +296,7 @@ pub async fn raise_if_pending(
     let mut object = membership.clone();
     object.status = Some(raised);
     let api: Api<IdSpaceMembership> = Api::namespaced(client.clone(), &namespace);
-    let stored = tokio::time::timeout(
+    tokio::time::timeout(
         CALL_TIMEOUT,
         api.replace_status(&membership.name_any(), &PostParams::default(), &object),
     )
@@ -313,25 +305,16 @@ pub async fn raise_if_pending(
         what: "writing the membership's status",
     })?
     .map_err(RaiseError::Status)?;
-    Ok(Some(Raised {
-        leases: writes.len() + missing.len(),
-        stored,
-    }))
+    Ok(Some(writes.len() + missing.len()))
 }
 
 /// [`raise_if_pending`], its outcome logged, and a failure also a Warning Event on the
-/// membership (the condition stays `False`; the next round tries again). Returns the
-/// membership as stored after a raise.
-pub async fn raise_logged(
-    client: &Client,
-    recorder: &Recorder,
-    membership: &IdSpaceMembership,
-) -> Option<IdSpaceMembership> {
+/// membership (the condition stays `False`; the next round tries again).
+pub async fn raise_logged(client: &Client, recorder: &Recorder, membership: &IdSpaceMembership) {
     match raise_if_pending(client, membership).await {
-        Ok(None) => None,
-        Ok(Some(raised)) => {
-            tracing::info!(membership = %membership.name_any(), written = raised.leases, "slot fences raised after the copy went back; slots are assigned again");
-            Some(raised.stored)
+        Ok(None) => {}
+        Ok(Some(written)) => {
+            tracing::info!(membership = %membership.name_any(), written, "slot fences raised after the copy went back; slots are assigned again");
         }
         Err(e) => {
             tracing::warn!(membership = %membership.name_any(), error = %e, "cannot raise the slot fences after the copy went back");
@@ -345,7 +328,6 @@ pub async fn raise_logged(
             if let Err(e) = recorder.publish(&event, &membership.object_ref(&())).await {
                 tracing::warn!(error = %e, "could not record an Event");
             }
-            None
         }
     }
 }

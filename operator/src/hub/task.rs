@@ -25,7 +25,7 @@ use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
 
-use super::checks::{HubChecks, Stored};
+use super::checks::HubChecks;
 use super::conditions::Reason;
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
@@ -136,22 +136,12 @@ pub async fn round(
         let compared = outcome.is_ok();
         match keep_status(client, recorder, &this, &membership, outcome).await {
             Ok(stored) => {
-                let namespace = stored.namespace().unwrap_or_default();
-                let checked = config.checks.as_ref().zip(began).filter(|_| compared);
-                if let Some((checks, began)) = checked {
+                if let (true, Some(checks), Some(began)) = (compared, &config.checks, began) {
                     let generation = stored.status.as_ref().map_or(0, |s| s.generation);
-                    let resource_version = stored.resource_version().unwrap_or_default();
-                    let state = Stored {
-                        generation,
-                        resource_version: &resource_version,
-                    };
-                    checks.compared(&namespace, &stored.name_any(), began, state);
+                    let namespace = stored.namespace().unwrap_or_default();
+                    checks.compared(&namespace, &stored.name_any(), began, generation);
                 }
-                let raised = fences::raise_logged(client, recorder, &stored).await;
-                if let (Some((checks, began)), Some(raised)) = (checked, raised) {
-                    let resource_version = raised.resource_version().unwrap_or_default();
-                    checks.rewritten(&namespace, &raised.name_any(), began, &resource_version);
-                }
+                fences::raise_logged(client, recorder, &stored).await
             }
             Err(e) => {
                 tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");

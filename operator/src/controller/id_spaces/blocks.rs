@@ -145,11 +145,10 @@ pub enum Waiting {
     FencesNotRaised { membership: String, state: String },
     #[error(
         "IdSpaceMembership {membership}: the operator has not compared this cluster's copy of \
-         its claims with the hub since it started or since its watch of the memberships last \
-         failed or listed again from scratch (an API server restart; {state}), so it cannot \
-         tell whether its etcd went back; no new slot of this sequence is assigned until the \
-         membership task reaches the hub (running pods keep issuing; if this lasts, see the \
-         membership's Ready condition)"
+         its claims with the hub since it started or since its watch listed again from \
+         scratch ({state}), so it cannot tell whether its etcd went back; no new slot of this \
+         sequence is assigned until the membership task reaches the hub (running pods keep \
+         issuing; if this lasts, see the membership's Ready condition)"
     )]
     HubCheckPending { membership: String, state: String },
     #[error(

@@ -189,7 +189,7 @@ fn ctr() -> Command {
 }
 
 /// Runs `command` to its end and returns its stdout, or fails with its stderr.
-fn run(command: &mut Command) -> Result<String> {
+pub(crate) fn run(command: &mut Command) -> Result<String> {
     let output = command
         .stdin(Stdio::null())
         .output()

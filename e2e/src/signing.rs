@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::bin_dir::{repo_file, script_output_dir};
 
@@ -73,7 +73,7 @@ impl Cosign {
                 std::fs::remove_file(&path)?;
             }
         }
-        self.run(self.command().arg("generate-key-pair").current_dir(dir))?;
+        crate::registry::run(self.command().arg("generate-key-pair").current_dir(dir))?;
         Ok(KeyPair {
             private: dir.join("cosign.key"),
             public: dir.join("cosign.pub"),
@@ -83,7 +83,7 @@ impl Cosign {
     /// Attaches a signature the release made offline (`payload`, and `signature`: the
     /// base64 of `cosign sign-blob` over it) to `reference` in its registry.
     pub fn attach(&self, payload: &Path, signature: &Path, reference: &str) -> Result<()> {
-        self.run(
+        crate::registry::run(
             self.command()
                 .args([
                     "attach",
@@ -101,7 +101,7 @@ impl Cosign {
 
     /// Signs `reference` in its registry with `key` (as someone holding another key would).
     pub fn sign(&self, key: &KeyPair, reference: &str) -> Result<()> {
-        self.run(
+        crate::registry::run(
             self.command()
                 .args([
                     "sign",
@@ -146,20 +146,5 @@ impl Cosign {
             .env("TUF_MIRROR", TUF_MIRROR)
             .stdin(Stdio::null());
         command
-    }
-
-    /// Runs `command` to its end and returns its stdout, or fails with its stderr.
-    fn run(&self, command: &mut Command) -> Result<String> {
-        let output = command
-            .output()
-            .with_context(|| format!("cannot run {command:?}"))?;
-        if !output.status.success() {
-            bail!(
-                "{command:?} failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 }

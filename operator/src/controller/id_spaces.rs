@@ -103,6 +103,13 @@ impl IdSpaces {
             .get_or_try_init(|| crate::hub::cluster_id::this_cluster(client))
             .await
             .map_err(|e| e.to_string());
+        let found = match self.fresh(client, found).await {
+            Ok(found) => found,
+            Err(waiting) => return Blocks::Waiting(waiting),
+        };
+        if found.is_empty() {
+            return blocks::unnamed(seq);
+        }
         let found: Vec<&IdSpaceMembership> = found.iter().map(Arc::as_ref).collect();
         let every = self.memberships.state();
         let all: Vec<&IdSpaceMembership> = every.iter().map(Arc::as_ref).collect();
@@ -134,6 +141,47 @@ impl IdSpaces {
         })
     }
 }
+
+impl IdSpaces {
+    /// The memberships in `cached`, as the API server has them now, when a membership task
+    /// runs in this process (rule 21, "A member's etcd restored from an older snapshot"):
+    /// a restore reaches the controller's watches one by one, each after its own backoff,
+    /// so a pass may see the restored pods and Leases while its membership cache still
+    /// holds the copy of before the restore, which the task compared with the hub. A read
+    /// from the API server (a quorum read of etcd) shows the restored copy at once, whose
+    /// generation is below the one the task compared, so the gate waits for the hub. A
+    /// routine re-list changes no generation and costs one local read, never the hub. A
+    /// membership deleted meanwhile is left out.
+    async fn fresh(
+        &self,
+        client: &Client,
+        cached: Vec<Arc<IdSpaceMembership>>,
+    ) -> Result<Vec<Arc<IdSpaceMembership>>, Waiting> {
+        if self.checks.is_none() {
+            return Ok(cached);
+        }
+        let mut fresh = Vec::with_capacity(cached.len());
+        for m in cached {
+            let ns = m.namespace().unwrap_or_default();
+            let name = m.name_any();
+            let api: Api<IdSpaceMembership> = Api::namespaced(client.clone(), &ns);
+            let unread = |error: String| Waiting::Unread {
+                membership: name.clone(),
+                error,
+            };
+            match tokio::time::timeout(FRESH_READ, api.get_opt(&name)).await {
+                Ok(Ok(Some(read))) => fresh.push(Arc::new(read)),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => return Err(unread(e.to_string())),
+                Err(_) => return Err(unread(format!("no answer in {FRESH_READ:?}"))),
+            }
+        }
+        Ok(fresh)
+    }
+}
+
+/// How long a pass's read of a membership may take (`IdSpaces::fresh`).
+const FRESH_READ: Duration = Duration::from_secs(10);
 
 /// How long the check that the CRD is installed may take.
 const CRD_CHECK: Duration = Duration::from_secs(10);

@@ -19,8 +19,11 @@
 //! when it began in the current epoch (a contact that began before the re-list may have read
 //! what was there before the restore). A contact that found the copy behind stores the
 //! hub's generation and `FencesRaised=False` in one status write, so the controller also
-//! waits until its cache shows a copy at least as new as the one the contact stored: until
-//! then its cache may still hold the restored copy without the condition.
+//! waits until the copy it reads is at least as new as the one the contact stored. That
+//! copy is read from the API server at each pass, not taken from the cache
+//! (`IdSpaces::fresh`): after a restore the pods' watch may list the restored store before
+//! the membership watch does, and the cache would still hold the copy of before the
+//! restore, the one a contact compared.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

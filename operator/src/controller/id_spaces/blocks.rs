@@ -152,6 +152,13 @@ pub enum Waiting {
     )]
     HubCheckPending { membership: String, state: String },
     #[error(
+        "IdSpaceMembership {membership} could not be read from this cluster's API server \
+         ({error}); a slot of a joined sequence is assigned only from the membership as the \
+         API server has it now, so none is this pass (the pass is retried; check the \
+         operator's access to the API server)"
+    )]
+    Unread { membership: String, error: String },
+    #[error(
         "IdSpaceMemberships {first} and {second} both name this sequence: a sequence joins one \
          ID space; no slot is assigned until one of them is deleted"
     )]

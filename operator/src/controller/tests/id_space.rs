@@ -282,3 +282,129 @@ async fn rule17_a_sequence_no_membership_names_assigns_as_before_without_a_cap()
     assert_eq!(created["metadata"]["name"], json!("orders-slot-0"));
     assert_eq!(annotation(created, FENCE_CAP_ANNOTATION), Value::Null);
 }
+
+/// Rule 21, a member's etcd restored from an older snapshot: the restore reaches the
+/// controller's watches one by one, so a pass may see a new pod from the restored store
+/// while its membership cache still holds the copy of before the restore, the one the
+/// membership task compared with the hub. The pass reads the membership from the API
+/// server, which has the restored copy: what each case's read answers decides it.
+mod restored_copy {
+    use super::*;
+    use crate::hub::checks::HubChecks;
+
+    const MEMBERSHIP: &str =
+        "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/orders-in-space";
+
+    /// The membership with its copy at `generation` and maybe `FencesRaised=False`.
+    fn copy_at(generation: i64, fences_pending: bool) -> IdSpaceMembership {
+        let now = now_tick();
+        let mut m = membership(THIS, Some(&[(2, now - 1_000, now + 3_600_000)]));
+        let status = m.status.as_mut().expect("a copy");
+        status.generation = generation;
+        if fences_pending {
+            let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+            crate::hub::fences::mark_pending(status, Some(1), at);
+        }
+        m
+    }
+
+    /// The cache holds the copy at generation 5, which the membership task compared with
+    /// the hub; the API server answers `read` (or nothing). One pass over pod `a`.
+    async fn pass_when_the_api_server_has(read: Option<IdSpaceMembership>) -> FakeApi {
+        let seq = sequence(IdSequenceSpec::default(), true, false);
+        let (store, mut writer) = reflector::store::<IdSpaceMembership>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(copy_at(5, false)));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let checks = Arc::new(HubChecks::default());
+        checks.listing();
+        let began = checks.epoch();
+        checks.compared(NS, "orders-in-space", began, 5);
+        let this = MemberId::new(THIS).expect("a member ID");
+        let spaces =
+            Arc::new(IdSpaces::of_cluster(store, this).with_hub_checks(Some(checks.clone())));
+        let api = match &read {
+            Some(m) => FakeApi::new().expect(Method::GET, MEMBERSHIP, 200, json!(m.clone())),
+            None => FakeApi::new().expect(
+                Method::GET,
+                MEMBERSHIP,
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "message": "etcdserver: request timed out", "reason": "InternalError",
+                       "code": 500}),
+            ),
+        };
+        let now = now_tick();
+        let api = if read.as_ref().is_some_and(|m| {
+            m.status.as_ref().is_some_and(|s| s.generation >= 5)
+                && !crate::hub::fences::pending(m.status.as_ref().expect("status"))
+        }) {
+            api.expect(
+                Method::POST,
+                LEASES,
+                201,
+                json!(block_lease(
+                    128,
+                    Some("a"),
+                    now - 1_000,
+                    Some(now + 3_600_000)
+                )),
+            )
+        } else {
+            api
+        };
+        let api = api.expect(Method::PATCH, STATUS, 200, echo(&seq));
+        let f = fixture_with(&api, vec![pod("a")], vec![], Some(spaces));
+        reconcile(Arc::new(seq), f.ctx.clone())
+            .await
+            .expect("the pass succeeds");
+        api.verify();
+        api
+    }
+
+    fn id_space_message(api: &FakeApi) -> String {
+        let status = &api.requests(&Method::PATCH, STATUS)[0].body["status"];
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "IdSpace"))
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn rule21_a_restored_copy_older_than_the_one_compared_with_the_hub_assigns_no_slot() {
+        let api = pass_when_the_api_server_has(Some(copy_at(3, false))).await;
+        assert!(api.requests(&Method::POST, LEASES).is_empty());
+        let message = id_space_message(&api);
+        assert!(message.contains("has not compared"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn rule21_fences_pending_in_the_api_servers_copy_assign_no_slot_though_the_cache_shows_none()
+     {
+        let api = pass_when_the_api_server_has(Some(copy_at(5, true))).await;
+        assert!(api.requests(&Method::POST, LEASES).is_empty());
+        let message = id_space_message(&api);
+        assert!(message.contains("fences"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn rule21_an_unreadable_membership_assigns_no_slot_and_the_sequence_says_why() {
+        let api = pass_when_the_api_server_has(None).await;
+        assert!(api.requests(&Method::POST, LEASES).is_empty());
+        let message = id_space_message(&api);
+        assert!(message.contains("could not be read"), "{message}");
+    }
+
+    /// A routine re-list of the pods' or Leases' watch changes no generation: the pass
+    /// assigns without the hub (a pod's start never waits on it).
+    #[tokio::test]
+    async fn rule21_the_same_copy_as_compared_assigns_a_slot_without_the_hub() {
+        let api = pass_when_the_api_server_has(Some(copy_at(5, false))).await;
+        let created = &api.requests(&Method::POST, LEASES)[0].body;
+        assert_eq!(created["metadata"]["name"], json!("orders-slot-128"));
+    }
+}

@@ -216,6 +216,13 @@ pub async fn contact(
         .params()
         .map_err(|e| refused(Reason::BadRecord, &e))?;
     let (used, in_use) = slot_uses(client, &namespace, &spec.sequence).await?;
+    let sequence = SpaceSequence {
+        layout: params.layout,
+        timebase: params.timebase,
+        mode: sequence.spec.mode,
+        strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
+    };
+    observe::stored(&config.metrics, membership, sequence, in_use);
     let hub = connect::connect(client, &config.secret_namespace, &spec.hub_secret)
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;
@@ -243,12 +250,6 @@ pub async fn contact(
     let mut copy = membership.status.clone().unwrap_or_default();
     let mut object = space_object;
     let mut registry = registry;
-    let sequence = SpaceSequence {
-        layout: params.layout,
-        timebase: params.timebase,
-        mode: sequence.spec.mode,
-        strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
-    };
     let mut local_went_back = false;
     for _ in 0..step::MAX_WRITES_PER_CONTACT {
         let decision = step::decide(&Contact {

@@ -69,7 +69,7 @@ impl HubMetrics {
         HubMetrics {
             blocks_held: r.int_gauge_vec(
                 "kubeflake_operator_id_space_blocks_held",
-                "Blocks of the shared ID space this membership holds, after its last successful hub contact.",
+                "Blocks of the shared ID space this membership holds: its last successful hub contact's, or, before this operator's first one, the copy stored in its status.",
                 &LABELS,
             ),
             spare_blocks: r.int_gauge_vec(
@@ -151,6 +151,14 @@ impl HubMetrics {
 
     /// Records a successful contact: Ready `Joined`, and what `member` holds now.
     pub fn joined(&self, member: &Member, holding: Holding) {
+        self.held(member, holding);
+        self.ready(member, "Joined");
+    }
+
+    /// Records what `member` holds, its Ready reason unchanged: after a successful contact,
+    /// or read from the copy stored in its status before the contact (so an operator that
+    /// starts while its hub is away shows its nearest bound falling, not nothing).
+    pub fn held(&self, member: &Member, holding: Holding) {
         self.note(member);
         let labels = member.labels();
         self.blocks_held
@@ -167,7 +175,6 @@ impl HubMetrics {
             drop_series(self.nearest_bound.remove_label_values(&labels));
         }
         self.known().entry(member.clone()).or_default().bound_ms = holding.nearest_bound_ms;
-        self.ready(member, "Joined");
     }
 
     /// Records a contact refused with Ready reason `reason`; what `member` holds is kept as

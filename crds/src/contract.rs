@@ -147,6 +147,20 @@ pub const INJECT_ANNOTATION: &str = "kubeflake.io/inject";
 /// Pod annotation the webhook sets on pods it changed, with the operator's version.
 pub const INJECTED_ANNOTATION: &str = "kubeflake.io/injected";
 
+/// Whether an [`INJECTED_ANNOTATION`] value names a release older than 0.2.0. No annotation
+/// (`None`: the pod was not injected by a webhook) is not old; an unreadable version is
+/// (such pods are kept away rather than risk a duplicate or a misorder).
+pub fn injected_before_0_2(version: Option<&str>) -> bool {
+    let Some(version) = version else {
+        return false;
+    };
+    let mut parts = version.split(['.', '-', '+']).map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 2),
+        _ => true,
+    }
+}
+
 /// Pod annotation that lets the app containers start at once, before the sidecar can issue
 /// (as before 0.1.0): `kubeflake.io/hold-app: "false"`. By default the sidecar's startup
 /// probe (a long poll of [`READYZ_PATH`]) holds the app until the sidecar would answer `/id`.

@@ -13,6 +13,7 @@
 //! | what a contact tells the metrics (`crate::metrics::hub`) | `hub/task/observe.rs` |
 //! | the fence raise after the copy went back (`LocalBehind`) | `hub/fences.rs` |
 //! | releasing the blocks of a deleted membership (its finalizer) | `hub/leave.rs` |
+//! | a Segment space: ranges from the hub's counter into the local counter (rule 22) | `hub/segment.rs` (decisions: `crds::segment_counter::range::plan`) |
 
 pub mod checks;
 pub mod cluster_id;
@@ -20,6 +21,7 @@ pub mod conditions;
 pub mod connect;
 pub mod fences;
 pub mod leave;
+pub mod segment;
 pub mod step;
 pub mod task;
 

@@ -269,7 +269,10 @@ fn used_blocks(
     Ok(used)
 }
 
-fn check_sequence(space: &SpaceSequence, member: &SpaceSequence) -> Result<(), JoinError> {
+/// Whether a member's sequence may be in a space of `space`'s sequence: not strict, and the
+/// same mode, layout, epoch and time unit (also the Segment path's check, which has no
+/// blocks to join).
+pub fn check_sequence(space: &SpaceSequence, member: &SpaceSequence) -> Result<(), JoinError> {
     if member.strict {
         return Err(JoinError::Strict);
     }

@@ -55,19 +55,25 @@ pub enum RecordError {
 impl IdSpaceSpec {
     /// The validated parameters.
     pub fn space(&self) -> Result<Space, RecordError> {
-        let seq = &self.sequence;
-        let sequence = SpaceSequence {
-            layout: seq.layout.to_layout()?,
-            timebase: Timebase::parse(&seq.epoch, seq.time_unit)?,
-            mode: seq.mode,
-            strict: seq.strict,
-        };
+        let sequence = self.space_sequence()?;
         Ok(Space::new(
             sequence,
             self.block_slots,
             self.tolerance_seconds,
             self.renew_every_seconds,
         )?)
+    }
+
+    /// The sequence every member must match, validated (in either mode: a Segment space
+    /// has no [`Space`] of blocks, but its members match its sequence all the same).
+    pub fn space_sequence(&self) -> Result<SpaceSequence, RecordError> {
+        let seq = &self.sequence;
+        Ok(SpaceSequence {
+            layout: seq.layout.to_layout()?,
+            timebase: Timebase::parse(&seq.epoch, seq.time_unit)?,
+            mode: seq.mode,
+            strict: seq.strict,
+        })
     }
 
     /// The registry, checked whole against `space`.

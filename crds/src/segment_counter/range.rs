@@ -248,12 +248,18 @@ pub(super) fn read(
     Ok(Some(range))
 }
 
-/// Writes `range` into `annotations`: the limit and the queued range (removed when there
-/// is none). A counter without a range keeps its annotations as they are.
+/// Writes `range` into `annotations`: the format (3: only format 3 has ranges, so a counter
+/// the operator puts in it, [`plan::into_ranged`], says so in the same write), the limit
+/// and the queued range (removed when there is none). A counter without a range keeps its
+/// annotations as they are.
 pub(super) fn write(annotations: &mut BTreeMap<String, String>, range: Option<&Ranged>) {
     let Some(range) = range else {
         return;
     };
+    annotations.insert(
+        crate::slot_lease::FORMAT_ANNOTATION.to_string(),
+        COUNTER_FORMAT_RANGED.to_string(),
+    );
     annotations.insert(RANGE_LIMIT_ANNOTATION.to_string(), range.limit.to_string());
     match range.queued {
         Some(q) => {

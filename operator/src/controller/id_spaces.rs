@@ -74,6 +74,37 @@ impl IdSpaces {
         found
     }
 
+    /// Whether a membership (in the cache) names sequence `name` of namespace `ns`: the
+    /// sequence is joined, or joining, an ID space.
+    pub fn names(&self, ns: &str, name: &str) -> bool {
+        self.memberships
+            .state()
+            .iter()
+            .any(|m| m.namespace().as_deref() == Some(ns) && m.spec.sequence == name)
+    }
+
+    /// Whether the ranges of the sequence's counter are this cluster's (rule 22): a
+    /// membership naming it (in the cache) was made by this cluster (its `status.memberId`
+    /// is this cluster's ID). A ranged counter without such a membership (deleted, not
+    /// made yet, or a copy restored from another cluster) may hold another cluster's
+    /// ranges: nobody claims from it.
+    pub async fn ranges_are_ours(&self, client: &Client, ns: &str, name: &str) -> bool {
+        let found = self.naming(ns, name);
+        if found.is_empty() {
+            return false;
+        }
+        let Ok(this) = self
+            .this
+            .get_or_try_init(|| crate::hub::cluster_id::this_cluster(client))
+            .await
+        else {
+            return false;
+        };
+        found
+            .iter()
+            .any(|m| m.status.as_ref().and_then(|s| s.member_id.as_deref()) == Some(this.as_str()))
+    }
+
     fn listed(&self) -> bool {
         matches!(
             futures::FutureExt::now_or_never(self.memberships.wait_until_ready()),

@@ -16,19 +16,13 @@ use k8s_openapi::api::core::v1::Pod;
 /// (their sidecar is whatever their owner runs). An unreadable version counts as old: such
 /// pods are kept away rather than risk a duplicate or a misorder.
 pub fn before_0_2(pod: &Pod) -> bool {
-    let Some(version) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(kubeflake_crds::contract::INJECTED_ANNOTATION))
-    else {
-        return false;
-    };
-    let mut parts = version.split(['.', '-', '+']).map(|p| p.parse::<u64>());
-    match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 2),
-        _ => true,
-    }
+    kubeflake_crds::contract::injected_before_0_2(
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kubeflake_crds::contract::INJECTED_ANNOTATION))
+            .map(String::as_str),
+    )
 }
 
 #[cfg(test)]

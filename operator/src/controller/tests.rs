@@ -1038,4 +1038,5 @@ async fn a_failed_write_still_publishes_the_assignments_that_succeeded_in_its_pa
 mod foreign;
 mod id_space;
 mod key_form;
+mod segment_ranged;
 mod strict;

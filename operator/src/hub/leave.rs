@@ -16,7 +16,9 @@
 //! renewal) and any member reclaims them, as for a member deleted without cleanup.
 //!
 //! A membership whose copy was not made by this cluster (a restored namespace), or that
-//! never joined, releases nothing: the finalizer is removed at once.
+//! never joined, releases nothing: the finalizer is removed at once. Nor does one of a
+//! Segment space: its ranges are never taken back (docs/safety.md rule 22), and its
+//! counter keeps claiming only inside the ranges it holds.
 
 use kube::api::PostParams;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -72,6 +74,11 @@ pub async fn release_all(
         let mut object = bounded(hub, "reading the IdSpace", spaces.get(&space_ref.name))
             .await
             .map_err(|e| unreachable(&e))?;
+        // A Segment space's ranges are never taken back (rule 22): nothing to release; the
+        // sequence's counter keeps the ranges it holds and claims nothing past them.
+        if object.spec.sequence.mode == kubeflake_crds::sequence::Mode::Segment {
+            return Ok(0);
+        }
         let space = object.spec.space().map_err(|e| unreachable(&e))?;
         let registry = object.spec.registry(&space).map_err(|e| unreachable(&e))?;
         let Some(next) = next_release(&registry, this).map_err(|e| unreachable(&e))? else {

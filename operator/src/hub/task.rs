@@ -21,6 +21,7 @@ use kubeflake_crds::id_space::local::check_cluster;
 use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::id_space::space::SpaceSequence;
 use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName};
+use kubeflake_crds::sequence::Mode;
 use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
@@ -29,7 +30,7 @@ use super::checks::HubChecks;
 use super::conditions::Reason;
 use super::connect::{self, CALL_TIMEOUT, bounded};
 use super::step::{self, Contact, Refusal};
-use super::{cluster_id, fences, leave};
+use super::{cluster_id, fences, leave, segment};
 use crate::metrics::hub::{HubMetrics, Member};
 
 mod observe;
@@ -54,6 +55,8 @@ pub struct Config {
     /// Where each contact that compared a copy with the hub is recorded, for the
     /// controller (`run.rs` shares one with it; `new` sets none).
     pub checks: Option<Arc<HubChecks>>,
+    /// The claim rates of joined Segment sequences, which size their ranges.
+    pub segment_rates: Arc<segment::Rates>,
 }
 
 impl Config {
@@ -65,6 +68,7 @@ impl Config {
             reclaim_grace: Duration::from_secs(60),
             metrics: Arc::new(HubMetrics::unexported()),
             checks: None,
+            segment_rates: Arc::new(segment::Rates::default()),
         }
     }
 }
@@ -131,7 +135,13 @@ pub async fn round(
             let membership = leave::with_finalizer(client, membership).await;
             let outcome = contact(client, config, &this, &membership).await;
             observe::contacted(&config.metrics, &membership, &outcome);
-            (membership, outcome)
+            match outcome {
+                // The Segment path wrote the status as it went: the conditions go on that.
+                Ok(Contacted::Segment(kept)) => {
+                    (kept.membership.clone(), Ok(Contacted::Segment(kept)))
+                }
+                outcome => (membership, outcome),
+            }
         };
         let compared = outcome.is_ok();
         match keep_status(client, recorder, &this, &membership, outcome).await {
@@ -148,6 +158,14 @@ pub async fn round(
             }
         }
     }
+}
+
+/// What one contact found: in a space of blocks, the copy to keep ([`Kept`]); in a Segment
+/// space, the membership as the Segment path left it ([`segment::Kept`]).
+#[derive(Debug)]
+pub enum Contacted {
+    Blocks(Kept),
+    Segment(Box<segment::Kept>),
 }
 
 /// What one contact found: the copy to keep (with the hub IdSpace's UID), whether a spare
@@ -172,7 +190,7 @@ pub async fn contact(
     config: &Config,
     this: &MemberId,
     membership: &IdSpaceMembership,
-) -> Result<Kept, Refusal> {
+) -> Result<Contacted, Refusal> {
     let refused = |reason: Reason, e: &dyn std::fmt::Display| Refusal {
         reason,
         message: e.to_string(),
@@ -233,6 +251,17 @@ pub async fn contact(
         .call(&member, read)
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;
+    if space_object.spec.sequence.mode == Mode::Segment {
+        let object = space_object;
+        let reach = segment::Reach {
+            hub: &hub,
+            metrics: &config.metrics,
+            rates: &config.segment_rates,
+        };
+        return segment::contact(client, reach, this, membership, &sequence, object)
+            .await
+            .map(|kept| Contacted::Segment(Box::new(kept)));
+    }
     let space = space_object
         .spec
         .space()
@@ -270,14 +299,14 @@ pub async fn contact(
             observe::decided(&config.metrics, &member, &space, &registry, &decision, this);
         local_went_back |= decision.local_went_back;
         let Some(next) = decision.write else {
-            return Ok(Kept {
+            return Ok(Contacted::Blocks(Kept {
                 copy: decision.copy,
                 space_uid,
                 space,
                 blocks_low: decision.blocks_low,
                 in_use,
                 local_went_back,
-            });
+            }));
         };
         object.spec.registry = next.to_record();
         let post = PostParams::default();
@@ -305,14 +334,14 @@ pub async fn contact(
     let copy = copy
         .local_record(&space)
         .map_err(|e| refused(Reason::BadRecord, &e))?;
-    Ok(Kept {
+    Ok(Contacted::Blocks(Kept {
         copy,
         space_uid,
         space,
         blocks_low: None,
         in_use,
         local_went_back,
-    })
+    }))
 }
 
 /// The sequence's slot Leases as the join reads them, and how many a pod holds now.

@@ -118,7 +118,10 @@ pub async fn reconcile(
         },
         Some(lease) => {
             let counter = Counter::parse(&lease)?;
-            if counter.next >= params.start {
+            // A ranged counter (format 3, rule 22) is never raised: its `next` stays inside
+            // the ranges its membership took from the hub (a raise could leave them, or
+            // skip into values another cluster holds); `start` is for a lone counter.
+            if counter.next >= params.start || counter.range.is_some() {
                 lease
             } else {
                 // start was raised: move the counter up to it (a CAS; never down).
@@ -154,7 +157,25 @@ pub async fn reconcile(
     // Claimants before the format: a counter of 0.1.0 lists nobody, which lets any pod
     // claim; a strict sequence's list leaves out pods whose sidecar has no oracle, so the
     // API server refuses their one-value writes before any oracle serves (format 2).
-    let uids = claimant_uids(ctx, ns, name, params.strict);
+    let ranged = Counter::parse(&lease)?.range.is_some();
+    let joined = ranged || ctx.id_spaces.as_ref().is_some_and(|s| s.names(ns, name));
+    let ours = match (&ctx.id_spaces, ranged) {
+        (_, false) => true,
+        (Some(spaces), true) => spaces.ranges_are_ours(&ctx.client, ns, name).await,
+        (None, true) => false,
+    };
+    let uids = if ours {
+        claimant_uids(ctx, ns, name, params.strict || joined)
+    } else {
+        // Rule 22: its ranges may be another cluster's (no membership of this cluster
+        // recorded them); nobody claims until its membership has given them up.
+        tracing::warn!(
+            sequence = name,
+            namespace = ns,
+            "the segment counter holds ranges no IdSpaceMembership of this cluster recorded: no pod claims from it"
+        );
+        String::new()
+    };
     let Some(lease) = sync_claimants(&api, lease, &uids).await? else {
         return Ok(Action::requeue(Duration::from_millis(500)));
     };
@@ -197,8 +218,12 @@ fn new_counter_for(name: &str, ns: &str, params: &SegmentParams) -> Lease {
 /// server lets claim from the counter (`crds::lease_policy`). For a strict sequence, pods
 /// injected by a release whose sidecar has no oracle ([`super::injected::before_0_2`])
 /// are left out too: their sidecars write one value per compare-and-set, above the
-/// oracle's window, which would break the strict order (docs/safety.md rule 13).
-fn claimant_uids(ctx: &Context, ns: &str, name: &str, strict: bool) -> String {
+/// oracle's window, which would break the strict order (docs/safety.md rule 13). So are
+/// they for a sequence joined (or joining) an ID space (`no_0_1`: its counter is ranged, or
+/// a membership names it): they know no ranges, and a claim of theirs that jumps from the
+/// limit into the queued range would hand out the values between, which the hub gave to
+/// other clusters (docs/safety.md rule 22).
+fn claimant_uids(ctx: &Context, ns: &str, name: &str, no_0_1: bool) -> String {
     let pods = ctx.pods.of(ns, name);
     claimants_value(
         pods.iter()
@@ -206,7 +231,7 @@ fn claimant_uids(ctx: &Context, ns: &str, name: &str, strict: bool) -> String {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Succeeded" | "Failed"))
             })
-            .filter(|p| !(strict && super::injected::before_0_2(p)))
+            .filter(|p| !(no_0_1 && super::injected::before_0_2(p)))
             .filter_map(|p| p.metadata.uid.as_deref()),
     )
 }

@@ -14,7 +14,7 @@ use kubeflake_crds::slot_lease::{FENCE_ANNOTATION, FENCE_CAP_ANNOTATION};
 use super::*;
 use crate::controller::id_spaces::IdSpaces;
 
-const THIS: &str = "cluster-a";
+pub(super) const THIS: &str = "cluster-a";
 
 /// The sequence's current tick, as a pass computes it.
 fn now_tick() -> u64 {
@@ -28,7 +28,7 @@ fn now_tick() -> u64 {
 
 /// A membership of the fixture's sequence; its copy (made by `made_by`) holds `grants`
 /// (block, floor, bound), or there is no copy yet.
-fn membership(made_by: &str, grants: Option<&[(i64, u64, u64)]>) -> IdSpaceMembership {
+pub(super) fn membership(made_by: &str, grants: Option<&[(i64, u64, u64)]>) -> IdSpaceMembership {
     let mut m = IdSpaceMembership::new(
         "orders-in-space",
         IdSpaceMembershipSpec {
@@ -65,7 +65,9 @@ fn membership(made_by: &str, grants: Option<&[(i64, u64, u64)]>) -> IdSpaceMembe
     m
 }
 
-fn id_spaces(memberships: Vec<IdSpaceMembership>) -> (Arc<IdSpaces>, Writer<IdSpaceMembership>) {
+pub(super) fn id_spaces(
+    memberships: Vec<IdSpaceMembership>,
+) -> (Arc<IdSpaces>, Writer<IdSpaceMembership>) {
     let (store, mut writer) = reflector::store::<IdSpaceMembership>();
     writer.apply_watcher_event(&watcher::Event::Init);
     for m in memberships {

@@ -8,7 +8,7 @@ use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::id_space::registry::Registry;
 use kubeflake_crds::id_space::space::{Space, SpaceSequence};
 
-use super::Kept;
+use super::Contacted;
 use crate::hub::conditions::Reason;
 use crate::hub::connect::HubError;
 use crate::hub::step::{Decision, Refusal};
@@ -65,11 +65,15 @@ pub fn stored(
 pub fn contacted(
     metrics: &HubMetrics,
     membership: &IdSpaceMembership,
-    outcome: &Result<Kept, Refusal>,
+    outcome: &Result<Contacted, Refusal>,
 ) {
     let member = Member::of(membership);
     match outcome {
-        Ok(kept) => metrics.joined(&member, Holding::of(&kept.copy, &kept.space, kept.in_use)),
+        Ok(Contacted::Blocks(kept)) => {
+            metrics.joined(&member, Holding::of(&kept.copy, &kept.space, kept.in_use))
+        }
+        // A Segment space holds ranges, not blocks: no holding to report.
+        Ok(Contacted::Segment(_)) => {}
         Err(refusal) => {
             if refusal.reason == Reason::HubWentBack {
                 metrics.went_back(&member, WentBack::Registry);

@@ -8,7 +8,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kubeflake_crds::id_space::MemberId;
 use kubeflake_crds::id_space::membership::{IdSpaceMembership, IdSpaceMembershipStatus};
 
-use super::Kept;
+use super::{Contacted, Kept};
 use crate::hub::conditions::{self, BLOCKS_LOW, READY, Reason};
 use crate::hub::fences;
 use crate::hub::step::Refusal;
@@ -21,13 +21,39 @@ pub(super) async fn keep_status(
     recorder: &Recorder,
     this: &MemberId,
     membership: &IdSpaceMembership,
-    outcome: Result<Kept, Refusal>,
+    outcome: Result<Contacted, Refusal>,
 ) -> Result<IdSpaceMembership, kube::Error> {
     let mut status = membership.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = membership.metadata.generation;
     match &outcome {
-        Ok(kept) => {
+        Ok(Contacted::Segment(kept)) => {
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                true,
+                Reason::Joined,
+                "ranges of values are taken from the hub's counter",
+                generation,
+                now.clone(),
+            );
+            // A range kept in the status while another is queued: a spare is held all the
+            // same, so ranges are not low.
+            let message = kept
+                .waiting
+                .as_deref()
+                .unwrap_or("a spare range is queued or not needed");
+            conditions::set(
+                &mut status.conditions,
+                BLOCKS_LOW,
+                false,
+                Reason::SpareHeld,
+                message,
+                generation,
+                now,
+            );
+        }
+        Ok(Contacted::Blocks(kept)) => {
             keep_copy(&mut status, this, kept);
             if kept.local_went_back {
                 fences::mark_pending(&mut status, generation, now.clone());

@@ -89,3 +89,106 @@ fn rule22_the_next_range_is_taken_ahead_of_need_sized_to_the_rate() {
     assert_eq!(need(&in_use, 1e30, 3600, 1), Some(MAX_RANGE));
     assert_eq!(need(&plain(5), 10.0, 3600, 1), None, "not joined: never");
 }
+
+/// The join-time rule: a sequence that issued values alone before it joined queues only
+/// values above every one of them (its counter's `next`), however far behind the hub is.
+#[test]
+fn rule22_a_joining_counter_ahead_of_the_hub_queues_only_values_above_what_it_issued() {
+    let alone = plain(5_000);
+    // The hub is behind: enough is taken to pass the counter and still leave `want`.
+    assert_eq!(take_size(&alone, 1_000, 100), 4_100);
+    assert_eq!(usable(&alone, 1_000..5_100), Some(5_000..5_100));
+    assert_eq!(usable(&alone, 1_000..5_000), None, "wholly below: a gap");
+    // Far behind: at most one range per write, nothing of it usable yet.
+    assert_eq!(take_size(&alone, 0, 100), 5_100);
+    let far = plain(3 * MAX_RANGE);
+    assert_eq!(take_size(&far, 0, 100), MAX_RANGE);
+    assert_eq!(usable(&far, 0..MAX_RANGE), None);
+    // Whatever the hub hands out, nothing queued lies below the counter's next.
+    for hub in [0, 4_999, 5_000, 9_000] {
+        let size = take_size(&alone, hub, 100);
+        let range = usable(&alone, hub..hub + size).expect("something usable");
+        assert!(range.start >= alone.next, "hub at {hub}: {range:?}");
+        assert!(range.end - range.start >= 100);
+        match pending(&alone, range.clone()) {
+            Pending::Queue(written) => {
+                let taken = take(&written, 10, 0).unwrap();
+                assert!(
+                    taken.start >= alone.next,
+                    "hub at {hub}: claimed {}",
+                    taken.start
+                );
+            }
+            other => panic!("hub at {hub}: {other:?}"),
+        }
+    }
+    // A joined counter: its floor is the limit in use, or the queued range's end.
+    let joined = queue(&into_ranged(&plain(700)), 5_000..6_000).unwrap();
+    assert_eq!(floor(&joined), 6_000);
+    assert_eq!(floor(&into_ranged(&plain(700))), 700);
+}
+
+/// A range kept in the membership's status is queued once, whichever write the task
+/// crashed before: not yet queued, queued, moved to, used up, or overtaken by claims of the
+/// plain counter before the join.
+#[test]
+fn rule22_a_range_kept_in_the_status_is_queued_at_most_once_whatever_the_crash_point() {
+    // Not queued yet, counter not joined: put in format 3 and queued in one write.
+    let Pending::Queue(written) = pending(&plain(700), 1_000..2_000) else {
+        panic!("not queued")
+    };
+    assert_eq!(written.format, COUNTER_FORMAT_RANGED);
+    assert_eq!(
+        written.range.unwrap().queued,
+        Some(Queued {
+            start: 1_000,
+            limit: 2_000
+        })
+    );
+    // Queued already (crash before the status was cleared): done.
+    assert_eq!(pending(&written, 1_000..2_000), Pending::Done);
+    // Moved to by a claim, and used up: done, never queued again.
+    let moved = take(&written, 10, 0).unwrap().counter;
+    assert!(moved.next > 1_000);
+    assert_eq!(pending(&moved, 1_000..2_000), Pending::Done);
+    let used_up = take(&moved, 5_000, 0).unwrap().counter;
+    assert_eq!(pending(&used_up, 1_000..2_000), Pending::Done);
+    // The plain counter claimed into the range before the join: only the rest is queued.
+    let Pending::Queue(rest) = pending(&plain(1_500), 1_000..2_000) else {
+        panic!("not queued")
+    };
+    assert_eq!(
+        rest.range.unwrap().queued,
+        Some(Queued {
+            start: 1_500,
+            limit: 2_000
+        })
+    );
+    assert_eq!(pending(&plain(2_000), 1_000..2_000), Pending::Done);
+    // Another range queued: wait.
+    assert_eq!(pending(&written, 3_000..4_000), Pending::Wait);
+}
+
+/// A ranged counter its membership did not record (restored into another cluster) gives
+/// its ranges up: nothing more is claimed from them, whether or not a claim had moved.
+#[test]
+fn rule22_a_counter_whose_ranges_are_given_up_claims_nothing_more_from_them() {
+    assert_eq!(
+        abandon(&plain(700)),
+        None,
+        "a counter without a range keeps it"
+    );
+    let joined = queue(&into_ranged(&plain(700)), 5_000..6_000).unwrap();
+    let moved = take(&joined, 10, 0).unwrap().counter;
+    for counter in [joined, moved] {
+        let given_up = abandon(&counter).unwrap();
+        assert_eq!(given_up.next, counter.next);
+        assert!(
+            matches!(
+                take(&given_up, 1, 0),
+                Err(super::super::TakeError::RangeUsedUp { .. })
+            ),
+            "{given_up:?}"
+        );
+    }
+}

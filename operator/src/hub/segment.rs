@@ -1,0 +1,352 @@
+//! The membership task's Segment path (docs/safety.md rule 22): a Segment sequence joined to
+//! an ID space takes ranges of values from the hub's counter (`IdSpace.spec.segment.next`)
+//! and queues them into its local counter Lease (format 3), a spare range ahead, so that a
+//! sidecar's claim never waits on the hub in steady state. The decisions are pure
+//! (`kubeflake_crds::segment_counter::range::plan`); this module does the reads and the
+//! three compare-and-swap writes, **in this order**:
+//!
+//! 1. the hub: `spec.segment.next` raised by the range's size and `spec.registry.revision`
+//!    counted up by 1, on the IdSpace's resourceVersion read (the hub policy admits one
+//!    range per write). The range is now this member's, and nobody else's, forever;
+//! 2. the membership's status: the usable part of the range in `status.segmentRange` (and
+//!    the revision written in `revisionSeen`), on the membership's resourceVersion;
+//! 3. the counter Lease: the range queued behind the range in use (a counter that had no
+//!    range is put in format 3 in the same write), on the Lease's resourceVersion; then
+//!    `status.segmentRange` is cleared.
+//!
+//! Why a crash (or a lost write) at any point never hands a value out twice: the hub's
+//! counter only goes up, so a range written there is never given to anyone else. A crash
+//! after 1 and before 2 loses the range: a gap, never a duplicate (ranges are never taken
+//! back). After 2, the next contact finds the range in the status and queues it
+//! ([`plan::pending`]): only the part at or above what the counter may use, and nothing if
+//! it is queued already, in use or used up, so a range is queued at most once. No new range
+//! is taken while one is kept in the status. A hub whose registry revision is below the
+//! one this member saw (restored from a backup, its counter perhaps lower too) is refused
+//! before anything is taken.
+//!
+//! Join-time rule: a counter that issued values alone before it joined queues only values
+//! at or above its `next` ([`plan::usable`], [`plan::take_size`]). A counter already ranged
+//! when the membership has recorded no cluster yet (restored or copied from another
+//! cluster, whose ranges they are) gives its ranges up first ([`plan::abandon`]).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::{Api, Client, ResourceExt};
+use kubeflake_crds::IdSequence;
+use kubeflake_crds::id_space::join::check_sequence;
+use kubeflake_crds::id_space::membership::{IdSpaceMembership, RangeRecord, check_space_uid};
+use kubeflake_crds::id_space::resource::SpaceCounterRecord;
+use kubeflake_crds::id_space::segment_range;
+use kubeflake_crds::id_space::{IdSpace, MemberId, SpaceSequence};
+use kubeflake_crds::ownership::counter_name;
+use kubeflake_crds::segment_counter::range::plan::{self, Pending};
+use kubeflake_runtime::kube_error::is_conflict;
+
+use super::conditions::Reason;
+use super::connect::{CALL_TIMEOUT, Hub, bounded};
+use super::step::{MAX_WRITES_PER_CONTACT, Refusal};
+use crate::metrics::hub::{HubMetrics, Member};
+
+mod local;
+
+use local::{abandon_ranges, no_0_1_claimants, read_counter};
+
+/// The smallest range taken from the hub: many sidecar blocks (values are 63-bit, so a
+/// range left unused when a member leaves costs nothing that matters).
+pub const MIN_RANGE: u64 = 1 << 24;
+
+/// What a Segment contact found: the membership as last written (its status holds any
+/// range taken but not queued yet), and whether a spare range is queued or not needed.
+#[derive(Debug)]
+pub struct Kept {
+    pub membership: IdSpaceMembership,
+    /// A range the hub handed over could not be queued yet (another is queued): said in
+    /// the conditions; claims go on from the ranges held.
+    pub waiting: Option<String>,
+}
+
+/// The recent claim rate of each joined Segment sequence, from the counter's `next` seen
+/// at each contact (kept in memory: after a restart, ranges are sized at [`MIN_RANGE`]
+/// until two contacts measured it).
+#[derive(Debug, Default)]
+pub struct Rates(Mutex<HashMap<String, (u64, Instant, f64)>>);
+
+impl Rates {
+    /// Values per second for `key`, counting `next` seen now.
+    fn observe(&self, key: &str, next: u64) -> f64 {
+        let Ok(mut seen) = self.0.lock() else {
+            return 0.0;
+        };
+        let now = Instant::now();
+        let rate = match seen.get(key) {
+            Some((before, at, rate)) => {
+                let secs = now.duration_since(*at).as_secs_f64();
+                if secs < 1.0 {
+                    return *rate;
+                }
+                // The higher of the last and this window: a burst is not forgotten at once.
+                (next.saturating_sub(*before) as f64 / secs).max(rate / 2.0)
+            }
+            None => 0.0,
+        };
+        seen.insert(key.to_string(), (next, now, rate));
+        rate
+    }
+}
+
+pub(super) fn refused(reason: Reason, e: impl std::fmt::Display) -> Refusal {
+    Refusal {
+        reason,
+        message: e.to_string(),
+    }
+}
+
+/// What a Segment contact reaches the hub with, and where its figures go.
+#[derive(Debug, Clone, Copy)]
+pub struct Reach<'a> {
+    pub hub: &'a Hub,
+    pub metrics: &'a HubMetrics,
+    pub rates: &'a Rates,
+}
+
+/// One Segment contact of `membership` (its hub's IdSpace `object` already read).
+pub async fn contact(
+    client: &Client,
+    reach: Reach<'_>,
+    this: &MemberId,
+    membership: &IdSpaceMembership,
+    sequence: &IdSequence,
+    object: IdSpace,
+) -> Result<Kept, Refusal> {
+    let Reach {
+        hub,
+        metrics,
+        rates,
+    } = reach;
+    let space_sequence = object
+        .spec
+        .space_sequence()
+        .map_err(|e| refused(Reason::BadRecord, e))?;
+    let params = sequence
+        .spec
+        .params()
+        .map_err(|e| refused(Reason::BadRecord, e))?;
+    let member_sequence = SpaceSequence {
+        layout: params.layout,
+        timebase: params.timebase,
+        mode: sequence.spec.mode,
+        strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
+    };
+    check_sequence(&space_sequence, &member_sequence)
+        .map_err(|e| refused(Reason::JoinRefused, e))?;
+    let space_uid = object.metadata.uid.clone().unwrap_or_default();
+    let status = membership.status.clone().unwrap_or_default();
+    check_space_uid(status.id_space_uid.as_deref(), &space_uid)
+        .map_err(|e| refused(Reason::HubWentBack, e))?;
+    let namespace = membership.namespace().unwrap_or_default();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let lease_name = counter_name(&membership.spec.sequence);
+    let memberships: Api<IdSpaceMembership> = Api::namespaced(client.clone(), &namespace);
+    let spaces: Api<IdSpace> =
+        Api::namespaced(hub.client.clone(), &membership.spec.space.namespace);
+    let member = Member::of(membership);
+    let lead_secs = u64::try_from(object.spec.tolerance_seconds).unwrap_or(3600);
+    let key = format!("{namespace}/{}", membership.name_any());
+    let mut object = object;
+    if status.member_id.is_none() {
+        // Not recorded by this membership: any ranges the counter has are given up first.
+        abandon_ranges(&leases, &lease_name).await?;
+    }
+    let mut membership = with_identity(&memberships, membership.clone(), this, &space_uid).await?;
+    let mut rate = None;
+    for _ in 0..MAX_WRITES_PER_CONTACT {
+        check_hub_revision(&membership, &object)?;
+        let (lease, counter) = read_counter(&leases, &lease_name).await?;
+        let rate = *rate.get_or_insert_with(|| rates.observe(&key, counter.next));
+        if let Some(range) = pending_of(&membership) {
+            match plan::pending(&counter, range.clone()) {
+                Pending::Wait => {
+                    let waiting = format!(
+                        "the range {}..{} taken from the hub waits until claims move to the \
+                         range queued now",
+                        range.start, range.end
+                    );
+                    return Ok(Kept {
+                        membership,
+                        waiting: Some(waiting),
+                    });
+                }
+                Pending::Queue(written) => {
+                    if counter.range.is_none() {
+                        // The first write in format 3: never while a 0.1.0 sidecar may claim.
+                        no_0_1_claimants(client, &namespace, &membership.spec.sequence, &lease)
+                            .await?;
+                    }
+                    let post = PostParams::default();
+                    let lease = written.write_into(lease);
+                    let write = leases.replace(&lease_name, &post, &lease);
+                    match tokio::time::timeout(CALL_TIMEOUT, write).await {
+                        Ok(Ok(_)) => {
+                            tracing::info!(membership = %membership.name_any(), start = range.start, end = range.end, "queued a range from the hub into the segment counter");
+                        }
+                        // A sidecar claimed meanwhile: read the counter again.
+                        Ok(Err(e)) if is_conflict(&e) => continue,
+                        Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
+                        Err(_) => {
+                            return Err(refused(
+                                Reason::HubCheckPending,
+                                "writing the segment counter timed out",
+                            ));
+                        }
+                    }
+                }
+                Pending::Done => {}
+            }
+            membership = keep_range(&memberships, membership, None, None).await?;
+            continue;
+        }
+        let Some(want) = plan::need(&plan::into_ranged(&counter), rate, lead_secs, MIN_RANGE)
+        else {
+            break;
+        };
+        let hub_next = object.spec.segment.as_ref().map_or(0, |s| s.next);
+        let hub_record = SpaceCounterRecord { next: hub_next };
+        let size = plan::take_size(&counter, u64::try_from(hub_next).unwrap_or(0), want);
+        let (written, taken) =
+            segment_range::take(&hub_record, size).map_err(|e| refused(Reason::BadRecord, e))?;
+        object.spec.segment = Some(written);
+        object.spec.registry.revision = object.spec.registry.revision.saturating_add(1);
+        let post = PostParams::default();
+        let write = bounded(
+            hub,
+            "taking a range from the IdSpace's counter",
+            spaces.replace(&membership.spec.space.name, &post, &object),
+        );
+        object = match metrics.call(&member, write).await {
+            Ok(written) => written,
+            // Another member took a range meanwhile: read the counter again.
+            Err(e) if e.is_conflict() => {
+                let read = bounded(
+                    hub,
+                    "reading the IdSpace",
+                    spaces.get(&membership.spec.space.name),
+                );
+                object = metrics
+                    .call(&member, read)
+                    .await
+                    .map_err(|e| refused(Reason::HubUnreachable, e))?;
+                continue;
+            }
+            Err(e) => return Err(refused(Reason::HubUnreachable, e)),
+        };
+        // The range is this member's now. Kept in the status before it is queued: lost only
+        // if this write fails (a gap, never a duplicate).
+        let usable = plan::usable(&counter, taken.clone());
+        tracing::info!(membership = %membership.name_any(), start = taken.start, end = taken.end, usable = ?usable, "took a range from the hub's counter");
+        let revision = object.spec.registry.revision;
+        membership = keep_range(&memberships, membership, usable, Some(revision))
+            .await
+            .inspect_err(|_| {
+                tracing::warn!(
+                    start = taken.start,
+                    end = taken.end,
+                    "a range taken from the hub was not kept: its values are skipped (a gap)"
+                );
+            })?;
+    }
+    Ok(Kept {
+        membership,
+        waiting: None,
+    })
+}
+
+/// Refuses a hub whose registry revision is below the highest this member saw.
+fn check_hub_revision(membership: &IdSpaceMembership, object: &IdSpace) -> Result<(), Refusal> {
+    let seen = membership.status.as_ref().map_or(0, |s| s.revision_seen);
+    let hub = object.spec.registry.revision;
+    if hub < seen {
+        return Err(refused(
+            Reason::HubWentBack,
+            format!(
+                "the hub's registry is at revision {hub}, behind revision {seen} this cluster \
+                 saw: it was restored from a backup, and its Segment counter may be below ranges \
+                 it handed out. No range is taken there; this cluster issues from the ranges it \
+                 holds. Recover the hub (`kubectl kubeflake hub recover`)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn pending_of(membership: &IdSpaceMembership) -> Option<Range<u64>> {
+    let r = membership.status.as_ref()?.segment_range.as_ref()?;
+    Some(u64::try_from(r.start).ok()?..u64::try_from(r.end).ok()?)
+}
+
+/// Writes the two write-once fields (this cluster's ID, the hub IdSpace's UID) into the
+/// status when not set yet, before any range is taken: a copy restored into another
+/// cluster is then refused there (`check_cluster`), never used.
+async fn with_identity(
+    api: &Api<IdSpaceMembership>,
+    membership: IdSpaceMembership,
+    this: &MemberId,
+    space_uid: &str,
+) -> Result<IdSpaceMembership, Refusal> {
+    let status = membership.status.clone().unwrap_or_default();
+    if status.member_id.is_some() && status.id_space_uid.is_some() {
+        return Ok(membership);
+    }
+    let mut object = membership;
+    let status = object.status.get_or_insert_with(Default::default);
+    status.member_id.get_or_insert_with(|| this.to_string());
+    status
+        .id_space_uid
+        .get_or_insert_with(|| space_uid.to_string());
+    write_status(api, &object).await
+}
+
+/// Keeps `range` (or none) in `status.segmentRange`, and raises `revisionSeen` to
+/// `revision`, by compare-and-swap on the membership as read.
+async fn keep_range(
+    api: &Api<IdSpaceMembership>,
+    mut membership: IdSpaceMembership,
+    range: Option<Range<u64>>,
+    revision: Option<i64>,
+) -> Result<IdSpaceMembership, Refusal> {
+    let status = membership.status.get_or_insert_with(Default::default);
+    status.segment_range = range.map(|r| RangeRecord {
+        start: i64::try_from(r.start).unwrap_or(i64::MAX),
+        end: i64::try_from(r.end).unwrap_or(i64::MAX),
+    });
+    if let Some(revision) = revision {
+        status.revision_seen = status.revision_seen.max(revision);
+    }
+    write_status(api, &membership).await
+}
+
+async fn write_status(
+    api: &Api<IdSpaceMembership>,
+    membership: &IdSpaceMembership,
+) -> Result<IdSpaceMembership, Refusal> {
+    let (name, post) = (membership.name_any(), PostParams::default());
+    let write = api.replace_status(&name, &post, membership);
+    match tokio::time::timeout(CALL_TIMEOUT, write).await {
+        Ok(Ok(written)) => Ok(written),
+        Ok(Err(e)) => Err(refused(
+            Reason::HubCheckPending,
+            format!("cannot write the IdSpaceMembership status: {e}"),
+        )),
+        Err(_) => Err(refused(
+            Reason::HubCheckPending,
+            "writing the IdSpaceMembership status timed out",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! The Segment path's reads and guards of the local counter (docs/safety.md rule 22): its
+//! read, the ranges of a counter the membership did not record given up, and a counter put
+//! in format 3 only while no pod injected by 0.1.0 may claim from it.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflake_crds::contract::{INJECTED_ANNOTATION, injected_before_0_2};
+use kubeflake_crds::ownership::SEQUENCE_LABEL;
+use kubeflake_crds::segment_counter::range::plan;
+use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, Counter, claimants};
+
+use super::refused;
+use crate::hub::conditions::Reason;
+use crate::hub::connect::CALL_TIMEOUT;
+use crate::hub::step::Refusal;
+
+/// Refuses to put a counter in format 3 while its claimants list a pod whose sidecar was
+/// injected by 0.1.0: it knows no ranges, and a claim of its from the limit into the queued
+/// range would hand out the values between, which the hub gave to other clusters. The
+/// controller leaves such pods out of the claimants of a sequence a membership names
+/// (`controller/segment`), so this waits for its next pass, or for those pods to be
+/// re-created by this release.
+pub(super) async fn no_0_1_claimants(
+    client: &Client,
+    namespace: &str,
+    sequence: &str,
+    counter: &Lease,
+) -> Result<(), Refusal> {
+    let has_list = counter
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CLAIMANTS_ANNOTATION));
+    if !has_list {
+        // No list lets every pod claim (a counter of 0.1.0): wait for the controller.
+        return Err(refused(
+            Reason::HubCheckPending,
+            "the segment counter lists no claimants yet (every pod may claim): the controller              lists them first; no range is queued until it has",
+        ));
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"));
+    let list = tokio::time::timeout(CALL_TIMEOUT, pods.list(&params))
+        .await
+        .map_err(|_| {
+            refused(
+                Reason::HubCheckPending,
+                "listing the sequence's pods timed out",
+            )
+        })?
+        .map_err(|e| refused(Reason::HubCheckPending, e))?;
+    let listed = claimants(counter);
+    let old: Vec<String> = list
+        .items
+        .iter()
+        .filter(|p| {
+            injected_before_0_2(
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(INJECTED_ANNOTATION))
+                    .map(String::as_str),
+            )
+        })
+        .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| listed.contains(u)))
+        .map(|p| p.name_any())
+        .collect();
+    if old.is_empty() {
+        return Ok(());
+    }
+    Err(refused(
+        Reason::HubCheckPending,
+        format!(
+            "pods {} run a sidecar injected by 0.1.0, which knows no ranges, and may still claim              from the segment counter: the counter is not put in format 3 (rule 22) until the              controller has taken them off its claimants (its next pass), or they are re-created              by this release",
+            old.join(", ")
+        ),
+    ))
+}
+
+/// Gives up the ranges of a counter this membership did not record ([`plan::abandon`]),
+/// before the membership records this cluster: a counter restored or copied from another
+/// cluster holds ranges that cluster still uses. Its pods claim nothing meanwhile (the
+/// controller lists no claimants of a ranged counter no membership of this cluster made).
+pub(super) async fn abandon_ranges(leases: &Api<Lease>, name: &str) -> Result<(), Refusal> {
+    let (lease, counter) = read_counter(leases, name).await?;
+    let Some(given_up) = plan::abandon(&counter) else {
+        return Ok(());
+    };
+    let (post, lease) = (PostParams::default(), given_up.write_into(lease));
+    match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
+        Ok(Ok(_)) => {
+            tracing::warn!(
+                counter = name,
+                next = counter.next,
+                "gave up the ranges of a segment counter its membership did not record (restored or copied from another cluster?)"
+            );
+            Ok(())
+        }
+        Ok(Err(e)) => Err(refused(Reason::HubCheckPending, e)),
+        Err(_) => Err(refused(
+            Reason::HubCheckPending,
+            "writing the segment counter timed out",
+        )),
+    }
+}
+
+pub(super) async fn read_counter(
+    leases: &Api<Lease>,
+    name: &str,
+) -> Result<(Lease, Counter), Refusal> {
+    let lease = match tokio::time::timeout(CALL_TIMEOUT, leases.get_opt(name)).await {
+        Ok(Ok(Some(lease))) => lease,
+        Ok(Ok(None)) => {
+            return Err(refused(
+                Reason::HubCheckPending,
+                format!(
+                    "the sequence's segment counter Lease {name} does not exist yet: the \
+                     controller creates it; no range is taken until it has"
+                ),
+            ));
+        }
+        Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
+        Err(_) => {
+            return Err(refused(
+                Reason::HubCheckPending,
+                "reading the segment counter timed out",
+            ));
+        }
+    };
+    let counter = Counter::parse(&lease).map_err(|e| refused(Reason::BadRecord, e))?;
+    Ok((lease, counter))
+}

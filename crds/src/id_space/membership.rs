@@ -125,7 +125,9 @@ pub struct IdSpaceMembershipStatus {
     #[schemars(length(max = 4096))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["block".into()]))]
     pub grants: Vec<GrantRecord>,
-    /// Segment spaces: the range of counter values the hub handed this member.
+    /// Segment spaces: a range of counter values the hub handed this member, kept here
+    /// between the hub write and its queueing into the sequence's counter Lease (then
+    /// removed), so that a crash in between never loses it nor queues it twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment_range: Option<RangeRecord>,
     /// Ready, and the reasons of the design (HubUnreachable, BlocksLow, JoinRefused, ...).

@@ -16,12 +16,13 @@ use crate::hub::conditions::Reason;
 use crate::hub::connect::CALL_TIMEOUT;
 use crate::hub::step::Refusal;
 
-/// Refuses to put a counter in format 3 while its claimants list a pod whose sidecar was
-/// injected by 0.1.0: it knows no ranges, and a claim of its from the limit into the queued
-/// range would hand out the values between, which the hub gave to other clusters. The
-/// controller leaves such pods out of the claimants of a sequence a membership names
-/// (`controller/segment`), so this waits for its next pass, or for those pods to be
-/// re-created by this release.
+/// Refuses to put a counter in format 3 while a pod whose sidecar was injected by 0.1.0
+/// may claim from it (listed among its claimants, or any such pod of the sequence when the
+/// counter lists none, as 0.1.0 left it: then every pod may claim): it knows no ranges, and
+/// a claim of its from the limit into the queued range would hand out the values between,
+/// which the hub gave to other clusters. The controller leaves such pods out of the
+/// claimants of a sequence a membership names (`controller/segment`), so this waits for its
+/// next pass, or for those pods to be re-created by this release.
 pub(super) async fn no_0_1_claimants(
     client: &Client,
     namespace: &str,
@@ -33,13 +34,7 @@ pub(super) async fn no_0_1_claimants(
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(CLAIMANTS_ANNOTATION));
-    if !has_list {
-        // No list lets every pod claim (a counter of 0.1.0): wait for the controller.
-        return Err(refused(
-            Reason::HubCheckPending,
-            "the segment counter lists no claimants yet (every pod may claim): the controller              lists them first; no range is queued until it has",
-        ));
-    }
+    let listed = claimants(counter);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let params = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"));
     let list = tokio::time::timeout(CALL_TIMEOUT, pods.list(&params))
@@ -51,7 +46,6 @@ pub(super) async fn no_0_1_claimants(
             )
         })?
         .map_err(|e| refused(Reason::HubCheckPending, e))?;
-    let listed = claimants(counter);
     let old: Vec<String> = list
         .items
         .iter()
@@ -64,7 +58,7 @@ pub(super) async fn no_0_1_claimants(
                     .map(String::as_str),
             )
         })
-        .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| listed.contains(u)))
+        .filter(|p| !has_list || p.metadata.uid.as_ref().is_some_and(|u| listed.contains(u)))
         .map(|p| p.name_any())
         .collect();
     if old.is_empty() {
@@ -73,7 +67,10 @@ pub(super) async fn no_0_1_claimants(
     Err(refused(
         Reason::HubCheckPending,
         format!(
-            "pods {} run a sidecar injected by 0.1.0, which knows no ranges, and may still claim              from the segment counter: the counter is not put in format 3 (rule 22) until the              controller has taken them off its claimants (its next pass), or they are re-created              by this release",
+            "pods {} run a sidecar injected by 0.1.0, which knows no ranges, and may still \
+             claim from the segment counter: the counter is not put in format 3 (rule 22) \
+             until the controller has taken them off its claimants (its next pass), or they \
+             are re-created by this release",
             old.join(", ")
         ),
     ))

@@ -365,3 +365,29 @@ async fn rule22_a_ranged_counter_the_membership_did_not_record_gives_its_ranges_
         "only a range this member took: {queued:?}"
     );
 }
+
+/// A counter that lists no claimants (none written yet, or as 0.1.0 left it: every pod may
+/// claim) is put in format 3 when no pod of the sequence was injected by 0.1.0 (a sequence
+/// without pods joins), and not while one is.
+#[tokio::test]
+async fn rule22_a_counter_listing_no_claimants_joins_unless_a_pod_injected_by_0_1_runs() {
+    for (old_pod, joins) in [(false, true), (true, false)] {
+        let w = world(700, Some(1_000));
+        let mut lease = w.lock().unwrap().objects[COUNTER].clone();
+        lease["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(CLAIMANTS_ANNOTATION);
+        w.lock().unwrap().objects.insert(COUNTER.to_string(), lease);
+        if old_pod {
+            w.lock()
+                .unwrap()
+                .objects
+                .insert(format!("{PODS}/old"), pod("old", "uid-old", "0.1.0"));
+        }
+        let f = fake(w.clone());
+        let outcome = once(&w, &f).await;
+        assert_eq!(outcome.is_ok(), joins, "0.1.0 pod {old_pod}");
+        assert_eq!(counter(&w).range.is_some(), joins, "0.1.0 pod {old_pod}");
+    }
+}

@@ -234,13 +234,13 @@ pub async fn contact(
         .params()
         .map_err(|e| refused(Reason::BadRecord, &e))?;
     let (used, in_use) = slot_uses(client, &namespace, &spec.sequence).await?;
-    let sequence = SpaceSequence {
+    let space_sequence = SpaceSequence {
         layout: params.layout,
         timebase: params.timebase,
         mode: sequence.spec.mode,
         strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
     };
-    observe::stored(&config.metrics, membership, sequence, in_use);
+    observe::stored(&config.metrics, membership, space_sequence, in_use);
     let hub = connect::connect(client, &config.secret_namespace, &spec.hub_secret)
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;
@@ -288,7 +288,7 @@ pub async fn contact(
             space_uid: &space_uid,
             space: &space,
             registry: &registry,
-            sequence,
+            sequence: space_sequence,
             datacenter: params.datacenter,
             used: used.clone(),
             in_use,

@@ -5,11 +5,16 @@ package io.kubeflake.client;
  * minBatch, doubles when the last batch lasted under half the refill period and halves when it
  * lasted over four, within [minBatch, the ceiling]: maxRange for a segment refill from
  * {@code /range}, else maxBatch; a sidecar that refuses a refill as too large halves that
- * ceiling. The low-water mark is half a batch, or in segment mode what two refills take at the
- * measured rate ({@link RefillPace}) when that is more. Not thread-safe: {@link PrefetchBuffer}
- * calls it under its lock.
+ * ceiling. In segment mode the size also jumps at once to what one refill period takes at the
+ * measured rate, and the low-water mark is half a batch or a safe distance of (slowest recent)
+ * refill times at that rate ({@link RefillPace}) when that is more, up to {@link #RANGES_AHEAD} ceilings: more
+ * than one range may be queued. Snowflake's mark stays half a batch (its IDs age). Not
+ * thread-safe: {@link PrefetchBuffer} calls it under its lock.
  */
 final class BatchSizer {
+    /** A segment buffer's low-water mark is at most this many refill ceilings. */
+    static final int RANGES_AHEAD = 8;
+
     private final int minBatch;
     private final long refillPeriod;
     private final RefillPace pace = new RefillPace();
@@ -19,6 +24,8 @@ final class BatchSizer {
     private long lowWater;
     private long lastRefill;
     private boolean refilledOnce;
+    /** The last segment refill asked /range. */
+    private boolean ranges;
 
     BatchSizer(int minBatch, int maxBatch, int maxRange, long refillPeriodNanos) {
         this.minBatch = minBatch;
@@ -76,14 +83,34 @@ final class BatchSizer {
 
     /**
      * A segment refill that took {@code tookNanos} arrived at {@code now}, when {@code handedOut}
-     * values had left the buffer in all; {@code ranges}: the next refill asks {@code /range}.
+     * values had left the buffer in all, which had been empty for the last {@code emptyNanos};
+     * {@code ranges}: the next refill asks {@code /range}.
      */
-    void refilled(long now, long tookNanos, long handedOut, boolean ranges) {
-        size = next(size, now - lastRefill, refilledOnce, ceiling(ranges));
+    void refilled(long now, long tookNanos, long handedOut, long emptyNanos, boolean ranges) {
+        int ceiling = ceiling(ranges);
+        size = next(size, now - lastRefill, refilledOnce, ceiling);
         lastRefill = now;
         refilledOnce = true;
-        pace.arrived(now, tookNanos, handedOut);
-        lowWater = pace.lowWater(size, ceiling(ranges));
+        this.ranges = ranges;
+        pace.arrived(now, tookNanos, handedOut, emptyNanos);
+        double perPeriod = Math.ceil(pace.rate() * (refillPeriod / 1e9));
+        size = (int) Math.min(Math.max(size, perPeriod), ceiling);
+        segmentMark();
+    }
+
+    /** A caller found the segment buffer empty: the mark moves a safe distance further ahead. */
+    void waited() {
+        pace.waited();
+        segmentMark();
+    }
+
+    private void segmentMark() {
+        lowWater = pace.lowWater(size, (long) RANGES_AHEAD * ceiling(ranges));
+    }
+
+    /** The safe distance, in refill times (not in {@link ClientStats}; for tests). */
+    int distance() {
+        return pace.distance();
     }
 
     /** Leaf's rule: double when the last batch lasted under half the period, halve over four. */

@@ -63,6 +63,12 @@ final class PrefetchBuffer {
     // Guarded by lock: the ranges after it, in the order they arrived, and their values.
     private final ArrayDeque<Range> ranges = new ArrayDeque<>();
     private long queued;
+    /**
+     * Segment mode: a caller found the buffer empty since the last arrival, at emptySince; that
+     * part of the interval measures the sidecar, not the demand ({@link RefillPace}).
+     */
+    private boolean empty;
+    private long emptySince;
     /** Set by the first segment take: refills ask for ranges. */
     private boolean segment;
     /** The sidecar answered 404 to /range (0.1.0): refills ask /ids, whose runs become ranges. */
@@ -187,6 +193,13 @@ final class PrefetchBuffer {
                     waited = true;
                     started = now;
                     waits++;
+                    if (!snowflake) {
+                        batch.waited();
+                        if (!empty) {
+                            empty = true;
+                            emptySince = now;
+                        }
+                    }
                 }
                 askRefill();
                 long deadline = started + maxWait;
@@ -351,7 +364,8 @@ final class PrefetchBuffer {
                     refills++;
                     refillNanos += done - sent;
                     if (segment) {
-                        batch.refilled(done, done - sent, handedOutLocked(), !noRanges);
+                        batch.refilled(done, done - sent, handedOutLocked(), empty ? done - emptySince : 0, !noRanges);
+                        empty = false;
                     } else {
                         batch.refilled(done);
                     }

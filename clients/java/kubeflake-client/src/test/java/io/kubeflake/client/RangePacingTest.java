@@ -46,7 +46,7 @@ class RangePacingTest {
         long now = 0;
         for (int i = 0; i < 20; i++) {
             now += MS; // each batch lasted 1 ms: double
-            b.refilled(now, 10_000, 0, true);
+            b.refilled(now, 10_000, 0, 0, true);
         }
         assertEquals(6400, b.request(true), "a /range refill is bounded by maxRange");
         assertEquals(100, b.request(false), "an /ids refill by maxBatch");

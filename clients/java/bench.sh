@@ -8,8 +8,11 @@
 #
 # Use a release sidecar (cargo build --release -p kubeflake-sidecar): a debug one is the
 # limit, not the client. One thread, then four threads for the buffered and in-process rows;
-# about 6 minutes. JMH options go to both runs (e.g. -wi 1 -i 2 for a quick look). The JSON
-# results and the log are left in kubeflake-bench/target/.
+# about 6 minutes before the large-blocks segment row was added (2026-11-30; not timed since).
+# The rows named ...4t (four threads by annotation, for a side-by-side run in one JMH
+# invocation: docs/notes/bench-2026-11-30-java-segment-refill.md) are skipped here. JMH
+# options go to both runs (e.g. -wi 1 -i 2 for a quick look). The JSON results and the log
+# are left in kubeflake-bench/target/.
 set -euo pipefail
 [[ $# -ge 1 && -x $1 ]] || {
 	echo "usage: clients/java/bench.sh SIDECAR_BINARY [JMH options...]" >&2
@@ -24,8 +27,8 @@ mvn -B -q -pl kubeflake-client,kubeflake-bench -Dmaven.test.skip=true package de
 	-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=runtime
 cp="$out/classes:$(cat $out/classpath.txt)"
 rm -f "$out"/jmh-t*.json "$out"/jmh.log
-java -cp "$cp" org.openjdk.jmh.Main 'IdBench' -t 1 -rf json -rff "$out/jmh-t1.json" "$@" 2>&1 | tee -a "$out/jmh.log"
-java -cp "$cp" org.openjdk.jmh.Main 'IdBench\.(kubeflake|cosid)' -t 4 -rf json -rff "$out/jmh-t4.json" "$@" 2>&1 |
+java -cp "$cp" org.openjdk.jmh.Main 'IdBench\.\w+(?<!4t)$' -t 1 -rf json -rff "$out/jmh-t1.json" "$@" 2>&1 | tee -a "$out/jmh.log"
+java -cp "$cp" org.openjdk.jmh.Main 'IdBench\.(kubeflake|cosid)\w*(?<!4t)$' -t 4 -rf json -rff "$out/jmh-t4.json" "$@" 2>&1 |
 	tee -a "$out/jmh.log"
 python3 - "$out" <<'PY'
 import json, sys
@@ -54,6 +57,7 @@ what = {
     "kubeflakeSnowflake": "KubeflakeClient.nextId(), Snowflake, buffered (default drift limit: 2 s of ticks lent to a burst)",
     "kubeflakeSnowflakeSustained": "KubeflakeClient.nextId(), Snowflake, buffered, drift limit 50 ms (below Retry-After's 1 s)",
     "kubeflakeSegment": "KubeflakeClient.nextId(), segment, buffered",
+    "kubeflakeSegmentLargeBlocks": "KubeflakeClient.nextId(), segment, buffered, blocks up to 100,000,000",
     "httpPerIdUnix": "one HTTP request per ID, Unix socket",
     "httpPerIdTcp": "one HTTP request per ID, TCP (java.net.http)",
     "cosidSnowflake": "CosId 2.13.3 MillisecondSnowflakeId (in-process)",

@@ -1,5 +1,6 @@
 package io.kubeflake.bench;
 
+import io.kubeflake.client.ClientStats;
 import io.kubeflake.client.KubeflakeClient;
 import java.util.concurrent.TimeUnit;
 import me.ahoo.cosid.segment.IdSegmentDistributor;
@@ -16,6 +17,7 @@ import org.openjdk.jmh.annotations.Scope;
 import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
+import org.openjdk.jmh.annotations.Threads;
 import org.openjdk.jmh.annotations.Warmup;
 
 /**
@@ -93,19 +95,54 @@ public class IdBench {
     public static class Segment {
         BenchSidecar sidecar;
         KubeflakeClient client;
+        ClientStats last;
+
+        String maxBlockSize() {
+            return "1000000";
+        }
 
         @Setup(Level.Trial)
         public void start() throws Exception {
-            sidecar = BenchSidecar.start("--mode", "segment", "--block-size", "1000", "--max-block-size", "1000000");
+            sidecar = BenchSidecar.start("--mode", "segment", "--block-size", "1000", "--max-block-size", maxBlockSize());
             client = KubeflakeClient.builder().socket(sidecar.socket()).build();
             client.nextId();
+            last = client.stats();
+        }
+
+        /**
+         * The client's counters over each iteration (warm-up ones included), so that the waits
+         * of the measured iterations, a steady state, show apart from the start's.
+         */
+        @TearDown(Level.Iteration)
+        public void iteration() {
+            ClientStats now = client.stats();
+            long refills = now.refills() - last.refills();
+            long nanos = now.refillTime().minus(last.refillTime()).toNanos();
+            System.out.printf("%nkubeflake segment iteration (max block %s): %,d IDs, %d refills, %.2f ms mean, %d waits, %.2f ms waited, %,d buffered%n",
+                    maxBlockSize(), now.ids() - last.ids(), refills, refills == 0 ? 0 : nanos / 1e6 / refills,
+                    now.waits() - last.waits(), now.waitTime().minus(last.waitTime()).toNanos() / 1e6, now.bufferDepth());
+            last = now;
         }
 
         @TearDown(Level.Trial)
         public void stop() {
-            System.out.println("\nkubeflake segment client: " + client.stats());
+            System.out.println("\nkubeflake segment (max block " + maxBlockSize() + ") client: " + client.stats());
             client.close();
             sidecar.close();
+        }
+    }
+
+    /**
+     * The same with blocks that may grow to 100,000,000 values: at 50-70 million IDs/s a block
+     * of 1,000,000 lasts 14-20 ms, and the blocks' claims (fsynced) then pace the refills
+     * (docs/notes/bench-2026-11-30-java-segment-refill.md); this row shows the client without
+     * that limit.
+     */
+    @State(Scope.Benchmark)
+    public static class SegmentLargeBlocks extends Segment {
+        @Override
+        String maxBlockSize() {
+            return "100000000";
         }
     }
 
@@ -170,6 +207,29 @@ public class IdBench {
         return s.client.nextId();
     }
 
+    /**
+     * {@link #kubeflakeSegment} with four threads in the same JMH run as the one-thread rows
+     * (JMH's {@code -t} would set every row's threads), so that rows meant to be compared share
+     * the machine's load; bench.sh's {@code -t 4} run skips it.
+     */
+    @Benchmark
+    @Threads(4)
+    public long kubeflakeSegment4t(Segment s) {
+        return s.client.nextId();
+    }
+
+    @Benchmark
+    public long kubeflakeSegmentLargeBlocks(SegmentLargeBlocks s) {
+        return s.client.nextId();
+    }
+
+    /** {@link #kubeflakeSegmentLargeBlocks} with four threads. */
+    @Benchmark
+    @Threads(4)
+    public long kubeflakeSegmentLargeBlocks4t(SegmentLargeBlocks s) {
+        return s.client.nextId();
+    }
+
     @Benchmark
     public long httpPerIdUnix(PerRequest s) {
         return s.unix.nextId();
@@ -187,6 +247,13 @@ public class IdBench {
 
     @Benchmark
     public long cosidSegmentChain(CosIdSegment s) {
+        return s.id.generate();
+    }
+
+    /** {@link #cosidSegmentChain} with four threads, beside {@link #kubeflakeSegment4t}. */
+    @Benchmark
+    @Threads(4)
+    public long cosidSegmentChain4t(CosIdSegment s) {
         return s.id.generate();
     }
 }

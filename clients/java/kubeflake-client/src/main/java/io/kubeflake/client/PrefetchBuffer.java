@@ -10,20 +10,27 @@ import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * The IDs fetched ahead of {@link KubeflakeClient#nextId()}, and the one thread that refills
- * them (clients/SPEC.md): batches in the order fetched, a refill asked for when the buffer
- * holds half a batch or less ({@link BatchSizer} sizes it), Snowflake IDs older than maxAge
- * dropped, a caller waiting at most maxWait. Everything is guarded by one lock, which also
- * guards the client's other counters (requests that bypass the buffer, errors by kind) so
- * that {@link #stats()} is one consistent snapshot, and whether the client is closed.
+ * them (clients/SPEC.md): batches in the order fetched, a refill asked for at the low-water
+ * mark ({@link BatchSizer} sizes it), Snowflake IDs older than maxAge dropped, a caller
+ * waiting at most maxWait. One lock guards the queue, the counters (so that {@link #stats()}
+ * is one consistent snapshot) and whether the client is closed.
  *
- * <p>Segment mode holds ranges from {@code /range} instead (clients/SPEC.md, "Ranges in
- * segment mode"): {@link #take(boolean)} takes the current range's next value with one atomic
- * increment, without the lock, and takes the lock only to move to the next range, to wait,
- * or once per range to ask for a refill at the low-water mark.
+ * <p>The steady state takes no lock (clients/SPEC.md, "Order"): {@link #take(boolean)} claims
+ * the next index of the current batch ({@link Cursor}: a Snowflake batch from {@code /ids}, or
+ * a segment range from {@code /range}) with one atomic increment. Why that is safe:
+ * <ul>
+ *   <li>no ID twice: {@code getAndIncrement} gives each index to exactly one caller, and an
+ *       index at or past the batch's end is never served;</li>
+ *   <li>in order: only the lock's holder replaces {@code current}, and only once every index
+ *       of it was claimed (or, Snowflake, once it is older than maxAge and its rest was
+ *       claimed away at once, see {@link #nextLocked()}); batches are queued in the order
+ *       they arrived, so each caller's IDs increase;</li>
+ *   <li>maxAge: a caller checks the batch's age before claiming, as the locked path did.</li>
+ * </ul>
+ * The lock is taken only to move to the next batch, to wait, or once per batch to ask for a
+ * refill at the low-water mark ({@code askAt}).
  */
 final class PrefetchBuffer {
-    private static final long[] EMPTY = new long[0];
-
     private final SidecarApi sidecar;
     private final long maxAge;
     private final long maxWait;
@@ -36,12 +43,11 @@ final class PrefetchBuffer {
     /** The refiller's own waits: only close cuts them short. */
     private final Condition stopping = lock.newCondition();
 
-    // Guarded by lock.
-    private long[] head = EMPTY;
-    private long headSentAt;
-    private int pos;
-    private final ArrayDeque<Batch> queue = new ArrayDeque<>();
-    private int depth;
+    /** The batch IDs are claimed from, read without the lock; only the lock's holder replaces it. */
+    private volatile Cursor current = Cursor.none();
+    // Guarded by lock: the batches after it, in the order they arrived, and their IDs.
+    private final ArrayDeque<Cursor> queue = new ArrayDeque<>();
+    private long queued;
     private final BatchSizer batch;
     private KubeflakeException refillError;
     private long retryAt;
@@ -58,11 +64,6 @@ final class PrefetchBuffer {
     private long direct;
     private final EnumMap<Kind, Long> errors = new EnumMap<>(Kind.class);
 
-    /** Segment mode: the range values are taken from, read and advanced without the lock. */
-    private volatile Range current = Range.usedUp();
-    // Guarded by lock: the ranges after it, in the order they arrived, and their values.
-    private final ArrayDeque<Range> ranges = new ArrayDeque<>();
-    private long queued;
     /**
      * Segment mode: a caller found the buffer empty since the last arrival, at emptySince; that
      * part of the interval measures the sidecar, not the demand ({@link RefillPace}).
@@ -75,37 +76,57 @@ final class PrefetchBuffer {
     private boolean noRanges;
 
     /**
-     * Consecutive values {@code [first, end)}; {@code next} hands them out, and runs past
-     * {@code end} once they are used up. Taking {@code askAt} asks for a refill.
+     * A batch callers claim IDs from without the lock: {@code ids} (Snowflake, or segment values
+     * from {@code /ids}), or, when {@code ids} is null, the consecutive values {@code first} to
+     * {@code first + count - 1} (a segment range).
      */
-    private static final class Range {
+    private static final class Cursor {
+        /** What {@code taken} is set to when the rest of a batch is dropped: no claim succeeds after. */
+        static final long USED_UP = Long.MAX_VALUE / 2;
+
+        final long[] ids;
         final long first;
-        final long end;
-        final AtomicLong next;
+        final long count;
+        /** When the batch was asked for (System.nanoTime()), for maxAge. */
+        final long sentAt;
+        /** Its IDs expire after maxAge (Snowflake with a maxAge). */
+        final boolean ages;
+        /**
+         * Indexes claimed so far: a caller claims index i by one getAndIncrement; at or past
+         * count once used up (callers that find it so go to the locked path).
+         */
+        final AtomicLong taken = new AtomicLong();
+        /**
+         * The index whose claim asks for a refill (the low-water mark), -1: none. Written under
+         * the lock before the cursor becomes {@code current}; the volatile write publishes it.
+         */
         long askAt = -1;
 
-        Range(long first, long end) {
-            this.first = first;
-            this.end = end;
-            this.next = new AtomicLong(first);
-        }
-
-        static Range usedUp() {
-            return new Range(0, 0);
-        }
-
-        long left() {
-            return Math.max(0, end - next.get());
-        }
-    }
-
-    private static final class Batch {
-        final long sentAt;
-        final long[] ids;
-
-        Batch(long sentAt, long[] ids) {
-            this.sentAt = sentAt;
+        Cursor(long[] ids, long first, long count, long sentAt, boolean ages) {
             this.ids = ids;
+            this.first = first;
+            this.count = count;
+            this.sentAt = sentAt;
+            this.ages = ages;
+        }
+
+        /** Nothing to claim: the buffer's start, and what it holds once empty or closed. */
+        static Cursor none() {
+            return new Cursor(null, 0, 0, 0, false);
+        }
+
+        long at(long i) {
+            return ids == null ? first + i : ids[(int) i];
+        }
+
+        /** IDs not claimed yet. */
+        long left() {
+            return Math.max(0, count - taken.get());
+        }
+
+        /** Drops the IDs not claimed yet, none claimable after; how many were claimed before. */
+        long drop() {
+            return Math.min(taken.getAndSet(USED_UP), count);
         }
     }
 
@@ -129,11 +150,12 @@ final class PrefetchBuffer {
      * @throws IllegalStateException when the client is closed
      */
     long take(boolean snowflake) {
-        if (!snowflake) {
-            Range r = current;
-            long v = r.next.getAndIncrement();
-            if (v < r.end) {
-                if (v == r.askAt) {
+        // The steady state: one atomic claim, no lock.
+        Cursor c = current;
+        if (!c.ages || System.nanoTime() - c.sentAt <= maxAge) {
+            long i = c.taken.getAndIncrement();
+            if (i < c.count) {
+                if (i == c.askAt) {
                     lock.lock();
                     try {
                         askRefill();
@@ -141,9 +163,10 @@ final class PrefetchBuffer {
                         lock.unlock();
                     }
                 }
-                return v;
+                return c.at(i);
             }
         }
+        // The batch is used up (or too old): move on under the lock, waiting if need be.
         long started = 0;
         boolean waited = false;
         lock.lock();
@@ -151,35 +174,9 @@ final class PrefetchBuffer {
             while (true) {
                 if (!snowflake) {
                     segment = true;
-                    long v = nextOfRanges();
-                    if (v >= 0) {
-                        if (waited) {
-                            waitNanos += System.nanoTime() - started;
-                        }
-                        return v;
-                    }
                 }
-                while (pos < head.length || !queue.isEmpty()) {
-                    if (pos == head.length) {
-                        Batch b = queue.poll();
-                        head = b.ids;
-                        headSentAt = b.sentAt;
-                        pos = 0;
-                    }
-                    if (snowflake && maxAge != Long.MAX_VALUE && System.nanoTime() - headSentAt > maxAge) {
-                        int dropped = head.length - pos;
-                        expired += dropped;
-                        depth -= dropped;
-                        head = EMPTY;
-                        pos = 0;
-                        continue;
-                    }
-                    long id = head[pos++];
-                    depth--;
-                    ids++;
-                    if (depth <= batch.lowWater()) {
-                        askRefill();
-                    }
+                long id = nextLocked();
+                if (id >= 0) {
                     if (waited) {
                         waitNanos += System.nanoTime() - started;
                     }
@@ -228,41 +225,57 @@ final class PrefetchBuffer {
     }
 
     /**
-     * The current range's next value, moving to the next range when it is used up; -1 when
-     * no range holds a value. Lock is held: only here does {@code current} change.
+     * The current batch's next ID, moving to the next batch when it is used up or (Snowflake)
+     * older than maxAge; -1 when the buffer holds none. Lock is held: only here and in
+     * {@link #close()} does {@code current} change.
      */
-    private long nextOfRanges() {
+    private long nextLocked() {
         while (true) {
-            Range r = current;
-            long v = r.next.getAndIncrement();
-            if (v < r.end) {
-                if (v == r.askAt) {
-                    askRefill();
+            Cursor c = current;
+            if (c.ages && System.nanoTime() - c.sentAt > maxAge) {
+                // Callers that claimed before the drop keep their IDs (checked young just before);
+                // no claim succeeds after it.
+                long claimed = c.drop();
+                ids += claimed;
+                expired += c.count - claimed;
+            } else {
+                long i = c.taken.getAndIncrement();
+                if (i < c.count) {
+                    if (i == c.askAt) {
+                        askRefill();
+                    }
+                    return c.at(i);
                 }
-                return v;
+                ids += c.count; // every index was claimed
             }
-            Range n = ranges.poll();
+            Cursor n = queue.poll();
             if (n == null) {
+                current = Cursor.none();
                 return -1;
             }
-            ids += r.end - r.first;
-            queued -= n.end - n.first;
-            // Ask once the values left (here and queued) are down to the low-water mark.
+            queued -= n.count;
+            // Ask once the IDs left (here and queued) are down to the low-water mark.
             long slack = batch.lowWater() - queued;
-            n.askAt = slack < 0 ? -1 : Math.max(n.first, n.end - 1 - slack);
+            n.askAt = slack < 0 ? -1 : Math.max(0, n.count - 1 - slack);
             current = n;
         }
     }
 
-    /** Values handed out so far, those taken from the current range included; lock is held. */
+    /** IDs handed out so far, those claimed from the current batch included; lock is held. */
     private long handedOutLocked() {
-        Range r = current;
-        return ids + (segment ? Math.min(r.next.get(), r.end) - r.first : 0);
+        Cursor c = current;
+        return ids + Math.min(c.taken.get(), c.count);
     }
 
-    /** Values buffered now; lock is held. */
+    /** IDs buffered now; lock is held. */
     private long depthLocked() {
-        return segment ? current.left() + queued : depth;
+        return current.left() + queued;
+    }
+
+    /** Appends a batch behind the others; lock is held. */
+    private void enqueue(Cursor c) {
+        queue.add(c);
+        queued += c.count;
     }
 
     /**
@@ -272,8 +285,7 @@ final class PrefetchBuffer {
     private void addRange(long first, long last) {
         long end = last == Long.MAX_VALUE ? last : last + 1;
         if (end > first) {
-            ranges.add(new Range(first, end));
-            queued += end - first;
+            enqueue(new Cursor(null, first, end - first, 0, false));
         }
     }
 
@@ -358,8 +370,7 @@ final class PrefetchBuffer {
                     } else if (segment) {
                         addRuns(got);
                     } else {
-                        queue.add(new Batch(sent, got));
-                        depth += got.length;
+                        enqueue(new Cursor(got, 0, got.length, sent, maxAge != Long.MAX_VALUE));
                     }
                     refills++;
                     refillNanos += done - sent;
@@ -449,14 +460,9 @@ final class PrefetchBuffer {
                 return false;
             }
             closed = true;
-            head = EMPTY;
-            pos = 0;
+            ids += current.drop(); // a caller that read current before this can claim nothing more
+            current = Cursor.none();
             queue.clear();
-            depth = 0;
-            Range r = current;
-            ids += Math.min(r.next.get(), r.end) - r.first;
-            current = Range.usedUp();
-            ranges.clear();
             queued = 0;
             t = refiller;
             wanted.signalAll();

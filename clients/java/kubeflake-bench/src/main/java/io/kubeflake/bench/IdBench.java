@@ -63,6 +63,34 @@ public class IdBench {
     }
 
     /**
+     * Buffered nextId(), Snowflake mode, with a layout whose ceiling no caller reaches
+     * (timestampBits 40, workerBits 1, sequenceBits 22: 4,194,304 IDs per ms) and batches of
+     * up to 100,000: the callers neither wait for the sidecar's clock nor, mostly, for a
+     * refill, so the row's tail is the buffer's own path and the machine's (added 2026-11-30
+     * for issue 58's p99.9: docs/notes/bench-2026-11-30-java-segment-refill.md).
+     */
+    @State(Scope.Benchmark)
+    public static class SnowflakeWide {
+        BenchSidecar sidecar;
+        KubeflakeClient client;
+
+        @Setup(Level.Trial)
+        public void start() throws Exception {
+            sidecar = BenchSidecar.start("--max-batch", "100000", "--sequence-file", BenchSidecar.sequenceFile(
+                    "spec: {layout: {timestampBits: 40, workerBits: 1, sequenceBits: 22}}").toString());
+            client = KubeflakeClient.builder().socket(sidecar.socket()).maxBatch(100_000).build();
+            client.nextId();
+        }
+
+        @TearDown(Level.Trial)
+        public void stop() {
+            System.out.println("\nkubeflake snowflake (wide layout) client: " + client.stats());
+            client.close();
+            sidecar.close();
+        }
+    }
+
+    /**
      * The same with {@code clock.maxDriftMillis: 50}: the sidecar lends at most 50 ms of ticks,
      * so no lending inflates the rate. It also shows what a drift limit below the 1 s of the
      * sidecar's Retry-After costs: once a batch no longer fits, the sidecar refuses it
@@ -194,6 +222,18 @@ public class IdBench {
 
     @Benchmark
     public long kubeflakeSnowflake(Snowflake s) {
+        return s.client.nextId();
+    }
+
+    /** {@link #kubeflakeSnowflake} with four threads on one client (see {@link #kubeflakeSegment4t}). */
+    @Benchmark
+    @Threads(4)
+    public long kubeflakeSnowflake4t(Snowflake s) {
+        return s.client.nextId();
+    }
+
+    @Benchmark
+    public long kubeflakeSnowflakeWide(SnowflakeWide s) {
         return s.client.nextId();
     }
 

@@ -25,7 +25,9 @@ import java.util.concurrent.locks.ReentrantLock;
  *       of it was claimed (or, Snowflake, once it is older than maxAge and its rest was
  *       claimed away at once, see {@link #nextLocked()}); batches are queued in the order
  *       they arrived, so each caller's IDs increase;</li>
- *   <li>maxAge: a caller checks the batch's age before claiming, as the locked path did.</li>
+ *   <li>maxAge: a caller checks the batch's age before claiming, as the locked path did;</li>
+ *   <li>a batch's IDs are seen whole: the refiller fills the array before queueing it under
+ *       the lock, and the lock's holder publishes it by the volatile write of {@code current}.</li>
  * </ul>
  * The lock is taken only to move to the next batch, to wait, or once per batch to ask for a
  * refill at the low-water mark ({@code askAt}).

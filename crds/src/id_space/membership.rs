@@ -197,6 +197,32 @@ pub struct BadCopy {
     pub block: i64,
 }
 
+impl IdSpaceMembership {
+    /// The membership of another sequence of this cluster, made before this one, that joins
+    /// the same ID space: same space and hub Secret, or the same IdSpace UID in both copies
+    /// (two Secrets for one hub). The hub sees one member per cluster, so a second sequence
+    /// would get the first one's blocks; the earlier membership (by creation time, then
+    /// namespace and name) keeps them. `all` is every membership of this cluster. The
+    /// controller assigns no slot of the later one's sequence, and the membership task does
+    /// not contact the hub for it (docs/safety.md rule 20).
+    pub fn earlier_of_same_space<'a>(
+        &self,
+        all: &[&'a IdSpaceMembership],
+    ) -> Option<&'a IdSpaceMembership> {
+        use kube::ResourceExt;
+        let uid = |x: &IdSpaceMembership| x.status.as_ref().and_then(|s| s.id_space_uid.clone());
+        let order = |x: &IdSpaceMembership| (x.creation_timestamp(), x.namespace(), x.name_any());
+        all.iter().copied().find(|other| {
+            let same_sequence =
+                other.namespace() == self.namespace() && other.spec.sequence == self.spec.sequence;
+            let same_space = (other.spec.space == self.spec.space
+                && other.spec.hub_secret == self.spec.hub_secret)
+                || uid(other).is_some_and(|u| Some(u) == uid(self));
+            !same_sequence && same_space && order(other) < order(self)
+        })
+    }
+}
+
 impl IdSpaceMembershipStatus {
     /// The copy's grants, generation and revision as the pure core reads them.
     pub fn local_record(&self, space: &Space) -> Result<LocalRecord, BadCopy> {

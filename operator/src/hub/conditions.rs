@@ -29,6 +29,9 @@ pub enum Reason {
     HubWentBack,
     /// Ready=False: the copy, the IdSpace or the IdSequence cannot be read as it is.
     BadRecord,
+    /// Ready=False: an earlier membership of this cluster, for another sequence, joins the
+    /// same space; this one is never contacted.
+    SpaceJoinedTwice,
     /// BlocksLow=True: a spare block was wanted and none was free.
     NoFreeBlock,
     /// BlocksLow=False.
@@ -49,6 +52,7 @@ impl Reason {
             Reason::MembershipOfAnotherCluster => "MembershipOfAnotherCluster",
             Reason::HubWentBack => "HubWentBack",
             Reason::BadRecord => "BadRecord",
+            Reason::SpaceJoinedTwice => "SpaceJoinedTwice",
             Reason::NoFreeBlock => "NoFreeBlock",
             Reason::SpareHeld => "SpareHeld",
             Reason::RaisePending => "RaisePending",

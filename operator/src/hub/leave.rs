@@ -114,20 +114,34 @@ fn unreachable(e: &dyn std::fmt::Display) -> Refusal {
     }
 }
 
+/// Who leaves, and whether its blocks are released.
+pub struct Leave<'a> {
+    /// The operator's namespace, where the hub Secrets are.
+    pub secret_namespace: &'a str,
+    pub this: &'a MemberId,
+    /// False when an earlier membership of this cluster joins the same space: the blocks
+    /// are that one's, and the deleted one releases nothing (docs/safety.md rule 20).
+    pub release: bool,
+}
+
 /// A deleted membership holding [`FINALIZER`]: its blocks released (when its copy is this
 /// cluster's), then the finalizer removed. When the hub cannot be reached a Warning Event
 /// says so, the finalizer stays, and the refusal is returned for `Ready=False`.
 pub async fn leave_deleted(
     client: &Client,
-    secret_namespace: &str,
     recorder: &Recorder,
-    this: &MemberId,
+    leave: Leave<'_>,
     membership: &IdSpaceMembership,
 ) -> Option<Refusal> {
     if !membership.finalizers().iter().any(|f| f == FINALIZER) {
         return None;
     }
-    let released = if releases_here(membership, this) {
+    let Leave {
+        secret_namespace,
+        this,
+        release,
+    } = leave;
+    let released = if release && releases_here(membership, this) {
         match connect::connect(client, secret_namespace, &membership.spec.hub_secret).await {
             Ok(hub) => release_all(&hub, membership, this).await,
             Err(e) => Err(unreachable(&e)),

@@ -11,18 +11,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::IdSequence;
-use kubeflake_crds::id_space::join::SlotUse;
 use kubeflake_crds::id_space::local::check_cluster;
 use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::id_space::space::SpaceSequence;
 use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName};
 use kubeflake_crds::sequence::Mode;
-use kubeflake_crds::slot_lease::{SEQUENCE_LABEL, SlotLease};
 use kubeflake_runtime::kube_error;
 use kubeflake_runtime::shutdown::ShutdownToken;
 
@@ -34,6 +31,7 @@ use super::{cluster_id, fences, leave, segment};
 use crate::metrics::hub::{HubMetrics, Member};
 
 mod observe;
+mod slots;
 mod status;
 
 pub use status::keep_copy;
@@ -124,13 +122,27 @@ pub async fn round(
         }
     }
     let Some(this) = cluster.clone() else { return };
-    for membership in list.items {
+    let all: Vec<&IdSpaceMembership> = list.items.iter().collect();
+    for membership in list.items.iter().cloned() {
+        let earlier = membership.earlier_of_same_space(&all);
         let (membership, outcome) = if membership.metadata.deletion_timestamp.is_some() {
-            let secrets = &config.secret_namespace;
-            match leave::leave_deleted(client, secrets, recorder, &this, &membership).await {
+            // The blocks of a space an earlier membership also joins are that one's: a
+            // deleted later one releases nothing.
+            let leave = leave::Leave {
+                secret_namespace: &config.secret_namespace,
+                this: &this,
+                release: earlier.is_none(),
+            };
+            match leave::leave_deleted(client, recorder, leave, &membership).await {
                 Some(refusal) => (membership, Err(refusal)),
                 None => continue,
             }
+        } else if let Some(earlier) = earlier {
+            // The hub sees one member per cluster: a contact for this membership would
+            // decide on the earlier one's blocks with another sequence's slots (rule 20).
+            let outcome = Err(joined_twice(&membership, earlier));
+            observe::contacted(&config.metrics, &membership, &outcome);
+            (membership, outcome)
         } else {
             let membership = leave::with_finalizer(client, membership).await;
             let outcome = contact(client, config, &this, &membership).await;
@@ -157,6 +169,25 @@ pub async fn round(
                 tracing::warn!(membership = %membership.name_any(), error = %e, "cannot write the IdSpaceMembership status");
             }
         }
+    }
+}
+
+/// The refusal of a membership that joins the space an earlier membership of this cluster
+/// (for another sequence) joined: it is never contacted, so the hub and the earlier one's
+/// blocks are untouched, and its Ready condition says what to do.
+fn joined_twice(membership: &IdSpaceMembership, earlier: &IdSpaceMembership) -> Refusal {
+    let qualified =
+        |m: &IdSpaceMembership| format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());
+    Refusal {
+        reason: Reason::SpaceJoinedTwice,
+        message: format!(
+            "IdSpaceMembership {} joins the same ID space as {}, made earlier for another \
+             sequence of this cluster: one cluster is one member, so both sequences would use \
+             the same blocks. This membership is not contacted and its sequence gets no slot: \
+             delete one of the two memberships, or join this sequence to a space of its own",
+            qualified(membership),
+            qualified(earlier)
+        ),
     }
 }
 
@@ -233,7 +264,7 @@ pub async fn contact(
         .spec
         .params()
         .map_err(|e| refused(Reason::BadRecord, &e))?;
-    let (used, in_use) = slot_uses(client, &namespace, &spec.sequence).await?;
+    let (used, in_use) = slots::slot_uses(client, &namespace, &spec.sequence).await?;
     let space_sequence = SpaceSequence {
         layout: params.layout,
         timebase: params.timebase,
@@ -342,40 +373,6 @@ pub async fn contact(
         in_use,
         local_went_back,
     }))
-}
-
-/// The sequence's slot Leases as the join reads them, and how many a pod holds now.
-async fn slot_uses(
-    client: &Client,
-    namespace: &str,
-    sequence: &str,
-) -> Result<(Vec<SlotUse>, u64), Refusal> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    let params = ListParams::default().labels(&format!("{SEQUENCE_LABEL}={sequence}"));
-    let list = tokio::time::timeout(CALL_TIMEOUT, leases.list(&params))
-        .await
-        .map_err(|_| Refusal {
-            reason: Reason::HubCheckPending,
-            message: "listing the sequence's slot Leases timed out".into(),
-        })?
-        .map_err(|e| Refusal {
-            reason: Reason::HubCheckPending,
-            message: format!("cannot list the sequence's slot Leases: {e}"),
-        })?;
-    let mut used = Vec::new();
-    for lease in &list.items {
-        let slot = SlotLease::parse(lease).map_err(|e| Refusal {
-            reason: Reason::BadRecord,
-            message: format!("slot Lease {}: {e}", lease.name_any()),
-        })?;
-        used.push(SlotUse {
-            slot: slot.slot,
-            fence: slot.fence,
-            held: slot.holder.is_some(),
-        });
-    }
-    let in_use = used.iter().filter(|u| u.held).count() as u64;
-    Ok((used, in_use))
 }
 
 fn memberships(client: &Client, namespace: &Option<String>) -> Api<IdSpaceMembership> {

@@ -1,5 +1,6 @@
 //! The membership task's contact against the fake API server: what it refuses before it
-//! reads anything (docs/design/2026-11-29-multicluster.md, rule 21).
+//! reads anything (docs/design/2026-11-29-multicluster.md, rule 21), and which memberships
+//! it never contacts (rule 20).
 
 use kubeflake_crds::id_space::MemberId;
 use kubeflake_crds::id_space::membership::IdSpaceMembership;
@@ -45,4 +46,114 @@ async fn rule21_a_copy_made_by_another_cluster_is_refused_before_the_hub_is_read
         "nothing was read: {:?}",
         fake.seen()
     );
+}
+
+/// A membership of sequence `sequence` in namespace `shop`, joining space `orders` through
+/// the Secret `kubeflake-hub-orders`, created at `created`.
+fn joining(name: &str, sequence: &str, created: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembership",
+        "metadata": {"name": name, "namespace": "shop", "creationTimestamp": created,
+                     "resourceVersion": "7", "finalizers": [super::leave::FINALIZER]},
+        "spec": {"sequence": sequence, "memberName": "prod",
+                 "space": {"namespace": "kubeflake-space-orders", "name": "orders"},
+                 "hubSecret": "kubeflake-hub-orders"},
+    })
+}
+
+#[tokio::test]
+async fn rule20_a_second_membership_of_this_cluster_joining_the_same_space_is_never_contacted_and_is_not_ready()
+ {
+    const LIST: &str = "/apis/kubeflake.io/v1alpha1/idspacememberships";
+    const LATER_STATUS: &str =
+        "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/payments/status";
+    // The earlier membership is being deleted by a person who did not wait for the hub: its
+    // own blocks are released by its own step (here: it releases nothing, no copy), and
+    // the later one is still refused while it exists, never contacted.
+    let mut earlier = joining("orders", "orders", "2026-11-30T10:00:00Z");
+    earlier["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
+    earlier["metadata"]["finalizers"] = json!([]);
+    let later = joining("payments", "payments", "2026-11-30T11:00:00Z");
+    let mut stored = later.clone();
+    stored["status"] = json!({});
+    // Only the list and the later one's status (and its Warning Event): no read of a sequence,
+    // a Lease, a hub Secret or a hub.
+    let fake = FakeApi::new()
+        .expect(
+            http::Method::GET,
+            LIST,
+            200,
+            json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembershipList",
+                   "metadata": {"resourceVersion": "9"}, "items": [earlier, later]}),
+        )
+        .expect(http::Method::PUT, LATER_STATUS, 200, stored);
+    let config = Config::new("kubeflake-system".into(), None);
+    let reporter = kube::runtime::events::Reporter {
+        controller: "kubeflake-operator".into(),
+        instance: Some("test".into()),
+    };
+    let recorder = kube::runtime::events::Recorder::new(fake.client(), reporter);
+    let mut cluster = Some(MemberId::new("cluster-a").expect("an ID"));
+    super::task::round(&fake.client(), &config, &recorder, &mut cluster).await;
+    fake.verify();
+    let written = &fake.requests(&http::Method::PUT, LATER_STATUS)[0].body;
+    let ready = written["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .unwrap_or_else(|| panic!("a Ready condition: {written:#}"));
+    assert_eq!(ready["status"], "False", "{ready:#}");
+    assert_eq!(ready["reason"], "SpaceJoinedTwice", "{ready:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("shop/orders") && message.contains("delete one of the two"),
+        "the message names the earlier membership and what to do: {message}"
+    );
+    let events: Vec<_> = fake
+        .seen()
+        .into_iter()
+        .filter(|s| s.path.starts_with("/apis/events.k8s.io/"))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.body["reason"] == "SpaceJoinedTwice"),
+        "a Warning Event says so: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn rule20_a_deleted_second_membership_of_the_same_space_releases_none_of_the_earlier_ones_blocks()
+ {
+    const LIST: &str = "/apis/kubeflake.io/v1alpha1/idspacememberships";
+    const LATER: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/payments";
+    let mut earlier = joining("orders", "orders", "2026-11-30T10:00:00Z");
+    earlier["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
+    earlier["metadata"]["finalizers"] = json!([]);
+    // The later one was contacted by an operator before this rule (its copy is this
+    // cluster's, its finalizer set): deleting it must not give the hub back the blocks
+    // this cluster holds for the earlier one.
+    let mut later = joining("payments", "payments", "2026-11-30T11:00:00Z");
+    later["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:30:00Z");
+    later["status"] = json!({"memberId": "cluster-a", "generation": 2, "revisionSeen": 4});
+    let mut released = later.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    // Only the list and the finalizer's removal: no hub Secret read, so no hub write.
+    let fake = FakeApi::new()
+        .expect(
+            http::Method::GET,
+            LIST,
+            200,
+            json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembershipList",
+                   "metadata": {"resourceVersion": "9"}, "items": [earlier, later]}),
+        )
+        .expect(http::Method::PUT, LATER, 200, released);
+    let config = Config::new("kubeflake-system".into(), None);
+    let reporter = kube::runtime::events::Reporter {
+        controller: "kubeflake-operator".into(),
+        instance: Some("test".into()),
+    };
+    let recorder = kube::runtime::events::Recorder::new(fake.client(), reporter);
+    let mut cluster = Some(MemberId::new("cluster-a").expect("an ID"));
+    super::task::round(&fake.client(), &config, &recorder, &mut cluster).await;
+    fake.verify();
 }

@@ -236,7 +236,7 @@ pub fn blocks(m: &Membership<'_>) -> Blocks {
             });
         }
     };
-    if let Some(earlier) = earlier_of_same_space(m.all, membership) {
+    if let Some(earlier) = membership.earlier_of_same_space(m.all) {
         let qualified =
             |m: &IdSpaceMembership| format!("{}/{}", m.namespace().unwrap_or_default(), name(m));
         return Blocks::Waiting(Waiting::SpaceJoinedTwice {
@@ -248,26 +248,6 @@ pub fn blocks(m: &Membership<'_>) -> Blocks {
         Ok(joined) => Blocks::Joined(joined),
         Err(waiting) => Blocks::Waiting(waiting),
     }
-}
-
-/// The membership of another sequence of this cluster, made before `m`, that joins the same
-/// ID space: same space and hub Secret, or the same IdSpace UID in both copies (two Secrets
-/// for one hub). The hub sees one member, so a second sequence would get the first one's
-/// blocks; the earlier membership (by creation time, then namespace and name) keeps them.
-fn earlier_of_same_space<'a>(
-    all: &[&'a IdSpaceMembership],
-    m: &IdSpaceMembership,
-) -> Option<&'a IdSpaceMembership> {
-    let uid = |x: &IdSpaceMembership| x.status.as_ref().and_then(|s| s.id_space_uid.clone());
-    let order = |x: &IdSpaceMembership| (x.creation_timestamp(), x.namespace(), x.name_any());
-    all.iter().copied().find(|other| {
-        let same_sequence =
-            other.namespace() == m.namespace() && other.spec.sequence == m.spec.sequence;
-        let same_space = (other.spec.space == m.spec.space
-            && other.spec.hub_secret == m.spec.hub_secret)
-            || uid(other).is_some_and(|u| Some(u) == uid(m));
-        !same_sequence && same_space && order(other) < order(m)
-    })
 }
 
 fn joined(membership: &IdSpaceMembership, m: &Membership<'_>) -> Result<Joined, Waiting> {

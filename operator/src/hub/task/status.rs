@@ -97,7 +97,10 @@ pub(super) async fn keep_status(
             );
             if matches!(
                 refusal.reason,
-                Reason::JoinRefused | Reason::MembershipOfAnotherCluster | Reason::HubWentBack
+                Reason::JoinRefused
+                    | Reason::MembershipOfAnotherCluster
+                    | Reason::HubWentBack
+                    | Reason::SpaceJoinedTwice
             ) {
                 let event = Event {
                     type_: EventType::Warning,

@@ -160,7 +160,9 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     );
     ensure!(
         moved.refusals == 0 && moved.unanswered == 0,
-        "the client was refused or unanswered as traffic moved from blue to green"
+        "the client was refused or unanswered as traffic moved from blue to green; the first \
+         refusals: {:?}",
+        moved.refused
     );
     blue.vanish();
     let grow = h.pods("grow", 6).await?;

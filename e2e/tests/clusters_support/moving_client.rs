@@ -28,7 +28,12 @@ struct Leg {
     data: Collected,
     /// Requests that got no ID and no 503 (connection refused or broken, another status).
     unanswered: u64,
+    /// The first refusals' bodies (the sidecar's error code and message), for the report.
+    refused: Vec<String>,
 }
+
+/// How many refusal bodies a leg keeps for the report.
+const REFUSALS_KEPT: usize = 5;
 
 #[derive(Default)]
 struct Seen {
@@ -42,6 +47,8 @@ pub struct Moved {
     pub issued: Vec<Issued>,
     pub requests: u64,
     pub refusals: u64,
+    /// The first refusals of each target, `member: body`, to say why a request was refused.
+    pub refused: Vec<String>,
     pub unanswered: u64,
     /// The longest time between two IDs received, across the switch.
     pub longest_gap: Duration,
@@ -96,6 +103,7 @@ impl MovingClient {
             issued: Vec::new(),
             requests: 0,
             refusals: 0,
+            refused: Vec::new(),
             unanswered: 0,
             longest_gap: seen.longest_gap,
         };
@@ -103,6 +111,10 @@ impl MovingClient {
             moved.requests += leg.data.requests;
             moved.refusals += leg.data.refusals;
             moved.unanswered += leg.unanswered;
+            let member = leg.target.member;
+            moved
+                .refused
+                .extend(leg.refused.iter().map(|body| format!("{member}: {body}")));
             moved.issued.push(Issued {
                 member: leg.target.member,
                 pod: "client".to_string(),
@@ -125,6 +137,7 @@ fn run(target: &Mutex<Target>, stop: &AtomicBool, seen: &Mutex<Seen>) {
                     target: to,
                     data: Collected::default(),
                     unanswered: 0,
+                    refused: Vec::new(),
                 });
             }
             s.legs.len() - 1
@@ -162,7 +175,13 @@ fn run(target: &Mutex<Target>, stop: &AtomicBool, seen: &Mutex<Seen>) {
                         s.longest_gap = s.longest_gap.max(now - before);
                     }
                 }
-                Some((503, _)) => data.refusals += 1,
+                Some((503, body)) => {
+                    data.refusals += 1;
+                    let refused = &mut s.legs[leg].refused;
+                    if refused.len() < REFUSALS_KEPT {
+                        refused.push(body.trim().chars().take(300).collect());
+                    }
+                }
                 Some(_) | None => s.legs[leg].unanswered += 1,
             }
             drop(s);

@@ -12,6 +12,7 @@ package kubeflake
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,9 @@ type Client struct {
 	queue       []batch
 	batchSize   int
 	maxBatch    int
-	maxRange    int  // the ceiling of a /range refill (segment mode)
-	pace        pace // segment mode: refill times and the rate, for the low-water mark
+	maxRange    int       // the ceiling of a /range refill (segment mode)
+	pace        pace      // segment mode: refill times and the rate, for the low-water mark
+	emptySince  time.Time // segment mode: a caller found the buffer empty since the last arrival; zero: not
 	refillErr   *Error
 	retryAt     time.Time
 	lastRefill  time.Time
@@ -182,6 +184,14 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 		if started.IsZero() {
 			started = now
 			c.stats.Waits++
+			if c.mode == "segment" {
+				// The mark was too low for the refills' spread: a safe distance further ahead.
+				c.pace.waited()
+				c.low.Store(int64(c.pace.lowWater(c.batchSize, rangesAhead*c.ceiling())))
+				if c.emptySince.IsZero() {
+					c.emptySince = now
+				}
+			}
 		}
 		c.askRefill()
 		refillErr, retryAt, filled := c.refillErr, c.retryAt, c.filled
@@ -356,8 +366,18 @@ func (c *Client) refill() {
 			c.refillErr = nil
 			low := lowWater(c.batchSize)
 			if c.mode == "segment" {
-				c.pace.arrived(done, done.Sub(sent), c.handed.Load())
-				low = c.pace.lowWater(c.batchSize, c.ceiling())
+				var empty time.Duration
+				if !c.emptySince.IsZero() {
+					empty = done.Sub(c.emptySince)
+					c.emptySince = time.Time{}
+				}
+				c.pace.arrived(done, done.Sub(sent), c.handed.Load(), empty)
+				// A range costs the same whatever its length: reach one refill period at the
+				// rate at once, instead of doubling from MinBatch.
+				perPeriod := math.Ceil(c.pace.rate * c.settings.RefillPeriod.Seconds())
+				c.batchSize = min(max(c.batchSize, int(math.Min(perPeriod, float64(c.ceiling())))), c.ceiling())
+				c.stats.BatchSize = c.batchSize
+				low = c.pace.lowWater(c.batchSize, rangesAhead*c.ceiling())
 			}
 			c.low.Store(int64(low))
 			wantMore := c.depth.Load() <= int64(low)

@@ -3,6 +3,7 @@ package kubeflake
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -23,9 +24,9 @@ func TestTheLowWaterMarkIsHalfABatchUntilRefillsAreMeasured(t *testing.T) {
 func TestTheLowWaterMarkCoversTwoRefillTimesAtTheMeasuredRate(t *testing.T) {
 	var p pace
 	t0 := time.Unix(1000, 0)
-	p.arrived(t0, 800*time.Microsecond, 0)
+	p.arrived(t0, 800*time.Microsecond, 0, 0)
 	// 10,000,000 values in the second since: 10M values/s; refills take 0.8 ms.
-	p.arrived(t0.Add(time.Second), 800*time.Microsecond, 10_000_000)
+	p.arrived(t0.Add(time.Second), 800*time.Microsecond, 10_000_000, 0)
 	if got := p.lowWater(10_000, 1_000_000); got != 16_000 {
 		t.Fatalf("lowWater = %d, want 16000 (2 x 0.8 ms x 10M/s)", got)
 	}
@@ -40,14 +41,85 @@ func TestTheLowWaterMarkCoversTwoRefillTimesAtTheMeasuredRate(t *testing.T) {
 func TestTheRefillTimeIsAnExponentialMeanGivingTheNewestAQuarter(t *testing.T) {
 	var p pace
 	t0 := time.Unix(1000, 0)
-	p.arrived(t0, 4*time.Millisecond, 0)
-	p.arrived(t0.Add(time.Second), 0, 1000)
+	p.arrived(t0, 4*time.Millisecond, 0, 0)
+	p.arrived(t0.Add(time.Second), 0, 1000, 0)
 	if p.refillTime != 3*time.Millisecond {
 		t.Fatalf("refillTime = %s, want 3ms (4 ms, then a quarter of the way to 0)", p.refillTime)
 	}
-	p.arrived(t0.Add(3*time.Second), 0, 5000)
+	p.arrived(t0.Add(3*time.Second), 0, 5000, 0)
 	if p.rate != 2000 {
 		t.Fatalf("rate = %v, want 2000 (4000 values in 2 s)", p.rate)
+	}
+}
+
+// clients/SPEC.md, "a safe distance" (the Java client's RefillPace, ported).
+
+func TestAWaitDoublesTheSafeDistanceOncePerEmptyBufferUpToItsBound(t *testing.T) {
+	var p pace
+	p.waited()
+	if p.dist() != minDistance {
+		t.Fatalf("distance = %d after a wait before the rate is measured; want %d (the start)", p.dist(), minDistance)
+	}
+	t0 := time.Unix(1000, 0)
+	p.arrived(t0, time.Millisecond, 0, 0)
+	p.arrived(t0.Add(time.Second), time.Millisecond, 10_000_000, 0) // 10M values/s, refills of 1 ms
+	if got := p.lowWater(64, 1_000_000); got != 20_000 {
+		t.Fatalf("lowWater = %d, want 20000 (2 x 1 ms x 10M/s)", got)
+	}
+	p.waited()
+	p.waited() // another caller on the same empty buffer
+	if got := p.lowWater(64, 1_000_000); got != 40_000 {
+		t.Fatalf("lowWater = %d, want 40000 (4 x 1 ms x 10M/s): once per empty buffer", got)
+	}
+	for i := range 10 {
+		p.arrived(t0.Add(2*time.Second+time.Duration(i)*time.Millisecond), time.Millisecond, 10_000_000+10_000*uint64(i+1), 0)
+		p.waited()
+	}
+	if p.dist() != maxDistance {
+		t.Fatalf("distance = %d, want the bound %d", p.dist(), maxDistance)
+	}
+	for i := range calmRefills {
+		p.arrived(t0.Add(3*time.Second+time.Duration(i)*time.Millisecond), time.Millisecond, 20_000_000, 0)
+	}
+	if p.dist() != maxDistance/2 {
+		t.Fatalf("distance = %d, want %d: calm refills halve it", p.dist(), maxDistance/2)
+	}
+}
+
+func TestTheRateLeavesOutTheTimeTheBufferWasEmptyAndFallsAQuarterOfTheWay(t *testing.T) {
+	var p pace
+	t0 := time.Unix(1000, 0)
+	p.arrived(t0, time.Millisecond, 0, 0)
+	p.arrived(t0.Add(100*time.Millisecond), time.Millisecond, 1_000_000, 0)
+	if p.rate != 10_000_000 {
+		t.Fatalf("rate = %v, want 1e7 (1M values in 100 ms)", p.rate)
+	}
+	// 1M values in the next 100 ms, 90 of which the callers waited: 100M values/s while served.
+	p.arrived(t0.Add(200*time.Millisecond), time.Millisecond, 2_000_000, 90*time.Millisecond)
+	if math.Abs(p.rate-100_000_000) > 1 {
+		t.Fatalf("rate = %v, want 1e8: a higher rate is taken at once", p.rate)
+	}
+	p.arrived(t0.Add(300*time.Millisecond), time.Millisecond, 2_000_000, 0)
+	if math.Abs(p.rate-75_000_000) > 1 {
+		t.Fatalf("rate = %v, want 7.5e7: a quiet interval lowers it a quarter of the way", p.rate)
+	}
+}
+
+func TestTheMarkCoversTheSlowestRecentRefillWhichHalvesEveryTenSeconds(t *testing.T) {
+	var p pace
+	t0 := time.Unix(1000, 0)
+	p.arrived(t0, time.Millisecond, 0, 0)
+	p.arrived(t0.Add(100*time.Millisecond), time.Millisecond, 1_000_000, 0) // 10M values/s, refills of 1 ms
+	if got := p.lowWater(64, 100_000_000); got != 20_000 {
+		t.Fatalf("lowWater = %d, want 20000 (2 x 1 ms x 10M/s)", got)
+	}
+	p.arrived(t0.Add(200*time.Millisecond), 30*time.Millisecond, 2_000_000, 0)
+	if got := p.lowWater(64, 100_000_000); got != 600_000 {
+		t.Fatalf("lowWater = %d, want 600000: one refill of 30 ms, 2 x 30 ms x 10M/s (not the mean)", got)
+	}
+	p.arrived(t0.Add(10200*time.Millisecond), time.Millisecond, 102_000_000, 0) // 10 s later, still 10M values/s
+	if got := p.lowWater(64, 100_000_000); got != 300_000 {
+		t.Fatalf("lowWater = %d, want 300000: 10 s on, half of it", got)
 	}
 }
 

@@ -33,7 +33,9 @@ import java.util.concurrent.CountDownLatch;
  *       how many calls started over 1 ms late;</li>
  *   <li>waits (calls that found the buffer empty), refills and expired IDs are the client's
  *       counters over the measured seconds; GC, the JVM's collectors' counts and times over
- *       them (run with {@code -Xlog:gc} to see each pause).</li>
+ *       them (run with {@code -Xlog:gc} to see each pause);</li>
+ *   <li>a first row times the same paced loop with no call in it, one thread: the clock reads
+ *       and the machine's own tail at this pace, against which the client's is read.</li>
  * </ul>
  * A benchmark, not a test: nothing is asserted. Run by clients/java/bench-paced.sh:
  * {@code PacedBench [--fraction 0.9] [--seconds 10] [--warmup 5] [--threads 1,4]}.
@@ -121,7 +123,7 @@ public final class PacedBench {
 
     /**
      * Thread {@code t} of {@code threads} calls from {@code start} until {@code end} at the shared
-     * {@code rate} (IDs/s); records each call when {@code record}.
+     * {@code rate} (IDs/s), each call timed; {@code client} null: no call, the clock reads alone.
      */
     static Record run(KubeflakeClient client, int t, int threads, double rate, long start, long end) {
         Record r = new Record();
@@ -144,7 +146,9 @@ public final class PacedBench {
             if (lag > 1_000_000) {
                 r.lateOver1ms++;
             }
-            sink ^= client.nextId();
+            if (client != null) {
+                sink ^= client.nextId();
+            }
             long done = System.nanoTime();
             r.add(done - now);
             r.lastEnd = done;
@@ -229,6 +233,19 @@ public final class PacedBench {
             }
         }
         List<String> table = new ArrayList<>();
+        {
+            // The machine's own tail at this pace: the same loop and clock reads, no call.
+            double rate = fraction * 4_096_000;
+            phase(null, 1, rate, warmup * 1_000_000_000L);
+            String loadBefore = loadavg();
+            Record r = phase(null, 1, rate, seconds * 1_000_000_000L);
+            double elapsed = (r.lastEnd - r.start) / 1e9;
+            table.add(String.format(Locale.ROOT,
+                    "| clock reads alone, 1 | %,.0f | %.3f | %s | %,d | %,d ns | %,d ns | %,d ns | %,d ns | %,d ns | %,d | | | | | %s -> %s |",
+                    r.calls / elapsed, r.calls / elapsed / 4_096_000, elapsed <= seconds * 1.01 ? "held" : "NOT held", r.calls,
+                    r.quantile(0.5), r.quantile(0.99), r.quantile(0.999), r.quantile(0.9999), r.max(), r.over1us,
+                    loadBefore, loadavg()));
+        }
         for (int threads : threadCounts) {
             try (BenchSidecar sidecar = BenchSidecar.start();
                  KubeflakeClient client = KubeflakeClient.builder().socket(sidecar.socket()).build()) {
@@ -253,7 +270,7 @@ public final class PacedBench {
                 long refills = after.refills() - before.refills();
                 long refillNs = after.refillTime().minus(before.refillTime()).toNanos();
                 String row = String.format(Locale.ROOT,
-                        "| %d | %,.0f | %.3f | %s | %,d | %,d ns | %,d ns | %,d ns | %,d ns | %,d ns | %,d | %,d (%.1f ms) | %,d, %.2f ms mean | %,d | %d (%d ms) | %s -> %s |",
+                        "| Snowflake nextId(), %d | %,.0f | %.3f | %s | %,d | %,d ns | %,d ns | %,d ns | %,d ns | %,d ns | %,d | %,d (%.1f ms) | %,d, %.2f ms mean | %,d | %d (%d ms) | %s -> %s |",
                         threads, r.calls / elapsed, r.calls / elapsed / ceiling, held ? "held" : "NOT held", r.calls,
                         r.quantile(0.5), r.quantile(0.99), r.quantile(0.999), r.quantile(0.9999), r.max(), r.over1us,
                         after.waits() - before.waits(), after.waitTime().minus(before.waitTime()).toNanos() / 1e6,
@@ -267,7 +284,7 @@ public final class PacedBench {
             }
         }
         System.out.println();
-        System.out.println("| threads | IDs/s | x ceiling | pace | calls | p50 | p99 | p99.9 | p99.99 | max | calls over 1 us "
+        System.out.println("| row, threads | IDs/s | x ceiling | pace | calls | p50 | p99 | p99.9 | p99.99 | max | calls over 1 us "
                 + "| waits (time) | refills | expired | GC (time) | loadavg |");
         System.out.println("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
         table.forEach(System.out::println);

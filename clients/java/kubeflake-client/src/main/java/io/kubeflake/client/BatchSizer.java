@@ -6,17 +6,21 @@ package io.kubeflake.client;
  * lasted over four, within [minBatch, the ceiling]: maxRange for a segment refill from
  * {@code /range}, else maxBatch; a sidecar that refuses a refill as too large halves that
  * ceiling. In segment mode the size also jumps at once to what one refill period takes at the
- * measured rate, and the low-water mark is half a batch or a safe distance of (slowest recent)
- * refill times at that rate ({@link RefillPace}) when that is more, up to {@link #RANGES_AHEAD} ceilings: more
- * than one range may be queued. Snowflake's mark stays half a batch (its IDs age). Not
- * thread-safe: {@link PrefetchBuffer} calls it under its lock.
+ * measured rate. The low-water mark is half a batch, or a safe distance of (slowest recent)
+ * refill times at the measured rate ({@link RefillPace}) when that is more, up to
+ * {@link #RANGES_AHEAD} ceilings: more than one batch may be queued. Snowflake IDs age, so a
+ * Snowflake mark is also at most what the rate hands out in half of maxAge, less a batch (an
+ * ID asked at the mark is then handed out within maxAge / 2 at that rate). Not thread-safe:
+ * {@link PrefetchBuffer} calls it under its lock.
  */
 final class BatchSizer {
-    /** A segment buffer's low-water mark is at most this many refill ceilings. */
+    /** The low-water mark is at most this many refill ceilings. */
     static final int RANGES_AHEAD = 8;
 
     private final int minBatch;
     private final long refillPeriod;
+    /** Snowflake IDs expire after this, in nanoseconds; Long.MAX_VALUE: never. */
+    private final long maxAge;
     private final RefillPace pace = new RefillPace();
     private int maxBatch;
     private int maxRange;
@@ -26,8 +30,16 @@ final class BatchSizer {
     private boolean refilledOnce;
     /** The last segment refill asked /range. */
     private boolean ranges;
+    /** The last refill was a Snowflake one: the mark is bounded by maxAge too. */
+    private boolean snowflake;
 
     BatchSizer(int minBatch, int maxBatch, int maxRange, long refillPeriodNanos) {
+        this(minBatch, maxBatch, maxRange, refillPeriodNanos, Long.MAX_VALUE);
+    }
+
+    /** @param maxAgeNanos how long a buffered Snowflake ID may wait; Long.MAX_VALUE: forever */
+    BatchSizer(int minBatch, int maxBatch, int maxRange, long refillPeriodNanos, long maxAgeNanos) {
+        this.maxAge = maxAgeNanos;
         this.minBatch = minBatch;
         this.maxBatch = maxBatch;
         this.maxRange = maxRange;
@@ -73,12 +85,19 @@ final class BatchSizer {
         return true;
     }
 
-    /** A Snowflake refill arrived at {@code now} (System.nanoTime()): size the next one by how long the last lasted. */
-    void refilled(long now) {
+    /**
+     * A Snowflake refill that took {@code tookNanos} arrived at {@code now} (System.nanoTime()),
+     * when {@code handedOut} IDs had left the buffer in all, which had been empty for the last
+     * {@code emptyNanos}: size the next one by how long the last lasted (Leaf's rule), and set the
+     * mark a safe distance ahead within maxAge.
+     */
+    void refilled(long now, long tookNanos, long handedOut, long emptyNanos) {
         size = next(size, now - lastRefill, refilledOnce, maxBatch);
         lastRefill = now;
         refilledOnce = true;
-        lowWater = size / 2;
+        snowflake = true;
+        pace.arrived(now, tookNanos, handedOut, emptyNanos);
+        mark();
     }
 
     /**
@@ -95,17 +114,23 @@ final class BatchSizer {
         pace.arrived(now, tookNanos, handedOut, emptyNanos);
         double perPeriod = Math.ceil(pace.rate() * (refillPeriod / 1e9));
         size = (int) Math.min(Math.max(size, perPeriod), ceiling);
-        segmentMark();
+        snowflake = false;
+        mark();
     }
 
-    /** A caller found the segment buffer empty: the mark moves a safe distance further ahead. */
+    /** A caller found the buffer empty: the mark moves a safe distance further ahead. */
     void waited() {
         pace.waited();
-        segmentMark();
+        mark();
     }
 
-    private void segmentMark() {
-        lowWater = pace.lowWater(size, (long) RANGES_AHEAD * ceiling(ranges));
+    private void mark() {
+        long cap = (long) RANGES_AHEAD * ceiling(ranges && !snowflake);
+        if (snowflake && maxAge != Long.MAX_VALUE) {
+            // An ID asked at the mark leaves the buffer within (mark + size) / rate.
+            cap = Math.min(cap, (long) (pace.rate() * (maxAge / 2e9)) - size);
+        }
+        lowWater = cap <= size / 2 ? size / 2 : pace.lowWater(size, cap);
     }
 
     /** The safe distance, in refill times (not in {@link ClientStats}; for tests). */

@@ -39,7 +39,7 @@ public final class KubeflakeClient implements AutoCloseable {
         long maxWait = b.maxWait.toNanos();
         this.sidecar = SidecarApi.locate(b.url, b.socket, b.environment, b.requestTimeout, maxWait);
         this.buffer = new PrefetchBuffer(sidecar, maxAge, maxWait,
-                new BatchSizer(b.minBatch, b.maxBatch, b.maxRange, b.refillPeriod.toNanos()));
+                new BatchSizer(b.minBatch, b.maxBatch, b.maxRange, b.refillPeriod.toNanos(), maxAge));
     }
 
     /** A client with the defaults of clients/SPEC.md, finding the sidecar from the environment. */

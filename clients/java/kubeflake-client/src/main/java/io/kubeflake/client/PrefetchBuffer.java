@@ -67,8 +67,8 @@ final class PrefetchBuffer {
     private final EnumMap<Kind, Long> errors = new EnumMap<>(Kind.class);
 
     /**
-     * Segment mode: a caller found the buffer empty since the last arrival, at emptySince; that
-     * part of the interval measures the sidecar, not the demand ({@link RefillPace}).
+     * A caller found the buffer empty since the last arrival, at emptySince; that part of the
+     * interval measures the sidecar, not the demand ({@link RefillPace}).
      */
     private boolean empty;
     private long emptySince;
@@ -192,12 +192,10 @@ final class PrefetchBuffer {
                     waited = true;
                     started = now;
                     waits++;
-                    if (!snowflake) {
-                        batch.waited();
-                        if (!empty) {
-                            empty = true;
-                            emptySince = now;
-                        }
+                    batch.waited();
+                    if (!empty) {
+                        empty = true;
+                        emptySince = now;
                     }
                 }
                 askRefill();
@@ -376,11 +374,12 @@ final class PrefetchBuffer {
                     }
                     refills++;
                     refillNanos += done - sent;
+                    long emptyFor = empty ? done - emptySince : 0;
+                    empty = false;
                     if (segment) {
-                        batch.refilled(done, done - sent, handedOutLocked(), empty ? done - emptySince : 0, !noRanges);
-                        empty = false;
+                        batch.refilled(done, done - sent, handedOutLocked(), emptyFor, !noRanges);
                     } else {
-                        batch.refilled(done);
+                        batch.refilled(done, done - sent, handedOutLocked(), emptyFor);
                     }
                     refillError = null;
                     filled.signalAll();

@@ -1,8 +1,8 @@
 package io.kubeflake.client;
 
 /**
- * When a segment buffer refills (clients/SPEC.md, "Range refills are sized and timed so that no
- * caller waits"): it measures the refills' mean and slowest recent duration and the rate at which
+ * When a buffer refills (clients/SPEC.md, "Range refills are sized and timed so that no caller
+ * waits"; Snowflake buffers too, within maxAge: {@link BatchSizer}): it measures the refills' mean and slowest recent duration and the rate at which
  * values leave the buffer, and sets the low-water mark a safe distance ahead: a refill asked at
  * the mark arrives, were it as slow as the slowest recent one, while about {@code distance - 1}
  * such refills' worth of values is still left. The distance starts at two; a caller that finds

@@ -34,8 +34,9 @@ import java.util.concurrent.CountDownLatch;
  *   <li>waits (calls that found the buffer empty), refills and expired IDs are the client's
  *       counters over the measured seconds; GC, the JVM's collectors' counts and times over
  *       them (run with {@code -Xlog:gc} to see each pause);</li>
- *   <li>a first row times the same paced loop with no call in it, one thread: the clock reads
- *       and the machine's own tail at this pace, against which the client's is read.</li>
+ *   <li>before each Snowflake row, a row times the same paced loop and threads with no call in
+ *       it: the clock reads and the machine's own tail at this pace, against which the
+ *       client's is read.</li>
  * </ul>
  * A benchmark, not a test: nothing is asserted. Run by clients/java/bench-paced.sh:
  * {@code PacedBench [--fraction 0.9] [--seconds 10] [--warmup 5] [--threads 1,4]}.
@@ -233,20 +234,20 @@ public final class PacedBench {
             }
         }
         List<String> table = new ArrayList<>();
-        {
-            // The machine's own tail at this pace: the same loop and clock reads, no call.
-            double rate = fraction * 4_096_000;
-            phase(null, 1, rate, warmup * 1_000_000_000L);
-            String loadBefore = loadavg();
-            Record r = phase(null, 1, rate, seconds * 1_000_000_000L);
-            double elapsed = (r.lastEnd - r.start) / 1e9;
-            table.add(String.format(Locale.ROOT,
-                    "| clock reads alone, 1 | %,.0f | %.3f | %s | %,d | %,d ns | %,d ns | %,d ns | %,d ns | %,d ns | %,d | | | | | %s -> %s |",
-                    r.calls / elapsed, r.calls / elapsed / 4_096_000, elapsed <= seconds * 1.01 ? "held" : "NOT held", r.calls,
-                    r.quantile(0.5), r.quantile(0.99), r.quantile(0.999), r.quantile(0.9999), r.max(), r.over1us,
-                    loadBefore, loadavg()));
-        }
         for (int threads : threadCounts) {
+            {
+                // The machine's own tail at this pace: the same loop and clock reads, no call.
+                double rate = fraction * 4_096_000;
+                phase(null, threads, rate, warmup * 1_000_000_000L);
+                String loadBefore = loadavg();
+                Record r = phase(null, threads, rate, seconds * 1_000_000_000L);
+                double elapsed = (r.lastEnd - r.start) / 1e9;
+                table.add(String.format(Locale.ROOT,
+                        "| clock reads alone, %d | %,.0f | %.3f | %s | %,d | %,d ns | %,d ns | %,d ns | %,d ns | %,d ns | %,d | | | | | %s -> %s |",
+                        threads, r.calls / elapsed, r.calls / elapsed / 4_096_000, elapsed <= seconds * 1.01 ? "held" : "NOT held",
+                        r.calls, r.quantile(0.5), r.quantile(0.99), r.quantile(0.999), r.quantile(0.9999), r.max(), r.over1us,
+                        loadBefore, loadavg()));
+            }
             try (BenchSidecar sidecar = BenchSidecar.start();
                  KubeflakeClient client = KubeflakeClient.builder().socket(sidecar.socket()).build()) {
                 client.nextId(); // reads the mode, starts the refiller

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use kubeflake_operator::http::{Health, serve};
-use kubeflake_operator::metrics::hub::{CallOutcome, Holding, Member, WentBack};
+use kubeflake_operator::metrics::hub::{CallOutcome, Holding, Member, RangesHeld, WentBack};
 use kubeflake_operator::metrics::{Metrics, SlotFigures};
 use kubeflake_runtime::metrics::assert_promtool_clean;
 
@@ -46,6 +46,20 @@ fn the_operators_metrics_pass_promtool() {
     metrics.hub.called(&member, CallOutcome::Ok, 0.02);
     metrics.hub.reclaimed(&member, 1);
     metrics.hub.went_back(&member, WentBack::Copy);
+    // And one membership of a Segment space.
+    let segment = Member {
+        name: "invoices".into(),
+        ..member.clone()
+    };
+    metrics.hub.segment_joined(&segment, 3600, 1250.5);
+    metrics.hub.ranges_held(
+        &segment,
+        Some(RangesHeld {
+            values_left: 1 << 24,
+            spare: true,
+        }),
+    );
+    metrics.hub.range_taken(&segment);
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let listener = rt
@@ -83,6 +97,18 @@ fn the_operators_metrics_pass_promtool() {
         assert!(
             body.lines()
                 .any(|l| l.starts_with(family) && l.contains(r#"membership="orders""#)),
+            "no series of {family} to check:\n{body}"
+        );
+    }
+    for family in [
+        "kubeflake_operator_id_space_segment_values_left",
+        "kubeflake_operator_id_space_segment_spare_ranges",
+        "kubeflake_operator_id_space_segment_claim_rate",
+        "kubeflake_operator_id_space_segment_ranges_taken_total",
+    ] {
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with(family) && l.contains(r#"membership="invoices""#)),
             "no series of {family} to check:\n{body}"
         );
     }

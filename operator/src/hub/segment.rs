@@ -50,10 +50,11 @@ use kubeflake_runtime::kube_error::is_conflict;
 use super::conditions::Reason;
 use super::connect::{CALL_TIMEOUT, Hub, bounded};
 use super::step::{MAX_WRITES_PER_CONTACT, Refusal};
-use crate::metrics::hub::{HubMetrics, Member};
+use crate::metrics::hub::{HubMetrics, Member, RangesHeld};
 
 mod local;
 
+pub use local::show_held;
 use local::{abandon_ranges, no_0_1_claimants, read_counter};
 
 /// The smallest range taken from the hub: many sidecar blocks (values are 63-bit, so a
@@ -68,6 +69,10 @@ pub struct Kept {
     /// A range the hub handed over could not be queued yet (another is queued): said in
     /// the conditions; claims go on from the ranges held.
     pub waiting: Option<String>,
+    /// The claim rate measured (values per second) and the space's tolerance: the range
+    /// sizing's inputs, for the metrics.
+    pub claim_rate: f64,
+    pub tolerance_secs: u64,
 }
 
 /// The recent claim rate of each joined Segment sequence, from the counter's `next` seen
@@ -167,6 +172,7 @@ pub async fn contact(
     for _ in 0..MAX_WRITES_PER_CONTACT {
         check_hub_revision(&membership, &object)?;
         let (lease, counter) = read_counter(&leases, &lease_name).await?;
+        metrics.ranges_held(&member, RangesHeld::of(&counter));
         let rate = *rate.get_or_insert_with(|| rates.observe(&key, counter.next));
         if let Some(range) = pending_of(&membership) {
             match plan::pending(&counter, range.clone()) {
@@ -179,6 +185,8 @@ pub async fn contact(
                     return Ok(Kept {
                         membership,
                         waiting: Some(waiting),
+                        claim_rate: rate,
+                        tolerance_secs: lead_secs,
                     });
                 }
                 Pending::Queue(written) => {
@@ -188,10 +196,12 @@ pub async fn contact(
                             .await?;
                     }
                     let post = PostParams::default();
+                    let queued = RangesHeld::of(&written);
                     let lease = written.write_into(lease);
                     let write = leases.replace(&lease_name, &post, &lease);
                     match tokio::time::timeout(CALL_TIMEOUT, write).await {
                         Ok(Ok(_)) => {
+                            metrics.ranges_held(&member, queued);
                             tracing::info!(membership = %membership.name_any(), start = range.start, end = range.end, "queued a range from the hub into the segment counter");
                         }
                         // A sidecar claimed meanwhile: read the counter again.
@@ -244,6 +254,7 @@ pub async fn contact(
             }
             Err(e) => return Err(refused(Reason::HubUnreachable, e)),
         };
+        metrics.range_taken(&member);
         // The range is this member's now. Kept in the status before it is queued: lost only
         // if this write fails (a gap, never a duplicate).
         let usable = plan::usable(&counter, taken.clone());
@@ -262,6 +273,8 @@ pub async fn contact(
     Ok(Kept {
         membership,
         waiting: None,
+        claim_rate: rate.unwrap_or(0.0),
+        tolerance_secs: lead_secs,
     })
 }
 

@@ -272,6 +272,9 @@ pub async fn contact(
         strict: sequence.spec.segment.as_ref().is_some_and(|s| s.strict),
     };
     observe::stored(&config.metrics, membership, space_sequence, in_use);
+    if sequence.spec.mode == Mode::Segment {
+        segment::show_held(client, &config.metrics, membership).await;
+    }
     let hub = connect::connect(client, &config.secret_namespace, &spec.hub_secret)
         .await
         .map_err(|e| refused(Reason::HubUnreachable, &e))?;

@@ -1,7 +1,10 @@
 //! Metrics of the membership task (one ID space across clusters, issue 55;
 //! docs/multicluster.md, "Metrics and alerts"): per `IdSpaceMembership`, what it holds
 //! (blocks, the spare, the nearest bound), how its hub calls go, what its last contact
-//! found (the Ready reason), the reclaims it made and the records it found gone back.
+//! found (the Ready reason), the reclaims it made and the records it found gone back. A
+//! membership of a Segment space holds ranges of values, not blocks: its `segment_*`
+//! families say what its counter holds and how fast it is claimed (docs/safety.md rule 22);
+//! the blocks' families stay empty for it, the others are shared.
 //!
 //! Labels: `membership_namespace`, `membership` (the IdSpaceMembership) and `space` (the hub
 //! IdSpace, `namespace/name`), plus small fixed sets (`reason`, `outcome`, `record`). A
@@ -24,7 +27,7 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeV
 
 mod inputs;
 
-pub use self::inputs::{CallError, CallOutcome, Holding, Member, WentBack, reclaims};
+pub use self::inputs::{CallError, CallOutcome, Holding, Member, RangesHeld, WentBack, reclaims};
 
 /// The labels naming one membership.
 pub const LABELS: [&str; 3] = ["membership_namespace", "membership", "space"];
@@ -49,6 +52,10 @@ pub struct HubMetrics {
     call_seconds: HistogramVec,
     reclaims: IntCounterVec,
     went_back: IntCounterVec,
+    values_left: IntGaugeVec,
+    spare_ranges: IntGaugeVec,
+    claim_rate: GaugeVec,
+    ranges_taken: IntCounterVec,
     known: Mutex<BTreeMap<Member, Known>>,
 }
 
@@ -123,6 +130,31 @@ impl HubMetrics {
                 "Hub contacts that found a record gone back, by record: copy (this cluster's copy behind the hub's generation: its etcd restored; counted once, then the hub's view is taken) or registry (the hub's registry behind a revision this cluster saw, or its IdSpace re-created; counted at every contact until the hub is recovered).",
                 &with("record"),
             ),
+            values_left: r.int_gauge_vec(
+                "kubeflake_operator_id_space_segment_values_left",
+                "Segment spaces: values the sequence's counter can still hand out from the ranges it took from the hub (the rest of the range in use and the queued range), read from the counter at each contact, also while the hub is unreachable. At 0 its pods answer 503 until a range is queued.",
+                &LABELS,
+            ),
+            spare_ranges: r.int_gauge_vec(
+                "kubeflake_operator_id_space_segment_spare_ranges",
+                "Segment spaces: 1 while a range taken from the hub is queued behind the range in use (claims move on to it without waiting on the hub), else 0.",
+                &LABELS,
+            ),
+            claim_rate: r.register(
+                GaugeVec::new(
+                    Opts::new(
+                        "kubeflake_operator_id_space_segment_claim_rate",
+                        "Segment spaces: values per second claimed from the sequence's counter, as measured between hub contacts (it sizes the ranges taken: a range lasts the space's toleranceSeconds at this rate).",
+                    ),
+                    &LABELS,
+                )
+                .expect("a valid metric definition"),
+            ),
+            ranges_taken: r.counter_vec(
+                "kubeflake_operator_id_space_segment_ranges_taken_total",
+                "Segment spaces: ranges of values this membership took from the hub's counter.",
+                &LABELS,
+            ),
             known: Mutex::new(BTreeMap::new()),
         }
     }
@@ -175,6 +207,44 @@ impl HubMetrics {
             drop_series(self.nearest_bound.remove_label_values(&labels));
         }
         self.known().entry(member.clone()).or_default().bound_ms = holding.nearest_bound_ms;
+    }
+
+    /// Records a successful contact of a Segment membership: Ready `Joined`, the space's
+    /// tolerance and the claim rate measured.
+    pub fn segment_joined(&self, member: &Member, tolerance_secs: u64, claim_rate: f64) {
+        self.note(member);
+        let labels = member.labels();
+        self.ranges_taken.with_label_values(&labels);
+        self.tolerance
+            .with_label_values(&labels)
+            .set(i64::try_from(tolerance_secs).unwrap_or(i64::MAX));
+        self.claim_rate.with_label_values(&labels).set(claim_rate);
+        self.ready(member, "Joined");
+    }
+
+    /// Records what a Segment membership's counter holds; `None` (a counter not ranged yet)
+    /// leaves no series.
+    pub fn ranges_held(&self, member: &Member, held: Option<RangesHeld>) {
+        self.note(member);
+        let labels = member.labels();
+        self.ranges_taken.with_label_values(&labels);
+        let Some(held) = held else {
+            drop_series(self.values_left.remove_label_values(&labels));
+            drop_series(self.spare_ranges.remove_label_values(&labels));
+            return;
+        };
+        self.values_left
+            .with_label_values(&labels)
+            .set(i64::try_from(held.values_left).unwrap_or(i64::MAX));
+        self.spare_ranges
+            .with_label_values(&labels)
+            .set(i64::from(held.spare));
+    }
+
+    /// Counts a range a Segment membership took from the hub's counter.
+    pub fn range_taken(&self, member: &Member) {
+        self.note(member);
+        self.ranges_taken.with_label_values(&member.labels()).inc();
     }
 
     /// Records a contact refused with Ready reason `reason`; what `member` holds is kept as
@@ -251,10 +321,19 @@ impl HubMetrics {
             .collect();
         for (member, known) in gone {
             let labels = member.labels();
-            for family in [&self.blocks_held, &self.spare_blocks, &self.tolerance] {
+            let gauges = [
+                &self.blocks_held,
+                &self.spare_blocks,
+                &self.tolerance,
+                &self.values_left,
+                &self.spare_ranges,
+            ];
+            for family in gauges {
                 drop_series(family.remove_label_values(&labels));
             }
             drop_series(self.nearest_bound.remove_label_values(&labels));
+            drop_series(self.claim_rate.remove_label_values(&labels));
+            drop_series(self.ranges_taken.remove_label_values(&labels));
             drop_series(self.call_seconds.remove_label_values(&labels));
             drop_series(self.reclaims.remove_label_values(&labels));
             if let Some(reason) = known.reason {

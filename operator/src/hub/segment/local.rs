@@ -1,13 +1,16 @@
 //! The Segment path's reads and guards of the local counter (docs/safety.md rule 22): its
 //! read, the ranges of a counter the membership did not record given up, and a counter put
-//! in format 3 only while no pod injected by 0.1.0 may claim from it.
+//! in format 3 only while no pod injected by 0.1.0 may claim from it; and what it holds,
+//! shown in the metrics before the hub is reached.
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::contract::{INJECTED_ANNOTATION, injected_before_0_2};
+use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::ownership::SEQUENCE_LABEL;
+use kubeflake_crds::ownership::counter_name;
 use kubeflake_crds::segment_counter::range::plan;
 use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, Counter, claimants};
 
@@ -15,6 +18,23 @@ use super::refused;
 use crate::hub::conditions::Reason;
 use crate::hub::connect::CALL_TIMEOUT;
 use crate::hub::step::Refusal;
+use crate::metrics::hub::{HubMetrics, Member, RangesHeld};
+
+/// Shows what the counter of `membership`'s sequence holds of its ranges
+/// (`kubeflake_operator_id_space_segment_values_left`), read before the hub is reached:
+/// while the hub is unreachable, the values left keep falling in the metrics as the
+/// sidecars claim, so that an alert can fire before they run out. A counter that cannot be
+/// read leaves the figures of the last read.
+pub async fn show_held(client: &Client, metrics: &HubMetrics, membership: &IdSpaceMembership) {
+    let namespace = membership.namespace().unwrap_or_default();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    match read_counter(&leases, &counter_name(&membership.spec.sequence)).await {
+        Ok((_, counter)) => metrics.ranges_held(&Member::of(membership), RangesHeld::of(&counter)),
+        Err(refusal) => {
+            tracing::debug!(membership = %membership.name_any(), error = %refusal.message, "the segment counter does not read: its figures wait for the next contact");
+        }
+    }
+}
 
 /// Refuses to put a counter in format 3 while a pod whose sidecar was injected by 0.1.0
 /// may claim from it (listed among its claimants, or any such pod of the sequence when the

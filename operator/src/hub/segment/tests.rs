@@ -169,15 +169,24 @@ fn hub_next(world: &Arc<Mutex<World>>) -> i64 {
 
 /// One contact, reading the membership and the IdSpace as they are now.
 async fn once(world: &Arc<Mutex<World>>, fake: &FakeApi) -> Result<super::Kept, Reason> {
+    once_with(world, fake, &HubMetrics::unexported()).await
+}
+
+/// [`once`], its figures in `metrics`.
+async fn once_with(
+    world: &Arc<Mutex<World>>,
+    fake: &FakeApi,
+    metrics: &HubMetrics,
+) -> Result<super::Kept, Reason> {
     let client = fake.client();
     let hub = Hub {
         client: client.clone(),
         server: "https://hub.invalid".into(),
     };
-    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    let rates = Rates::default();
     let reach = Reach {
         hub: &hub,
-        metrics: &metrics,
+        metrics,
         rates: &rates,
     };
     let this = MemberId::new("3f1b2c4d-0000-4000-8000-000000000001").unwrap();
@@ -390,4 +399,65 @@ async fn rule22_a_counter_listing_no_claimants_joins_unless_a_pod_injected_by_0_
         assert_eq!(outcome.is_ok(), joins, "0.1.0 pod {old_pod}");
         assert_eq!(counter(&w).range.is_some(), joins, "0.1.0 pod {old_pod}");
     }
+}
+
+/// The value of the one series of `name` in `rendered`.
+fn series(rendered: &str, name: &str) -> Option<f64> {
+    rendered
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .and_then(|rest| rest.split_once("} "))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// What an operator of a Segment space watches: the values its counter can still hand out
+/// (the range in use and the spare queued), the ranges taken from the hub, the claim rate;
+/// and, read from the counter before the hub is reached, the values left falling as the
+/// sidecars claim while the hub is away.
+#[tokio::test]
+async fn rule22_the_metrics_show_the_values_left_the_spare_and_the_ranges_taken() {
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let metrics = crate::metrics::Metrics::new();
+    let kept = once_with(&w, &f, &metrics.hub).await.expect("joined");
+    // What the task hands on (`operator/src/hub/task/observe.rs`).
+    let member = crate::metrics::hub::Member::of(&kept.membership);
+    metrics
+        .hub
+        .segment_joined(&member, kept.tolerance_secs, kept.claim_rate);
+    let c = counter(&w);
+    let queued = c.range.and_then(|r| r.queued).expect("queued");
+    let size = (queued.limit - queued.start) as f64;
+    let r = metrics.render_at(0);
+    let values_left = "kubeflake_operator_id_space_segment_values_left";
+    assert_eq!(series(&r, values_left), Some(size), "{r}");
+    let spare = "kubeflake_operator_id_space_segment_spare_ranges";
+    assert_eq!(series(&r, spare), Some(1.0), "{r}");
+    let taken = "kubeflake_operator_id_space_segment_ranges_taken_total";
+    assert_eq!(series(&r, taken), Some(1.0), "{r}");
+    let rate = "kubeflake_operator_id_space_segment_claim_rate";
+    assert_eq!(series(&r, rate), Some(0.0), "{r}");
+    let tolerance = "kubeflake_operator_id_space_tolerance_seconds";
+    assert_eq!(series(&r, tolerance), Some(3600.0), "{r}");
+    assert!(
+        r.lines().any(
+            |l| l.starts_with("kubeflake_operator_id_space_ready_reason{")
+                && l.contains(r#"reason="Joined""#)
+                && l.ends_with(" 1")
+        ),
+        "Ready Joined in the metrics:\n{r}"
+    );
+    assert!(
+        !r.contains("kubeflake_operator_id_space_blocks_held{"),
+        "a Segment space holds no blocks:\n{r}"
+    );
+    // The sidecars claim 1,000 values (moving into the queued range) while the hub is away.
+    let claimed = take(&c, 1_000, 0).expect("claims");
+    let lease: k8s_openapi::api::coordination::v1::Lease = get(&w, COUNTER);
+    let lease = serde_json::to_value(claimed.counter.write_into(lease)).unwrap();
+    w.lock().unwrap().objects.insert(COUNTER.to_string(), lease);
+    super::show_held(&f.client(), &metrics.hub, &get(&w, MEMBERSHIP)).await;
+    let r = metrics.render_at(0);
+    assert_eq!(series(&r, values_left), Some(size - 1_000.0), "{r}");
+    assert_eq!(series(&r, spare), Some(0.0), "{r}");
 }

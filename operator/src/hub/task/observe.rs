@@ -72,8 +72,10 @@ pub fn contacted(
         Ok(Contacted::Blocks(kept)) => {
             metrics.joined(&member, Holding::of(&kept.copy, &kept.space, kept.in_use))
         }
-        // A Segment space holds ranges, not blocks: no holding to report.
-        Ok(Contacted::Segment(_)) => {}
+        // A Segment space holds ranges, not blocks: the segment path showed them.
+        Ok(Contacted::Segment(kept)) => {
+            metrics.segment_joined(&member, kept.tolerance_secs, kept.claim_rate)
+        }
         Err(refusal) => {
             if refusal.reason == Reason::HubWentBack {
                 metrics.went_back(&member, WentBack::Registry);
@@ -184,6 +186,44 @@ mod tests {
         let rendered = metrics.render_at(0);
         assert!(
             !rendered.contains("kubeflake_operator_id_space_nearest_bound_seconds{"),
+            "{rendered}"
+        );
+    }
+
+    /// A Segment contact that went through shows Ready `Joined`, the tolerance and the
+    /// claim rate (docs/safety.md rule 22), and no blocks.
+    #[test]
+    fn rule22_a_segment_contact_shows_joined_the_tolerance_and_the_claim_rate() {
+        let metrics = crate::metrics::Metrics::new();
+        let (m, _) = membership(None);
+        let kept = crate::hub::segment::Kept {
+            membership: m.clone(),
+            waiting: None,
+            claim_rate: 250.0,
+            tolerance_secs: 600,
+        };
+        contacted(&metrics.hub, &m, &Ok(Contacted::Segment(Box::new(kept))));
+        let rendered = metrics.render_at(0);
+        let has = |needle: &str| rendered.lines().any(|l| l.starts_with(needle));
+        assert!(
+            has("kubeflake_operator_id_space_segment_claim_rate{") && rendered.contains("} 250\n"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.lines().any(|l| l
+                .starts_with("kubeflake_operator_id_space_tolerance_seconds{")
+                && l.ends_with(" 600")),
+            "{rendered}"
+        );
+        assert!(
+            rendered.lines().any(
+                |l| l.starts_with("kubeflake_operator_id_space_ready_reason{")
+                    && l.contains(r#"reason="Joined""#)
+            ),
+            "{rendered}"
+        );
+        assert!(
+            !has("kubeflake_operator_id_space_blocks_held{"),
             "{rendered}"
         );
     }

@@ -9,6 +9,7 @@ use kubeflake_crds::id_space::membership::IdSpaceMembership;
 use kubeflake_crds::id_space::registry::{BlockState, Registry};
 use kubeflake_crds::id_space::space::Space;
 use kubeflake_crds::layout::Tick;
+use kubeflake_crds::segment_counter::Counter;
 
 /// How one call to the hub ended (`kubeflake_operator_id_space_hub_calls_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +122,38 @@ impl Holding {
                 .min(),
             tolerance_secs: space.tolerance_secs(),
         }
+    }
+}
+
+/// What a Segment sequence's counter holds of the ranges taken from the hub (docs/safety.md
+/// rule 22): read from its counter Lease, so also while the hub is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangesHeld {
+    /// Values its sidecars can still claim: the rest of the range in use and the queued
+    /// range. At 0 they answer 503 until a range from the hub is queued.
+    pub values_left: u64,
+    /// Whether a range is queued behind the one in use (a spare: no claim waits on the hub).
+    pub spare: bool,
+}
+
+impl RangesHeld {
+    /// What `counter` holds; `None` for a counter without ranges (not in format 3 yet).
+    pub fn of(counter: &Counter) -> Option<RangesHeld> {
+        let ranged = counter.range?;
+        let Some((limit, queued)) = ranged.in_use(counter.next) else {
+            // Claims are outside both ranges: the counter is refused whole.
+            return Some(RangesHeld {
+                values_left: 0,
+                spare: false,
+            });
+        };
+        let queued_left = queued.map_or(0, |q| q.limit.saturating_sub(q.start));
+        Some(RangesHeld {
+            values_left: limit
+                .saturating_sub(counter.next)
+                .saturating_add(queued_left),
+            spare: queued.is_some(),
+        })
     }
 }
 

@@ -314,3 +314,55 @@ fn a_deleted_membership_leaves_no_series() {
     let r = m.render_at(NOW as i64);
     assert!(!r.contains("membership="), "{r}");
 }
+
+/// A Segment membership's figures (docs/safety.md rule 22): the values its counter can
+/// still hand out, whether a spare range is queued, the ranges taken; gone with the
+/// membership.
+#[test]
+fn rule22_a_segment_counter_shows_its_values_left_and_spare_until_the_membership_goes() {
+    use kubeflake_crds::segment_counter::range::{Queued, Ranged};
+    use kubeflake_crds::segment_counter::{Counter, new_counter};
+    let m = Metrics::new();
+    let plain = Counter::parse(&new_counter("orders", "shop", 500)).expect("a counter");
+    assert_eq!(RangesHeld::of(&plain), None, "no range, no figure");
+    // 500 claimed of the range ending at 800, and 1,000..3,000 queued.
+    let ranged = Counter {
+        range: Some(Ranged {
+            limit: 800,
+            queued: Some(Queued {
+                start: 1_000,
+                limit: 3_000,
+            }),
+        }),
+        ..plain.clone()
+    };
+    let held = RangesHeld::of(&ranged);
+    assert_eq!(
+        held,
+        Some(RangesHeld {
+            values_left: 300 + 2_000,
+            spare: true
+        })
+    );
+    m.hub.ranges_held(&member(), held);
+    m.hub.range_taken(&member());
+    let r = m.render_at(NOW as i64);
+    let left = "kubeflake_operator_id_space_segment_values_left";
+    assert_eq!(must(&r, left, LABELS_OF), 2_300.0);
+    let spare = "kubeflake_operator_id_space_segment_spare_ranges";
+    assert_eq!(must(&r, spare, LABELS_OF), 1.0);
+    let taken = "kubeflake_operator_id_space_segment_ranges_taken_total";
+    assert_eq!(must(&r, taken, LABELS_OF), 1.0);
+    // Claims moved into the queued range, at 2,500: 500 left, no spare.
+    let moved = Counter {
+        next: 2_500,
+        ..ranged
+    };
+    m.hub.ranges_held(&member(), RangesHeld::of(&moved));
+    let r = m.render_at(NOW as i64);
+    assert_eq!(must(&r, left, LABELS_OF), 500.0);
+    assert_eq!(must(&r, spare, LABELS_OF), 0.0);
+    m.hub.retain(&BTreeSet::new());
+    let r = m.render_at(NOW as i64);
+    assert!(!r.contains(r#"membership="orders""#), "{r}");
+}

@@ -1,12 +1,27 @@
-//! One Segment sequence across two control planes (issue 55, docs/safety.md rule 22): the
-//! shared control plane is the hub and member `a`, a second one is member `b`. Each has
-//! the Segment IdSequence `orders` with its own operator (the real binary, reaching the
-//! hub through a member ServiceAccount token, so every take passes the hub's RBAC and
-//! admission policy) and an IdSpaceMembership of one Segment IdSpace; pods are API objects
-//! with real cluster-mode sidecars issuing into Collectors. Each counter goes to format 3
-//! with ranges from the hub's `spec.segment.next`; every value of every sidecar is
-//! collected: no value twice across clusters, and each member's values lie inside ranges
-//! the hub handed out (below its counter).
+//! Segment sequences across control planes (issue 55, docs/safety.md rule 22). Each
+//! member control plane has the Segment IdSequence `orders` with its own operator (the
+//! real binary, reaching the hub through a member ServiceAccount token, so every take
+//! passes the hub's RBAC and admission policy) and an IdSpaceMembership of one Segment
+//! IdSpace; pods are API objects with real cluster-mode sidecars issuing into Collectors.
+//! Each counter goes to format 3 with ranges from the hub's `spec.segment.next`; every
+//! value of every sidecar is collected and checked.
+//!
+//! - `rule22_one_segment_sequence_*`: the shared control plane is the hub and member `a`,
+//!   a second one member `b`: no value twice, each member's values inside ranges the hub
+//!   handed out (below its counter).
+//! - `rule22_segment_members_issue_through_*`: the fault schedule. The hub alone on the
+//!   shared control plane, members `a` (through a loopback forwarder the test switches
+//!   off) and `b` on two others. The hub's API server killed and started again: both keep
+//!   issuing (Ready=False `HubUnreachable`, then `Joined`); `a` cut off from the hub: both
+//!   keep issuing, a pod started in `a` meanwhile issues from the ranges `a` holds, and
+//!   `a`'s operator shows the values left (read from its counter, not the hub); `a` back,
+//!   `Joined`. Then every value: 0 duplicates.
+//! - `rule22_broken_twin_*`: the hub's administrator deletes the IdSpace and creates it
+//!   again while `a` holds ranges (what `kubectl kubeflake hub recover` exists to avoid);
+//!   `b` joins the new one and is handed the values `a` issues: the same checker must find
+//!   the duplicates, so CI proves the suite can see one.
+//!
+//! The tests take turns: the schedule kills the shared API server.
 
 mod hub_support;
 mod operator_support;
@@ -15,30 +30,55 @@ mod sidecar_support;
 
 use std::collections::HashSet;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, ensure};
-use hub_support::{Hub, install_crds, membership, secret};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use hub_support::forwarder::Forwarder;
+use hub_support::{Hub, Joined, SEQUENCE, SPACE, install_crds, join_member, ready_is};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
+use kube::api::{DeleteParams, PostParams};
+use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, SpaceSequenceSpec};
 use kubeflake_crds::segment_counter::{Counter, counter_name};
 use kubeflake_crds::sequence::Mode;
 use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
-use operator_support::{Operator, create_pods, create_sequence, eventually};
+use operator_support::{Operator, create_pods, eventually};
 use serde_json::json;
 use sidecar_support::{Collector, Sidecar};
 
-const SEQUENCE: &str = "orders";
-const HUB_SECRET: &str = "kubeflake-hub-orders";
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// The second control plane, started once (stopped when the process exits).
-fn second() -> Result<&'static Cluster> {
-    static B: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    B.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The two member control planes besides the shared one, started once, side by side
+/// (stopped when the process exits).
+fn member_clusters() -> Result<&'static [Cluster; 2]> {
+    static MEMBERS: OnceLock<Result<[Cluster; 2], String>> = OnceLock::new();
+    MEMBERS
+        .get_or_init(|| {
+            std::thread::scope(|s| {
+                let start = || Cluster::start(ClusterOptions::default());
+                let (one, two) = (s.spawn(start), s.spawn(start));
+                let join = |h: std::thread::ScopedJoinHandle<'_, Result<Cluster>>| {
+                    h.join()
+                        .map_err(|_| "starting it panicked".to_string())?
+                        .map_err(|e| format!("{e:#}"))
+                };
+                Ok([join(one)?, join(two)?])
+            })
+        })
         .as_ref()
-        .map_err(|e| anyhow!("the second control plane could not start: {e}"))
+        .map_err(|e| anyhow!("a member control plane could not start: {e}"))
+}
+
+fn segment_space() -> IdSpaceSpec {
+    IdSpaceSpec::new(
+        SpaceSequenceSpec {
+            mode: Mode::Segment,
+            ..SpaceSequenceSpec::default()
+        },
+        64,
+    )
 }
 
 async fn counter(ns: &TestNamespace) -> Result<Counter> {
@@ -48,9 +88,11 @@ async fn counter(ns: &TestNamespace) -> Result<Counter> {
     Ok(Counter::parse(&lease)?)
 }
 
-/// One member: the CRDs, the Secret, the Segment sequence, its operator and membership;
-/// waits until its counter holds a queued range, then starts `pods` sidecars issuing.
+/// One member: its namespace, operator and membership ([`join_member`]), and the sidecars
+/// issuing into Collectors.
 struct Member {
+    name: &'static str,
+    cluster: &'static Cluster,
     ns: TestNamespace,
     operator: Operator,
     sidecars: Vec<Sidecar>,
@@ -58,21 +100,19 @@ struct Member {
 }
 
 impl Member {
-    async fn join(cluster: &'static Cluster, name: &str, hub: &Hub, pods: usize) -> Result<Member> {
-        install_crds(cluster).await?;
-        let ns = cluster.namespace(&format!("seg-{name}")).await?;
-        let kubeconfig = hub.add_member(name, None).await?;
-        secret(&ns, HUB_SECRET, &kubeconfig).await?;
-        create_sequence(&ns, SEQUENCE, json!({"mode": "Segment"})).await?;
-        let operator = Operator::start_as_with(
-            cluster,
-            &ns.name,
-            name,
-            cluster.kubeconfig(),
-            &["--hub-secret-namespace", &ns.name],
-        )?;
-        membership(&ns, SEQUENCE, SEQUENCE, name, &hub.ns.name, HUB_SECRET).await?;
-        // Joined before any pod claims: values issued alone are not the space's.
+    /// Joins `hub` (through `server` when given); waits until its counter holds a queued
+    /// range, so that no pod claims before it joined (values issued alone are not the
+    /// space's).
+    async fn join(
+        cluster: &'static Cluster,
+        name: &'static str,
+        hub: &Hub,
+        server: Option<&str>,
+    ) -> Result<Member> {
+        let prefix = format!("seg-{name}");
+        let spec = json!({"mode": "Segment"});
+        let Joined { ns, operator, .. } =
+            join_member(cluster, &prefix, name, hub, server, spec).await?;
         eventually(LIMIT, &format!("{name}: a range queued"), || async {
             Ok(counter(&ns)
                 .await
@@ -83,20 +123,50 @@ impl Member {
         })
         .await
         .with_context(|| operator.process.log_tail(40))?;
-        let created = create_pods(&ns, SEQUENCE, "app", pods).await?;
-        let sidecars = Sidecar::start_all_ready(cluster, &ns.name, &created, SEQUENCE)
-            .await
-            .with_context(|| operator.process.log_tail(40))?;
-        let collectors = sidecars.iter().map(|s| Collector::start(s.port)).collect();
         Ok(Member {
+            name,
+            cluster,
             ns,
             operator,
-            sidecars,
-            collectors,
+            sidecars: Vec::new(),
+            collectors: Vec::new(),
         })
     }
 
-    /// Stops the collectors; every value received.
+    /// `count` pods named `prefix-<i>` with ready sidecars, each called by a Collector.
+    async fn serve(&mut self, prefix: &str, count: usize) -> Result<()> {
+        let created = create_pods(&self.ns, SEQUENCE, prefix, count).await?;
+        let sidecars = Sidecar::start_all_ready(self.cluster, &self.ns.name, &created, SEQUENCE)
+            .await
+            .with_context(|| self.log())?;
+        self.collectors
+            .extend(sidecars.iter().map(|s| Collector::start(s.port)));
+        self.sidecars.extend(sidecars);
+        Ok(())
+    }
+
+    fn log(&self) -> String {
+        format!(
+            "operator of {}:\n{}",
+            self.name,
+            self.operator.process.log_tail(40)
+        )
+    }
+
+    /// Waits until the membership is `Ready=<status> <reason>`.
+    async fn ready_is(&self, status: &str, reason: &str) -> Result<()> {
+        ready_is(&self.ns, SEQUENCE, status, reason, LIMIT)
+            .await
+            .map(drop)
+            .with_context(|| self.log())
+    }
+
+    /// Values collected so far from every sidecar.
+    fn count(&self) -> usize {
+        self.collectors.iter().map(Collector::count).sum()
+    }
+
+    /// Stops the collectors; every value received, and the refusals.
     fn finish(self) -> (TestNamespace, Vec<u64>, u64) {
         let mut values = Vec::new();
         let mut refusals = 0;
@@ -111,55 +181,47 @@ impl Member {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rule22_one_segment_sequence_in_two_control_planes_issues_no_value_twice() -> Result<()> {
-    let hub_cluster = Cluster::shared();
-    let b_cluster = tokio::task::spawn_blocking(second).await??;
-    install_crds(hub_cluster).await?;
-    let spec = IdSpaceSpec::new(
-        SpaceSequenceSpec {
-            mode: Mode::Segment,
-            ..SpaceSequenceSpec::default()
-        },
-        64,
-    );
-    let hub = Hub::create(hub_cluster, "seg-hub", spec).await?;
-    let a = Member::join(hub_cluster, "a", &hub, 2).await?;
-    let b = Member::join(b_cluster, "b", &hub, 2).await?;
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let (a_ns, a_values, a_refused) = a.finish();
-    let (b_ns, b_values, b_refused) = b.finish();
-    ensure!(
-        a_values.len() > 1000 && b_values.len() > 1000,
-        "both members issue: a {} values ({a_refused} refusals), b {} ({b_refused})",
-        a_values.len(),
-        b_values.len()
-    );
-    let mut seen = HashSet::with_capacity(a_values.len() + b_values.len());
-    let twice: Vec<u64> = a_values
+/// Fails unless each of `members` collected more values than `before` says, with every
+/// sidecar ready.
+fn issuing(members: &[&Member], before: &[usize], during: &str) -> Result<Vec<usize>> {
+    let now: Vec<usize> = members.iter().map(|m| m.count()).collect();
+    for ((m, b), n) in members.iter().zip(before).zip(&now) {
+        ensure!(
+            n > b && m.sidecars.iter().all(Sidecar::ready),
+            "{} stopped issuing while {during}: {b} then {n} values\n{}",
+            m.name,
+            m.log()
+        );
+    }
+    Ok(now)
+}
+
+/// The values issued more than once across `values`: (how many, the first 10).
+fn repeated(values: &[&[u64]]) -> (usize, Vec<u64>) {
+    let mut seen = HashSet::new();
+    let twice: Vec<u64> = values
         .iter()
-        .chain(&b_values)
+        .flat_map(|v| v.iter())
         .filter(|v| !seen.insert(**v))
         .copied()
         .collect();
-    ensure!(
-        twice.is_empty(),
-        "{} values issued twice (first {:?}) of {}",
-        twice.len(),
-        &twice[..twice.len().min(10)],
-        seen.len()
-    );
-    // Each member's values lie below its counter, and the hub handed out up to the
-    // highest queued end.
-    let hub_next = hub
-        .spaces()
-        .get(hub_support::SPACE)
-        .await?
+    (twice.len(), twice.into_iter().take(10).collect())
+}
+
+/// The hub's counter: every value it handed out lies below.
+async fn hub_next(hub: &Hub) -> Result<u64> {
+    let space = hub.spaces().get(SPACE).await?;
+    Ok(space
         .spec
         .segment
         .context("the hub's counter was written")?
-        .next as u64;
-    for (ns, values) in [(&a_ns, &a_values), (&b_ns, &b_values)] {
+        .next as u64)
+}
+
+/// Each member's values lie below its counter and below the hub's.
+async fn inside(hub: &Hub, members: &[(&TestNamespace, &[u64])]) -> Result<u64> {
+    let hub_next = hub_next(hub).await?;
+    for (ns, values) in members {
         let c = counter(ns).await?;
         let max = values.iter().max().copied().unwrap_or(0);
         ensure!(
@@ -174,10 +236,175 @@ async fn rule22_one_segment_sequence_in_two_control_planes_issues_no_value_twice
             ns.name
         );
     }
+    Ok(hub_next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rule22_one_segment_sequence_in_two_control_planes_issues_no_value_twice() -> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let hub_cluster = Cluster::shared();
+    let [b_cluster, _] = tokio::task::spawn_blocking(member_clusters).await??;
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "seg-hub", segment_space()).await?;
+    let mut a = Member::join(hub_cluster, "a", &hub, None).await?;
+    a.serve("app", 2).await?;
+    let mut b = Member::join(b_cluster, "b", &hub, None).await?;
+    b.serve("app", 2).await?;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (a_ns, a_values, a_refused) = a.finish();
+    let (b_ns, b_values, b_refused) = b.finish();
+    ensure!(
+        a_values.len() > 1000 && b_values.len() > 1000,
+        "both members issue: a {} values ({a_refused} refusals), b {} ({b_refused})",
+        a_values.len(),
+        b_values.len()
+    );
+    let (twice, first) = repeated(&[&a_values, &b_values]);
+    ensure!(
+        twice == 0,
+        "{twice} values issued twice (first {first:?}) of {}",
+        a_values.len() + b_values.len()
+    );
+    let hub_next = inside(&hub, &[(&a_ns, &a_values), (&b_ns, &b_values)]).await?;
     println!(
         "a issued {}, b issued {}, the hub's counter at {hub_next}: 0 duplicates",
         a_values.len(),
         b_values.len()
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_without_one_duplicate()
+-> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let started = Instant::now();
+    let hub_cluster = Cluster::shared();
+    let [a_cluster, b_cluster] = tokio::task::spawn_blocking(member_clusters).await??;
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "seg-faults-hub", segment_space()).await?;
+    let forwarder = Forwarder::start(hub_cluster.server()).await?;
+    let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
+    let mut b = Member::join(b_cluster, "b", &hub, None).await?;
+    a.serve("app", 2).await?;
+    b.serve("app", 2).await?;
+    let mut before = [a.count(), b.count()];
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    before = issuing(&[&a, &b], &before, "both joined")?
+        .try_into()
+        .map_err(|_| anyhow!("two members"))?;
+    eprintln!(
+        "segment faults: two members issuing after {:?}",
+        started.elapsed()
+    );
+
+    // The hub's API server killed: both say HubUnreachable and keep issuing.
+    hub_cluster.kill_apiserver();
+    let down = async {
+        a.ready_is("False", "HubUnreachable").await?;
+        b.ready_is("False", "HubUnreachable").await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        issuing(&[&a, &b], &before, "the hub was down")
+    }
+    .await;
+    hub_cluster.start_apiserver().await?;
+    down?;
+    a.ready_is("True", "Joined").await?;
+    b.ready_is("True", "Joined").await?;
+    eprintln!(
+        "segment faults: hub killed and started again, both issued throughout, {:?} in",
+        started.elapsed()
+    );
+
+    // A cut off from the hub: both keep issuing, a pod started in A meanwhile issues from
+    // the ranges A holds, and A's operator shows the values left (read from its counter).
+    forwarder.switch(false);
+    let before = [a.count(), b.count()];
+    let cut = async {
+        a.ready_is("False", "HubUnreachable").await?;
+        a.serve("late", 1).await?;
+        let left = a.operator.metric_with(
+            "kubeflake_operator_id_space_segment_values_left",
+            r#"membership="orders""#,
+        );
+        ensure!(
+            left > 0.0,
+            "A's operator shows no values left while cut off:\n{}",
+            a.operator.metrics()
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        issuing(&[&a, &b], &before, "A was cut off from the hub")?;
+        b.ready_is("True", "Joined").await
+    }
+    .await;
+    forwarder.switch(true);
+    cut?;
+    a.ready_is("True", "Joined").await?;
+    eprintln!(
+        "segment faults: A cut off and back, both issued throughout, {:?} in",
+        started.elapsed()
+    );
+
+    let (a_ns, a_values, a_refused) = a.finish();
+    let (b_ns, b_values, b_refused) = b.finish();
+    let (twice, first) = repeated(&[&a_values, &b_values]);
+    ensure!(
+        twice == 0,
+        "{twice} values issued twice (first {first:?}) of {}",
+        a_values.len() + b_values.len()
+    );
+    let hub_next = inside(&hub, &[(&a_ns, &a_values), (&b_ns, &b_values)]).await?;
+    eprintln!(
+        "segment faults: a issued {} ({a_refused} refusals), b {} ({b_refused}), the hub's \
+         counter at {hub_next}: 0 duplicates, {:?} in all",
+        a_values.len(),
+        b_values.len(),
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rule22_broken_twin_a_hub_space_created_again_hands_out_values_a_member_holds_and_the_checker_finds_them()
+-> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let hub_cluster = Cluster::shared();
+    let [a_cluster, b_cluster] = tokio::task::spawn_blocking(member_clusters).await??;
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "seg-broken-hub", segment_space()).await?;
+    let mut a = Member::join(a_cluster, "a", &hub, None).await?;
+    a.serve("app", 1).await?;
+    // The broken step: the IdSpace deleted and created again (its counter back at none)
+    // while A holds the first range. A's operator refuses the new space (its UID changed);
+    // B joins it and is handed the values from the start again.
+    let spaces = hub.spaces();
+    spaces.delete(SPACE, &DeleteParams::default()).await?;
+    eventually(LIMIT, "the IdSpace deleted", || async {
+        Ok(spaces.get_opt(SPACE).await?.is_none().then_some(()))
+    })
+    .await?;
+    spaces
+        .create(
+            &PostParams::default(),
+            &IdSpace::new(SPACE, segment_space()),
+        )
+        .await?;
+    let mut b = Member::join(b_cluster, "b", &hub, None).await?;
+    b.serve("app", 1).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, a_values, _) = a.finish();
+    let (_, b_values, _) = b.finish();
+    let (twice, first) = repeated(&[&a_values, &b_values]);
+    eprintln!(
+        "segment broken twin: a issued {}, b {}, {twice} duplicates (first {first:?})",
+        a_values.len(),
+        b_values.len()
+    );
+    if twice == 0 {
+        bail!(
+            "no duplicate found with two members handed one range: the suite could not see \
+             a range handed out twice"
+        );
+    }
     Ok(())
 }

@@ -23,15 +23,14 @@ use kubeflake_crds::{Id, Layout, Tick};
 use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
 use serde_json::json;
 
-use crate::hub_support::{Hub, SPACE, condition, install_crds, membership, secret};
-use crate::operator_support::{Operator, all_assigned, create_pods, create_sequence, eventually};
+use crate::hub_support::{Hub, Joined, SPACE, condition, join_member};
+use crate::operator_support::{Operator, all_assigned, create_pods, eventually};
 use crate::sidecar_support::{Collected, Collector, Sidecar, get};
 
 pub mod blue_green;
 pub mod moving_client;
 
-pub const SEQUENCE: &str = "orders";
-pub const HUB_SECRET: &str = "kubeflake-hub-orders";
+pub use crate::hub_support::{HUB_SECRET, SEQUENCE};
 /// The shortest slot lease: a slot is assignable only while its block's bound is at least
 /// a lease away, and the bounds here are 60-70 s ahead.
 pub const LEASE_SECONDS: u64 = 15;
@@ -108,20 +107,14 @@ impl Member {
         hub: &Hub,
         server: Option<&str>,
     ) -> Result<Member> {
-        install_crds(cluster).await?;
-        let ns = cluster.namespace(&format!("member-{name}")).await?;
-        let kubeconfig = hub.add_member(name, server).await?;
-        secret(&ns, HUB_SECRET, &kubeconfig).await?;
         let spec = json!({"lease": {"durationSeconds": LEASE_SECONDS}});
-        let params = create_sequence(&ns, SEQUENCE, spec).await?.spec.params()?;
-        let operator = Operator::start_as_with(
-            cluster,
-            &ns.name,
-            name,
-            cluster.kubeconfig(),
-            &["--hub-secret-namespace", &ns.name],
-        )?;
-        membership(&ns, SEQUENCE, SEQUENCE, name, &hub.ns.name, HUB_SECRET).await?;
+        let prefix = format!("member-{name}");
+        let Joined {
+            ns,
+            sequence,
+            operator,
+        } = join_member(cluster, &prefix, name, hub, server, spec).await?;
+        let params = sequence.spec.params()?;
         let id = Api::<Namespace>::all(cluster.client()?)
             .get("kube-system")
             .await?

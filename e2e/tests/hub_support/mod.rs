@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::PostParams;
+use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::hub_policy::{self, MEMBER_ACCOUNT_PREFIX};
 use kubeflake_crds::id_space::{IdSpace, IdSpaceMembership, IdSpaceSpec, RegistryRecord};
 use kubeflake_e2e::{Cluster, TestNamespace};
@@ -24,11 +25,55 @@ use serde_json::json;
 pub mod forwarder;
 pub mod on_node;
 
-use crate::operator_support::eventually;
+use crate::operator_support::{Operator, create_sequence, eventually};
 use crate::policy_support::{service_account, token};
 
 /// The IdSpace's name in every hub namespace.
 pub const SPACE: &str = "orders";
+/// The member's IdSequence and IdSpaceMembership made by [`join_member`].
+pub const SEQUENCE: &str = "orders";
+/// The hub Secret [`join_member`] stores in the member's namespace.
+pub const HUB_SECRET: &str = "kubeflake-hub-orders";
+
+/// A member's side of a join, made by [`join_member`].
+pub struct Joined {
+    pub ns: TestNamespace,
+    pub sequence: IdSequence,
+    pub operator: Operator,
+}
+
+/// Member `name` joining `hub` from `cluster`: the CRDs, a namespace named after
+/// `ns_prefix`, the hub Secret [`HUB_SECRET`] holding the member's kubeconfig (through
+/// `server` when given: a forwarder the test can switch off), the IdSequence [`SEQUENCE`]
+/// with `spec`, its own operator (the real binary, reading hub Secrets from that
+/// namespace) and the IdSpaceMembership [`SEQUENCE`] joining the hub's space.
+pub async fn join_member(
+    cluster: &'static Cluster,
+    ns_prefix: &str,
+    name: &str,
+    hub: &Hub,
+    server: Option<&str>,
+    spec: serde_json::Value,
+) -> Result<Joined> {
+    install_crds(cluster).await?;
+    let ns = cluster.namespace(ns_prefix).await?;
+    let kubeconfig = hub.add_member(name, server).await?;
+    secret(&ns, HUB_SECRET, &kubeconfig).await?;
+    let sequence = create_sequence(&ns, SEQUENCE, spec).await?;
+    let operator = Operator::start_as_with(
+        cluster,
+        &ns.name,
+        name,
+        cluster.kubeconfig(),
+        &["--hub-secret-namespace", &ns.name],
+    )?;
+    membership(&ns, SEQUENCE, SEQUENCE, name, &hub.ns.name, HUB_SECRET).await?;
+    Ok(Joined {
+        ns,
+        sequence,
+        operator,
+    })
+}
 
 /// Applies the IdSequence, IdSpace and IdSpaceMembership CRDs to `cluster` and waits until
 /// they are served (a member needs the first and the last; a hub the IdSpace).

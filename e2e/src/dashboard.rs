@@ -3,7 +3,8 @@
 //! one of them returns a series with a value on a real [`Prometheus`]. e2e `prometheus`
 //! checks every row but the ID space's against an operator and sidecars; e2e
 //! `id_space_join` checks the ID space's against an operator whose sequence joined a hub
-//! (only there do its series exist).
+//! (only there do its series exist), e2e `id_space_segment` the Segment ranges' against
+//! one whose Segment sequence did.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,9 @@ use crate::prometheus::Prometheus;
 
 /// The title of the dashboard row of the ID space's panels.
 pub const ID_SPACE_ROW: &str = "ID space (many clusters)";
+/// The title of the dashboard row of a Segment membership's panels (its series exist only
+/// where a Segment sequence joined a Segment space: e2e `id_space_segment` checks it).
+pub const ID_SPACE_SEGMENT_ROW: &str = "ID space, Segment ranges";
 
 /// Each row of the dashboard, in order: its title (`""` for panels before the first row)
 /// and the `expr` of every query of its panels.

@@ -15,7 +15,8 @@
 //!   issuing (Ready=False `HubUnreachable`, then `Joined`); `a` cut off from the hub: both
 //!   keep issuing, a pod started in `a` meanwhile issues from the ranges `a` holds, and
 //!   `a`'s operator shows the values left (read from its counter, not the hub); `a` back,
-//!   `Joined`. Then every value: 0 duplicates.
+//!   `Joined`. Then every value: 0 duplicates. Meanwhile every query of the dashboard's
+//!   Segment ranges row returns a series on a real Prometheus scraping `a`'s operator.
 //! - `rule22_broken_twin_*`: the hub's administrator deletes the IdSpace and creates it
 //!   again while `a` holds ranges (what `kubectl kubeflake hub recover` exists to avoid);
 //!   `b` joins the new one and is handed the values `a` issues: the same checker must find
@@ -41,6 +42,8 @@ use kube::api::{DeleteParams, PostParams};
 use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, SpaceSequenceSpec};
 use kubeflake_crds::segment_counter::{Counter, counter_name};
 use kubeflake_crds::sequence::Mode;
+use kubeflake_e2e::dashboard;
+use kubeflake_e2e::prometheus::{Prometheus, Target};
 use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
 use operator_support::{Operator, create_pods, eventually};
 use serde_json::json;
@@ -288,6 +291,19 @@ async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_
     let mut b = Member::join(b_cluster, "b", &hub, None).await?;
     a.serve("app", 2).await?;
     b.serve("app", 2).await?;
+    // The dashboard's Segment ranges row: every query returns a series with a value on a
+    // real Prometheus scraping A's operator (e2e prometheus checks the rows without a hub).
+    let prom = Prometheus::start(
+        &[Target::new("kubeflake-operator", a.operator.metrics_port)
+            .label("namespace", &a.ns.name)],
+        None,
+    )?;
+    let queries = dashboard::queries(|row| row == dashboard::ID_SPACE_SEGMENT_ROW)?;
+    ensure!(queries.len() >= 4, "the Segment row's queries: {queries:?}");
+    let ns = a.ns.name.clone();
+    let dashboard_checked = tokio::task::spawn_blocking(move || {
+        dashboard::wait_every_query(&prom, &queries, &ns, Duration::from_secs(90))
+    });
     let mut before = [a.count(), b.count()];
     tokio::time::sleep(Duration::from_secs(2)).await;
     before = issuing(&[&a, &b], &before, "both joined")?
@@ -345,6 +361,7 @@ async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_
         started.elapsed()
     );
 
+    dashboard_checked.await??;
     let (a_ns, a_values, a_refused) = a.finish();
     let (b_ns, b_values, b_refused) = b.finish();
     let (twice, first) = repeated(&[&a_values, &b_values]);

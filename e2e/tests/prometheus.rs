@@ -517,8 +517,10 @@ async fn every_dashboard_query_returns_series_with_the_operator_and_both_kinds_o
     eprintln!("prometheus: faults driven after {:?}", started.elapsed());
 
     // Every row but the ID space's, whose series exist only where a sequence joined a hub
-    // (e2e id_space_join checks those).
-    let queries = dashboard::queries(|row| row != dashboard::ID_SPACE_ROW)?;
+    // (e2e id_space_join and id_space_segment check those).
+    let queries = dashboard::queries(|row| {
+        row != dashboard::ID_SPACE_ROW && row != dashboard::ID_SPACE_SEGMENT_ROW
+    })?;
     ensure!(
         queries.len() >= 20,
         "only {} dashboard queries",

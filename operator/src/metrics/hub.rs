@@ -4,7 +4,7 @@
 //! found (the Ready reason), the reclaims it made and the records it found gone back. A
 //! membership of a Segment space holds ranges of values, not blocks: its `segment_*`
 //! families say what its counter holds and how fast it is claimed (docs/safety.md rule 22);
-//! the blocks' families stay empty for it, the others are shared.
+//! the blocks' gauges stay empty for it, the other families are shared.
 //!
 //! Labels: `membership_namespace`, `membership` (the IdSpaceMembership) and `space` (the hub
 //! IdSpace, `namespace/name`), plus small fixed sets (`reason`, `outcome`, `record`). A

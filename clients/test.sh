@@ -48,6 +48,9 @@ python="${KUBEFLAKE_CACHE:-$HOME/.cache/kubeflake}/clients-py/venv/bin/python"
 run "go tests" env KUBEFLAKE_SIDECAR_BIN="$sidecar" bash -c 'cd clients/go && go vet ./... && go test -race -count=1 ./...'
 # The Prometheus collector is a module of its own (client_golang from the Go module proxy, once).
 run "go prometheus collector tests" env KUBEFLAKE_SIDECAR_BIN="$sidecar" bash -c 'cd clients/go/prometheus && go vet ./... && go test -race -count=1 ./...'
+# The benchmarks' module (sonyflake from the Go module proxy, once): vet, and the paced
+# row's own tests (its histogram and schedule); no benchmark runs here.
+run "go bench harness tests" env KUBEFLAKE_SIDECAR_BIN="$sidecar" bash -c 'cd clients/go/bench && go vet ./... && go test -race -count=1 ./...'
 say "go: building the conformance driver"
 (cd clients/go && go build -o "$work/go-driver" ./cmd/conformance-driver) || failed+=("go driver build")
 

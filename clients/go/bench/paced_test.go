@@ -182,10 +182,15 @@ func readGC() gcNow {
 	return g
 }
 
-// maxPause is the longest stop-the-world pause of the cycles after before's (up to 256).
+// maxPause is the longest stop-the-world pause of the cycles after before's (of the last
+// 256 when there were more).
 func (g gcNow) maxPause(before gcNow) uint64 {
 	var m uint64
-	for n := before.cycles + 1; n <= g.cycles && n+256 > g.cycles; n++ {
+	first := before.cycles + 1
+	if g.cycles > 256 {
+		first = max(first, g.cycles-255) // the ring keeps the last 256
+	}
+	for n := first; n <= g.cycles; n++ {
 		m = max(m, g.ring[(n+255)%256])
 	}
 	return m

@@ -6,8 +6,9 @@
 //! so every registry write passes the hub's RBAC and admission policy as a member's would.
 //! An operator (the real binary, `--hub-secret-namespace`) joins an IdSequence through its
 //! IdSpaceMembership, claims a block and, with pods holding slots, a spare; a second
-//! membership of the same cluster under another name is refused (JoinRefused, saying what
-//! to fix); a membership whose Secret is missing says which Secret; the dashboard's ID
+//! sequence's membership of the same space is refused by the operator (SpaceJoinedTwice),
+//! and the same cluster ID under another name (a second operator that cannot see the first
+//! membership, as a cloned cluster) by the hub (JoinRefused), each saying what to fix; a membership whose Secret is missing says which Secret; the dashboard's ID
 //! space row returns series on a real Prometheus scraping the operator. Pods are API objects
 //! only (no kubelet), as in the other operator tests. The hub and member set-up is
 //! e2e/tests/hub_support/ (shared with the three-control-plane suite, id_space_clusters.rs).
@@ -22,8 +23,8 @@ use anyhow::{Context, Result, ensure};
 use hub_support::{Hub, SPACE, condition, held, install_crds, membership, ready_is, secret};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::Api;
 use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 use kubeflake_crds::id_space::membership::GrantRecord;
 use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, RegistryRecord, SpaceSequenceSpec};
 use kubeflake_e2e::dashboard;
@@ -37,6 +38,24 @@ const LIMIT: Duration = Duration::from_secs(40);
 /// Waits until membership `name`'s Ready condition is False with `reason`; returns it.
 async fn refused(ns: &TestNamespace, name: &str, reason: &str) -> Result<IdSpaceMembership> {
     ready_is(ns, name, "False", reason, LIMIT).await
+}
+
+/// Waits until a Warning Event with `reason` regards membership `name` in `ns`.
+async fn warning_event(ns: &TestNamespace, name: &str, reason: &str) -> Result<()> {
+    let events = Api::<Event>::namespaced(ns.client.clone(), &ns.name);
+    eventually(LIMIT, &format!("a Warning Event {reason}"), || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .then_some(()))
+    })
+    .await
 }
 
 /// The hub's blocks held by `member`, and whether each of `grants` is one of them with a
@@ -205,8 +224,8 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
     })
     .await??;
 
-    // Rule 20: the same cluster under another name is refused, saying what to fix, and
-    // nothing is written on the hub for it.
+    // Rule 20, inside one cluster: a second sequence's membership joining the same space is
+    // refused by this cluster's operator, saying what to fix, and never reaches the hub.
     membership(
         &member,
         "orders-copy",
@@ -216,47 +235,88 @@ async fn rule17_19_20_a_sequence_joins_its_id_space_and_holds_a_block_and_a_spar
         "kubeflake-hub-orders",
     )
     .await?;
-    let copy = refused(&member, "orders-copy", "JoinRefused")
+    let copy = refused(&member, "orders-copy", "SpaceJoinedTwice")
         .await
         .with_context(log)?;
     let (_, _, message) = condition(&copy, "Ready").context("Ready")?;
+    ensure!(
+        message.contains("joins the same ID space as")
+            && message.contains(&format!("{}/orders", member.name))
+            && message.contains("delete one of the two memberships"),
+        "the refusal says what to fix: {message}"
+    );
+    ensure!(
+        copy.status
+            .as_ref()
+            .is_some_and(|s| s.grants.is_empty() && s.member_id.is_none())
+            && copy.finalizers().is_empty(),
+        "a membership never contacted keeps no copy and no finalizer: {copy:?}"
+    );
+    let twice = of("orders-copy", r#",reason="SpaceJoinedTwice""#);
+    ensure!(
+        operator.metric_with("kubeflake_operator_id_space_ready_reason", &twice) == 1.0,
+        "the refusal is exported ({twice}):\n{}",
+        operator.metrics()
+    );
+    warning_event(&member, "orders-copy", "SpaceJoinedTwice")
+        .await
+        .with_context(log)?;
+
+    // Rule 20 at the hub: the same cluster ID under another member name, as a cloned
+    // cluster (the same kube-system UID) would join, here through a second operator that
+    // watches another namespace only, so it cannot see the first membership. The hub
+    // refuses it, saying what to fix, and nothing is written there for it.
+    let clone = cluster.namespace("shop-clone").await?;
+    create_sequence(&clone, "orders", json!({})).await?;
+    let clone_operator = Operator::start_with(
+        cluster,
+        &clone.name,
+        "hub-clone",
+        &["--hub-secret-namespace", &ops.name],
+    )?;
+    let clone_log = || clone_operator.process.log_tail(60);
+    membership(
+        &clone,
+        "orders",
+        "orders",
+        "prod-copy",
+        &hub_ns.name,
+        "kubeflake-hub-orders",
+    )
+    .await?;
+    let cloned = refused(&clone, "orders", "JoinRefused")
+        .await
+        .with_context(clone_log)?;
+    let (_, _, message) = condition(&cloned, "Ready").context("Ready")?;
     ensure!(
         message.contains("is already member prod")
             && message.contains("join with that name")
             && message.contains("ClusterProperty"),
         "the refusal says what to fix: {message}"
     );
-    let status = copy.status.unwrap_or_default();
+    let status = cloned.status.unwrap_or_default();
     ensure!(
         status.grants.is_empty() && status.member_id.is_none(),
         "a refused membership keeps no copy: {status:?}"
     );
-    let refusal = of("orders-copy", r#",reason="JoinRefused""#);
-    ensure!(
-        operator.metric_with("kubeflake_operator_id_space_ready_reason", &refusal) == 1.0,
-        "the refusal is exported ({refusal}):\n{}",
-        operator.metrics()
+    let refusal = format!(
+        r#"membership="orders",membership_namespace="{}",reason="JoinRefused""#,
+        clone.name
     );
+    ensure!(
+        clone_operator.metric_with("kubeflake_operator_id_space_ready_reason", &refusal) == 1.0,
+        "the refusal is exported ({refusal}):\n{}",
+        clone_operator.metrics()
+    );
+    warning_event(&clone, "orders", "JoinRefused")
+        .await
+        .with_context(clone_log)?;
     let registry = spaces.get(SPACE).await?.spec.registry;
     ensure!(
         registry.members.len() == 1 && held(&registry, &this) == 2,
-        "nothing was written on the hub for the refused membership: {registry:?}"
+        "nothing was written on the hub for either refused membership: {registry:?}"
     );
-    let events = Api::<Event>::namespaced(member.client.clone(), &member.name);
-    eventually(LIMIT, "a Warning Event JoinRefused", || async {
-        let list = events.list(&ListParams::default()).await?;
-        Ok(list
-            .items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("JoinRefused")
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orders-copy")
-            })
-            .then_some(()))
-    })
-    .await
-    .with_context(log)?;
+    drop(clone_operator);
 
     // A missing hub Secret: the condition names it, and nothing is kept or written.
     membership(

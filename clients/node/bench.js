@@ -1,12 +1,17 @@
 #!/usr/bin/env node
 // Measures (asserts nothing) the Node client's next(), in Snowflake and in segment mode,
-// beside one HTTP request per ID and the layout's ceiling, in one run, against standalone
-// sidecars it starts (on Unix sockets unless --tcp):
+// beside one HTTP request per ID, an in-process Snowflake generator (@sapphire/snowflake, a
+// dev dependency: `npm install --no-package-lock` in clients/node first) and the layout's
+// ceiling, in one run, against standalone sidecars it starts (on Unix sockets unless --tcp):
 //   node clients/node/bench.js SIDECAR_BINARY [--ids 2000000] [--requests 5000] [--tcp]
 // Each row: IDs/s from a pass of n calls with no clock read in the loop, then p50/p99/p99.9
 // from a second pass of n calls each timed with process.hrtime.bigint() (one clock read a
 // call: the interval from the read after the previous call to the read after this one, so
 // one read's cost, the "clock read" row, is inside each figure).
+// @sapphire/snowflake does not wait at its layout's ceiling: its 12-bit increment wraps every
+// 4,096 calls whatever the millisecond, so past 4,096 IDs in one millisecond it repeats IDs;
+// its row counts them in a third pass of n calls (an ID equal to the one 4,096 calls before).
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { Client } from './src/index.js';
 import { startSidecar } from './test/sidecar.js';
@@ -18,6 +23,10 @@ process.env.KUBEFLAKE_SIDECAR_BIN = positionals[0] ?? process.env.KUBEFLAKE_SIDE
 const snowflake = await startSidecar();
 const segment = await startSidecar(['--mode', 'segment']);
 const fmt = (x) => Math.round(x).toLocaleString('en-US');
+const sapphire = await import('@sapphire/snowflake').catch(() => {
+  console.error('bench.js: @sapphire/snowflake (a dev dependency) is missing: cd clients/node && npm install --no-package-lock');
+  process.exit(2);
+});
 
 /** n untimed calls of take() (IDs/s), then n more each timed (percentiles). */
 async function measure(name, take, n, extra = () => '') {
@@ -35,8 +44,8 @@ async function measure(name, take, n, extra = () => '') {
   }
   lat.sort();
   const us = (q) => (Number(lat[Math.floor(q * (n - 1))]) / 1000).toFixed(2);
-  console.log(`${name.padEnd(36)} ${fmt(rate).padStart(11)} IDs/s   p50 ${us(0.5)} us  p99 ${us(0.99)} us  p99.9 ${us(0.999)} us  `
-    + `(${fmt(n)} + ${fmt(n)} calls${extra()})`);
+  console.log(`${name.padEnd(42)} ${fmt(rate).padStart(11)} IDs/s   p50 ${us(0.5)} us  p99 ${us(0.99)} us  p99.9 ${us(0.999)} us  `
+    + `(${fmt(n)} + ${fmt(n)} calls${await extra()})`);
 }
 
 const at = (sidecar) => (values.tcp ? { url: sidecar.url } : { socket: sidecar.socket });
@@ -52,9 +61,23 @@ const seg = new Client(at(segment));
 await measure('next(), buffered, segment', () => seg.next(), n, bufferStats(seg));
 const direct = new Client({ ...at(snowflake), prefetch: false });
 await measure('one HTTP request per ID (kept alive)', () => direct.next(), Number(values.requests));
+// Twitter's epoch; workerId and processId (5 bits each) are the layout's 10-bit machine field.
+const inProcess = new sapphire.Snowflake(1288834974657n);
+const generate = () => inProcess.generate();
+const sapphireVersion = JSON.parse(readFileSync(new URL('../../package.json', import.meta.resolve('@sapphire/snowflake')))).version;
+await measure(`@sapphire/snowflake ${sapphireVersion}, in process`, generate, n, async () => {
+  const ring = new Array(4096).fill(-1n);
+  let repeats = 0;
+  for (let i = 0; i < n; i++) {
+    const id = await generate();
+    if (id === ring[i & 4095]) repeats++;
+    ring[i & 4095] = id;
+  }
+  return `; ${fmt(repeats)} repeated IDs in a third pass of ${fmt(n)}`;
+});
 await measure('clock read alone (await of nothing)', async () => {}, n);
 const layout = await flake.layout();
-console.log(`${'the layout\'s ceiling, one worker'.padEnd(36)} ${fmt(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).padStart(11)} IDs/s`);
+console.log(`${'the layout\'s ceiling, one worker'.padEnd(42)} ${fmt(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).padStart(11)} IDs/s`);
 for (const c of [flake, seg, direct]) c.close();
 await snowflake.stop();
 await segment.stop();

@@ -2,9 +2,10 @@
 # The Node client's own checks: its declarations against test/types.ts (tsc --strict), then
 # its tests (node --test) against real standalone sidecars.
 #   clients/node/test.sh SIDECAR_BINARY
-# The one dev dependency, TypeScript's compiler (pinned in package.json), is installed by npm
-# into ~/.cache/kubeflake/clients-node (KUBEFLAKE_CACHE moves it) once, and again only when
-# the pin changes. The client itself has no dependencies.
+# The tests' one dev dependency, TypeScript's compiler (pinned in package.json), is installed by
+# npm into ~/.cache/kubeflake/clients-node (KUBEFLAKE_CACHE moves it) once, and again only when
+# the pin changes (the other, @sapphire/snowflake, is bench.js's alone). The client itself has
+# no dependencies.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 sidecar=${1:?usage: clients/node/test.sh SIDECAR_BINARY}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Measures kubeflake.Client.next(), in Snowflake and in segment mode, beside one HTTP request
-per ID and the layout's ceiling, in one run (pytest-benchmark), against standalone sidecars
-it starts on Unix sockets. A benchmark, not a test: it asserts nothing.
+per ID, an in-process Snowflake generator (snowflake-id's SnowflakeGenerator, the same
+41/10/12 layout) and the layout's ceiling, in one run (pytest-benchmark), against standalone
+sidecars it starts on Unix sockets. A benchmark, not a test: it asserts nothing.
 
     pip install -r clients/python/requirements-bench.txt    # into the tests' virtualenv
     clients/python/bench.py SIDECAR_BINARY [--ids 2000000] [--requests 5000]
@@ -11,11 +12,16 @@ no clock read inside a round, give IDs/s; then a second pass of --ids calls, eac
 time.perf_counter_ns() (one clock read a call: the interval from the read after the
 previous call to the read after this one, so one read's cost, the "clock read" row, is
 inside each figure), gives p50/p99/p99.9. The summary at the end puts the rows side by side.
+
+snowflake-id's generator does not wait at its layout's ceiling: past 4,096 IDs in one
+millisecond (or when the clock steps back) it returns None, so its row's caller calls again
+until an ID comes, a spin until the next millisecond; the row counts those empty calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -26,8 +32,9 @@ from pathlib import Path
 try:
     import pytest
     import pytest_benchmark  # noqa: F401
+    from snowflake import SnowflakeGenerator  # snowflake-id, the in-process generator's row
 except ImportError:
-    sys.exit("bench.py needs pytest and pytest-benchmark: run it with the tests' virtualenv after\n"
+    sys.exit("bench.py needs pytest, pytest-benchmark and snowflake-id: run it with the tests' virtualenv after\n"
              "  ~/.cache/kubeflake/clients-py/venv/bin/pip install -r clients/python/requirements-bench.txt")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
@@ -125,6 +132,25 @@ def test_next_segment(benchmark, rows, segment):
 def test_one_request_per_id(benchmark, rows, snowflake):
     with kubeflake.Client(socket=snowflake, prefetch=False) as ids:
         _measure(benchmark, rows, "one HTTP request per ID (kept alive)", ids.next, int(os.environ["BENCH_REQUESTS"]), 500)
+
+
+TWITTER_EPOCH_MS = 1_288_834_974_657  # the epoch of Twitter's layout, 41/10/12 as the sidecar's default
+
+
+def test_snowflake_id_in_process(benchmark, rows):
+    gen, empty = SnowflakeGenerator(1, epoch=TWITTER_EPOCH_MS), 0
+
+    def take() -> int:
+        nonlocal empty
+        value = next(gen)
+        while value is None:  # past 4,096 in this millisecond: None until the next one
+            empty += 1
+            value = next(gen)
+        return value
+
+    version = importlib.metadata.version("snowflake-id")
+    _measure(benchmark, rows, f"snowflake-id {version}, in process", take, int(os.environ["BENCH_IDS"]), 100_000,
+             lambda: f"; {empty} calls returned None (ceiling reached), retried")
 
 
 def test_clock_read(benchmark, rows):

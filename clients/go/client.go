@@ -71,8 +71,8 @@ type Client struct {
 	batchSize   int
 	maxBatch    int
 	maxRange    int       // the ceiling of a /range refill (segment mode)
-	pace        pace      // segment mode: refill times and the rate, for the low-water mark
-	emptySince  time.Time // segment mode: a caller found the buffer empty since the last arrival; zero: not
+	pace        pace      // refill times and the rate, for the low-water mark (Client.mark)
+	emptySince  time.Time // a caller found the buffer empty since the last arrival; zero: not
 	refillErr   *Error
 	retryAt     time.Time
 	lastRefill  time.Time
@@ -184,13 +184,11 @@ func (c *Client) NextID(ctx context.Context) (int64, error) {
 		if started.IsZero() {
 			started = now
 			c.stats.Waits++
-			if c.mode == "segment" {
-				// The mark was too low for the refills' spread: a safe distance further ahead.
-				c.pace.waited()
-				c.low.Store(int64(c.pace.lowWater(c.batchSize, rangesAhead*c.ceiling())))
-				if c.emptySince.IsZero() {
-					c.emptySince = now
-				}
+			// The mark was too low for the refills' spread: a safe distance further ahead.
+			c.pace.waited()
+			c.low.Store(int64(c.mark()))
+			if c.emptySince.IsZero() {
+				c.emptySince = now
 			}
 		}
 		c.askRefill()
@@ -364,21 +362,20 @@ func (c *Client) refill() {
 			c.stats.BatchSize = c.batchSize
 			c.lastRefill = done
 			c.refillErr = nil
-			low := lowWater(c.batchSize)
+			var empty time.Duration
+			if !c.emptySince.IsZero() {
+				empty = done.Sub(c.emptySince)
+				c.emptySince = time.Time{}
+			}
+			c.pace.arrived(done, done.Sub(sent), c.handed.Load(), empty)
 			if c.mode == "segment" {
-				var empty time.Duration
-				if !c.emptySince.IsZero() {
-					empty = done.Sub(c.emptySince)
-					c.emptySince = time.Time{}
-				}
-				c.pace.arrived(done, done.Sub(sent), c.handed.Load(), empty)
 				// A range costs the same whatever its length: reach one refill period at the
 				// rate at once, instead of doubling from MinBatch.
 				perPeriod := math.Ceil(c.pace.rate * c.settings.RefillPeriod.Seconds())
 				c.batchSize = min(max(c.batchSize, int(math.Min(perPeriod, float64(c.ceiling())))), c.ceiling())
 				c.stats.BatchSize = c.batchSize
-				low = c.pace.lowWater(c.batchSize, rangesAhead*c.ceiling())
 			}
+			low := c.mark()
 			c.low.Store(int64(low))
 			wantMore := c.depth.Load() <= int64(low)
 			c.broadcast()

@@ -333,8 +333,9 @@ func TestASidecarWaitingForASlotIsSlotLostNotNoSidecar(t *testing.T) {
 
 // The buffer holds at most a batch more than the low-water mark: a refill asked for while
 // the previous one was out is not made once that one has filled the buffer (it was: the
-// buffer then grew by a batch a time, past one and a half batches).
-func TestTheBufferNeverHoldsMoreThanOneAndAHalfBatches(t *testing.T) {
+// buffer then grew by a batch a time). The mark is at most 8 batches (clients/SPEC.md, "a
+// safe distance"), so at most 900 IDs of batches of 100.
+func TestTheBufferNeverHoldsMoreThanItsMarkAndABatch(t *testing.T) {
 	_, socket := sidecar(t)
 	c := newClient(t, Settings{Socket: socket, MinBatch: 100, MaxBatch: 100})
 	ctx := context.Background()
@@ -345,7 +346,44 @@ func TestTheBufferNeverHoldsMoreThanOneAndAHalfBatches(t *testing.T) {
 		}
 		most = max(most, c.Stats().BufferDepth)
 	}
-	if most > 150 {
-		t.Fatalf("the buffer held %d IDs; want at most 150 (a batch of 100 above the low-water mark of 50)", most)
+	if most > 900 {
+		t.Fatalf("the buffer held %d IDs; want at most 900 (a batch of 100 above a mark of at most 8 batches)", most)
+	}
+}
+
+// Buffered IDs are never handed out older than MaxAge (clients/SPEC.md, "Maximum age"),
+// however far ahead the mark keeps the buffer: bursts of calls with pauses longer than
+// MaxAge between them, and every ID's time (from the sidecar's layout) within MaxAge of
+// the moment NextID returned. 100 ms of slack for a caller descheduled between the age
+// check and its return (a shared machine); the pauses are 300 ms, so an ID kept past
+// MaxAge would be about 180 ms older than allowed.
+func TestSnowflakeIDsAreNeverHandedOutOlderThanMaxAge(t *testing.T) {
+	_, socket := sidecar(t)
+	const maxAge = 20 * time.Millisecond
+	c := newClient(t, Settings{Socket: socket, MaxAge: maxAge})
+	ctx := context.Background()
+	layout, err := c.Layout(ctx)
+	if err != nil || layout == nil {
+		t.Fatalf("layout: %v, %v", layout, err)
+	}
+	for burst := range 4 {
+		for range 20_000 {
+			id, err := c.NextID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			returned := time.Now()
+			p, err := layout.Decompose(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if age := returned.Sub(p.Time); age > maxAge+layout.TimeUnit+100*time.Millisecond {
+				t.Fatalf("burst %d: ID %d was %s old when handed out; MaxAge is %s", burst, id, age, maxAge)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if c.Stats().Expired == 0 {
+		t.Fatal("no buffered ID expired across pauses longer than MaxAge: the test did not test the bound")
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Bounds of a segment buffer's safe distance (clients/SPEC.md, "a safe distance"), as the
+// Bounds of a buffer's safe distance (clients/SPEC.md, "a safe distance"), as the
 // Java client's RefillPace.
 const (
 	minDistance  = 2
@@ -17,10 +17,10 @@ const (
 	rangesAhead = 8
 )
 
-// pace is when a segment buffer refills (clients/SPEC.md, "Range refills are sized and
-// timed so that no caller waits"): it measures the refills' mean and slowest recent
-// duration and the rate at which values leave the buffer, and sets the low-water mark a
-// safe distance ahead: a refill asked at the mark arrives, were it as slow as the slowest
+// pace is when a buffer refills (clients/SPEC.md, "Range refills are sized and timed so
+// that no caller waits", segment and Snowflake): it measures the refills' mean and slowest
+// recent duration and the rate at which values leave the buffer, and sets the low-water
+// mark a safe distance ahead: a refill asked at the mark arrives, were it as slow as the slowest
 // recent one, while about distance-1 such refills' worth of values is still left. The
 // distance starts at two; a caller that finds the buffer empty doubles it, up to
 // maxDistance, and calmRefills refills in a row without a wait halve it again. The spread,
@@ -88,4 +88,29 @@ func (p *pace) lowWater(batch, ceiling int) int {
 	need := math.Ceil(float64(p.dist()) * p.slow / 1e9 * p.rate)
 	low := max(batch/2, int(math.Min(need, float64(ceiling))))
 	return min(low, ceiling)
+}
+
+// snowflakeLowWater is a Snowflake buffer's mark: lowWater's safe distance, but Snowflake
+// IDs age, so with a MaxAge (maxAge > 0) at most what the rate hands out in half of maxAge,
+// less a batch (an ID asked at the mark then leaves the buffer within maxAge/2 at that
+// rate instead of expiring); never below half a batch (so half a batch until the rate is
+// measured). The Java client's BatchSizer.mark.
+func (p *pace) snowflakeLowWater(batch, ceiling int, maxAge time.Duration) int {
+	bound := float64(ceiling)
+	if maxAge > 0 {
+		bound = math.Min(bound, math.Floor(p.rate*maxAge.Seconds()/2)-float64(batch))
+	}
+	if bound <= float64(batch/2) {
+		return batch / 2
+	}
+	return p.lowWater(batch, int(bound))
+}
+
+// mark is the low-water mark (clients/SPEC.md): a safe distance ahead, up to rangesAhead
+// refill ceilings, and in Snowflake mode within MaxAge (pace.snowflakeLowWater); c.mu is held.
+func (c *Client) mark() int {
+	if c.mode == "segment" {
+		return c.pace.lowWater(c.batchSize, rangesAhead*c.ceiling())
+	}
+	return c.pace.snowflakeLowWater(c.batchSize, rangesAhead*c.ceiling(), c.settings.MaxAge)
 }

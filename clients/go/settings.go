@@ -138,8 +138,8 @@ func nextBatchSize(current int, lasted time.Duration, known bool, s Settings, ma
 	return size
 }
 
-// lowWater: refill when the buffer holds half a batch or less (Snowflake mode, and the
-// floor of a segment buffer's mark: pace.lowWater).
+// lowWater: refill when the buffer holds half a batch or less: the mark until the first
+// refill arrives, and its floor after (Client.mark).
 func lowWater(batch int) int { return batch / 2 }
 
 // backoff: 50 ms doubling to 1 s, after a failure that named no Retry-After.

@@ -130,7 +130,7 @@ func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func()) 
 // third held until a caller waits on it.
 func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.T) {
 	url, release := gatedSnowflakeSidecar(t, 2)
-	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxWait: time.Minute})
+	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxWait: 10 * time.Second})
 	ctx := context.Background()
 	for range 200 { // the two answered batches
 		if _, err := c.NextID(ctx); err != nil {

@@ -124,13 +124,15 @@ func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func()) 
 	return s.URL, release
 }
 
-// The client's wiring of the rule in Snowflake mode: every refill is measured, the mark is
-// the Snowflake one, and a caller that finds the buffer empty (once the rate is measured)
-// doubles the distance and moves the mark. No timing: two refills answered at once, the
-// third held until a caller waits on it.
+// The client's wiring of the rule in Snowflake mode: every refill is measured, and a caller
+// that finds the buffer empty (once the rate is measured) doubles the distance and moves
+// the mark by the Snowflake rule, MaxAge included. No timing: two refills answered at
+// once, the third held until a caller waits on it; the measures are then set by hand
+// (1,000 IDs/s, a slowest refill of 150 ms), so that the mark at distance 2 is 300, at 4
+// 600, and within half of MaxAge (1 s) 500 less a batch: 400.
 func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.T) {
 	url, release := gatedSnowflakeSidecar(t, 2)
-	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxWait: 10 * time.Second})
+	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxAge: time.Second, MaxWait: 10 * time.Second})
 	ctx := context.Background()
 	for range 200 { // the two answered batches
 		if _, err := c.NextID(ctx); err != nil {
@@ -139,6 +141,8 @@ func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.
 	}
 	c.mu.Lock()
 	arrivals, dist, waits := c.pace.arrivals, c.pace.dist(), c.stats.Waits
+	c.pace.rate, c.pace.slow = 1000, float64(150*time.Millisecond)
+	c.low.Store(300)
 	c.mu.Unlock()
 	if arrivals != 2 || dist != minDistance {
 		t.Fatalf("after two refills: %d measured arrivals, distance %d; want 2 and %d", arrivals, dist, minDistance)
@@ -148,14 +152,14 @@ func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.
 	for {
 		c.mu.Lock()
 		waited := c.stats.Waits > waits
-		dist, low, want := c.pace.dist(), c.low.Load(), c.mark()
+		dist, low := c.pace.dist(), c.low.Load()
 		c.mu.Unlock()
 		if waited {
 			if dist != 2*minDistance {
 				t.Errorf("distance = %d after a caller found the buffer empty; want %d", dist, 2*minDistance)
 			}
-			if low != int64(want) {
-				t.Errorf("the mark is %d after the wait; want %d (the Snowflake rule at the new distance)", low, want)
+			if low != 400 {
+				t.Errorf("the mark is %d after the wait; want 400 (4 x 150 ms x 1,000/s = 600, within half of MaxAge at the rate less a batch)", low)
 			}
 			break
 		}

@@ -173,4 +173,11 @@ func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+	// The third refill's arrival sets the mark by the same rule: the slowest refill is still
+	// about 150 ms and the rate at least 750 IDs/s (a quarter of the way down from 1,000,
+	// and down again only for the refills made while the buffer is at or under the mark),
+	// so not half a batch.
+	if low := c.low.Load(); low <= 50 {
+		t.Errorf("the mark is %d after the held refill arrived; want the Snowflake rule's, above half a batch", low)
+	}
 }

@@ -331,26 +331,6 @@ func TestASidecarWaitingForASlotIsSlotLostNotNoSidecar(t *testing.T) {
 	}
 }
 
-// The buffer holds at most a batch more than the low-water mark: a refill asked for while
-// the previous one was out is not made once that one has filled the buffer (it was: the
-// buffer then grew by a batch a time). The mark is at most 8 batches (clients/SPEC.md, "a
-// safe distance"), so at most 900 IDs of batches of 100.
-func TestTheBufferNeverHoldsMoreThanItsMarkAndABatch(t *testing.T) {
-	_, socket := sidecar(t)
-	c := newClient(t, Settings{Socket: socket, MinBatch: 100, MaxBatch: 100})
-	ctx := context.Background()
-	most := 0
-	for range 50_000 {
-		if _, err := c.NextID(ctx); err != nil {
-			t.Fatal(err)
-		}
-		most = max(most, c.Stats().BufferDepth)
-	}
-	if most > 900 {
-		t.Fatalf("the buffer held %d IDs; want at most 900 (a batch of 100 above a mark of at most 8 batches)", most)
-	}
-}
-
 // Buffered IDs are never handed out older than MaxAge (clients/SPEC.md, "Maximum age"),
 // however far ahead the mark keeps the buffer: bursts of calls with pauses longer than
 // MaxAge between them, and every ID's time (from the sidecar's layout) within MaxAge of

@@ -84,8 +84,8 @@ func TestASnowflakeWaitDoublesTheDistanceWithinMaxAge(t *testing.T) {
 }
 
 // gatedSnowflakeSidecar answers /ids at once `open` times, then holds each answer until
-// release is called.
-func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func()) {
+// release is called; requests says how many /ids requests it has received.
+func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func(), requests func() int) {
 	var mu sync.Mutex
 	next, answered := int64(1), 0
 	gate := make(chan struct{})
@@ -121,7 +121,11 @@ func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func()) 
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(func() { release(); s.Close() })
-	return s.URL, release
+	return s.URL, release, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return answered
+	}
 }
 
 // The client's wiring of the rule in Snowflake mode: every refill is measured, and a caller
@@ -131,7 +135,7 @@ func gatedSnowflakeSidecar(t *testing.T, open int) (url string, release func()) 
 // (1,000 IDs/s, a slowest refill of 150 ms), so that the mark at distance 2 is 300, at 4
 // 600, and within half of MaxAge (1 s) 500 less a batch: 400.
 func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.T) {
-	url, release := gatedSnowflakeSidecar(t, 2)
+	url, release, _ := gatedSnowflakeSidecar(t, 2)
 	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxAge: time.Second, MaxWait: 10 * time.Second})
 	ctx := context.Background()
 	for range 200 { // the two answered batches
@@ -179,5 +183,40 @@ func TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance(t *testing.
 	// so not half a batch.
 	if low := c.low.Load(); low <= 50 {
 		t.Errorf("the mark is %d after the held refill arrived; want the Snowflake rule's, above half a batch", low)
+	}
+}
+
+// A refill asked for while the previous one was out is not made once that one has filled
+// the buffer above the mark (it was: the buffer then grew by a batch a time; the test that
+// the buffer held at most one and a half batches pinned it while the mark was half a batch).
+// No timing: the first refill is held while two callers wait on it, so the second caller's
+// ask is pending when it arrives; the mark is then half a batch (the rate is measured from
+// the second refill), and the batch of 100 leaves 98 after the two callers.
+func TestARefillAskedWhileOneWasOutIsNotMadeOnceTheBufferIsAboveTheMark(t *testing.T) {
+	url, release, requests := gatedSnowflakeSidecar(t, 0)
+	c := newClient(t, Settings{URL: url, MinBatch: 100, MaxBatch: 100, MaxWait: 10 * time.Second})
+	ctx := context.Background()
+	got := make(chan error, 2)
+	call := func() { _, err := c.NextID(ctx); got <- err }
+	go call()
+	until := func(what string, done func() bool) {
+		for deadline := time.Now().Add(10 * time.Second); !done(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in 10 s", what)
+			}
+		}
+	}
+	until("first refill", func() bool { return requests() == 1 })
+	go call() // waits too, asking for a refill while the first is out
+	until("second wait", func() bool { return c.Stats().Waits == 2 })
+	release()
+	for range 2 {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // time for a refill the client should not make
+	if n, s := requests(), c.Stats(); n != 1 || s.BufferDepth != 98 {
+		t.Fatalf("%d refills asked, %d IDs buffered; want 1 and 98: none while 98 IDs are above the mark of 50", n, s.BufferDepth)
 	}
 }

@@ -20,12 +20,13 @@ const (
 // pace is when a buffer refills (clients/SPEC.md, "Range refills are sized and timed so
 // that no caller waits", segment and Snowflake): it measures the refills' mean and slowest
 // recent duration and the rate at which values leave the buffer, and sets the low-water
-// mark a safe distance ahead: a refill asked at the mark arrives, were it as slow as the slowest
-// recent one, while about distance-1 such refills' worth of values is still left. The
-// distance starts at two; a caller that finds the buffer empty doubles it, up to
+// mark a safe distance ahead: a refill asked at the mark arrives, were it as slow as the
+// slowest recent one, while about distance-1 such refills' worth of values is still left.
+// The distance starts at two; a caller that finds the buffer empty doubles it, up to
 // maxDistance, and calmRefills refills in a row without a wait halve it again. The spread,
 // not the mean, empties a buffer (docs/notes/bench-2026-11-30-java-segment-refill.md).
-// Guarded by Client.mu.
+// A Snowflake buffer's mark is also bounded by MaxAge (snowflakeLowWater). Guarded by
+// Client.mu.
 type pace struct {
 	refillTime time.Duration // exponential mean of successful refills' durations
 	slow       float64       // the slowest recent refill, ns: a longer one at once, halving every slowHalfLife

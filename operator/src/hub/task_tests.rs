@@ -61,10 +61,34 @@ fn joining(name: &str, sequence: &str, created: &str) -> serde_json::Value {
     })
 }
 
+/// A fake API server whose membership list holds `items`.
+fn listing(items: &[serde_json::Value]) -> FakeApi {
+    FakeApi::new().expect(
+        http::Method::GET,
+        "/apis/kubeflake.io/v1alpha1/idspacememberships",
+        200,
+        json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembershipList",
+               "metadata": {"resourceVersion": "9"}, "items": items}),
+    )
+}
+
+/// One round of the membership task as cluster `cluster-a` against `fake`, then its check
+/// that every scripted request came and nothing else did.
+async fn one_round(fake: &FakeApi) {
+    let config = Config::new("kubeflake-system".into(), None);
+    let reporter = kube::runtime::events::Reporter {
+        controller: "kubeflake-operator".into(),
+        instance: Some("test".into()),
+    };
+    let recorder = kube::runtime::events::Recorder::new(fake.client(), reporter);
+    let mut cluster = Some(MemberId::new("cluster-a").expect("an ID"));
+    super::task::round(&fake.client(), &config, &recorder, &mut cluster).await;
+    fake.verify();
+}
+
 #[tokio::test]
 async fn rule20_a_second_membership_of_this_cluster_joining_the_same_space_is_never_contacted_and_is_not_ready()
  {
-    const LIST: &str = "/apis/kubeflake.io/v1alpha1/idspacememberships";
     const LATER_STATUS: &str =
         "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/payments/status";
     // The earlier membership is being deleted by a person who did not wait for the hub: its
@@ -78,24 +102,8 @@ async fn rule20_a_second_membership_of_this_cluster_joining_the_same_space_is_ne
     stored["status"] = json!({});
     // Only the list and the later one's status (and its Warning Event): no read of a sequence,
     // a Lease, a hub Secret or a hub.
-    let fake = FakeApi::new()
-        .expect(
-            http::Method::GET,
-            LIST,
-            200,
-            json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembershipList",
-                   "metadata": {"resourceVersion": "9"}, "items": [earlier, later]}),
-        )
-        .expect(http::Method::PUT, LATER_STATUS, 200, stored);
-    let config = Config::new("kubeflake-system".into(), None);
-    let reporter = kube::runtime::events::Reporter {
-        controller: "kubeflake-operator".into(),
-        instance: Some("test".into()),
-    };
-    let recorder = kube::runtime::events::Recorder::new(fake.client(), reporter);
-    let mut cluster = Some(MemberId::new("cluster-a").expect("an ID"));
-    super::task::round(&fake.client(), &config, &recorder, &mut cluster).await;
-    fake.verify();
+    let fake = listing(&[earlier, later]).expect(http::Method::PUT, LATER_STATUS, 200, stored);
+    one_round(&fake).await;
     let written = &fake.requests(&http::Method::PUT, LATER_STATUS)[0].body;
     let ready = written["status"]["conditions"]
         .as_array()
@@ -124,7 +132,6 @@ async fn rule20_a_second_membership_of_this_cluster_joining_the_same_space_is_ne
 #[tokio::test]
 async fn rule20_a_deleted_second_membership_of_the_same_space_releases_none_of_the_earlier_ones_blocks()
  {
-    const LIST: &str = "/apis/kubeflake.io/v1alpha1/idspacememberships";
     const LATER: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/payments";
     let mut earlier = joining("orders", "orders", "2026-11-30T10:00:00Z");
     earlier["metadata"]["deletionTimestamp"] = json!("2026-11-30T12:00:00Z");
@@ -138,22 +145,6 @@ async fn rule20_a_deleted_second_membership_of_the_same_space_releases_none_of_t
     let mut released = later.clone();
     released["metadata"]["finalizers"] = json!([]);
     // Only the list and the finalizer's removal: no hub Secret read, so no hub write.
-    let fake = FakeApi::new()
-        .expect(
-            http::Method::GET,
-            LIST,
-            200,
-            json!({"apiVersion": "kubeflake.io/v1alpha1", "kind": "IdSpaceMembershipList",
-                   "metadata": {"resourceVersion": "9"}, "items": [earlier, later]}),
-        )
-        .expect(http::Method::PUT, LATER, 200, released);
-    let config = Config::new("kubeflake-system".into(), None);
-    let reporter = kube::runtime::events::Reporter {
-        controller: "kubeflake-operator".into(),
-        instance: Some("test".into()),
-    };
-    let recorder = kube::runtime::events::Recorder::new(fake.client(), reporter);
-    let mut cluster = Some(MemberId::new("cluster-a").expect("an ID"));
-    super::task::round(&fake.client(), &config, &recorder, &mut cluster).await;
-    fake.verify();
+    let fake = listing(&[earlier, later]).expect(http::Method::PUT, LATER, 200, released);
+    one_round(&fake).await;
 }

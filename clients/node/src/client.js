@@ -2,7 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeflakeError, NoSidecarError, ProtocolError, SlotLostError } from './errors.js';
 import { layoutFromDecodes, toBigInt } from './layout.js';
-import { Pace } from './pace.js';
+import { Pace, RANGES_AHEAD } from './pace.js';
 import { parseJSONExact, resolveEndpoint, Transport } from './transport.js';
 
 const DEFAULTS = Object.freeze({
@@ -43,6 +43,7 @@ export class Client {
   #noRanges = false; // the sidecar answered 404 to /range (0.1.0): refills ask /ids
   #pace = new Pace();
   #low; // refill when #depth is at or below it
+  #emptySince = -1; // a caller found the buffer empty since the last refill arrived; -1: not
   #refilling = false;
   #taken = 0;
   #refillErr = null;
@@ -174,6 +175,10 @@ export class Client {
         if (!started) {
           started = t;
           this.#stats.waits++;
+          // The mark was too low for the refills' spread: a safe distance further ahead.
+          this.#pace.waited();
+          this.#low = this.#mark();
+          if (this.#emptySince < 0) this.#emptySince = t;
         }
         this.#wantRefill();
         const deadline = started + this.#s.maxWaitMs;
@@ -256,15 +261,30 @@ export class Client {
       this.#stats.refillSeconds += (done - sent) / 1000;
       this.#batchSize = this.#nextBatchSize(done);
       this.#lastRefill = done;
-      this.#low = this.#batchSize >> 1;
+      const empty = this.#emptySince < 0 ? 0 : Math.max(0, done - this.#emptySince);
+      this.#emptySince = -1;
+      this.#pace.arrived(done, done - sent, this.#stats.ids, empty);
       if (this.#mode === 'segment') {
-        this.#pace.arrived(done, done - sent, this.#stats.ids);
-        this.#low = this.#pace.lowWater(this.#batchSize, this.#ceiling());
+        // A range costs the same whatever its length: reach one refill period at the rate at
+        // once, instead of doubling from minBatch.
+        const perPeriod = Math.ceil(this.#pace.ratePerMs * this.#s.refillPeriodMs);
+        this.#batchSize = Math.min(Math.max(this.#batchSize, perPeriod), this.#ceiling());
       }
+      this.#low = this.#mark();
       this.#refillErr = null;
       this.#filled.fire();
       if (this.#depth > this.#low) return;
     }
+  }
+
+  /**
+   * The low-water mark (clients/SPEC.md): a safe distance ahead, up to RANGES_AHEAD refill
+   * ceilings, and in Snowflake mode within maxAgeMs (Pace.snowflakeLowWater).
+   */
+  #mark() {
+    const ceiling = RANGES_AHEAD * this.#ceiling();
+    if (this.#mode === 'segment') return this.#pace.lowWater(this.#batchSize, ceiling);
+    return this.#pace.snowflakeLowWater(this.#batchSize, ceiling, this.#s.maxAgeMs);
   }
 
   /** Refills ask /range: segment mode, unless the sidecar answered 404 to it. */

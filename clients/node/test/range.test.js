@@ -109,7 +109,7 @@ test('the low-water mark is half a batch until refills are measured', () => {
   assert.equal(new Pace().lowWater(1000, 1_000_000), 500);
 });
 
-test('the low-water mark covers two refill times at the measured rate, within [half a batch, the ceiling]', () => {
+test('the low-water mark covers two slowest recent refills at the measured rate, within [half a batch, the ceiling]', () => {
   const p = new Pace();
   p.arrived(1_000_000, 0.8, 0);
   p.arrived(1_001_000, 0.8, 10_000_000); // 10M values/s; refills take 0.8 ms

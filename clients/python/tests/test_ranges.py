@@ -19,7 +19,8 @@ import pytest
 import kubeflake
 from kubeflake import _policy
 from kubeflake._policy import Settings
-from kubeflake._sizer import Pace, Sizer
+from kubeflake._pace import Pace
+from kubeflake._sizer import Sizer
 from kubeflake.aio import AsyncClient
 from kubeflake.errors import ProtocolError
 
@@ -180,7 +181,7 @@ def test_the_low_water_mark_is_half_a_batch_until_refills_are_measured():
     assert Pace().low_water(1000, 1_000_000) == 500
 
 
-def test_the_low_water_mark_covers_two_refill_times_at_the_measured_rate():
+def test_the_low_water_mark_covers_two_slowest_recent_refills_at_the_measured_rate():
     p = Pace()
     p.arrived(1000.0, 0.0008, 0)
     p.arrived(1001.0, 0.0008, 10_000_000)  # 10M values/s; refills take 0.8 ms

@@ -83,7 +83,8 @@ def next_batch_size(current: int, lasted: float | None, settings: Settings, ceil
 
 
 def low_water(batch: int) -> int:
-    """Refill when the buffer holds this many IDs or fewer: half a batch."""
+    """Refill when the buffer holds this many IDs or fewer: half a batch, until refills are
+    measured, and the floor of the safe distance's mark after (kubeflake._pace)."""
     return batch // 2
 
 

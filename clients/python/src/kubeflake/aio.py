@@ -69,6 +69,7 @@ class AsyncClient:
         self._idle: list[_Connection] = []
         self._sizer = Sizer(self.settings)
         self._no_ranges = False  # the sidecar answered 404 to /range (0.1.0): refills ask /ids
+        self._empty_since: float | None = None  # a caller found the buffer empty since the last refill
         self._refill_error: KubeflakeError | None = None
         self._retry_at = 0.0
         self._mode: str | None = None
@@ -161,6 +162,10 @@ class AsyncClient:
             if started is None:
                 started = now
                 self._stats.waits += 1
+                # The mark was too low for the refills' spread: a safe distance further ahead.
+                self._sizer.waited()
+                if self._empty_since is None:
+                    self._empty_since = now
             self._ask_refill()
             error = self._refill_error
             if error is not None and not error.retryable:
@@ -236,7 +241,9 @@ class AsyncClient:
             self._stats.refills += 1
             self._stats.refill_seconds += done - started
             segment = self._mode == "segment"
-            self._sizer.refilled(done, done - started, self._stats.ids, segment, segment and not self._no_ranges)
+            empty = 0.0 if self._empty_since is None else max(0.0, done - self._empty_since)
+            self._empty_since = None
+            self._sizer.refilled(done, done - started, self._stats.ids, segment, segment and not self._no_ranges, empty)
             self._stats.batch_size = self._sizer.batch
             self._refill_error = None
             if self._stats.buffer_depth > self._sizer.low:

@@ -202,7 +202,7 @@ export class Client {
     this.#refill().catch((cause) => { // not expected: #refill types every failure itself
       this.#refillErr = new ProtocolError(`the refiller failed: ${cause}`, { cause });
       this.#filled.fire();
-    }).finally(() => { this.#refilling = false; });
+    });
   }
 
   /**
@@ -210,70 +210,78 @@ export class Client {
    * segment values leave the buffer in order); it keeps its own waits after a refusal.
    */
   async #refill() {
-    let delay = 0;
-    while (!this.#closed) {
-      const ranges = this.#ranges();
-      const size = Math.min(this.#batchSize, this.#ceiling());
-      const sent = now();
-      let batch;
-      try {
-        if (ranges) {
-          const range = await this.#http.range(size);
-          if (range === null) {
-            this.#noRanges = true; // a 0.1.0 sidecar: /ids from now on
+    try {
+      let delay = 0;
+      while (!this.#closed) {
+        const ranges = this.#ranges();
+        const size = Math.min(this.#batchSize, this.#ceiling());
+        const sent = now();
+        let batch;
+        try {
+          if (ranges) {
+            const range = await this.#http.range(size);
+            if (range === null) {
+              this.#noRanges = true; // a 0.1.0 sidecar: /ids from now on
+              continue;
+            }
+            batch = { at: sent, first: range.first, length: range.count, pos: 0 };
+          } else {
+            const ids = await this.#http.ids(`/ids?count=${size}`);
+            batch = { at: sent, ids, length: ids.length, pos: 0 };
+          }
+        } catch (caught) {
+          if (this.#closed) return;
+          const err = caught instanceof KubeflakeError ? caught : new ProtocolError(String(caught), { cause: caught });
+          if (err.kind === 'bad_request' && size > 1) {
+            // A sidecar with a smaller --max-batch (--max-range): ask for fewer.
+            if (ranges) this.#maxRange = size >> 1;
+            else this.#maxBatch = size >> 1;
+            this.#batchSize = Math.min(this.#batchSize, this.#ceiling());
             continue;
           }
-          batch = { at: sent, first: range.first, length: range.count, pos: 0 };
-        } else {
-          const ids = await this.#http.ids(`/ids?count=${size}`);
-          batch = { at: sent, ids, length: ids.length, pos: 0 };
-        }
-      } catch (caught) {
-        if (this.#closed) return;
-        const err = caught instanceof KubeflakeError ? caught : new ProtocolError(String(caught), { cause: caught });
-        if (err.kind === 'bad_request' && size > 1) {
-          // A sidecar with a smaller --max-batch (--max-range): ask for fewer.
-          if (ranges) this.#maxRange = size >> 1;
-          else this.#maxBatch = size >> 1;
-          this.#batchSize = Math.min(this.#batchSize, this.#ceiling());
+          this.#refillErr = err;
+          this.#stats.refillErrors++;
+          let wait = err.retryAfterMs;
+          if (!wait) wait = delay = backoff(delay);
+          this.#retryAt = now() + wait;
+          this.#filled.fire();
+          if (!err.retryable) return;
+          try {
+            await sleep(wait, undefined, { signal: this.#closing.signal, ref: false });
+          } catch {
+            return; // closed
+          }
           continue;
         }
-        this.#refillErr = err;
-        this.#stats.refillErrors++;
-        let wait = err.retryAfterMs;
-        if (!wait) wait = delay = backoff(delay);
-        this.#retryAt = now() + wait;
-        this.#filled.fire();
-        if (!err.retryable) return;
-        try {
-          await sleep(wait, undefined, { signal: this.#closing.signal, ref: false });
-        } catch {
-          return; // closed
+        if (this.#closed) return;
+        const done = now();
+        delay = 0;
+        this.#queue.push(batch);
+        this.#depth += batch.length;
+        this.#stats.refills++;
+        this.#stats.refillSeconds += (done - sent) / 1000;
+        this.#batchSize = this.#nextBatchSize(done);
+        this.#lastRefill = done;
+        const empty = this.#emptySince < 0 ? 0 : Math.max(0, done - this.#emptySince);
+        this.#emptySince = -1;
+        this.#pace.arrived(done, done - sent, this.#stats.ids, empty);
+        if (this.#mode === 'segment') {
+          // A range costs the same whatever its length: reach one refill period at the rate at
+          // once, instead of doubling from minBatch.
+          const perPeriod = Math.ceil(this.#pace.ratePerMs * this.#s.refillPeriodMs);
+          this.#batchSize = Math.min(Math.max(this.#batchSize, perPeriod), this.#ceiling());
         }
-        continue;
+        this.#low = this.#mark();
+        this.#refillErr = null;
+        this.#filled.fire();
+        if (this.#depth > this.#low) return;
       }
-      if (this.#closed) return;
-      const done = now();
-      delay = 0;
-      this.#queue.push(batch);
-      this.#depth += batch.length;
-      this.#stats.refills++;
-      this.#stats.refillSeconds += (done - sent) / 1000;
-      this.#batchSize = this.#nextBatchSize(done);
-      this.#lastRefill = done;
-      const empty = this.#emptySince < 0 ? 0 : Math.max(0, done - this.#emptySince);
-      this.#emptySince = -1;
-      this.#pace.arrived(done, done - sent, this.#stats.ids, empty);
-      if (this.#mode === 'segment') {
-        // A range costs the same whatever its length: reach one refill period at the rate at
-        // once, instead of doubling from minBatch.
-        const perPeriod = Math.ceil(this.#pace.ratePerMs * this.#s.refillPeriodMs);
-        this.#batchSize = Math.min(Math.max(this.#batchSize, perPeriod), this.#ceiling());
-      }
-      this.#low = this.#mark();
-      this.#refillErr = null;
-      this.#filled.fire();
-      if (this.#depth > this.#low) return;
+    } finally {
+      // Cleared in the same step as the loop's last look at the buffer, not in a `.finally` on
+      // this promise a few microtasks later: an ask in between was lost, and a caller that
+      // then found the buffer empty (the last batch older than maxAgeMs on arrival) waited
+      // out maxWaitMs with no refill coming.
+      this.#refilling = false;
     }
   }
 

@@ -4,7 +4,9 @@
 // rate is measured, doubles the distance and moves the mark by the Snowflake rule, maxAgeMs
 // included. No timing: a fake Snowflake sidecar answers two refills at once and holds the
 // third until released; the client's Pace is watched through its prototype (this file's
-// process only: node --test runs each file in its own).
+// process only: node --test runs each file in its own). Then "Maximum age" against a real
+// sidecar, however far ahead the mark keeps the buffer (the Go client's
+// TestSnowflakeIDsAreNeverHandedOutOlderThanMaxAge).
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import http from 'node:http';
@@ -12,6 +14,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'kubeflake';
 import { MIN_DISTANCE, Pace } from '../src/pace.js';
+import { startSidecar } from './sidecar.js';
 
 /** Answers /ids at once `open` times, then holds each answer until release(). */
 async function gatedSnowflakeSidecar(t, open) {
@@ -78,4 +81,28 @@ test('a caller finding the buffer empty doubles the safe distance and moves the 
   assert.equal(await caller, 201n);
   const [, , , emptyMs] = seen.arrivals[2];
   assert.ok(emptyMs >= 20, `the third refill arrived after the buffer was empty for at least 20 ms, measured ${emptyMs} ms`);
+});
+
+test('Snowflake IDs are never handed out older than maxAgeMs, however far ahead the mark', async (t) => {
+  const sidecar = await startSidecar();
+  t.after(sidecar.stop);
+  const maxAgeMs = 20;
+  const ids = new Client({ socket: sidecar.socket, maxAgeMs });
+  t.after(() => ids.close());
+  const layout = await ids.layout();
+  // The age is taken when the call began: the buffer checks a batch's age (from when its
+  // request was sent, before any of its IDs' times) after that moment, so the bound holds
+  // however long the caller is descheduled; the slack is the ID's time unit and the clocks'
+  // spread (Date.now() in whole ms), not the machine's load.
+  const slackMs = layout.timeUnitMs + 5;
+  for (let burst = 0; burst < 4; burst++) {
+    for (let i = 0; i < 20_000; i++) {
+      const began = Date.now();
+      const id = await ids.next();
+      const age = began - layout.decode(id).time.getTime();
+      if (age > maxAgeMs + slackMs) assert.fail(`burst ${burst}: ID ${id} was ${age} ms old when its call began`);
+    }
+    await sleep(300);
+  }
+  assert.ok(ids.stats().expired > 0, 'no buffered ID expired across pauses: the test did not test the bound');
 });

@@ -1,8 +1,10 @@
 """clients/SPEC.md, "a safe distance", wired into both clients (the Go client's
 TestASnowflakeCallerFindingTheBufferEmptyDoublesTheSafeDistance): every refill is measured,
-and a caller that finds the buffer empty, once the rate is measured, doubles the distance
-and moves the mark by the Snowflake rule, max_age included. No timing: a fake Snowflake
-sidecar answers two refills at once and holds the third until released."""
+the time the buffer was empty left out, and a caller that finds the buffer empty, once the
+rate is measured, doubles the distance and moves the mark by the Snowflake rule, max_age
+included. No timing: a fake Snowflake sidecar answers two refills at once and holds the
+third until released. Then "Maximum age" against a real sidecar, however far ahead the
+mark keeps the buffer (the Go client's TestSnowflakeIDsAreNeverHandedOutOlderThanMaxAge)."""
 
 from __future__ import annotations
 
@@ -154,3 +156,44 @@ def test_an_async_caller_finding_the_buffer_empty_doubles_the_safe_distance(gate
 
     assert asyncio.run(main()) == 201
     _check_empty_left_out(arrivals)
+
+
+MAX_AGE = 0.020
+
+
+def _check_age(layout, began: float, value: int, burst: int) -> None:
+    """The age is taken when the call began: the buffer checks a batch's age (from when its
+    request was sent, before any of its IDs' times) after that moment, so the bound holds
+    however long the caller is descheduled; the slack is the ID's time unit and the clocks'
+    spread, not the machine's load (the Go client's test of the same bound)."""
+    age = began - layout.decode(value).time.timestamp()
+    slack = layout.time_unit.total_seconds() + 0.005
+    assert age <= MAX_AGE + slack, f"burst {burst}: ID {value} was {age * 1000:.1f} ms old when its call began"
+
+
+def test_snowflake_ids_are_never_handed_out_older_than_max_age_however_far_ahead_the_mark(sidecar):
+    """clients/SPEC.md, "Maximum age", with the safe distance's larger buffer: bursts of
+    calls with pauses longer than max_age between them, every ID younger than max_age when
+    its call began."""
+    with kubeflake.Client(socket=sidecar.socket, max_age=MAX_AGE) as ids:
+        layout = ids.layout()
+        for burst in range(4):
+            for _ in range(20_000):
+                began = time.time()
+                _check_age(layout, began, ids.next(), burst)
+            time.sleep(0.3)
+        assert ids.stats().expired > 0, "no buffered ID expired across pauses: the test did not test the bound"
+
+
+def test_async_snowflake_ids_are_never_handed_out_older_than_max_age(sidecar):
+    async def main():
+        async with AsyncClient(socket=sidecar.socket, max_age=MAX_AGE) as ids:
+            layout = await ids.layout()
+            for burst in range(4):
+                for _ in range(20_000):
+                    began = time.time()
+                    _check_age(layout, began, await ids.next(), burst)
+                await asyncio.sleep(0.3)
+            return ids.stats().expired
+
+    assert asyncio.run(main()) > 0, "no buffered ID expired across pauses: the test did not test the bound"

@@ -94,7 +94,7 @@ async fn the_node_keeps_pod_traffic_on_this_machine_by_its_rules_and_routes() ->
 
     // A running pod has no default route; it reaches Services through the bridge.
     shared_release(cluster).await?;
-    let operator_pid = container_pid_of("kubeflake-operator")?;
+    let operator_pid = container_pid_of("/kubeflake-operator")?;
     let routes = std::fs::read_to_string(format!("/proc/{operator_pid}/net/route"))?;
     let routes = parse_routes(&routes);
     assert!(
@@ -761,9 +761,13 @@ fn process_cmdline(name: &str, cluster: &Cluster) -> Result<String> {
     Ok(std::fs::read_to_string(format!("/proc/{pid}/cmdline"))?.replace('\0', " "))
 }
 
-/// The host pid of a container process running `binary` (containers' processes are
-/// visible from the host).
+/// The host pid of a container process running `binary` (its command as the image names
+/// it, e.g. `/kubeflake-operator`; containers' processes are visible from the host). Only a
+/// process in another network namespace than this test's counts: with the lanes of
+/// scripts/test.sh at once, other test binaries run the same programs on the host (a
+/// standalone operator's routes are the host's, default route and all).
 fn container_pid_of(binary: &str) -> Result<u32> {
+    let own_netns = std::fs::read_link("/proc/self/ns/net")?;
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -772,15 +776,15 @@ fn container_pid_of(binary: &str) -> Result<u32> {
         let Ok(cmdline) = std::fs::read_to_string(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        if cmdline
-            .split('\0')
-            .next()
-            .is_some_and(|c| c.ends_with(binary))
-        {
-            return Ok(pid);
+        if cmdline.split('\0').next() != Some(binary) {
+            continue;
+        }
+        match std::fs::read_link(format!("/proc/{pid}/ns/net")) {
+            Ok(netns) if netns != own_netns => return Ok(pid),
+            _ => continue,
         }
     }
-    bail!("no process runs {binary}")
+    bail!("no process in a pod's network namespace runs {binary}")
 }
 
 /// (destination, mask, gateway) of each route in a /proc/<pid>/net/route table.

@@ -41,6 +41,7 @@ pub mod membership;
 pub mod records;
 pub mod registry;
 pub mod resource;
+pub mod segment_member;
 pub mod segment_range;
 pub mod space;
 

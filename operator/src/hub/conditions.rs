@@ -40,6 +40,9 @@ pub enum Reason {
     RaisePending,
     /// FencesRaised=True: raised; slots are assigned again.
     Raised,
+    /// A Warning Event: a Segment member's records were behind its entry on the hub (its
+    /// etcd restored); its counter's ranges were given up (docs/safety.md rule 22).
+    LocalBehind,
 }
 
 impl Reason {
@@ -57,6 +60,7 @@ impl Reason {
             Reason::SpareHeld => "SpareHeld",
             Reason::RaisePending => "RaisePending",
             Reason::Raised => "Raised",
+            Reason::LocalBehind => "LocalBehind",
         }
     }
 }

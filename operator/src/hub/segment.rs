@@ -6,8 +6,9 @@
 //! three compare-and-swap writes, **in this order**:
 //!
 //! 1. the hub: `spec.segment.next` raised by the range's size and `spec.registry.revision`
-//!    counted up by 1, on the IdSpace's resourceVersion read (the hub policy admits one
-//!    range per write). The range is now this member's, and nobody else's, forever;
+//!    counted up by 1, with this member's entry's generation, on the IdSpace's
+//!    resourceVersion read (the hub policy admits one range per write). The range is
+//!    now this member's, and nobody else's, forever;
 //! 2. the membership's status: the usable part of the range in `status.segmentRange` (and
 //!    the revision written in `revisionSeen`), on the membership's resourceVersion;
 //! 3. the counter Lease: the range queued behind the range in use (a counter that had no
@@ -24,13 +25,19 @@
 //! one this member saw (restored from a backup, its counter perhaps lower too) is refused
 //! before anything is taken.
 //!
+//! Records that went back (rule 22, [`member`]): the member keeps an entry in the hub's
+//! registry whose generation every take, and every contact that finds the counter moved
+//! since the last count-up, counts up by 1 (in the take's write, or in one of its own), then
+//! keeps in the membership's `status.generation`. Before anything is taken or queued, a
+//! status apart from the hub's entry (the counter and the status restored from an older
+//! snapshot) gives the counter's ranges up, and the range kept in the status, first.
+//!
 //! Join-time rule: a counter that issued values alone before it joined queues only values
 //! at or above its `next` ([`plan::usable`], [`plan::take_size`]). A counter already ranged
 //! when the membership has recorded no cluster yet (restored or copied from another
 //! cluster, whose ranges they are) gives its ranges up first ([`plan::abandon`]).
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -39,10 +46,11 @@ use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::id_space::join::check_sequence;
-use kubeflake_crds::id_space::membership::{IdSpaceMembership, RangeRecord, check_space_uid};
+use kubeflake_crds::id_space::membership::{IdSpaceMembership, check_space_uid};
 use kubeflake_crds::id_space::resource::SpaceCounterRecord;
+use kubeflake_crds::id_space::segment_member::{count_up, counted_up_since};
 use kubeflake_crds::id_space::segment_range;
-use kubeflake_crds::id_space::{IdSpace, MemberId, SpaceSequence};
+use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName, SpaceSequence};
 use kubeflake_crds::ownership::counter_name;
 use kubeflake_crds::segment_counter::range::plan::{self, Pending};
 use kubeflake_runtime::kube_error::is_conflict;
@@ -53,9 +61,13 @@ use super::step::{MAX_WRITES_PER_CONTACT, Refusal};
 use crate::metrics::hub::{HubMetrics, Member, RangesHeld};
 
 mod local;
+mod member;
+mod status;
 
 pub use local::show_held;
 use local::{abandon_ranges, no_0_1_claimants, read_counter};
+use member::Entry;
+use status::{check_hub_revision, keep_range, pending_of, with_identity};
 
 /// The smallest range taken from the hub: many sidecar blocks (values are 63-bit, so a
 /// range left unused when a member leaves costs nothing that matters).
@@ -73,18 +85,37 @@ pub struct Kept {
     /// sizing's inputs, for the metrics.
     pub claim_rate: f64,
     pub tolerance_secs: u64,
+    /// This member's records were found behind the hub's (its etcd restored): the
+    /// counter's ranges were given up. Said in a Warning Event and the metrics.
+    pub went_back: Option<String>,
 }
 
 /// The recent claim rate of each joined Segment sequence, from the counter's `next` seen
 /// at each contact (kept in memory: after a restart, ranges are sized at [`MIN_RANGE`]
-/// until two contacts measured it).
+/// until two contacts measured it); and the counter's `next` read before each one's last
+/// count-up of its generation on the hub (after a restart, the first contact counts up).
 #[derive(Debug, Default)]
-pub struct Rates(Mutex<HashMap<String, (u64, Instant, f64)>>);
+pub struct Rates {
+    seen: Mutex<HashMap<String, (u64, Instant, f64)>>,
+    counted: Mutex<HashMap<String, u64>>,
+}
 
 impl Rates {
+    /// The counter's `next` read before `key`'s last count-up, if any since the start.
+    fn counted_at(&self, key: &str) -> Option<u64> {
+        self.counted.lock().ok()?.get(key).copied()
+    }
+
+    /// `key` counted its generation up on the hub after reading `next`.
+    fn counted_up(&self, key: &str, next: u64) {
+        if let Ok(mut counted) = self.counted.lock() {
+            counted.insert(key.to_string(), next);
+        }
+    }
+
     /// Values per second for `key`, counting `next` seen now.
     fn observe(&self, key: &str, next: u64) -> f64 {
-        let Ok(mut seen) = self.0.lock() else {
+        let Ok(mut seen) = self.seen.lock() else {
             return 0.0;
         };
         let now = Instant::now();
@@ -163,31 +194,53 @@ pub async fn contact(
     let lead_secs = u64::try_from(object.spec.tolerance_seconds).unwrap_or(3600);
     let key = format!("{namespace}/{}", membership.name_any());
     let mut object = object;
-    if status.member_id.is_none() {
+    let name =
+        MemberName::new(&membership.spec.member_name).map_err(|e| refused(Reason::BadRecord, e))?;
+    let entry = Entry {
+        id: this,
+        name: &name,
+    };
+    // Before anything is taken or queued: a hub that went back is refused, and records of
+    // this member that went back give the counter's ranges up (rule 22).
+    check_hub_revision(membership, &object)?;
+    let hub_generation = member::hub_generation(&object, entry)?;
+    let new = status.member_id.is_none();
+    if new {
         // Not recorded by this membership: any ranges the counter has are given up first.
         abandon_ranges(&leases, &lease_name).await?;
     }
-    let mut membership = with_identity(&memberships, membership.clone(), this, &space_uid).await?;
+    let membership = with_identity(&memberships, membership.clone(), this, &space_uid).await?;
+    let checked = member::check_went_back(
+        (&leases, &lease_name),
+        &memberships,
+        membership,
+        hub_generation,
+        new,
+    )
+    .await?;
+    let (mut membership, went_back) = (checked.membership, checked.went_back);
     let mut rate = None;
+    let mut waiting = None;
+    // The counter's `next` read last, and whether this contact counted up since.
+    let mut read_next = None;
+    let mut counted = false;
     for _ in 0..MAX_WRITES_PER_CONTACT {
         check_hub_revision(&membership, &object)?;
         let (lease, counter) = read_counter(&leases, &lease_name).await?;
         metrics.ranges_held(&member, RangesHeld::of(&counter));
         let rate = *rate.get_or_insert_with(|| rates.observe(&key, counter.next));
+        if !counted {
+            read_next = Some(counter.next);
+        }
         if let Some(range) = pending_of(&membership) {
             match plan::pending(&counter, range.clone()) {
                 Pending::Wait => {
-                    let waiting = format!(
+                    waiting = Some(format!(
                         "the range {}..{} taken from the hub waits until claims move to the \
                          range queued now",
                         range.start, range.end
-                    );
-                    return Ok(Kept {
-                        membership,
-                        waiting: Some(waiting),
-                        claim_rate: rate,
-                        tolerance_secs: lead_secs,
-                    });
+                    ));
+                    break;
                 }
                 Pending::Queue(written) => {
                     if counter.range.is_none() {
@@ -195,6 +248,14 @@ pub async fn contact(
                         no_0_1_claimants(client, &namespace, &membership.spec.sequence, &lease)
                             .await?;
                     }
+                    // Behind an empty range in use (given up, or used up): moved to at once,
+                    // so that sidecars whose blocks lie above a counter that went back claim
+                    // again (rule 22). A joining counter keeps its queue for its first claim.
+                    let written = if counter.range.is_some() || went_back.is_some() {
+                        plan::lift(&written)
+                    } else {
+                        written
+                    };
                     let post = PostParams::default();
                     let queued = RangesHeld::of(&written);
                     let lease = written.write_into(lease);
@@ -217,7 +278,7 @@ pub async fn contact(
                 }
                 Pending::Done => {}
             }
-            membership = keep_range(&memberships, membership, None, None).await?;
+            membership = keep_range(&memberships, membership, (None, None)).await?;
             continue;
         }
         let Some(want) = plan::need(&plan::into_ranged(&counter), rate, lead_secs, MIN_RANGE)
@@ -229,8 +290,11 @@ pub async fn contact(
         let size = plan::take_size(&counter, u64::try_from(hub_next).unwrap_or(0), want);
         let (written, taken) =
             segment_range::take(&hub_record, size).map_err(|e| refused(Reason::BadRecord, e))?;
+        // The take counts this member's generation up in the same write (rule 22).
+        let (registry, generation) = count_up(&object.spec.registry, this, &name)
+            .map_err(|e| refused(Reason::JoinRefused, e))?;
         object.spec.segment = Some(written);
-        object.spec.registry.revision = object.spec.registry.revision.saturating_add(1);
+        object.spec.registry = registry;
         let post = PostParams::default();
         let write = bounded(
             hub,
@@ -238,7 +302,11 @@ pub async fn contact(
             spaces.replace(&membership.spec.space.name, &post, &object),
         );
         object = match metrics.call(&member, write).await {
-            Ok(written) => written,
+            Ok(written) => {
+                rates.counted_up(&key, counter.next);
+                counted = true;
+                written
+            }
             // Another member took a range meanwhile: read the counter again.
             Err(e) if e.is_conflict() => {
                 let read = bounded(
@@ -260,7 +328,8 @@ pub async fn contact(
         let usable = plan::usable(&counter, taken.clone());
         tracing::info!(membership = %membership.name_any(), start = taken.start, end = taken.end, usable = ?usable, "took a range from the hub's counter");
         let revision = object.spec.registry.revision;
-        membership = keep_range(&memberships, membership, usable, Some(revision))
+        let kept = (usable, Some((revision, generation)));
+        membership = keep_range(&memberships, membership, kept)
             .await
             .inspect_err(|_| {
                 tracing::warn!(
@@ -270,95 +339,25 @@ pub async fn contact(
                 );
             })?;
     }
+    // Claims since the last count-up and no take in this contact: counted up alone, so a
+    // snapshot of before them is caught (rule 22).
+    if let Some(next) =
+        read_next.filter(|n| !counted && counted_up_since(rates.counted_at(&key), *n))
+    {
+        let at = (hub, metrics, &member);
+        let (written, generation) = member::count_up_alone(at, &spaces, object, entry).await?;
+        rates.counted_up(&key, next);
+        let revision = written.spec.registry.revision;
+        membership =
+            member::keep_generation(&memberships, membership, generation, revision).await?;
+    }
     Ok(Kept {
         membership,
-        waiting: None,
+        waiting,
         claim_rate: rate.unwrap_or(0.0),
         tolerance_secs: lead_secs,
+        went_back,
     })
-}
-
-/// Refuses a hub whose registry revision is below the highest this member saw.
-fn check_hub_revision(membership: &IdSpaceMembership, object: &IdSpace) -> Result<(), Refusal> {
-    let seen = membership.status.as_ref().map_or(0, |s| s.revision_seen);
-    let hub = object.spec.registry.revision;
-    if hub < seen {
-        return Err(refused(
-            Reason::HubWentBack,
-            format!(
-                "the hub's registry is at revision {hub}, behind revision {seen} this cluster \
-                 saw: it was restored from a backup, and its Segment counter may be below ranges \
-                 it handed out. No range is taken there; this cluster issues from the ranges it \
-                 holds. Recover the hub (`kubectl kubeflake hub recover`)"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn pending_of(membership: &IdSpaceMembership) -> Option<Range<u64>> {
-    let r = membership.status.as_ref()?.segment_range.as_ref()?;
-    Some(u64::try_from(r.start).ok()?..u64::try_from(r.end).ok()?)
-}
-
-/// Writes the two write-once fields (this cluster's ID, the hub IdSpace's UID) into the
-/// status when not set yet, before any range is taken: a copy restored into another
-/// cluster is then refused there (`check_cluster`), never used.
-async fn with_identity(
-    api: &Api<IdSpaceMembership>,
-    membership: IdSpaceMembership,
-    this: &MemberId,
-    space_uid: &str,
-) -> Result<IdSpaceMembership, Refusal> {
-    let status = membership.status.clone().unwrap_or_default();
-    if status.member_id.is_some() && status.id_space_uid.is_some() {
-        return Ok(membership);
-    }
-    let mut object = membership;
-    let status = object.status.get_or_insert_with(Default::default);
-    status.member_id.get_or_insert_with(|| this.to_string());
-    status
-        .id_space_uid
-        .get_or_insert_with(|| space_uid.to_string());
-    write_status(api, &object).await
-}
-
-/// Keeps `range` (or none) in `status.segmentRange`, and raises `revisionSeen` to
-/// `revision`, by compare-and-swap on the membership as read.
-async fn keep_range(
-    api: &Api<IdSpaceMembership>,
-    mut membership: IdSpaceMembership,
-    range: Option<Range<u64>>,
-    revision: Option<i64>,
-) -> Result<IdSpaceMembership, Refusal> {
-    let status = membership.status.get_or_insert_with(Default::default);
-    status.segment_range = range.map(|r| RangeRecord {
-        start: i64::try_from(r.start).unwrap_or(i64::MAX),
-        end: i64::try_from(r.end).unwrap_or(i64::MAX),
-    });
-    if let Some(revision) = revision {
-        status.revision_seen = status.revision_seen.max(revision);
-    }
-    write_status(api, &membership).await
-}
-
-async fn write_status(
-    api: &Api<IdSpaceMembership>,
-    membership: &IdSpaceMembership,
-) -> Result<IdSpaceMembership, Refusal> {
-    let (name, post) = (membership.name_any(), PostParams::default());
-    let write = api.replace_status(&name, &post, membership);
-    match tokio::time::timeout(CALL_TIMEOUT, write).await {
-        Ok(Ok(written)) => Ok(written),
-        Ok(Err(e)) => Err(refused(
-            Reason::HubCheckPending,
-            format!("cannot write the IdSpaceMembership status: {e}"),
-        )),
-        Err(_) => Err(refused(
-            Reason::HubCheckPending,
-            "writing the IdSpaceMembership status timed out",
-        )),
-    }
 }
 
 #[cfg(test)]

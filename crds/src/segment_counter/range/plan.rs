@@ -17,7 +17,8 @@
 //!   is skipped (a gap). So a member whose counter is ahead of the hub's takes enough to
 //!   pass it (at most [`MAX_RANGE`] per write).
 //! - [`abandon`]: a ranged counter the membership did not record (restored or copied from
-//!   another cluster) gives up its ranges before anything is taken.
+//!   another cluster), or whose records went back (its etcd restored), gives up its ranges
+//!   before anything is taken; [`lift`]: the range queued next is then moved to at once.
 //! - [`pending`]: what to do with a range taken from the hub and kept in the membership's
 //!   status but perhaps not queued yet (the task crashed in between).
 
@@ -73,6 +74,25 @@ pub fn abandon(counter: &Counter) -> Option<Counter> {
         }),
         ..counter.clone()
     })
+}
+
+/// `counter` (as [`queue`] wrote it) with its `next` moved into the queued range when the
+/// range in use is empty, as the next claim would move it: no value is skipped that the
+/// counter could hand out. Written with the queue when ranges were given up (an etcd
+/// restore brings the counter back below the blocks running sidecars claimed since, and
+/// they refuse a counter below their own top: `next` must pass it before any of them
+/// claims again). Unchanged otherwise.
+pub fn lift(counter: &Counter) -> Counter {
+    let Some(ranged) = counter.range else {
+        return counter.clone();
+    };
+    match ranged.queued {
+        Some(q) if counter.next == ranged.limit && counter.next <= q.start => Counter {
+            next: q.start,
+            ..counter.clone()
+        },
+        _ => counter.clone(),
+    }
 }
 
 /// `counter` with `range` queued behind the range in use, the limit the one in use.

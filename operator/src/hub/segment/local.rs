@@ -17,8 +17,9 @@ use kubeflake_crds::segment_counter::{CLAIMANTS_ANNOTATION, Counter, claimants};
 use super::refused;
 use crate::hub::conditions::Reason;
 use crate::hub::connect::CALL_TIMEOUT;
-use crate::hub::step::Refusal;
+use crate::hub::step::{MAX_WRITES_PER_CONTACT, Refusal};
 use crate::metrics::hub::{HubMetrics, Member, RangesHeld};
+use kubeflake_runtime::kube_error::is_conflict;
 
 /// Shows what the counter of `membership`'s sequence holds of its ranges
 /// (`kubeflake_operator_id_space_segment_values_left`), read before the hub is reached:
@@ -100,27 +101,39 @@ pub(super) async fn no_0_1_claimants(
 /// before the membership records this cluster: a counter restored or copied from another
 /// cluster holds ranges that cluster still uses. Its pods claim nothing meanwhile (the
 /// controller lists no claimants of a ranged counter no membership of this cluster made).
+/// Also for a counter whose records went back (its etcd restored: `member.rs`). Read again
+/// after a conflict (a sidecar claimed meanwhile), a few times.
 pub(super) async fn abandon_ranges(leases: &Api<Lease>, name: &str) -> Result<(), Refusal> {
-    let (lease, counter) = read_counter(leases, name).await?;
-    let Some(given_up) = plan::abandon(&counter) else {
-        return Ok(());
-    };
-    let (post, lease) = (PostParams::default(), given_up.write_into(lease));
-    match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
-        Ok(Ok(_)) => {
-            tracing::warn!(
-                counter = name,
-                next = counter.next,
-                "gave up the ranges of a segment counter its membership did not record (restored or copied from another cluster?)"
-            );
-            Ok(())
+    for _ in 0..MAX_WRITES_PER_CONTACT {
+        let (lease, counter) = read_counter(leases, name).await?;
+        let Some(given_up) = plan::abandon(&counter) else {
+            return Ok(());
+        };
+        let (post, lease) = (PostParams::default(), given_up.write_into(lease));
+        match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
+            Ok(Ok(_)) => {
+                tracing::warn!(
+                    counter = name,
+                    next = counter.next,
+                    "gave up the ranges of a segment counter"
+                );
+                return Ok(());
+            }
+            Ok(Err(e)) if is_conflict(&e) => continue,
+            Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
+            Err(_) => {
+                return Err(refused(
+                    Reason::HubCheckPending,
+                    "writing the segment counter timed out",
+                ));
+            }
         }
-        Ok(Err(e)) => Err(refused(Reason::HubCheckPending, e)),
-        Err(_) => Err(refused(
-            Reason::HubCheckPending,
-            "writing the segment counter timed out",
-        )),
     }
+    Err(refused(
+        Reason::HubCheckPending,
+        "the segment counter changed at each try to give its ranges up: tried again at the \
+         next contact",
+    ))
 }
 
 pub(super) async fn read_counter(

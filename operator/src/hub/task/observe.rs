@@ -74,6 +74,9 @@ pub fn contacted(
         }
         // A Segment space holds ranges, not blocks: the segment path showed them.
         Ok(Contacted::Segment(kept)) => {
+            if kept.went_back.is_some() {
+                metrics.went_back(&member, WentBack::Copy);
+            }
             metrics.segment_joined(&member, kept.tolerance_secs, kept.claim_rate)
         }
         Err(refusal) => {
@@ -201,6 +204,7 @@ mod tests {
             waiting: None,
             claim_rate: 250.0,
             tolerance_secs: 600,
+            went_back: None,
         };
         contacted(&metrics.hub, &m, &Ok(Contacted::Segment(Box::new(kept))));
         let rendered = metrics.render_at(0);

@@ -28,6 +28,10 @@ pub(super) async fn keep_status(
     let generation = membership.metadata.generation;
     match &outcome {
         Ok(Contacted::Segment(kept)) => {
+            if let Some(message) = &kept.went_back {
+                // Rule 22: this cluster's records went back; the ranges were given up.
+                warn(recorder, membership, Reason::LocalBehind, message).await;
+            }
             conditions::set(
                 &mut status.conditions,
                 READY,
@@ -102,16 +106,7 @@ pub(super) async fn keep_status(
                     | Reason::HubWentBack
                     | Reason::SpaceJoinedTwice
             ) {
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: refusal.reason.as_str().into(),
-                    note: Some(refusal.message.chars().take(1000).collect()),
-                    action: "ContactHub".into(),
-                    secondary: None,
-                };
-                if let Err(e) = recorder.publish(&event, &membership.object_ref(&())).await {
-                    tracing::warn!(error = %e, "could not record an Event");
-                }
+                warn(recorder, membership, refusal.reason, &refusal.message).await;
             }
         }
     }
@@ -124,6 +119,20 @@ pub(super) async fn keep_status(
         Api::namespaced(client.clone(), &membership.namespace().unwrap_or_default());
     api.replace_status(&membership.name_any(), &PostParams::default(), &object)
         .await
+}
+
+/// A Warning Event on the membership.
+async fn warn(recorder: &Recorder, membership: &IdSpaceMembership, reason: Reason, note: &str) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.as_str().into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "ContactHub".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &membership.object_ref(&())).await {
+        tracing::warn!(error = %e, "could not record an Event");
+    }
 }
 
 /// Writes a successful contact's copy into `status`: the grants, generation and revision,

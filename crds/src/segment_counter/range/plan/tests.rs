@@ -192,3 +192,21 @@ fn rule22_a_counter_whose_ranges_are_given_up_claims_nothing_more_from_them() {
         );
     }
 }
+
+#[test]
+fn rule22_a_range_queued_behind_an_empty_range_in_use_is_moved_to_at_once() {
+    // Given up at 700 (an etcd restore): sidecars whose blocks reach 9,000 refuse a counter
+    // below their top, so `next` moves into the range queued from the hub.
+    let given_up = abandon(&queue(&into_ranged(&plain(700)), 900..1000).unwrap()).unwrap();
+    let queued = queue(&given_up, 10_000..20_000).unwrap();
+    let lifted = lift(&queued);
+    assert_eq!(lifted.next, 10_000);
+    let taken = take(&lifted, 10, 0).unwrap();
+    assert_eq!((taken.start, taken.end), (10_000, 10_010));
+    // Values left in the range in use, or nothing queued: unchanged.
+    let in_use = queue(&into_ranged(&plain(700)), 900..1000).unwrap();
+    let moved = take(&in_use, 10, 0).unwrap().counter;
+    assert_eq!(lift(&moved), moved, "values left below the limit");
+    assert_eq!(lift(&given_up), given_up, "nothing queued");
+    assert_eq!(lift(&plain(700)), plain(700));
+}

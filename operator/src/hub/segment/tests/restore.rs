@@ -1,0 +1,182 @@
+//! Rule 22: a Segment member whose etcd is restored from an older snapshot. The member's
+//! entry on the hub is made at the first contact and counted up when claims moved the
+//! counter; a counter Lease and membership status put back as a snapshot held them give
+//! the counter's ranges up before anything is taken, and never queue a range the status
+//! kept.
+
+use super::*;
+
+/// The sidecars claim `n` values from the counter as it is now; returns the counter's
+/// `next` after the claim.
+fn claim(w: &Arc<Mutex<World>>, n: u64) -> u64 {
+    let claimed = take(&counter(w), n, 0).expect("claims");
+    let lease: k8s_openapi::api::coordination::v1::Lease = get(w, COUNTER);
+    let lease = serde_json::to_value(claimed.counter.write_into(lease)).unwrap();
+    w.lock().unwrap().objects.insert(COUNTER.to_string(), lease);
+    claimed.end
+}
+
+/// The member's cluster's objects as an etcd snapshot holds them: the counter Lease and
+/// the membership.
+fn snapshot(w: &Arc<Mutex<World>>) -> (Value, Value) {
+    let objects = &w.lock().unwrap().objects;
+    (objects[COUNTER].clone(), objects[MEMBERSHIP].clone())
+}
+
+fn restore(w: &Arc<Mutex<World>>, (lease, membership): (Value, Value)) {
+    let objects = &mut w.lock().unwrap().objects;
+    objects.insert(COUNTER.to_string(), lease);
+    objects.insert(MEMBERSHIP.to_string(), membership);
+}
+
+/// This member's entry's generation on the hub, and the membership's.
+fn generations(w: &Arc<Mutex<World>>) -> (i64, i64) {
+    let space: IdSpace = get(w, SPACE);
+    let hub = space
+        .spec
+        .registry
+        .members
+        .iter()
+        .find(|m| m.name == "prod")
+        .map_or(0, |m| m.generation);
+    let m: IdSpaceMembership = get(w, MEMBERSHIP);
+    (hub, m.status.map_or(0, |s| s.generation))
+}
+
+fn revision(w: &Arc<Mutex<World>>) -> i64 {
+    get::<IdSpace>(w, SPACE).spec.registry.revision
+}
+
+#[tokio::test]
+async fn rule22_the_member_entry_is_made_at_the_first_contact_and_counted_up_when_claims_moved_the_counter()
+ {
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    assert_eq!(generations(&w), (1, 1), "made with the first range taken");
+    let space: IdSpace = get(&w, SPACE);
+    let entry = &space.spec.registry.members[0];
+    assert_eq!(
+        (entry.id.as_str(), entry.datacenter_id),
+        ("3f1b2c4d-0000-4000-8000-000000000001", 0)
+    );
+    // Nothing claimed: no write.
+    let before = revision(&w);
+    once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("nothing to do");
+    assert_eq!(
+        revision(&w),
+        before,
+        "no claim since the count-up: no hub write"
+    );
+    // The first claim moves into the queued range: the spare taken next counts up.
+    claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("a spare taken");
+    assert_eq!(generations(&w), (2, 2));
+    // Claims inside the range in use: counted up alone (no range taken), then kept.
+    let (hub_before, revision_before) = (hub_next(&w), revision(&w));
+    claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    assert_eq!(generations(&w), (3, 3));
+    assert_eq!(revision(&w), revision_before + 1);
+    assert_eq!(hub_next(&w), hub_before, "no range taken");
+    let m: IdSpaceMembership = get(&w, MEMBERSHIP);
+    assert_eq!(m.status.unwrap().revision_seen, revision_before + 1);
+}
+
+#[tokio::test]
+async fn rule22_a_counter_and_status_restored_from_an_older_snapshot_give_the_ranges_up_before_anything_is_taken()
+ {
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    let first = once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    assert!(first.went_back.is_none());
+    let snap = snapshot(&w);
+    // After the snapshot the sidecars claim, and a contact counts up on the hub.
+    let issued_up_to = claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    let hub_before = hub_next(&w) as u64;
+    restore(&w, snap);
+    assert!(
+        counter(&w).next < issued_up_to,
+        "the restored counter is below values claimed"
+    );
+    let kept = once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("given up, taken again");
+    let message = kept.went_back.expect("the restore is reported");
+    assert!(message.contains("status.generation is 1"), "{message}");
+    // The restored ranges given up, `next` moved into a range taken after the restore:
+    // above every value claimed, so sidecars whose blocks lie above the restored counter
+    // (they refuse a counter below their own top) claim again.
+    let c = counter(&w);
+    assert!(
+        c.next >= hub_before,
+        "only a range taken after the restore: {c:?}, the hub was at {hub_before}"
+    );
+    let next_claim = take(&c, 10, 0).unwrap();
+    assert!(next_claim.start >= issued_up_to, "{next_claim:?}");
+    let (hub, local) = generations(&w);
+    assert_eq!(hub, local, "the status holds the hub's generation again");
+    // The next contact finds nothing behind.
+    let again = once_of(&w, &f, &metrics, &rates).await.expect("current");
+    assert!(again.went_back.is_none());
+}
+
+#[tokio::test]
+async fn rule22_a_range_kept_in_a_restored_status_is_dropped_never_queued() {
+    let w = world(700, Some(1_000));
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    // The range is taken and kept, its queueing lost: the snapshot holds it kept.
+    w.lock().unwrap().fail_once.insert(COUNTER.to_string());
+    let _ = once_of(&w, &f, &metrics, &rates).await;
+    let snap = snapshot(&w);
+    let kept: IdSpaceMembership = serde_json::from_value(snap.1.clone()).unwrap();
+    let kept = kept.status.unwrap().segment_range.expect("kept");
+    // Then it is queued, and claimed from.
+    once_of(&w, &f, &metrics, &rates).await.expect("queued");
+    let issued_up_to = claim(&w, 1_000);
+    assert!(issued_up_to > kept.start as u64);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    let hub_before = hub_next(&w) as u64;
+    restore(&w, snap);
+    let back = once_of(&w, &f, &metrics, &rates).await.expect("given up");
+    assert!(back.went_back.unwrap().contains("kept in the status"));
+    let c = counter(&w);
+    let claimed = take(&c, 10, 0).unwrap();
+    assert!(
+        claimed.start >= hub_before,
+        "the kept range {kept:?} was queued again: {c:?}"
+    );
+    let m: IdSpaceMembership = get(&w, MEMBERSHIP);
+    assert_eq!(m.status.unwrap().segment_range, None);
+}
+
+#[tokio::test]
+async fn rule22_a_member_entry_of_this_cluster_under_another_name_is_refused() {
+    let w = world(5_000, None);
+    let mut space: IdSpace = get(&w, SPACE);
+    space
+        .spec
+        .registry
+        .members
+        .push(kubeflake_crds::id_space::MemberRecord {
+            id: "3f1b2c4d-0000-4000-8000-000000000001".into(),
+            name: "eu".into(),
+            datacenter_id: 0,
+            generation: 1,
+        });
+    w.lock()
+        .unwrap()
+        .objects
+        .insert(SPACE.to_string(), serde_json::to_value(&space).unwrap());
+    let f = fake(w.clone());
+    assert_eq!(once(&w, &f).await.unwrap_err(), Reason::JoinRefused);
+    assert_eq!(counter(&w).range, None, "nothing taken");
+}

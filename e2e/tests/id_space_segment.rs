@@ -27,29 +27,22 @@
 mod hub_support;
 mod operator_support;
 mod policy_support;
+mod segment_support;
 mod sidecar_support;
 
-use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Result, anyhow, bail, ensure};
 use hub_support::forwarder::Forwarder;
-use hub_support::{Hub, Joined, SEQUENCE, SPACE, install_crds, join_member, ready_is};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
+use hub_support::{Hub, SPACE, install_crds};
 use kube::api::{DeleteParams, PostParams};
-use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, SpaceSequenceSpec};
-use kubeflake_crds::segment_counter::{Counter, counter_name};
-use kubeflake_crds::sequence::Mode;
+use kubeflake_crds::id_space::IdSpace;
 use kubeflake_e2e::dashboard;
 use kubeflake_e2e::prometheus::{Prometheus, Target};
-use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
-use operator_support::{Operator, create_pods, eventually};
-use serde_json::json;
-use sidecar_support::{Collector, Sidecar};
-
-const LIMIT: Duration = Duration::from_secs(90);
+use kubeflake_e2e::{Cluster, ClusterOptions};
+use operator_support::eventually;
+use segment_support::{LIMIT, Member, inside, issuing, repeated, segment_space};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -72,174 +65,6 @@ fn member_clusters() -> Result<&'static [Cluster; 2]> {
         })
         .as_ref()
         .map_err(|e| anyhow!("a member control plane could not start: {e}"))
-}
-
-fn segment_space() -> IdSpaceSpec {
-    IdSpaceSpec::new(
-        SpaceSequenceSpec {
-            mode: Mode::Segment,
-            ..SpaceSequenceSpec::default()
-        },
-        64,
-    )
-}
-
-async fn counter(ns: &TestNamespace) -> Result<Counter> {
-    let lease = Api::<Lease>::namespaced(ns.client.clone(), &ns.name)
-        .get(&counter_name(SEQUENCE))
-        .await?;
-    Ok(Counter::parse(&lease)?)
-}
-
-/// One member: its namespace, operator and membership ([`join_member`]), and the sidecars
-/// issuing into Collectors.
-struct Member {
-    name: &'static str,
-    cluster: &'static Cluster,
-    ns: TestNamespace,
-    operator: Operator,
-    sidecars: Vec<Sidecar>,
-    collectors: Vec<Collector>,
-}
-
-impl Member {
-    /// Joins `hub` (through `server` when given); waits until its counter holds a queued
-    /// range, so that no pod claims before it joined (values issued alone are not the
-    /// space's).
-    async fn join(
-        cluster: &'static Cluster,
-        name: &'static str,
-        hub: &Hub,
-        server: Option<&str>,
-    ) -> Result<Member> {
-        let prefix = format!("seg-{name}");
-        let spec = json!({"mode": "Segment"});
-        let Joined { ns, operator, .. } =
-            join_member(cluster, &prefix, name, hub, server, spec).await?;
-        eventually(LIMIT, &format!("{name}: a range queued"), || async {
-            Ok(counter(&ns)
-                .await
-                .ok()
-                .and_then(|c| c.range)
-                .and_then(|r| r.queued)
-                .map(|_| ()))
-        })
-        .await
-        .with_context(|| operator.process.log_tail(40))?;
-        Ok(Member {
-            name,
-            cluster,
-            ns,
-            operator,
-            sidecars: Vec::new(),
-            collectors: Vec::new(),
-        })
-    }
-
-    /// `count` pods named `prefix-<i>` with ready sidecars, each called by a Collector.
-    async fn serve(&mut self, prefix: &str, count: usize) -> Result<()> {
-        let created = create_pods(&self.ns, SEQUENCE, prefix, count).await?;
-        let sidecars = Sidecar::start_all_ready(self.cluster, &self.ns.name, &created, SEQUENCE)
-            .await
-            .with_context(|| self.log())?;
-        self.collectors
-            .extend(sidecars.iter().map(|s| Collector::start(s.port)));
-        self.sidecars.extend(sidecars);
-        Ok(())
-    }
-
-    fn log(&self) -> String {
-        format!(
-            "operator of {}:\n{}",
-            self.name,
-            self.operator.process.log_tail(40)
-        )
-    }
-
-    /// Waits until the membership is `Ready=<status> <reason>`.
-    async fn ready_is(&self, status: &str, reason: &str) -> Result<()> {
-        ready_is(&self.ns, SEQUENCE, status, reason, LIMIT)
-            .await
-            .map(drop)
-            .with_context(|| self.log())
-    }
-
-    /// Values collected so far from every sidecar.
-    fn count(&self) -> usize {
-        self.collectors.iter().map(Collector::count).sum()
-    }
-
-    /// Stops the collectors; every value received, and the refusals.
-    fn finish(self) -> (TestNamespace, Vec<u64>, u64) {
-        let mut values = Vec::new();
-        let mut refusals = 0;
-        for c in self.collectors {
-            let data = c.finish();
-            refusals += data.refusals;
-            values.extend(data.segments.into_iter().flatten());
-        }
-        drop(self.sidecars);
-        drop(self.operator);
-        (self.ns, values, refusals)
-    }
-}
-
-/// Fails unless each of `members` collected more values than `before` says, with every
-/// sidecar ready.
-fn issuing(members: &[&Member], before: &[usize], during: &str) -> Result<Vec<usize>> {
-    let now: Vec<usize> = members.iter().map(|m| m.count()).collect();
-    for ((m, b), n) in members.iter().zip(before).zip(&now) {
-        ensure!(
-            n > b && m.sidecars.iter().all(Sidecar::ready),
-            "{} stopped issuing while {during}: {b} then {n} values\n{}",
-            m.name,
-            m.log()
-        );
-    }
-    Ok(now)
-}
-
-/// The values issued more than once across `values`: (how many, the first 10).
-fn repeated(values: &[&[u64]]) -> (usize, Vec<u64>) {
-    let mut seen = HashSet::new();
-    let twice: Vec<u64> = values
-        .iter()
-        .flat_map(|v| v.iter())
-        .filter(|v| !seen.insert(**v))
-        .copied()
-        .collect();
-    (twice.len(), twice.into_iter().take(10).collect())
-}
-
-/// The hub's counter: every value it handed out lies below.
-async fn hub_next(hub: &Hub) -> Result<u64> {
-    let space = hub.spaces().get(SPACE).await?;
-    Ok(space
-        .spec
-        .segment
-        .context("the hub's counter was written")?
-        .next as u64)
-}
-
-/// Each member's values lie below its counter and below the hub's.
-async fn inside(hub: &Hub, members: &[(&TestNamespace, &[u64])]) -> Result<u64> {
-    let hub_next = hub_next(hub).await?;
-    for (ns, values) in members {
-        let c = counter(ns).await?;
-        let max = values.iter().max().copied().unwrap_or(0);
-        ensure!(
-            max < c.next,
-            "{}: {max} at or above next {}",
-            ns.name,
-            c.next
-        );
-        ensure!(
-            max < hub_next,
-            "{}: {max} beyond the hub's {hub_next}",
-            ns.name
-        );
-    }
-    Ok(hub_next)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

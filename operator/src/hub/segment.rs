@@ -65,7 +65,7 @@ mod member;
 mod status;
 
 pub use local::show_held;
-use local::{abandon_ranges, no_0_1_claimants, read_counter};
+use local::{abandon_ranges, no_0_1_claimants, raise_claims, read_counter};
 use member::Entry;
 use status::{check_hub_revision, keep_range, pending_of, with_identity};
 
@@ -98,9 +98,30 @@ pub struct Kept {
 pub struct Rates {
     seen: Mutex<HashMap<String, (u64, Instant, f64)>>,
     counted: Mutex<HashMap<String, u64>>,
+    /// When each one's ranges were last given up because its records went back.
+    gave_up: Mutex<HashMap<String, Instant>>,
 }
 
+/// How long after a give-up the claim count is raised to the IdSequence's at each contact:
+/// the controller may write the count it saw before the restore for as long as its watch
+/// has not listed the restored store again (seconds).
+const CLAIMS_REPAIR: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl Rates {
+    fn gave_up(&self, key: &str) {
+        if let Ok(mut gave_up) = self.gave_up.lock() {
+            gave_up.insert(key.to_string(), Instant::now());
+        }
+    }
+
+    fn repairing(&self, key: &str) -> bool {
+        self.gave_up
+            .lock()
+            .ok()
+            .and_then(|g| g.get(key).map(|at| at.elapsed() < CLAIMS_REPAIR))
+            .unwrap_or(false)
+    }
+
     /// The counter's `next` read before `key`'s last count-up, if any since the start.
     fn counted_at(&self, key: &str) -> Option<u64> {
         self.counted.lock().ok()?.get(key).copied()
@@ -219,6 +240,19 @@ pub async fn contact(
     )
     .await?;
     let (mut membership, went_back) = (checked.membership, checked.went_back);
+    if went_back.is_some() {
+        rates.gave_up(&key);
+    }
+    if rates.repairing(&key) {
+        let known = sequence
+            .status
+            .as_ref()
+            .and_then(|s| s.segment.as_ref())
+            .and_then(|s| s.blocks_claimed)
+            .and_then(|c| u64::try_from(c).ok())
+            .unwrap_or(0);
+        raise_claims(&leases, &lease_name, known).await?;
+    }
     let mut rate = None;
     let mut waiting = None;
     // The counter's `next` read last, and whether this contact counted up since.

@@ -136,6 +136,50 @@ pub(super) async fn abandon_ranges(leases: &Api<Lease>, name: &str) -> Result<()
     ))
 }
 
+/// Raises the claim count of a counter whose ranges were given up after its records went
+/// back to at least `known`, the IdSequence's `status.segment.blocksClaimed` (raising is
+/// all the Lease policy lets anyone do to it). The controller kept the count it saw before
+/// the restore, and every sidecar refuses a counter with fewer claims (`CounterWentBack`):
+/// after the give-up that counter's `next` lies in a fresh range above every value handed
+/// out, so its count may be raised. Read again after a conflict, a few times.
+pub(super) async fn raise_claims(
+    leases: &Api<Lease>,
+    name: &str,
+    known: u64,
+) -> Result<(), Refusal> {
+    for _ in 0..MAX_WRITES_PER_CONTACT {
+        let (lease, counter) = read_counter(leases, name).await?;
+        if counter.claims >= known {
+            return Ok(());
+        }
+        let raised = Counter {
+            claims: known,
+            ..counter.clone()
+        };
+        let (post, lease) = (PostParams::default(), raised.write_into(lease));
+        match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
+            Ok(Ok(_)) => {
+                tracing::warn!(
+                    counter = name,
+                    from = counter.claims,
+                    to = known,
+                    "raised the claim count of a segment counter whose ranges were given up after an etcd restore"
+                );
+                return Ok(());
+            }
+            Ok(Err(e)) if is_conflict(&e) => continue,
+            Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
+            Err(_) => {
+                return Err(refused(
+                    Reason::HubCheckPending,
+                    "writing the segment counter timed out",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn read_counter(
     leases: &Api<Lease>,
     name: &str,

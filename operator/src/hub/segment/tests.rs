@@ -25,6 +25,8 @@ const SPACE: &str = "/apis/kubeflake.io/v1alpha1/namespaces/kubeflake-space-orde
 const MEMBERSHIP: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/orders";
 const COUNTER: &str = "/apis/coordination.k8s.io/v1/namespaces/shop/leases/orders-segment-counter";
 const PODS: &str = "/api/v1/namespaces/shop/pods";
+/// Where a test keeps the IdSequence as the contact reads it (without: [`sequence`]).
+const SEQUENCE: &str = "/apis/kubeflake.io/v1alpha1/namespaces/shop/idsequences/orders";
 
 /// The objects the fake keeps, by path; writes to fail once, by path.
 #[derive(Default)]
@@ -198,13 +200,15 @@ async fn once_of(
         metrics,
         rates,
     };
+    let kept = world.lock().unwrap().objects.get(SEQUENCE).cloned();
+    let kept_sequence = kept.map_or_else(sequence, |s| serde_json::from_value(s).unwrap());
     let this = MemberId::new("3f1b2c4d-0000-4000-8000-000000000001").unwrap();
     contact(
         &client,
         reach,
         &this,
         &get(world, MEMBERSHIP),
-        &sequence(),
+        &kept_sequence,
         get(world, SPACE),
     )
     .await

@@ -128,6 +128,29 @@ async fn rule22_a_counter_and_status_restored_from_an_older_snapshot_give_the_ra
     assert!(again.went_back.is_none());
 }
 
+/// The controller keeps the claim count it saw before the restore in the IdSequence's
+/// status, and every sidecar refuses a counter with fewer claims: after the give-up (the
+/// counter's `next` in a fresh range above every value handed out), the count is raised.
+#[tokio::test]
+async fn rule22_after_a_give_up_the_claim_count_is_raised_to_the_one_the_controller_kept() {
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    let snap = snapshot(&w);
+    claim(&w, 1_000);
+    claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    let seen = counter(&w).claims;
+    restore(&w, snap);
+    assert!(counter(&w).claims < seen);
+    let mut seq = serde_json::to_value(sequence()).unwrap();
+    seq["status"] = json!({"segment": {"blocksClaimed": seen}});
+    w.lock().unwrap().objects.insert(SEQUENCE.to_string(), seq);
+    once_of(&w, &f, &metrics, &rates).await.expect("given up");
+    assert!(counter(&w).claims >= seen, "{:?}", counter(&w));
+}
+
 #[tokio::test]
 async fn rule22_a_range_kept_in_a_restored_status_is_dropped_never_queued() {
     let w = world(700, Some(1_000));

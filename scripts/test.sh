@@ -85,7 +85,7 @@ step "building the tests (cargo test --no-run)"
 cargo test --workspace --locked --no-run "$@"
 
 # The test binaries and the last checks run in three lanes, each lane one step after
-# another, and the lanes at once unless KUBEFLAKE_TEST_LANES=serial (below);
+# another, and the lanes one after another unless KUBEFLAKE_TEST_LANES=parallel (below);
 # every line a lane prints starts with its name:
 #   [node]    the e2e binaries that run the test node (Cluster::shared_with_node). There is
 #             one node per machine (fixed paths, a bridge, port 6443): they take turns.
@@ -161,22 +161,20 @@ checks_lane() {
 	scripts/fuzz.sh "${KUBEFLAKE_FUZZ_SECONDS:-20}" || status=$?
 	return "$status"
 }
-# How the lanes run: at once (the default), or one after another with
-# KUBEFLAKE_TEST_LANES=serial (to read one lane's output alone, or on a machine whose load
-# starves timing-sensitive tests). At once is the default since 2026-11-30: on this
-# project's 2-core machine with warm caches serial took 53-58 min (CI stop 67 and a
-# rehearsal) and at once 37 min; with empty caches at once took 82 min (the builds before
-# the lanes 49 min), where serial would pass CI's limit of 90 min. The lanes at once failed three
-# times: 2026-11-27 (the fault suite's "no refusal during an API server outage shorter than
-# the lease" and the fifty-pod start-up test, with clippy compiling beside both), 2026-11-30
-# once with two other workers compiling beside the three lanes (id_space_clusters'
-# blue/green client refused twice, 503, cause not found: the bodies are now kept), and once
-# for a real cross-lane bug (e2e node read a standalone operator's host routes as a pod's,
-# fixed: every test that looks at this machine's processes must tell the node's pods from
-# the other lanes' processes). A run on an idle machine passed every test it reached
-# (stopped early), and the empty-cache run, with another worker's e2e tests beside it,
-# failed only that bug. Tests never assert on timings; their deadlines bound waits.
-lanes_mode=${KUBEFLAKE_TEST_LANES:-parallel}
+# How the lanes run: one after another (the default), or at once with
+# KUBEFLAKE_TEST_LANES=parallel. At once is faster (on this project's 2-core machine, warm
+# caches, 2026-11-30: 37 min against 53-58; with empty caches 82 min, where serial would
+# take an estimated 100, past CI's limit of 90), but the load of one lane starves another's
+# timing-sensitive tests: the fifty-pod start-up test (e2e startup: one app's first ID
+# refused `fence_reached` while its sidecar's fence could not be raised in time) failed at
+# once on 2026-11-27 and again on 2026-11-30 on an otherwise idle machine; the fault
+# suite's "no refusal during an API server outage shorter than the lease" on 2026-11-27;
+# id_space_clusters' blue/green client (503 twice) on 2026-11-30 with other work beside
+# it. Those tests pin real promises under the load they are meant for, not under three
+# lanes'. Lanes at once also found a real cross-lane bug (e2e node read a standalone
+# operator's host routes as a pod's, fixed): a test that looks at this machine's processes
+# must tell the node's pods from the other lanes' processes.
+lanes_mode=${KUBEFLAKE_TEST_LANES:-serial}
 case $lanes_mode in
 serial | parallel) ;;
 *)

@@ -53,10 +53,9 @@ use kubeflake_crds::id_space::segment_range;
 use kubeflake_crds::id_space::{IdSpace, MemberId, MemberName, SpaceSequence};
 use kubeflake_crds::ownership::counter_name;
 use kubeflake_crds::segment_counter::range::plan::{self, Pending};
-use kubeflake_runtime::kube_error::is_conflict;
 
 use super::conditions::Reason;
-use super::connect::{CALL_TIMEOUT, Hub, bounded};
+use super::connect::{Hub, bounded};
 use super::step::{MAX_WRITES_PER_CONTACT, Refusal};
 use crate::metrics::hub::{HubMetrics, Member, RangesHeld};
 
@@ -65,7 +64,7 @@ mod member;
 mod status;
 
 pub use local::show_held;
-use local::{abandon_ranges, no_0_1_claimants, raise_claims, read_counter};
+use local::{Write, abandon_ranges, no_0_1_claimants, raise_claims, read_counter, write_counter};
 use member::Entry;
 use status::{check_hub_revision, keep_range, pending_of, with_identity};
 
@@ -290,25 +289,13 @@ pub async fn contact(
                     } else {
                         written
                     };
-                    let post = PostParams::default();
                     let queued = RangesHeld::of(&written);
                     let lease = written.write_into(lease);
-                    let write = leases.replace(&lease_name, &post, &lease);
-                    match tokio::time::timeout(CALL_TIMEOUT, write).await {
-                        Ok(Ok(_)) => {
-                            metrics.ranges_held(&member, queued);
-                            tracing::info!(membership = %membership.name_any(), start = range.start, end = range.end, "queued a range from the hub into the segment counter");
-                        }
-                        // A sidecar claimed meanwhile: read the counter again.
-                        Ok(Err(e)) if is_conflict(&e) => continue,
-                        Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
-                        Err(_) => {
-                            return Err(refused(
-                                Reason::HubCheckPending,
-                                "writing the segment counter timed out",
-                            ));
-                        }
+                    if write_counter(&leases, &lease_name, &lease).await? == Write::Conflict {
+                        continue;
                     }
+                    metrics.ranges_held(&member, queued);
+                    tracing::info!(membership = %membership.name_any(), start = range.start, end = range.end, "queued a range from the hub into the segment counter");
                 }
                 Pending::Done => {}
             }

@@ -109,25 +109,15 @@ pub(super) async fn abandon_ranges(leases: &Api<Lease>, name: &str) -> Result<()
         let Some(given_up) = plan::abandon(&counter) else {
             return Ok(());
         };
-        let (post, lease) = (PostParams::default(), given_up.write_into(lease));
-        match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
-            Ok(Ok(_)) => {
-                tracing::warn!(
-                    counter = name,
-                    next = counter.next,
-                    "gave up the ranges of a segment counter"
-                );
-                return Ok(());
-            }
-            Ok(Err(e)) if is_conflict(&e) => continue,
-            Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
-            Err(_) => {
-                return Err(refused(
-                    Reason::HubCheckPending,
-                    "writing the segment counter timed out",
-                ));
-            }
+        if write_counter(leases, name, &given_up.write_into(lease)).await? == Write::Conflict {
+            continue;
         }
+        tracing::warn!(
+            counter = name,
+            next = counter.next,
+            "gave up the ranges of a segment counter"
+        );
+        return Ok(());
     }
     Err(refused(
         Reason::HubCheckPending,
@@ -156,28 +146,46 @@ pub(super) async fn raise_claims(
             claims: known,
             ..counter.clone()
         };
-        let (post, lease) = (PostParams::default(), raised.write_into(lease));
-        match tokio::time::timeout(CALL_TIMEOUT, leases.replace(name, &post, &lease)).await {
-            Ok(Ok(_)) => {
-                tracing::warn!(
-                    counter = name,
-                    from = counter.claims,
-                    to = known,
-                    "raised the claim count of a segment counter whose ranges were given up after an etcd restore"
-                );
-                return Ok(());
-            }
-            Ok(Err(e)) if is_conflict(&e) => continue,
-            Ok(Err(e)) => return Err(refused(Reason::HubCheckPending, e)),
-            Err(_) => {
-                return Err(refused(
-                    Reason::HubCheckPending,
-                    "writing the segment counter timed out",
-                ));
-            }
+        if write_counter(leases, name, &raised.write_into(lease)).await? == Write::Conflict {
+            continue;
         }
+        tracing::warn!(
+            counter = name,
+            from = counter.claims,
+            to = known,
+            "raised the claim count of a segment counter whose ranges were given up after an etcd restore"
+        );
+        return Ok(());
     }
     Ok(())
+}
+
+/// What a compare-and-swap write of the counter Lease did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Write {
+    Written,
+    /// The Lease changed since it was read (a sidecar claimed meanwhile): read it again.
+    Conflict,
+}
+
+/// Writes the counter Lease `lease` (as read, changed) by compare-and-swap on its
+/// resourceVersion, within [`CALL_TIMEOUT`]. The one place the Segment path writes it.
+pub(super) async fn write_counter(
+    leases: &Api<Lease>,
+    name: &str,
+    lease: &Lease,
+) -> Result<Write, Refusal> {
+    let post = PostParams::default();
+    let write = leases.replace(name, &post, lease);
+    match tokio::time::timeout(CALL_TIMEOUT, write).await {
+        Ok(Ok(_)) => Ok(Write::Written),
+        Ok(Err(e)) if is_conflict(&e) => Ok(Write::Conflict),
+        Ok(Err(e)) => Err(refused(Reason::HubCheckPending, e)),
+        Err(_) => Err(refused(
+            Reason::HubCheckPending,
+            "writing the segment counter timed out",
+        )),
+    }
 }
 
 pub(super) async fn read_counter(

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ObjectMeta, PostParams};
@@ -104,6 +104,18 @@ impl Cluster {
                 ..ClusterOptions::default()
             },
         )
+    }
+
+    /// Another control plane of this test binary (a hub, a second member), started in
+    /// `cell` on first use and stopped by the exit hook, as the shared one is; `whose` names
+    /// it in the error ("the hub", "member A").
+    pub fn started_once(
+        cell: &'static OnceLock<Result<Cluster, String>>,
+        whose: &str,
+    ) -> Result<&'static Cluster> {
+        cell.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| anyhow!("{whose}'s control plane could not start: {e}"))
     }
 
     fn shared_in(

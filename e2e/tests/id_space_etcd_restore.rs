@@ -46,7 +46,7 @@ use kube::Api;
 use kube::ResourceExt;
 use kube::api::PostParams;
 use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
-use kubeflake_e2e::{Cluster, ClusterOptions};
+use kubeflake_e2e::Cluster;
 use operator_support::{all_assigned, create_pods, eventually, slot_leases};
 use serde_json::json;
 
@@ -71,9 +71,7 @@ fn space() -> IdSpaceSpec {
 /// Member A's control plane, started once; stopped by the exit hook, as the shared one is.
 fn a_cluster() -> Result<&'static Cluster> {
     static A: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    A.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow!("member A's control plane could not start: {e}"))
+    Cluster::started_once(&A, "member A")
 }
 
 /// A's copy's generation on the hub (0 before the first contact).

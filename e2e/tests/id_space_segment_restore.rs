@@ -43,7 +43,7 @@ use kube::Api;
 use kube::api::ListParams;
 use kubeflake_crds::id_space::IdSpaceMembership;
 use kubeflake_e2e::cluster::snapshot::EtcdSnapshot;
-use kubeflake_e2e::{Cluster, ClusterOptions, exposition};
+use kubeflake_e2e::{Cluster, exposition};
 use operator_support::eventually;
 use segment_support::{LIMIT, Member, counter, inside, repeated, segment_space};
 use sidecar_support::get;
@@ -54,9 +54,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Member A's control plane, started once; stopped by the exit hook, as the shared one is.
 fn a_cluster() -> Result<&'static Cluster> {
     static A: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    A.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow!("member A's control plane could not start: {e}"))
+    Cluster::started_once(&A, "member A")
 }
 
 /// A's membership's `status.generation` (0 before the first count-up).

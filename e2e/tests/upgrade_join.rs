@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, ensure};
 use hub_support::forwarder::Forwarder;
 use hub_support::{Hub, install_crds, membership, ready_is, secret};
 use k8s_openapi::api::core::v1::Pod;
@@ -38,7 +38,7 @@ use kubeflake_crds::id_space::{IdSpaceMembership, IdSpaceSpec, SpaceSequenceSpec
 use kubeflake_crds::slot_lease::SlotLease;
 use kubeflake_crds::{IdSequence, Layout};
 use kubeflake_e2e::release::Release;
-use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
+use kubeflake_e2e::{Cluster, TestNamespace};
 use node_support::{
     LIMIT, Ledger, RELEASE, RELEASE_NAMESPACE, app_deployment, apply, collect_in_background,
     ids_of_every_ready_pod, image_values, one_at_a_time, ready_pods, rollout, slot_of,
@@ -61,9 +61,7 @@ const CURRENT: &str = env!("CARGO_PKG_VERSION");
 /// the exit hook, as the shared one is.
 fn hub_cluster() -> Result<&'static Cluster> {
     static HUB: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    HUB.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow!("the hub's control plane could not start: {e}"))
+    Cluster::started_once(&HUB, "the hub")
 }
 
 /// `helm <verb> kf <chart> --wait` with `values`, then the operator's rollout.

@@ -10,10 +10,10 @@
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use kubeflake_crds::id_space::IdSpaceSpec;
 use kubeflake_e2e::addresses::BRIDGE_IP;
-use kubeflake_e2e::{Cluster, ClusterOptions, TestNamespace};
+use kubeflake_e2e::{Cluster, TestNamespace};
 
 use super::forwarder::Forwarder;
 use super::{Hub, install_crds, secret};
@@ -31,9 +31,7 @@ pub fn hub_secrets_value() -> String {
 /// the node's to overlap the two) and stopped by the exit hook, as the shared one is.
 pub fn hub_cluster() -> Result<&'static Cluster> {
     static HUB: OnceLock<Result<Cluster, String>> = OnceLock::new();
-    HUB.get_or_init(|| Cluster::start(ClusterOptions::default()).map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow!("the hub's control plane could not start: {e}"))
+    Cluster::started_once(&HUB, "the hub")
 }
 
 /// The hub (its control plane, namespace and IdSpace) and the forwarder on the node's

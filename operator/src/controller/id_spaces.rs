@@ -105,6 +105,28 @@ impl IdSpaces {
             .any(|m| m.status.as_ref().and_then(|s| s.member_id.as_deref()) == Some(this.as_str()))
     }
 
+    /// Whether a ranged counter of sequence `name` of namespace `ns` may list new
+    /// claimants (rule 22, "A member's etcd restored from an older snapshot"): its
+    /// membership, as the API server has it now, was compared with the hub since this
+    /// operator started or its watch last listed from scratch (`hub/checks.rs`). Until
+    /// then the counter may be a restored copy below values already claimed, and a new
+    /// pod's sidecar, holding no block above it, would claim them again: new pods wait for
+    /// that contact, as a joined Snowflake sequence's new pods wait for their slots. `true`
+    /// when no membership task runs in this process.
+    pub async fn new_claimants_allowed(&self, client: &Client, ns: &str, name: &str) -> bool {
+        let Some(checks) = &self.checks else {
+            return true;
+        };
+        let Ok(found) = self.fresh(client, self.naming(ns, name)).await else {
+            return false;
+        };
+        !found.is_empty()
+            && found.iter().all(|m| {
+                let generation = m.status.as_ref().map_or(0, |s| s.generation);
+                checks.usable(ns, &m.name_any(), generation)
+            })
+    }
+
     fn listed(&self) -> bool {
         matches!(
             futures::FutureExt::now_or_never(self.memberships.wait_until_ready()),

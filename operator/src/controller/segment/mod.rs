@@ -164,8 +164,19 @@ pub async fn reconcile(
         (Some(spaces), true) => spaces.ranges_are_ours(&ctx.client, ns, name).await,
         (None, true) => false,
     };
+    let mut held_back = 0;
     let uids = if ours {
-        claimant_uids(ctx, ns, name, params.strict || joined)
+        let every = claimant_uids(ctx, ns, name, params.strict || joined);
+        match &ctx.id_spaces {
+            Some(spaces)
+                if ranged && !spaces.new_claimants_allowed(&ctx.client, ns, name).await =>
+            {
+                let (kept, held) = only_listed(&lease, &every);
+                held_back = held;
+                kept
+            }
+            _ => every,
+        }
     } else {
         // Rule 22: its ranges may be another cluster's (no membership of this cluster
         // recorded them); nobody claims until its membership has given them up.
@@ -176,6 +187,14 @@ pub async fn reconcile(
         );
         String::new()
     };
+    if held_back > 0 {
+        tracing::info!(
+            sequence = name,
+            namespace = ns,
+            pods = held_back,
+            "new pods are not listed as claimants of the ranged counter until the membership task has compared this cluster's copy with the hub (since this operator started or its watch listed again, as after an etcd restore)"
+        );
+    }
     let Some(lease) = sync_claimants(&api, lease, &uids).await? else {
         return Ok(Action::requeue(Duration::from_millis(500)));
     };
@@ -200,7 +219,30 @@ pub async fn reconcile(
     let status = segment_status(seq, &counter, Utc::now());
     let status = super::foreign::with_condition(status, seq, ctx);
     update_status(seq, ctx, status).await?;
+    if held_back > 0 {
+        // A contact changes nothing this pass watches when the copy was current: look again soon.
+        return Ok(Action::requeue(HELD_BACK_RETRY));
+    }
     Ok(Action::requeue(RESYNC))
+}
+
+/// How soon a pass that held new claimants back looks again (one contact is 10 s apart).
+const HELD_BACK_RETRY: Duration = Duration::from_secs(2);
+
+/// Of the claimants `every`, those `lease` already lists (new pods wait: rule 22,
+/// `IdSpaces::new_claimants_allowed`), and how many were left out.
+fn only_listed(lease: &Lease, every: &str) -> (String, usize) {
+    let listed = claimants(lease);
+    let all: Vec<&str> = every.split(',').filter(|u| !u.is_empty()).collect();
+    let kept: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|u| listed.iter().any(|l| l == u))
+        .collect();
+    (
+        claimants_value(kept.iter().copied()),
+        all.len() - kept.len(),
+    )
 }
 
 /// A new counter for the sequence: in format 2 when strict (an oracle serves it).

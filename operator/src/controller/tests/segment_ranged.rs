@@ -201,3 +201,102 @@ async fn rule22_a_ranged_counter_no_membership_of_this_cluster_recorded_gets_no_
         );
     }
 }
+
+/// Rule 22, a member's etcd restored from an older snapshot: until the membership task has
+/// compared this cluster's copy with the hub, since the operator started or its watch last
+/// listed from scratch, the counter may be a restored copy below values already claimed.
+/// A new pod's sidecar holds no block above it and would claim them again, so only the
+/// pods the counter already lists stay its claimants; new pods are listed once a contact
+/// compared the copy the API server has now.
+mod new_claimants_wait_for_a_contact {
+    use super::*;
+    use crate::controller::id_spaces::IdSpaces;
+    use crate::hub::checks::HubChecks;
+    use kube::runtime::{reflector, watcher};
+    use kubeflake_crds::id_space::{IdSpaceMembership, MemberId};
+
+    const MEMBERSHIP: &str =
+        "/apis/kubeflake.io/v1alpha1/namespaces/shop/idspacememberships/orders-in-space";
+
+    /// The membership of this cluster with its copy at `generation`.
+    fn copy_at(generation: i64) -> IdSpaceMembership {
+        let mut m = membership(THIS, Some(&[]));
+        m.status.as_mut().expect("a copy").generation = generation;
+        m
+    }
+
+    /// The cache holds the copy at generation 5; `checks` says what was compared.
+    fn spaces(checks: &Arc<HubChecks>) -> Arc<IdSpaces> {
+        let (store, mut writer) = reflector::store::<IdSpaceMembership>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(copy_at(5)));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let this = MemberId::new(THIS).expect("a member ID");
+        Arc::new(IdSpaces::of_cluster(store, this).with_hub_checks(Some(checks.clone())))
+    }
+
+    /// One pass over pods `a` (listed) and `b` (new), the API server holding the copy at
+    /// `read`: the claimants written, if any.
+    async fn claimants_after_a_pass(
+        checks: &Arc<HubChecks>,
+        read: i64,
+        listed: bool,
+    ) -> Option<String> {
+        let seq = segment();
+        let api = FakeApi::new()
+            .expect(
+                Method::GET,
+                COUNTER,
+                200,
+                json!(counter(500, ranged(), "uid-a")),
+            )
+            .expect(Method::GET, MEMBERSHIP, 200, json!(copy_at(read)));
+        let api = if listed {
+            api.expect(
+                Method::PATCH,
+                COUNTER,
+                200,
+                json!(counter(500, ranged(), "uid-a,uid-b")),
+            )
+        } else {
+            api
+        };
+        let api = api.expect(Method::PATCH, STATUS, 200, echo(&seq));
+        let f = fixture_with(&api, vec![pod("a"), pod("b")], vec![], Some(spaces(checks)));
+        reconcile(Arc::new(seq), f.ctx.clone())
+            .await
+            .expect("a pass");
+        api.verify();
+        api.requests(&Method::PATCH, COUNTER)
+            .first()
+            .map(|r| r.body["metadata"]["annotations"][CLAIMANTS_ANNOTATION].to_string())
+    }
+
+    #[tokio::test]
+    async fn rule22_after_a_start_a_ranged_counter_lists_no_new_claimant_until_a_contact_compared_its_copy()
+     {
+        let checks = Arc::new(HubChecks::default());
+        checks.listing();
+        // Nothing compared since the start: pod b waits, pod a stays listed (no write).
+        assert_eq!(claimants_after_a_pass(&checks, 5, false).await, None);
+        // A contact compared the copy at 5: pod b is listed.
+        checks.compared(NS, "orders-in-space", checks.epoch(), 5);
+        assert_eq!(
+            claimants_after_a_pass(&checks, 5, true).await.as_deref(),
+            Some("\"uid-a,uid-b\"")
+        );
+    }
+
+    #[tokio::test]
+    async fn rule22_a_relist_or_a_restored_copy_older_than_the_one_compared_holds_new_claimants_back()
+     {
+        let checks = Arc::new(HubChecks::default());
+        checks.listing();
+        checks.compared(NS, "orders-in-space", checks.epoch(), 5);
+        // The API server answers an older copy (its etcd restored): pod b waits.
+        assert_eq!(claimants_after_a_pass(&checks, 3, false).await, None);
+        // The watch listed from scratch (an API server restart): pod b waits for a contact.
+        checks.listing();
+        assert_eq!(claimants_after_a_pass(&checks, 5, false).await, None);
+    }
+}

@@ -19,11 +19,20 @@
 //!   compares A's records with the hub), and a sidecar started after it: it claims from
 //!   the restored counter, and the same checker must find the values issued twice.
 //!
-//! What it does not cover: a sidecar that claims from the restored counter between the
-//! restore and the operator's next contact (one whose own blocks lie below the restored
-//! counter: it did not claim since the snapshot, or started since the restore) repeats
-//! values; here every running sidecar claimed after the snapshot, and the new one starts
-//! after the check (docs/known-limits.md).
+//! - `rule22_after_a_restore_a_new_pod_*`: A reaches the hub through a forwarder, runs
+//!   under the Lease policy, and is cut from the hub before the restore; its operator is
+//!   stopped before and started after it (a running one remembers the claim count and
+//!   holds every claim back: `CounterWentBack`). A pod started
+//!   after the restore, its sidecar holding its own pod-bound token, is not listed as a
+//!   claimant while no contact compared A's copy with the hub (the operator's watch listed
+//!   the restored store again): it claims nothing from the restored counter. With the hub
+//!   back, the contact gives the ranges up, the pod is listed and issues: 0 duplicates.
+//!
+//! What it does not cover: a sidecar of a pod the restored counter lists that claims from
+//! it between the restore and the operator's next contact (its own blocks below the
+//! restored counter: it did not claim since the snapshot, or restarted since the restore)
+//! repeats values; here every running sidecar claimed after the snapshot
+//! (docs/known-limits.md).
 //!
 //! Its own test binary: it stops and restores a control plane's etcd.
 
@@ -36,17 +45,22 @@ mod sidecar_support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use hub_support::forwarder::Forwarder;
 use hub_support::{Hub, SEQUENCE, install_crds};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
-use kube::Api;
-use kube::api::ListParams;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
 use kubeflake_crds::id_space::IdSpaceMembership;
+use kubeflake_crds::segment_counter::counter_name;
 use kubeflake_e2e::cluster::snapshot::EtcdSnapshot;
-use kubeflake_e2e::{Cluster, exposition};
-use operator_support::eventually;
+use kubeflake_e2e::{Cluster, TestNamespace, exposition};
+use operator_support::{create_pods_as, eventually};
+use policy_support::{enforce_policy, generous_rbac, service_account, token, token_kubeconfig};
 use segment_support::{LIMIT, Member, counter, inside, repeated, segment_space};
-use sidecar_support::get;
+use sidecar_support::{Collector, Sidecar, get};
 
 /// The two tests share A's control plane and restore its etcd: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -81,18 +95,24 @@ fn claims(m: &Member) -> Vec<u64> {
 /// Both members joined the hub and serve: H on the shared control plane, A on its own.
 async fn members(prefix: &str) -> Result<(Hub, Member, Member)> {
     let hub_cluster = Cluster::shared();
-    let a_cluster = tokio::task::block_in_place(a_cluster)?;
     install_crds(hub_cluster).await?;
     let hub = Hub::create(hub_cluster, prefix, segment_space()).await?;
-    let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
-    let mut a = Member::join(a_cluster, "a", &hub, None).await?;
+    let (h, a) = members_of(&hub, None).await?;
+    Ok((hub, h, a))
+}
+
+/// H and A joined `hub` and serving, A through `server` when given.
+async fn members_of(hub: &Hub, server: Option<&str>) -> Result<(Member, Member)> {
+    let a_cluster = tokio::task::block_in_place(a_cluster)?;
+    let mut h = Member::join(Cluster::shared(), "h", hub, None).await?;
+    let mut a = Member::join(a_cluster, "a", hub, server).await?;
     h.serve("app", 2).await?;
     a.serve("app", 2).await?;
     eventually(LIMIT, "A's generation counted up on the hub", || async {
         Ok((generation(&a).await? > 0).then_some(()))
     })
     .await?;
-    Ok((hub, h, a))
+    Ok((h, a))
 }
 
 /// A snapshot of A's etcd at a known generation (read before and after it, equal), then
@@ -247,5 +267,165 @@ async fn rule22_broken_twin_a_segment_restore_no_contact_compares_repeats_values
              restored counter repeat values"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compared_the_copy_with_the_hub()
+-> Result<()> {
+    let _turn = SERIAL.lock().await;
+    let started = Instant::now();
+    let hub_cluster = Cluster::shared();
+    install_crds(hub_cluster).await?;
+    let hub = Hub::create(hub_cluster, "segr-wait-hub", segment_space()).await?;
+    let forwarder = Forwarder::start(hub_cluster.server()).await?;
+    let (h, mut a) = members_of(&hub, Some(&forwarder.server())).await?;
+    // The Lease policy in A's namespace (in the snapshot too): a pod's own token claims
+    // only while the operator lists the pod; the operator and the test's sidecars are
+    // cluster admins, exempt.
+    for account in ["operator", "app", "bystander"] {
+        service_account(&a.ns, account).await?;
+    }
+    generous_rbac(&a.ns).await?;
+    sidecars_read_sequences(&a.ns).await?;
+    enforce_policy(
+        a.cluster,
+        &a.ns.name,
+        "operator",
+        &["system:masters"],
+        "bystander",
+    )
+    .await?;
+    let (snapshot, _) = snapshot_then_claims(&a, "wait").await?;
+    // A cut from the hub, then restored, its operator stopped meanwhile and started
+    // again (as a control plane's restore restarts what runs on it): nothing in its memory
+    // tells the restored copy from the current one, and no contact can compare it.
+    forwarder.switch(false);
+    a.operator.process.kill();
+    a.cluster.restore_etcd(&snapshot).await?;
+    a.operator.process.restart()?;
+    let late = create_pods_as(&a.ns, SEQUENCE, "late", 1, Some("app")).await?;
+    let late = late.into_iter().next().context("the late pod")?;
+    let uid = late.uid().context("a created pod has a UID")?;
+    let token = token(a.cluster, &a.ns.name, "app", Some(&late)).await?;
+    let kubeconfig = token_kubeconfig(a.cluster, &format!("{}-late", a.ns.name), &token)?;
+    let sidecar = Sidecar::start_as(
+        a.cluster,
+        &a.ns.name,
+        &late,
+        SEQUENCE,
+        false,
+        Some(&kubeconfig),
+    )?;
+    let collector = Collector::start(sidecar.port);
+    // The restarted operator's passes over the sequence (one every 2 s while it holds a
+    // pod back, and at each change of the pod), with no contact possible.
+    eventually(LIMIT, "A's operator started again", || async {
+        let log = a.operator.process.log_tail(400);
+        Ok((log.matches("caches synced: ready").count() >= 2).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow!("{e:#}\n{}", a.log()))?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let listed = claimants(&a).await?;
+    ensure!(
+        !listed.contains(&uid) && collector.count() == 0,
+        "with no contact since the restore, the new pod was listed ({}) and issued {} values\n{}",
+        listed.contains(&uid),
+        collector.count(),
+        a.log()
+    );
+    let held_back = "are not listed as claimants";
+    ensure!(
+        a.operator.process.log_tail(400).contains(held_back),
+        "A's operator did not say why the new pod waits\n{}",
+        a.log()
+    );
+    eprintln!(
+        "segment restore, new pod: held back with the hub cut off, {:?} in",
+        started.elapsed()
+    );
+    // The hub back: the contact gives the restored ranges up, then the pod is listed.
+    forwarder.switch(true);
+    let issuing = eventually(LIMIT, "the new pod listed and issuing", || async {
+        let listed = claimants(&a).await?.contains(&uid);
+        Ok((listed && collector.count() > 1000).then_some(()))
+    })
+    .await;
+    if let Err(e) = issuing {
+        let listed = claimants(&a).await?.contains(&uid);
+        let (_, metrics) = get(sidecar.port, "/metrics").unwrap_or_default();
+        let metrics: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("kubeflake_segment") && !l.contains("bucket"))
+            .collect();
+        bail!(
+            "{e:#}: listed {listed}, {} values; the new pod's sidecar:\n{}\n{}\n{}",
+            collector.count(),
+            sidecar.process.log_tail(30),
+            metrics.join("\n"),
+            a.log()
+        );
+    }
+    let went_back = a.operator.metric_with(
+        "kubeflake_operator_id_space_went_back_total",
+        r#"record="copy""#,
+    );
+    ensure!(
+        went_back >= 1.0,
+        "A's operator never noticed the restore\n{}",
+        a.log()
+    );
+    a.sidecars.push(sidecar);
+    a.collectors.push(collector);
+    let (h_ns, h_values, _) = h.finish();
+    let (a_ns, a_values, _) = a.finish();
+    let (twice, first) = repeated(&[&h_values, &a_values]);
+    ensure!(
+        twice == 0,
+        "{twice} values issued twice (first {first:?}) of {}",
+        h_values.len() + a_values.len()
+    );
+    let hub_next = inside(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
+    eprintln!(
+        "segment restore, new pod: h issued {}, a {}, the hub's counter at {hub_next}: 0 \
+         duplicates, {:?} in all",
+        h_values.len(),
+        a_values.len(),
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The pod UIDs A's counter lists as claimants.
+async fn claimants(a: &Member) -> Result<Vec<String>> {
+    let lease = Api::<Lease>::namespaced(a.ns.client.clone(), &a.ns.name)
+        .get(&counter_name(SEQUENCE))
+        .await?;
+    Ok(kubeflake_crds::segment_counter::claimants(&lease))
+}
+
+/// The namespace's service accounts may read its IdSequences, as a sidecar does (the
+/// `edit` role of [`generous_rbac`] covers Leases and Events, not kubeflake's resources).
+async fn sidecars_read_sequences(ns: &TestNamespace) -> Result<()> {
+    let name = "read-sequences";
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["kubeflake.io"], "resources": ["idsequences"],
+                   "verbs": ["get", "list", "watch"]}],
+    }))?;
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": format!("system:serviceaccounts:{}", ns.name)}],
+    }))?;
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(ns.client.clone(), &ns.name)
+        .create(&pp, &role)
+        .await?;
+    Api::<RoleBinding>::namespaced(ns.client.clone(), &ns.name)
+        .create(&pp, &binding)
+        .await?;
     Ok(())
 }

@@ -15,8 +15,7 @@ use anyhow::{Context, Result, ensure};
 use chrono::Utc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeflake_crds::IdSequence;
 use kubeflake_crds::layout::{Slot, Tick};
@@ -29,8 +28,8 @@ use kubeflake_crds::slot_lease::{
 use kubeflake_crds::strict_oracle::{OracleLease, new_oracle_lease};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use policy_support::{
-    enforce_policy, forged_release, forged_takeover, lease_spec, leases, refused, service_account,
-    token, token_client,
+    enforce_policy, forged_release, forged_takeover, generous_rbac, lease_spec, leases, refused,
+    service_account, token, token_client,
 };
 use serde_json::json;
 
@@ -62,30 +61,6 @@ async fn labelled_pod(
         "spec": {"serviceAccountName": account, "containers": [{"name": "app", "image": "app"}]},
     }))?;
     Ok(api.create(&PostParams::default(), &pod).await?)
-}
-
-/// Every service account of the namespace may write every Lease there (RBAC's worst case).
-async fn generous_rbac(ns: &TestNamespace) -> Result<()> {
-    let api: Api<RoleBinding> = Api::namespaced(ns.client.clone(), &ns.name);
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("everyone-edits".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: "edit".into(),
-        },
-        subjects: Some(vec![Subject {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Group".into(),
-            name: format!("system:serviceaccounts:{}", ns.name),
-            namespace: None,
-        }]),
-    };
-    api.create(&PostParams::default(), &binding).await?;
-    Ok(())
 }
 
 async fn world(cluster: &'static Cluster, prefix: &str) -> Result<World> {

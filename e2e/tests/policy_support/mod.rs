@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
@@ -79,6 +80,30 @@ pub async fn service_account(ns: &TestNamespace, name: &str) -> Result<()> {
         ..Default::default()
     };
     api.create(&PostParams::default(), &account).await?;
+    Ok(())
+}
+
+/// Every service account of the namespace may write every Lease there (RBAC's worst case).
+pub async fn generous_rbac(ns: &TestNamespace) -> Result<()> {
+    let api: Api<RoleBinding> = Api::namespaced(ns.client.clone(), &ns.name);
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("everyone-edits".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "edit".into(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Group".into(),
+            name: format!("system:serviceaccounts:{}", ns.name),
+            namespace: None,
+        }]),
+    };
+    api.create(&PostParams::default(), &binding).await?;
     Ok(())
 }
 

@@ -155,6 +155,8 @@ pub enum CliError {
         "idspacemembership {membership} exists with other values ({found}); its fields are immutable: delete it first (the operator then stops using the space for that sequence), or join with the same values"
     )]
     MembershipDiffers { membership: String, found: String },
+    #[error("idspace {space} (Segment): {reason}; nothing was changed")]
+    SegmentRefused { space: String, reason: String },
     #[error("the registry refused the change: {0}")]
     Registry(kubeflake_crds::id_space::RegistryError),
     #[error("{count} warning(s) and --strict was given")]
@@ -184,7 +186,8 @@ impl CliError {
             | CliError::SpaceDiffers { .. }
             | CliError::MembershipDiffers { .. }
             | CliError::BadSpaceFlags(_)
-            | CliError::BadHubFlag { .. } => EXIT_USAGE,
+            | CliError::BadHubFlag { .. }
+            | CliError::SegmentRefused { .. } => EXIT_USAGE,
             CliError::SequenceNotFound { .. }
             | CliError::SpaceNotFound { .. }
             | CliError::UnknownMember { .. } => EXIT_NOT_FOUND,

@@ -5,7 +5,8 @@
 //!   compare-and-swap;
 //! - [`view`]: `members` and `blocks` (read-only);
 //! - [`change`]: `forget` and `recover`, each the API crate's registry transition, never
-//!   one of its own;
+//!   one of its own; [`segment`]: the same two on a Segment space (ranges, no blocks),
+//!   [`segment_read`] reading the member clusters its recovery is bounded by;
 //! - [`setup`]: `init` and `add-member`, the hub's objects ([`init`] its inputs and
 //!   report, [`member_secret`] the Secret a member cluster applies);
 //! - [`join`]: `join`, the IdSpaceMembership in a member cluster.
@@ -14,6 +15,8 @@ mod change;
 mod init;
 mod join;
 mod member_secret;
+mod segment;
+mod segment_read;
 mod setup;
 mod store;
 mod view;
@@ -35,7 +38,8 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             let (client, ns) = cluster::connect(&a.cluster).await?;
             let api: Api<IdSpace> = Api::namespaced(client, &ns);
             let read = store::read(&api, &ns, &a.space).await?;
-            let report = view::members((&a.space, &ns), &read.space, &read.registry, now_ms);
+            let (space, registry) = read.blocks()?;
+            let report = view::members((&a.space, &ns), space, registry, now_ms);
             render(format, &report)
         }
         HubCommand::Blocks(a) => {
@@ -43,11 +47,12 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             let (client, ns) = cluster::connect(&s.cluster).await?;
             let api: Api<IdSpace> = Api::namespaced(client, &ns);
             let read = store::read(&api, &ns, &s.space).await?;
+            let (space, registry) = read.blocks()?;
             let report = view::blocks(
                 (&s.space, &ns),
                 &read.object.spec,
-                &read.space,
-                &read.registry,
+                space,
+                registry,
                 a.all,
                 now_ms,
             );
@@ -58,7 +63,11 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             let (client, ns) = cluster::connect(&s.cluster).await?;
             let at = (s.space.as_str(), ns.as_str());
             let mut report = store::change(&client, at, a.dry_run, |r| {
-                change::forget(at, &r.object.spec, &r.space, &r.registry, &a.member, now_ms)
+                if r.is_segment() {
+                    return segment::forget(at, &r.object.spec, &a.member);
+                }
+                let (space, registry) = r.blocks()?;
+                change::forget(at, &r.object.spec, space, registry, &a.member, now_ms)
             })
             .await?;
             report.dry_run = a.dry_run;
@@ -134,12 +143,35 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             let s = &a.space;
             let (client, ns) = cluster::connect(&s.cluster).await?;
             let at = (s.space.as_str(), ns.as_str());
+            let api: Api<IdSpace> = Api::namespaced(client.clone(), &ns);
+            let members = segment_read::member_clusters(a);
+            if store::read(&api, &ns, &s.space).await?.is_segment() {
+                // Every member cluster is read before the hub is written (rule 22).
+                let reached = segment_read::reach(&members, at).await?;
+                let mut report = store::change(&client, at, a.dry_run, |r| {
+                    segment::recover(at, &r.object.spec, &reached, a.above)
+                })
+                .await?;
+                report.dry_run = a.dry_run;
+                return render(format, &report);
+            }
+            if !members.is_empty() || a.above.is_some() {
+                return Err(CliError::BadHubFlag {
+                    flag: "--member-context, --member-kubeconfig, --above",
+                    reason: format!(
+                        "idspace {ns}/{} hands out blocks, not counter ranges: its recovery \
+                         needs no member cluster (leave these flags out)",
+                        s.space
+                    ),
+                });
+            }
             let mut report = store::change(&client, at, a.dry_run, |r| {
+                let (space, registry) = r.blocks()?;
                 Ok(change::recover(
                     at,
                     &r.object.spec,
-                    &r.space,
-                    &r.registry,
+                    space,
+                    registry,
                     a.skew_seconds,
                     now_ms,
                 ))
@@ -156,3 +188,6 @@ mod tests;
 
 #[cfg(test)]
 mod setup_tests;
+
+#[cfg(test)]
+mod segment_tests;

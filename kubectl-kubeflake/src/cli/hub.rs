@@ -2,6 +2,8 @@
 //! the hub as the other commands find their cluster (`--kubeconfig`, `--context`, `-n` the
 //! space's namespace on the hub).
 
+use std::path::PathBuf;
+
 use clap::{Args, Subcommand};
 
 use super::ClusterArgs;
@@ -25,7 +27,8 @@ pub enum HubCommand {
     #[command(after_help = EXIT_CODES_HELP)]
     Blocks(BlocksArgs),
     /// Remove a member and hand back every block it holds, each with its floor raised to
-    /// its bound (no ID can repeat, even while the member still runs).
+    /// its bound (no ID can repeat, even while the member still runs; a Segment member holds
+    /// none, and gives up its ranges if it still runs).
     #[command(after_help = EXIT_CODES_HELP)]
     Forget(ForgetArgs),
     /// Make the space on the hub: its namespace, IdSpace, the hub admission policy and
@@ -41,7 +44,8 @@ pub enum HubCommand {
     #[command(after_help = EXIT_CODES_HELP)]
     Join(JoinArgs),
     /// After the hub's IdSpace was restored from a backup: free every block with its floor
-    /// above any bound a member can hold; memberships are kept.
+    /// above any bound a member can hold (a Segment space: raise its counter above every
+    /// range the member clusters named hold); memberships are kept.
     #[command(after_help = EXIT_CODES_HELP)]
     Recover(RecoverArgs),
 }
@@ -83,6 +87,18 @@ pub struct RecoverArgs {
     /// new floor.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_SKEW_SECS)]
     pub skew_seconds: u64,
+    /// Segment spaces: a member cluster, as a context of the hub's kubeconfig; its
+    /// memberships' counters bound the hub's counter (repeat for each member cluster).
+    #[arg(long, value_name = "NAME")]
+    pub member_context: Vec<String>,
+    /// Segment spaces: a member cluster, as a kubeconfig file (its current context); repeat
+    /// for each member cluster.
+    #[arg(long, value_name = "PATH")]
+    pub member_kubeconfig: Vec<PathBuf>,
+    /// Segment spaces: also raise the counter above this value (the highest value your data
+    /// holds, for a member that left after the backup).
+    #[arg(long, value_name = "VALUE")]
+    pub above: Option<u64>,
     /// Show what would change; write nothing.
     #[arg(long)]
     pub dry_run: bool,

@@ -34,6 +34,9 @@ pub struct ForgetReport {
     pub revision_before: u64,
     pub revision_after: u64,
     pub handed_back: Vec<HandBack>,
+    /// A Segment space's member: it held no blocks ([`super::segment::forget`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub segment: bool,
 }
 
 /// What `hub recover` did (or would do).
@@ -127,6 +130,7 @@ pub fn forget(
         revision_before: registry.revision(),
         revision_after: next.revision(),
         handed_back,
+        segment: false,
     };
     Ok((with_registry(spec, &next), report))
 }
@@ -173,6 +177,20 @@ fn done(dry_run: bool) -> &'static str {
 
 impl Report for ForgetReport {
     fn table(&self) -> String {
+        if self.segment {
+            return format!(
+                "member {} ({}) {} forgotten in Segment idspace {}/{} (revision {} -> {}); it held \
+                 no blocks. If it still runs, its next contact finds no entry: it gives up the \
+                 ranges its counter holds (a gap, never a value twice) and makes its entry again\n",
+                self.member,
+                self.id,
+                done(self.dry_run),
+                self.namespace,
+                self.space,
+                self.revision_before,
+                self.revision_after,
+            );
+        }
         let mut out = format!(
             "member {} ({}) {} forgotten in idspace {}/{} (revision {} -> {}); {} block(s) \
              handed back, each with its floor at its bound:\n",

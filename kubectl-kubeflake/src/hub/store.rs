@@ -5,18 +5,41 @@
 
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, Registry, Space};
+use kubeflake_crds::id_space::records::RecordError;
+use kubeflake_crds::id_space::{IdSpace, IdSpaceSpec, Registry, Space, SpaceError};
+use kubeflake_crds::sequence::Mode;
 
 use crate::error::CliError;
 
 /// Reads and writes before giving up on a contended space.
 pub const ATTEMPTS: u32 = 5;
 
-/// The IdSpace, its validated parameters and its registry (refused whole when broken).
+/// The IdSpace as read, with its validated blocks and registry for a space of blocks
+/// (refused whole when broken); a Segment space has no blocks: its registry is used as
+/// stored ([`super::segment`]).
 pub struct Read {
     pub object: IdSpace,
-    pub space: Space,
-    pub registry: Registry,
+    pub blocks: Option<(Space, Registry)>,
+}
+
+impl Read {
+    /// A Segment space (`sequence.mode: Segment`): ranges of one counter, no blocks.
+    pub fn is_segment(&self) -> bool {
+        self.blocks.is_none()
+    }
+
+    /// The blocks and the registry; a Segment space is refused as before, for the commands
+    /// that show or change blocks.
+    pub fn blocks(&self) -> Result<(&Space, &Registry), CliError> {
+        self.blocks
+            .as_ref()
+            .map(|(s, r)| (s, r))
+            .ok_or_else(|| CliError::BadSpace {
+                name: self.object.metadata.name.clone().unwrap_or_default(),
+                namespace: self.object.metadata.namespace.clone().unwrap_or_default(),
+                reason: RecordError::from(SpaceError::NotSnowflake),
+            })
+    }
 }
 
 pub async fn read(api: &Api<IdSpace>, namespace: &str, name: &str) -> Result<Read, CliError> {
@@ -41,12 +64,18 @@ pub async fn read(api: &Api<IdSpace>, namespace: &str, name: &str) -> Result<Rea
         namespace: namespace.to_string(),
         reason,
     };
+    if object.spec.sequence.mode == Mode::Segment {
+        object.spec.space_sequence().map_err(bad)?;
+        return Ok(Read {
+            object,
+            blocks: None,
+        });
+    }
     let space = object.spec.space().map_err(bad)?;
     let registry = object.spec.registry(&space).map_err(bad)?;
     Ok(Read {
         object,
-        space,
-        registry,
+        blocks: Some((space, registry)),
     })
 }
 

@@ -2,7 +2,9 @@
 //! entry on the hub is made at the first contact and counted up when claims moved the
 //! counter; a counter Lease and membership status put back as a snapshot held them give
 //! the counter's ranges up before anything is taken, and never queue a range the status
-//! kept.
+//! kept. The hub administrator's two changes of a Segment space (`kubectl kubeflake hub
+//! forget` and `hub recover`, `kubectl-kubeflake/src/hub/segment.rs`) as a running member
+//! meets them: its ranges given up, its entry made again or taken, nothing claimed twice.
 
 use super::*;
 
@@ -202,4 +204,105 @@ async fn rule22_a_member_entry_of_this_cluster_under_another_name_is_refused() {
     let f = fake(w.clone());
     assert_eq!(once(&w, &f).await.unwrap_err(), Reason::JoinRefused);
     assert_eq!(counter(&w).range, None, "nothing taken");
+}
+
+/// The hub's IdSpace changed as `f` says (the hub administrator's write).
+fn edit_space(w: &Arc<Mutex<World>>, f: impl FnOnce(&mut IdSpaceSpec)) {
+    let mut space: IdSpace = get(w, SPACE);
+    f(&mut space.spec);
+    let value = serde_json::to_value(&space).unwrap();
+    w.lock().unwrap().objects.insert(SPACE.to_string(), value);
+}
+
+#[tokio::test]
+async fn rule22_a_member_still_running_whose_entry_was_forgotten_gives_its_ranges_up_and_joins_again()
+ {
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    let issued_up_to = claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    assert_eq!(generations(&w), (2, 2));
+    let hub_before = hub_next(&w) as u64;
+    // `hub forget prod`: the entry removed, the revision counted up, the counter left.
+    edit_space(&w, |spec| {
+        spec.registry.members.clear();
+        spec.registry.revision += 1;
+    });
+    let kept = once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("given up, joined again");
+    let message = kept
+        .went_back
+        .expect("the missing entry gives the ranges up");
+    assert!(message.contains("status.generation is 2"), "{message}");
+    // Claims go on only in a range taken after the forget, above every value claimed.
+    let c = counter(&w);
+    assert!(c.next >= hub_before, "{c:?}, the hub was at {hub_before}");
+    assert!(take(&c, 10, 0).unwrap().start >= issued_up_to);
+    assert_eq!(generations(&w), (1, 1), "the entry made again, as a join");
+    let again = once_of(&w, &f, &metrics, &rates).await.expect("current");
+    assert!(again.went_back.is_none());
+}
+
+#[tokio::test]
+async fn rule22_a_hub_restored_from_a_backup_and_recovered_is_taken_again_above_the_raised_counter()
+{
+    let w = world(5_000, None);
+    let f = fake(w.clone());
+    let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
+    once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    let backup = w.lock().unwrap().objects[SPACE].clone();
+    // After the backup: claims, ranges taken, generations counted up.
+    claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("a spare taken");
+    let issued_up_to = claim(&w, 1_000);
+    once_of(&w, &f, &metrics, &rates).await.expect("counted up");
+    let c = counter(&w);
+    let held = c
+        .range
+        .map_or(c.next, |r| r.limit.max(r.queued.map_or(0, |q| q.limit)))
+        .max(c.next);
+    // The hub restored: refused, nothing taken.
+    w.lock().unwrap().objects.insert(SPACE.to_string(), backup);
+    assert!(
+        matches!(
+            once_of(&w, &f, &metrics, &rates).await,
+            Err(Reason::HubWentBack)
+        ),
+        "a restored hub is refused"
+    );
+    // `hub recover`: the counter raised to what the member holds, revision and generations
+    // 2^32 up.
+    let step = kubeflake_crds::id_space::registry::RECOVERY_REVISION_STEP as i64;
+    edit_space(&w, |spec| {
+        let next = spec.segment.as_ref().map_or(0, |s| s.next).max(held as i64);
+        spec.segment = Some(kubeflake_crds::id_space::SpaceCounterRecord { next });
+        spec.registry.revision += step;
+        for m in &mut spec.registry.members {
+            m.generation += step;
+        }
+    });
+    let kept = once_of(&w, &f, &metrics, &rates)
+        .await
+        .expect("taken again after the recovery");
+    assert!(
+        kept.went_back.is_some(),
+        "the ranges held are given up once"
+    );
+    let c = counter(&w);
+    assert!(
+        c.next >= held,
+        "{c:?}: a range above the raised counter, {held}"
+    );
+    assert!(take(&c, 10, 0).unwrap().start >= issued_up_to);
+    let (hub, local) = generations(&w);
+    assert_eq!(hub, local);
+    assert!(
+        hub > step,
+        "the member counts up from the raised generation"
+    );
 }

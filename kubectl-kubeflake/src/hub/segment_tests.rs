@@ -279,3 +279,71 @@ fn rule22_forget_removes_a_segment_entry_and_a_member_still_running_only_gives_u
         "{err}"
     );
 }
+
+#[test]
+fn recover_takes_member_clusters_by_context_and_by_kubeconfig_file_each_labelled_by_its_flag() {
+    use clap::Parser;
+
+    use super::segment_read::member_clusters;
+    use crate::cli::hub::HubCommand;
+    use crate::cli::{Cli, Command};
+
+    let cli = Cli::try_parse_from([
+        "kubectl-kubeflake",
+        "hub",
+        "recover",
+        "orders",
+        "--kubeconfig",
+        "hub.kubeconfig",
+        "--member-context",
+        "prod",
+        "--member-context",
+        "dr",
+        "--member-kubeconfig",
+        "eu.kubeconfig",
+        "--above",
+        "5000",
+    ])
+    .unwrap();
+    let Command::Hub(hub) = cli.command else {
+        panic!("hub parsed as another command");
+    };
+    let HubCommand::Recover(recover) = hub.command else {
+        panic!("hub recover parsed as another command");
+    };
+    assert_eq!(recover.above, Some(5000));
+    let clusters = member_clusters(&recover);
+    let labels: Vec<&str> = clusters.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "--member-context prod",
+            "--member-context dr",
+            "--member-kubeconfig eu.kubeconfig"
+        ]
+    );
+    // A context is looked up in the hub's kubeconfig; a file with its current context.
+    let (_, prod) = &clusters[0];
+    assert_eq!(prod.context.as_deref(), Some("prod"));
+    assert_eq!(
+        prod.kubeconfig.as_deref(),
+        Some(std::path::Path::new("hub.kubeconfig"))
+    );
+    let (_, eu) = &clusters[2];
+    assert_eq!(eu.context, None);
+    assert_eq!(
+        eu.kubeconfig.as_deref(),
+        Some(std::path::Path::new("eu.kubeconfig"))
+    );
+    assert!(
+        Cli::try_parse_from([
+            "kubectl-kubeflake",
+            "hub",
+            "recover",
+            "orders",
+            "--above",
+            "x"
+        ])
+        .is_err()
+    );
+}

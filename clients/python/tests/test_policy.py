@@ -101,3 +101,15 @@ def test_the_mode_comes_from_readyz():
     assert mode_from_readyz({"phase": "segment", "strict": True}) == "strict"
     assert mode_from_readyz({"phase": "segment", "strict": False}) == "segment"
     assert mode_from_readyz({"phase": "waiting"}) is None
+
+
+def test_ids_parse_the_sidecars_lines_and_refuse_anything_else():
+    from kubeflake._policy import parse_ids
+
+    assert parse_ids(b"1\n2\n9223372036854775807\n", "/ids") == [1, 2, 2**63 - 1]
+    # Forms the sidecar does not send but the line by line parse always took.
+    assert parse_ids(b"7", "/id") == [7]
+    assert parse_ids(b"1\n\n02\n", "/ids") == [1, 2]
+    for body in (b"", b"\n", b"1\n-2\n", b"1\nx\n", b"1.5\n", b"9223372036854775808\n", b"[1]\n"):
+        with pytest.raises(errors.ProtocolError):
+            parse_ids(body, "/ids")

@@ -1,4 +1,5 @@
 // The client: IDs from a prefetch buffer refilled in the background (clients/SPEC.md).
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeflakeError, NoSidecarError, ProtocolError, SlotLostError } from './errors.js';
 import { layoutFromDecodes, toBigInt } from './layout.js';
@@ -35,7 +36,10 @@ function checkSettings(s) {
 export class Client {
   #s;
   #http;
-  #queue = []; // batches in the order their answers arrived: {at, ids, length, pos}, a range {at, first, length, pos}
+  // Batches in the order their answers arrived, each runs of consecutive values (a range is
+  // one run): {until (when its Snowflake IDs expire: sent + maxAgeMs), runs, run (the index
+  // of the one served), next, left (in it), remaining}.
+  #queue = [];
   #depth = 0;
   #batchSize;
   #maxBatch;
@@ -139,18 +143,25 @@ export class Client {
     const queue = this.#queue;
     while (queue.length > 0) {
       const head = queue[0];
-      if (head.pos === head.length) {
+      if (head.remaining === 0) {
         queue.shift();
         continue;
       }
-      if (this.#mode === 'snowflake' && this.#s.maxAgeMs > 0 && now() - head.at > this.#s.maxAgeMs) {
-        const dropped = head.length - head.pos;
-        this.#stats.expired += dropped;
-        this.#depth -= dropped;
+      if (head.until !== Infinity && now() > head.until) {
+        this.#stats.expired += head.remaining;
+        this.#depth -= head.remaining;
         queue.shift();
         continue;
       }
-      const id = head.ids ? head.ids[head.pos++] : head.first + BigInt(head.pos++);
+      if (head.left === 0) {
+        const run = head.runs[++head.run];
+        head.next = run.first;
+        head.left = run.count;
+      }
+      const id = head.next;
+      head.next = id + 1n;
+      head.left--;
+      head.remaining--;
       this.#depth--;
       this.#stats.ids++;
       if (this.#depth <= this.#low) this.#wantRefill();
@@ -216,7 +227,7 @@ export class Client {
         const ranges = this.#ranges();
         const size = Math.min(this.#batchSize, this.#ceiling());
         const sent = now();
-        let batch;
+        let runs;
         try {
           if (ranges) {
             const range = await this.#http.range(size);
@@ -224,10 +235,9 @@ export class Client {
               this.#noRanges = true; // a 0.1.0 sidecar: /ids from now on
               continue;
             }
-            batch = { at: sent, first: range.first, length: range.count, pos: 0 };
+            runs = [range];
           } else {
-            const ids = await this.#http.ids(`/ids?count=${size}`);
-            batch = { at: sent, ids, length: ids.length, pos: 0 };
+            runs = await this.#http.idRuns(`/ids?count=${size}`);
           }
         } catch (caught) {
           if (this.#closed) return;
@@ -256,8 +266,11 @@ export class Client {
         if (this.#closed) return;
         const done = now();
         delay = 0;
-        this.#queue.push(batch);
-        this.#depth += batch.length;
+        let count = 0;
+        for (const run of runs) count += run.count;
+        const until = this.#mode === 'snowflake' && this.#s.maxAgeMs > 0 ? sent + this.#s.maxAgeMs : Infinity;
+        this.#queue.push({ until, runs, run: 0, next: runs[0].first, left: runs[0].count, remaining: count });
+        this.#depth += count;
         this.#stats.refills++;
         this.#stats.refillSeconds += (done - sent) / 1000;
         this.#batchSize = this.#nextBatchSize(done);

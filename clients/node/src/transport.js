@@ -53,18 +53,19 @@ export class Transport {
    * connection the sidecar closed meanwhile is retried once at once on a new one.
    * @param {string} path
    * @param {number} timeoutMs
-   * @returns {Promise<{status: number, body: string, retryAfter: string | undefined}>}
+   * @param {boolean} [bytes] the body as a Buffer, not decoded into a string
+   * @returns {Promise<{status: number, body: any, retryAfter: string | undefined}>}
    */
-  async exchange(path, timeoutMs = this.requestTimeoutMs) {
+  async exchange(path, timeoutMs = this.requestTimeoutMs, bytes = false) {
     try {
-      return await this.#once(path, timeoutMs);
+      return await this.#once(path, timeoutMs, bytes);
     } catch (err) {
-      if (err?.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return this.#once(path, timeoutMs);
+      if (err?.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return this.#once(path, timeoutMs, bytes);
       throw err;
     }
   }
 
-  #once(path, timeoutMs) {
+  #once(path, timeoutMs, bytes) {
     return new Promise((resolve, reject) => {
       const headers = 'socket' in this.endpoint ? { accept: 'text/plain', host: 'kubeflake' } : { accept: 'text/plain' };
       const options = { ...this.#target(), path, method: 'GET', agent: this.agent, headers };
@@ -77,7 +78,7 @@ export class Transport {
       };
       const req = http.request(options, (res) => {
         const chunks = [];
-        res.setEncoding('utf8');
+        if (!bytes) res.setEncoding('utf8');
         res.on('data', (chunk) => chunks.push(chunk));
         res.on('error', (cause) => fail(this.#broke(path, cause)));
         res.on('aborted', () => fail(this.#broke(path, new Error('aborted'))));
@@ -86,7 +87,7 @@ export class Transport {
           if (!res.complete) return fail(this.#broke(path, new Error('incomplete answer')));
           settled = true;
           clearTimeout(timer);
-          resolve({ status: res.statusCode ?? 0, body: chunks.join(''), retryAfter: res.headers['retry-after'] });
+          resolve({ status: res.statusCode ?? 0, body: bytes ? Buffer.concat(chunks) : chunks.join(''), retryAfter: res.headers['retry-after'] });
         });
       });
       const timer = setTimeout(() => {
@@ -131,6 +132,18 @@ export class Transport {
    */
   async ids(path, timeoutMs) {
     return parseIDs(await this.get(path, timeoutMs), path);
+  }
+
+  /**
+   * IDs from /ids as runs of consecutive values (parseIDRuns): what the buffer holds.
+   * @param {string} path
+   * @param {number} [timeoutMs]
+   * @returns {Promise<{first: bigint, count: number}[]>}
+   */
+  async idRuns(path, timeoutMs) {
+    const answer = await this.exchange(path, timeoutMs, true);
+    if (answer.status !== 200) throw errorFromResponse(answer.status, answer.body.toString('utf8'), answer.retryAfter, path);
+    return parseIDRuns(answer.body, path);
   }
 
   /**
@@ -190,6 +203,66 @@ export function parseIDs(body, path) {
   }
   if (ids.length === 0) throw new ProtocolError(`${path}: the answer holds no ID`);
   return ids;
+}
+
+/**
+ * Decimal IDs, one per line, as runs of consecutive values: `{first, count}` stands for
+ * first, first + 1, ... first + count - 1, in the answer's order. The same IDs as parseIDs
+ * and the same errors, but read from the answer's bytes (no text decoded) and a BigInt
+ * made per run, not per line (most of a Snowflake batch's lines are the previous plus one:
+ * one run per millisecond). A line continues the run when it has the previous line's
+ * length and all but its last 9 digits, and those 9 digits read one more (no carry is
+ * possible below 10^9, so the whole value is one more). Every byte is checked to be a
+ * digit on the way: a run's first line in full, the next ones' last 9 (the rest equals
+ * the previous line's). A line that does not continue the run starts a new one, even
+ * if it is the previous value plus one in another length (999 then 1000): the same IDs.
+ * @param {Buffer} bytes
+ * @param {string} path
+ * @returns {{first: bigint, count: number}[]}
+ */
+export function parseIDRuns(bytes, path) {
+  const bad = () => new ProtocolError(`${path}: the answer is not decimal IDs below 2^63, one per line`);
+  const runs = [];
+  let run = null;
+  let prevStart = 0;
+  let prevLength = 0;
+  let prevLow = -2;
+  for (let start = 0, end = 0; start < bytes.length; start = end + 1) {
+    // Most lines continue the run: try the previous line's length first, without a scan.
+    end = start + prevLength;
+    if (run !== null && (end === bytes.length || bytes[end] === 10)) {
+      const cut = end - Math.min(prevLength, 9);
+      let low = 0;
+      for (let i = cut; i < end && low >= 0; i++) {
+        const digit = bytes[i] - 48;
+        low = digit < 0 || digit > 9 ? -1 : low * 10 + digit;
+      }
+      let same = low === prevLow + 1;
+      for (let i = 0; same && i < cut - start; i++) same = bytes[start + i] === bytes[prevStart + i];
+      if (same) {
+        run.count++;
+        prevStart = start;
+        prevLow = low;
+        continue;
+      }
+    }
+    end = start;
+    while (end < bytes.length && bytes[end] !== 10) end++;
+    const length = end - start;
+    if (length > 19) throw bad();
+    if (length === 0) continue;
+    for (let i = start; i < end; i++) if (bytes[i] < 48 || bytes[i] > 57) throw bad();
+    const cut = end - Math.min(length, 9);
+    let low = 0;
+    for (let i = cut; i < end; i++) low = low * 10 + bytes[i] - 48;
+    runs.push(run = { first: BigInt(bytes.toString('latin1', start, end)), count: 1 });
+    prevStart = start;
+    prevLength = length;
+    prevLow = low;
+  }
+  if (runs.length === 0) throw new ProtocolError(`${path}: the answer holds no ID`);
+  for (const r of runs) if (r.first + BigInt(r.count - 1) > MAX_ID) throw bad();
+  return runs;
 }
 
 /**

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from . import _buffer, _fast, _policy
+from . import _buffer, _fast, _policy, _runs
 from ._sizer import Sizer
 from ._http import TRANSPORT_ERRORS, Transport
 from ._policy import Endpoint, Settings
@@ -208,13 +208,15 @@ class Client:
                 if self.mode() != "segment":
                     ranges = False
                 if ranges:
-                    ids = self._range(size)
-                    if ids is None:
+                    got = self._range(size)
+                    if got is None:
                         with cond:
                             self._no_ranges = True  # a 0.1.0 sidecar: /ids from now on
                         continue
+                    parts = [got]
                 else:
-                    ids = _policy.parse_ids(
+                    # Runs of consecutive IDs (ranges), cheaper to parse and to hold.
+                    parts = _runs.parse_runs(
                         self._req.once(f"/ids?count={size}", self.settings.request_timeout), "/ids")
             except BadRequest as e:
                 with cond:
@@ -245,7 +247,8 @@ class Client:
             with cond:
                 # One refill at a time, appended in the order fetched: segment values
                 # leave the buffer in the order the sidecar issued them.
-                self._buffer.add(started, ids)
+                for part in parts:
+                    self._buffer.add(started, part)
                 self._stats.refills += 1
                 self._stats.refill_seconds += done - started
                 segment = self._mode == "segment"

@@ -13,9 +13,9 @@ from . import _buffer, _policy
 from ._sizer import Sizer
 from ._http import Response
 from ._policy import Endpoint, Settings
-from .client import Stats, _decoded, _json
+from .client import Stats, _json
 from .errors import BadRequest, KubeflakeError, NoSidecar, from_response, not_ready_yet
-from .layout import Decoded, Layout
+from .layout import Decoded, Layout, _decoded
 
 
 class _Connection:

@@ -12,7 +12,7 @@ from ._sizer import Sizer
 from ._http import TRANSPORT_ERRORS, Transport
 from ._policy import Endpoint, Settings
 from .errors import BadRequest, KubeflakeError, NoSidecar, ProtocolError, from_response, not_ready_yet
-from .layout import Decoded, Layout
+from .layout import Decoded, Layout, _decoded, _read_layout
 
 _monotonic = time.monotonic
 YIELD_EVERY = 64  # fast-path calls between two GIL releases while a refill is out
@@ -381,33 +381,3 @@ def _json(body: bytes, what: str) -> dict:
     if not isinstance(doc, dict):
         raise ProtocolError(f"{what}: the answer is not a JSON object")
     return doc
-
-
-def _decoded(doc: dict) -> Decoded:
-    from .layout import _parse_time
-
-    if doc.get("fields", ...) is None:
-        raise ValueError(f"{doc.get('id')} is a segment value: it carries no fields")
-    return Decoded(int(doc["id"]), int(doc["tick"]), int(doc["datacenter"]), int(doc["worker"]),
-                   int(doc["sequence"]), _parse_time(doc["time"]))
-
-
-def _read_layout(decode) -> Layout | None:
-    """The layout from three /decode answers (see kubeflake.layout); `decode(path)` gives
-    one as a dict and raises BadRequest for an ID outside the layout."""
-    zero = decode("/decode/0")
-    if zero.get("mode") == "Segment":
-        return None
-    largest, total = None, 0
-    for total_bits in (63, 53):
-        try:
-            largest = decode(f"/decode/{2**total_bits - 1}")
-            total = total_bits
-            break
-        except BadRequest:
-            continue
-    if largest is None or "tick" not in largest:
-        return None
-    tick_width = int(largest["tick"]).bit_length()
-    one_tick = decode(f"/decode/{1 << (total - tick_width)}")
-    return Layout.from_decodes(zero, largest, total, one_tick)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from .errors import BadRequest
+
 
 def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -116,3 +118,31 @@ class Layout:
         if when.tzinfo is None:
             raise ValueError("give a timezone-aware datetime (UTC)")
         return max(0, (when - self.epoch) // self.time_unit)
+
+
+def _decoded(doc: dict) -> Decoded:
+    if doc.get("fields", ...) is None:
+        raise ValueError(f"{doc.get('id')} is a segment value: it carries no fields")
+    return Decoded(int(doc["id"]), int(doc["tick"]), int(doc["datacenter"]), int(doc["worker"]),
+                   int(doc["sequence"]), _parse_time(doc["time"]))
+
+
+def _read_layout(decode) -> Layout | None:
+    """The layout from three /decode answers (see kubeflake.layout); `decode(path)` gives
+    one as a dict and raises BadRequest for an ID outside the layout."""
+    zero = decode("/decode/0")
+    if zero.get("mode") == "Segment":
+        return None
+    largest, total = None, 0
+    for total_bits in (63, 53):
+        try:
+            largest = decode(f"/decode/{2**total_bits - 1}")
+            total = total_bits
+            break
+        except BadRequest:
+            continue
+    if largest is None or "tick" not in largest:
+        return None
+    tick_width = int(largest["tick"]).bit_length()
+    one_tick = decode(f"/decode/{1 << (total - tick_width)}")
+    return Layout.from_decodes(zero, largest, total, one_tick)

@@ -22,6 +22,10 @@ const { values, positionals } = parseArgs({ allowPositionals: true, options: {
 process.env.KUBEFLAKE_SIDECAR_BIN = positionals[0] ?? process.env.KUBEFLAKE_SIDECAR_BIN;
 const snowflake = await startSidecar();
 const segment = await startSidecar(['--mode', 'segment']);
+// Blocks growing from 1,000 to 1,000,000 values (--max-block-size, as the Java and Go
+// benchmarks' segment rows): a /range answer never crosses a block, so only then can one
+// refill bring more than 1,000 values.
+const growing = await startSidecar(['--mode', 'segment', '--block-size', '1000', '--max-block-size', '1000000']);
 const fmt = (x) => Math.round(x).toLocaleString('en-US');
 const sapphire = await import('@sapphire/snowflake').catch(() => {
   console.error('bench.js: @sapphire/snowflake (a dev dependency) is missing: cd clients/node && npm install --no-package-lock');
@@ -59,6 +63,8 @@ const flake = new Client(at(snowflake));
 await measure('next(), buffered, Snowflake', () => flake.next(), n, bufferStats(flake));
 const seg = new Client(at(segment));
 await measure('next(), buffered, segment', () => seg.next(), n, bufferStats(seg));
+const grown = new Client(at(growing));
+await measure('next(), buffered, segment, blocks grow', () => grown.next(), n, bufferStats(grown));
 const direct = new Client({ ...at(snowflake), prefetch: false });
 await measure('one HTTP request per ID (kept alive)', () => direct.next(), Number(values.requests));
 // Twitter's epoch; workerId and processId (5 bits each) are the layout's 10-bit machine field.
@@ -78,6 +84,7 @@ await measure(`@sapphire/snowflake ${sapphireVersion}, in process`, generate, n,
 await measure('clock read alone (await of nothing)', async () => {}, n);
 const layout = await flake.layout();
 console.log(`${'the layout\'s ceiling, one worker'.padEnd(42)} ${fmt(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).padStart(11)} IDs/s`);
-for (const c of [flake, seg, direct]) c.close();
+for (const c of [flake, seg, grown, direct]) c.close();
 await snowflake.stop();
 await segment.stop();
+await growing.stop();

@@ -83,6 +83,18 @@ def segment(sidecar_bin):
     tmp.cleanup()
 
 
+@pytest.fixture(scope="module")
+def segment_growing(sidecar_bin):
+    """Blocks growing from 1,000 to 1,000,000 values (--max-block-size, as the Java and Go
+    benchmarks' segment rows): a /range answer never crosses a block, so only then can one
+    refill bring more than 1,000 values."""
+    tmp, proc, sock = _start(sidecar_bin, "--mode", "segment", "--block-size", "1000", "--max-block-size", "1000000")
+    yield sock
+    proc.terminate()
+    proc.wait(timeout=15)
+    tmp.cleanup()
+
+
 def _measure(benchmark, rows, name: str, take, calls: int, per_round: int, extra=lambda: "") -> None:
     take()  # connect and learn the mode outside the timing
 
@@ -127,6 +139,12 @@ def test_next_snowflake(benchmark, rows, snowflake):
 def test_next_segment(benchmark, rows, segment):
     with kubeflake.Client(socket=segment) as ids:
         _measure(benchmark, rows, "next(), buffered, segment", ids.next, int(os.environ["BENCH_IDS"]), 100_000, _buffer(ids))
+
+
+def test_next_segment_growing_blocks(benchmark, rows, segment_growing):
+    with kubeflake.Client(socket=segment_growing) as ids:
+        _measure(benchmark, rows, "next(), buffered, segment, blocks grow", ids.next, int(os.environ["BENCH_IDS"]),
+                 100_000, _buffer(ids))
 
 
 def test_one_request_per_id(benchmark, rows, snowflake):

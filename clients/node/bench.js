@@ -21,6 +21,10 @@ const { values, positionals } = parseArgs({ allowPositionals: true, options: {
 } });
 process.env.KUBEFLAKE_SIDECAR_BIN = positionals[0] ?? process.env.KUBEFLAKE_SIDECAR_BIN;
 const snowflake = await startSidecar();
+// The default sequence but for a 10 ms drift limit: the sidecar lends a burst of at most
+// 10 ms of ticks, so even a short pass measures the rate it sustains (as Go's
+// BenchmarkSnowflakeSustained; with the default 2 s, a pass of 2 million IDs is mostly lent).
+const sustained = await startSidecar([], { sequence: 'apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: tight}\nspec: {clock: {maxDriftMillis: 10}}\n' });
 const segment = await startSidecar(['--mode', 'segment']);
 // Blocks growing from 1,000 to 1,000,000 values (--max-block-size, as the Java and Go
 // benchmarks' segment rows): a /range answer never crosses a block, so only then can one
@@ -61,6 +65,8 @@ const bufferStats = (client) => () => {
 };
 const flake = new Client(at(snowflake));
 await measure('next(), buffered, Snowflake', () => flake.next(), n, bufferStats(flake));
+const tight = new Client(at(sustained));
+await measure('next(), buffered, Snowflake, 10 ms lent', () => tight.next(), n, bufferStats(tight));
 const seg = new Client(at(segment));
 await measure('next(), buffered, segment', () => seg.next(), n, bufferStats(seg));
 const grown = new Client(at(growing));
@@ -84,7 +90,8 @@ await measure(`@sapphire/snowflake ${sapphireVersion}, in process`, generate, n,
 await measure('clock read alone (await of nothing)', async () => {}, n);
 const layout = await flake.layout();
 console.log(`${'the layout\'s ceiling, one worker'.padEnd(42)} ${fmt(2 ** layout.sequenceBits * 1000 / layout.timeUnitMs).padStart(11)} IDs/s`);
-for (const c of [flake, seg, grown, direct]) c.close();
+for (const c of [flake, tight, seg, grown, direct]) c.close();
 await snowflake.stop();
 await segment.stop();
 await growing.stop();
+await sustained.stop();

@@ -83,6 +83,25 @@ def segment(sidecar_bin):
     tmp.cleanup()
 
 
+# The default sequence but for a 10 ms drift limit: the sidecar lends a burst of at most
+# 10 ms of ticks, so even a short pass measures the rate it sustains (as Go's
+# BenchmarkSnowflakeSustained; with the default 2 s, a pass of 2 million IDs is mostly lent).
+TIGHT = "apiVersion: kubeflake.io/v1alpha1\nkind: IdSequence\nmetadata: {name: tight}\nspec: {clock: {maxDriftMillis: 10}}\n"
+
+
+@pytest.fixture(scope="module")
+def snowflake_sustained(sidecar_bin):
+    spec = tempfile.TemporaryDirectory()
+    path = Path(spec.name) / "tight.yaml"
+    path.write_text(TIGHT)
+    tmp, proc, sock = _start(sidecar_bin, "--sequence-file", str(path))
+    yield sock
+    proc.terminate()
+    proc.wait(timeout=15)
+    tmp.cleanup()
+    spec.cleanup()
+
+
 @pytest.fixture(scope="module")
 def segment_growing(sidecar_bin):
     """Blocks growing from 1,000 to 1,000,000 values (--max-block-size, as the Java and Go
@@ -134,6 +153,12 @@ def test_next_snowflake(benchmark, rows, snowflake):
         _measure(benchmark, rows, "next(), buffered, Snowflake", ids.next, int(os.environ["BENCH_IDS"]), 100_000, _buffer(ids))
         layout = ids.layout()
     rows.append(("the layout's ceiling, one worker", 2 ** layout.sequence_bits / layout.time_unit.total_seconds(), ""))
+
+
+def test_next_snowflake_sustained(benchmark, rows, snowflake_sustained):
+    with kubeflake.Client(socket=snowflake_sustained) as ids:
+        _measure(benchmark, rows, "next(), buffered, Snowflake, 10 ms lent", ids.next, int(os.environ["BENCH_IDS"]),
+                 100_000, _buffer(ids))
 
 
 def test_next_segment(benchmark, rows, segment):

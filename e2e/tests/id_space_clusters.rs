@@ -43,7 +43,7 @@ use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
 use kubeflake_e2e::Cluster;
 use operator_support::eventually;
 use serde_json::json;
-use sidecar_support::get;
+use sidecar_support::{Sidecar, get};
 
 /// Slots per block: small, so a few pods fill a member's blocks and the space's blocks
 /// are few enough for the administrator to list.
@@ -166,6 +166,17 @@ async fn rule17_18_19_three_control_planes_issue_through_hub_outages_a_member_cu
     );
     blue.vanish();
     let grow = h.pods("grow", 6).await?;
+    // Grow's pods hold their slots from now on, their sidecars renewing them: a slot whose
+    // Lease stays unchanged for a lease duration is released and given to the oldest
+    // waiting pod, and green's new pods below could then take one in green's own blocks
+    // instead of blue's old ones (a rehearsal on 2026-12-01 saw slot 10, block 2).
+    let _grow_sidecars = grow
+        .iter()
+        .map(|(pod, _)| {
+            let kubeconfig = Some(h.cluster.kubeconfig());
+            Sidecar::start_as(h.cluster, &h.ns.name, pod, SEQUENCE, false, kubeconfig)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let grown = h.holds(4).await?;
     ensure!(
         released

@@ -14,12 +14,11 @@
 //! plugin binary is found or built as in e2e/tests/plugin.rs.
 
 mod operator_support;
+mod plugin_support;
 
 use std::path::PathBuf;
-use std::process::Output;
-use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use kube::Api;
 use kube::api::PostParams;
 use kubeflake_crds::id_space::{
@@ -29,11 +28,10 @@ use kubeflake_crds::timebase::DEFAULT_EPOCH;
 use kubeflake_crds::{TimeUnit, Timebase};
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::workspace_binary;
-use serde_json::Value;
+use plugin_support::{plugin, plugin_json};
 
 const SPACE: &str = "orders";
 /// Upper bound for one plugin run (it talks to a local API server).
-const RUN_LIMIT: Duration = Duration::from_secs(60);
 const MINUTE: u64 = 60_000;
 
 async fn cluster() -> Result<&'static Cluster> {
@@ -51,42 +49,6 @@ async fn cluster() -> Result<&'static Cluster> {
         .wait_crd_established("idspaces.kubeflake.io")
         .await?;
     Ok(cluster)
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// `kubectl-kubeflake <args>` with the cluster's admin kubeconfig.
-async fn plugin(cluster: &Cluster, args: &[&str]) -> Result<Run> {
-    let mut command = tokio::process::Command::new(workspace_binary("kubectl-kubeflake"));
-    command
-        .args(args)
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = tokio::time::timeout(RUN_LIMIT, command.output())
-        .await
-        .context("the plugin did not finish in time")??;
-    Ok(Run {
-        code: status.code().context("killed by a signal")?,
-        stdout: String::from_utf8(stdout)?,
-        stderr: String::from_utf8(stderr)?,
-    })
-}
-
-async fn plugin_json(cluster: &Cluster, args: &[&str]) -> Result<Value> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let r = plugin(cluster, &all).await?;
-    ensure!(r.code == 0, "{args:?}: exit {}: {}", r.code, r.stderr);
-    serde_json::from_str(&r.stdout).with_context(|| format!("{args:?}: {}", r.stdout))
 }
 
 /// The current tick of the default timebase (1 ms ticks).

@@ -10,10 +10,9 @@
 //! counter; `forget` removes the member's entry and leaves the counter. Without the node.
 
 mod operator_support;
+mod plugin_support;
 
 use std::path::PathBuf;
-use std::process::Output;
-use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -31,10 +30,10 @@ use kubeflake_crds::sequence::Mode;
 use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
 use kubeflake_e2e::{Cluster, TestNamespace};
 use operator_support::workspace_binary;
-use serde_json::{Value, json};
+use plugin_support::{plugin, plugin_json};
+use serde_json::json;
 
 const SPACE: &str = "orders";
-const RUN_LIMIT: Duration = Duration::from_secs(60);
 const G: u64 = 1 << 30;
 
 async fn cluster() -> Result<&'static Cluster> {
@@ -54,41 +53,6 @@ async fn cluster() -> Result<&'static Cluster> {
         cluster.wait_crd_established(name).await?;
     }
     Ok(cluster)
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn plugin(cluster: &Cluster, args: &[&str]) -> Result<Run> {
-    let mut command = tokio::process::Command::new(workspace_binary("kubectl-kubeflake"));
-    command
-        .args(args)
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = tokio::time::timeout(RUN_LIMIT, command.output())
-        .await
-        .context("the plugin did not finish in time")??;
-    Ok(Run {
-        code: status.code().context("killed by a signal")?,
-        stdout: String::from_utf8(stdout)?,
-        stderr: String::from_utf8(stderr)?,
-    })
-}
-
-async fn plugin_json(cluster: &Cluster, args: &[&str]) -> Result<Value> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let r = plugin(cluster, &all).await?;
-    ensure!(r.code == 0, "{args:?}: exit {}: {}", r.code, r.stderr);
-    serde_json::from_str(&r.stdout).with_context(|| format!("{args:?}: {}", r.stdout))
 }
 
 /// The hub's space as a backup holds it: prod (generation 12) and the counter at 2^30.

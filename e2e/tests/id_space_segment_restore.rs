@@ -59,7 +59,7 @@ use kubeflake_e2e::cluster::snapshot::EtcdSnapshot;
 use kubeflake_e2e::{Cluster, TestNamespace, exposition};
 use operator_support::{create_pods_as, eventually};
 use policy_support::{enforce_policy, generous_rbac, service_account, token, token_kubeconfig};
-use segment_support::{LIMIT, Member, counter, inside, repeated, segment_space};
+use segment_support::{LIMIT, Member, counter, no_value_twice, repeated, segment_space};
 use sidecar_support::{Collector, Sidecar, get};
 
 /// The two tests share A's control plane and restore its etcd: one at a time.
@@ -225,13 +225,7 @@ async fn rule22_a_segment_members_etcd_restored_from_an_older_snapshot_gives_its
 
     let (h_ns, h_values, h_refused) = h.finish();
     let (a_ns, a_values, a_refused) = a.finish();
-    let (twice, first) = repeated(&[&h_values, &a_values]);
-    ensure!(
-        twice == 0,
-        "{twice} values issued twice (first {first:?}) of {}",
-        h_values.len() + a_values.len()
-    );
-    let hub_next = inside(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
+    let hub_next = no_value_twice(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
     eprintln!(
         "segment restore: h issued {} ({h_refused} refusals), a {} ({a_refused}), the hub's \
          counter at {hub_next}: 0 duplicates, {:?} in all",
@@ -380,13 +374,7 @@ async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compare
     a.collectors.push(collector);
     let (h_ns, h_values, _) = h.finish();
     let (a_ns, a_values, _) = a.finish();
-    let (twice, first) = repeated(&[&h_values, &a_values]);
-    ensure!(
-        twice == 0,
-        "{twice} values issued twice (first {first:?}) of {}",
-        h_values.len() + a_values.len()
-    );
-    let hub_next = inside(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
+    let hub_next = no_value_twice(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
     eprintln!(
         "segment restore, new pod: h issued {}, a {}, the hub's counter at {hub_next}: 0 \
          duplicates, {:?} in all",

@@ -158,6 +158,20 @@ pub fn repeated(values: &[&[u64]]) -> (usize, Vec<u64>) {
     (twice.len(), twice.into_iter().take(10).collect())
 }
 
+/// How every Segment e2e test ends: no value issued twice across `members`, and each
+/// member's values below its counter and below the hub's ([`repeated`], [`inside`]).
+/// The hub's counter.
+pub async fn no_value_twice(hub: &Hub, members: &[(&TestNamespace, &[u64])]) -> Result<u64> {
+    let values: Vec<&[u64]> = members.iter().map(|(_, v)| *v).collect();
+    let (twice, first) = repeated(&values);
+    ensure!(
+        twice == 0,
+        "{twice} values issued twice (first {first:?}) of {}",
+        values.iter().map(|v| v.len()).sum::<usize>()
+    );
+    inside(hub, members).await
+}
+
 /// The hub's counter: every value it handed out lies below.
 pub async fn hub_next(hub: &Hub) -> Result<u64> {
     let space = hub.spaces().get(SPACE).await?;

@@ -167,12 +167,15 @@ pub async fn reconcile(
     let mut held_back = 0;
     let uids = if ours {
         let every = claimant_uids(ctx, ns, name, params.strict || joined);
+        // The membership is read from the API server only when a pod would be added.
+        let (kept, new) = only_listed(&lease, &every);
         match &ctx.id_spaces {
             Some(spaces)
-                if ranged && !spaces.new_claimants_allowed(&ctx.client, ns, name).await =>
+                if ranged
+                    && new > 0
+                    && !spaces.new_claimants_allowed(&ctx.client, ns, name).await =>
             {
-                let (kept, held) = only_listed(&lease, &every);
-                held_back = held;
+                held_back = new;
                 kept
             }
             _ => every,

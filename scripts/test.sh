@@ -140,25 +140,36 @@ other_lane() {
 		"${oldest_flags[@]}" "$@" -- "${oldest_skip[@]}" || status=$?
 	return "$status"
 }
+# check TITLE COMMAND...: one step of the [checks] lane. A failing step does not stop the
+# lane; it is named on a line of its own, which the digest below finds (a CI log may keep
+# only its tail, and the steps after a failing one print lines of their own).
+check() {
+	local title=$1
+	shift
+	step "$title"
+	"$@" && return 0
+	echo "test.sh: check failed: $title"
+	return 1
+}
 checks_lane() {
 	local status=0
-	step "the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)"
-	scripts/check-openapi.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
-	step "the client libraries' tests and their conformance suite against the same sidecar (clients/test.sh)"
+	check "the sidecar's HTTP API against docs/openapi.yaml (Schemathesis)" \
+		scripts/check-openapi.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=1
 	# The conformance suite's full mode: 1,000,000 IDs from 16 workers across a sidecar
 	# restart, per client (issue 58's bar; seconds per client).
-	KUBEFLAKE_CONFORMANCE=${KUBEFLAKE_CONFORMANCE:-full} \
-		clients/test.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=$?
-	step "cargo clippy (warnings are errors)"
-	cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
-	step "the dependencies' licenses, versions and sources against deny.toml (cargo deny)"
-	scripts/check-deps.sh || status=$?
-	step "the release: cut twice, the same digests and SHA256SUMS, SBOMs against cargo tree, signed and verified (scripts/release-check.sh)"
-	KUBEFLAKE_RELEASE_CHECK_SIGN=1 scripts/release-check.sh || status=$?
-	step "the documentation site: built with mdBook, every link checked (scripts/docs-site.sh)"
-	scripts/docs-site.sh || status=$?
-	step "the fuzzers: the forwarding wire format and the Lease parsers (scripts/fuzz.sh)"
-	scripts/fuzz.sh "${KUBEFLAKE_FUZZ_SECONDS:-20}" || status=$?
+	check "the client libraries' tests and their conformance suite against the same sidecar (clients/test.sh)" \
+		env KUBEFLAKE_CONFORMANCE="${KUBEFLAKE_CONFORMANCE:-full}" \
+		clients/test.sh "${CARGO_TARGET_DIR:-target}/debug/kubeflake-sidecar" || status=1
+	check "cargo clippy (warnings are errors)" \
+		cargo clippy --workspace --all-targets --locked -- -D warnings || status=1
+	check "the dependencies' licenses, versions and sources against deny.toml (cargo deny)" \
+		scripts/check-deps.sh || status=1
+	check "the release: cut twice, the same digests and SHA256SUMS, SBOMs against cargo tree, signed and verified (scripts/release-check.sh)" \
+		env KUBEFLAKE_RELEASE_CHECK_SIGN=1 scripts/release-check.sh || status=1
+	check "the documentation site: built with mdBook, every link checked (scripts/docs-site.sh)" \
+		scripts/docs-site.sh || status=1
+	check "the fuzzers: the forwarding wire format and the Lease parsers (scripts/fuzz.sh)" \
+		scripts/fuzz.sh "${KUBEFLAKE_FUZZ_SECONDS:-20}" || status=1
 	return "$status"
 }
 # How the lanes run: one after another (the default), or at once with
@@ -213,17 +224,21 @@ in_lane() {
 	lane_pids+=($!) lane_names+=("$name")
 }
 # digest LOG: why a lane failed, in a few dozen lines, printed last because a CI log may be
-# kept only by its tail: the targets that failed, and from each test binary's `failures:`
-# block every failing test's name and the lines around its panic or returned error (the
-# lane's last lines if it has no such block, as for clippy).
+# kept only by its tail: the targets that failed, from each test binary's `failures:` block
+# every failing test's name and the lines around its panic or returned error, and each
+# failed step of the [checks] lane with the lines it printed last (the lane's last lines
+# if there is neither).
 digest() {
-	local blocks
+	local blocks checks
 	blocks=$(awk '/^failures:$/ { inside = 1 } inside { print } /^test result: FAILED/ { inside = 0 }' "$1")
+	checks=$(grep -E -B 20 '^test.sh: check failed: ' "$1" | cut -c1-240 || true)
 	grep -E -A 3 '^error: [0-9]+ targets? failed' "$1" || true
-	if [[ -z $blocks ]]; then
+	if [[ -z $blocks && -z $checks ]]; then
 		tail -n 30 "$1"
 		return
 	fi
+	[[ -z $checks ]] || echo "$checks"
+	[[ -z $blocks ]] && return
 	grep -E '^---- .* ----$' <<<"$blocks" || true
 	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240 || true
 }

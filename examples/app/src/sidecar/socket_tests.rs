@@ -2,11 +2,26 @@ use super::response::head_end;
 use super::*;
 use std::os::unix::net::UnixListener;
 
-fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kubeflake-app-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("kubeflake.sock")
+/// A socket path in a directory of its own, removed with everything in it when dropped.
+struct SocketDir(PathBuf);
+
+impl SocketDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("kubeflake-app-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        SocketDir(dir)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.0.join("kubeflake.sock")
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn url() -> SidecarUrl {
@@ -16,7 +31,8 @@ fn url() -> SidecarUrl {
 /// With `KUBEFLAKE_SOCKET` the call goes over the socket, with the same HTTP.
 #[test]
 fn calls_go_over_the_unix_socket_when_one_is_given() {
-    let path = socket_path("serve");
+    let dir = SocketDir::new("serve");
+    let path = dir.socket();
     let listener = UnixListener::bind(&path).unwrap();
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
@@ -45,7 +61,8 @@ fn calls_go_over_the_unix_socket_when_one_is_given() {
 
 #[test]
 fn a_missing_socket_is_unreachable_and_the_error_names_the_variable() {
-    let path = socket_path("missing");
+    let dir = SocketDir::new("missing");
+    let path = dir.socket();
     let sidecar = Sidecar::new(url()).with_socket(Some(path.clone()));
     let err = sidecar.id_after(None).unwrap_err().to_string();
     assert!(err.contains("sidecar unreachable"), "{err}");

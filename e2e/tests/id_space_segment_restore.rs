@@ -19,20 +19,22 @@
 //!   compares A's records with the hub), and a sidecar started after it: it claims from
 //!   the restored counter, and the same checker must find the values issued twice.
 //!
-//! - `rule22_after_a_restore_a_new_pod_*`: A reaches the hub through a forwarder, runs
-//!   under the Lease policy, and is cut from the hub before the restore; its operator is
-//!   stopped before and started after it (a running one remembers the claim count and
-//!   holds every claim back: `CounterWentBack`). A pod started
-//!   after the restore, its sidecar holding its own pod-bound token, is not listed as a
-//!   claimant while no contact compared A's copy with the hub (the operator's watch listed
-//!   the restored store again): it claims nothing from the restored counter. With the hub
-//!   back, the contact gives the ranges up, the pod is listed and issues: 0 duplicates.
+//! - `rule22_after_a_restore_new_and_quiet_pods_*`: A reaches the hub through a forwarder,
+//!   runs under the Lease policy, and is cut from the hub before the restore; its operator
+//!   is stopped before and started after it (a running one remembers the claim count and
+//!   holds every claim back: `CounterWentBack`). A pod started after the restore, its
+//!   sidecar holding its own pod-bound token, is not listed as a claimant while no contact
+//!   compared A's copy with the hub (the operator's watch listed the restored store
+//!   again): it claims nothing from the restored counter. A quiet pod, listed, that
+//!   claimed before the snapshot and nothing after it (its own blocks lie below the
+//!   restored counter), is then asked for more than it holds: it serves what it holds and
+//!   refuses the restored counter, below the `next` its watch saw the others reach. With
+//!   the hub back, the contact gives the ranges up, the new pod is listed and issues: 0
+//!   duplicates, the quiet pod's values included.
 //!
-//! What it does not cover: a sidecar of a pod the restored counter lists that claims from
-//! it between the restore and the operator's next contact (its own blocks below the
-//! restored counter: it did not claim since the snapshot, or restarted since the restore)
-//! repeats values; here every running sidecar claimed after the snapshot
-//! (docs/known-limits.md).
+//! What it does not cover: a sidecar of a listed pod whose container restarted since the
+//! restore (it saw nothing of the counter before it) claims from the restored counter
+//! until the operator's next contact and can repeat values (docs/known-limits.md).
 //!
 //! Its own test binary: it stops and restores a control plane's etcd.
 
@@ -57,7 +59,7 @@ use kubeflake_crds::id_space::IdSpaceMembership;
 use kubeflake_crds::segment_counter::counter_name;
 use kubeflake_e2e::cluster::snapshot::EtcdSnapshot;
 use kubeflake_e2e::{Cluster, TestNamespace, exposition};
-use operator_support::{create_pods_as, eventually};
+use operator_support::{create_pods, create_pods_as, eventually};
 use policy_support::{enforce_policy, generous_rbac, service_account, token, token_kubeconfig};
 use segment_support::{LIMIT, Member, counter, no_value_twice, repeated, segment_space};
 use sidecar_support::{Collector, Sidecar, get};
@@ -265,7 +267,7 @@ async fn rule22_broken_twin_a_segment_restore_no_contact_compares_repeats_values
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compared_the_copy_with_the_hub()
+async fn rule22_after_a_restore_new_and_quiet_pods_claim_nothing_until_a_contact_compared_the_copy_with_the_hub()
 -> Result<()> {
     let _turn = SERIAL.lock().await;
     let started = Instant::now();
@@ -290,6 +292,16 @@ async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compare
         "bystander",
     )
     .await?;
+    // The quiet pod: ready (it claimed its first blocks), then asked for nothing until
+    // after the restore; not among A's sidecars, whose claims the snapshot waits for.
+    let quiet_pods = create_pods(&a.ns, SEQUENCE, "quiet", 1).await?;
+    let quiet = Sidecar::start_all_ready(a.cluster, &a.ns.name, &quiet_pods, SEQUENCE)
+        .await?
+        .pop()
+        .context("the quiet pod's sidecar")?;
+    // A claim of its spare right after start-up would still come before the snapshot.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let quiet_claims_then = blocks_claimed(&quiet);
     let (snapshot, _) = snapshot_then_claims(&a, "wait").await?;
     // A cut from the hub, then restored, its operator stopped meanwhile and started
     // again (as a control plane's restore restarts what runs on it): nothing in its memory
@@ -339,6 +351,26 @@ async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compare
         "segment restore, new pod: held back with the hub cut off, {:?} in",
         started.elapsed()
     );
+    // The quiet pod, still cut off: what it holds lies below the restored counter (it
+    // claimed before the snapshot), and its next claim must refuse the counter.
+    ensure!(
+        blocks_claimed(&quiet) == quiet_claims_then,
+        "the quiet pod claimed before the restore: the test needs it quiet"
+    );
+    let (quiet_values, quiet_refused) = take_until_refused(&quiet).await;
+    let behind = sidecar_metric(&quiet, "kubeflake_segment_claims_refused_behind_total");
+    ensure!(
+        behind >= 1.0 && quiet_refused >= 3,
+        "the quiet pod did not refuse the restored counter ({behind} claims refused behind, \
+         {quiet_refused} answers 503, {} values)\n{}",
+        quiet_values.len(),
+        quiet.process.log_tail(30)
+    );
+    eprintln!(
+        "segment restore, quiet pod: served {} values it held, then refused the restored \
+         counter ({behind} claims refused behind)",
+        quiet_values.len()
+    );
     // The hub back: the contact gives the restored ranges up, then the pod is listed.
     forwarder.switch(true);
     let issuing = eventually(LIMIT, "the new pod listed and issuing", || async {
@@ -372,17 +404,56 @@ async fn rule22_after_a_restore_a_new_pod_claims_nothing_until_a_contact_compare
     );
     a.sidecars.push(sidecar);
     a.collectors.push(collector);
+    drop(quiet);
     let (h_ns, h_values, _) = h.finish();
-    let (a_ns, a_values, _) = a.finish();
+    let (a_ns, mut a_values, _) = a.finish();
+    a_values.extend(&quiet_values);
     let hub_next = no_value_twice(&hub, &[(&h_ns, &h_values), (&a_ns, &a_values)]).await?;
     eprintln!(
-        "segment restore, new pod: h issued {}, a {}, the hub's counter at {hub_next}: 0 \
-         duplicates, {:?} in all",
+        "segment restore, new and quiet pods: h issued {}, a {} (the quiet pod {}), the \
+         hub's counter at {hub_next}: 0 duplicates, {:?} in all",
         h_values.len(),
         a_values.len(),
+        quiet_values.len(),
         started.elapsed()
     );
     Ok(())
+}
+
+/// A counter of a sidecar's metrics (0 when absent or unreachable).
+fn sidecar_metric(sidecar: &Sidecar, name: &str) -> f64 {
+    get(sidecar.port, "/metrics")
+        .ok()
+        .and_then(|(_, text)| exposition::value(&text, name))
+        .unwrap_or(0.0)
+}
+
+/// The blocks a sidecar claimed so far.
+fn blocks_claimed(sidecar: &Sidecar) -> u64 {
+    sidecar_metric(sidecar, "kubeflake_segment_blocks_claimed_total") as u64
+}
+
+/// Values from `/ids` until three answers in a row are refusals (at most 60 requests):
+/// the values, and the refusals seen.
+async fn take_until_refused(sidecar: &Sidecar) -> (Vec<u64>, u32) {
+    let (mut values, mut refused, mut in_a_row) = (Vec::new(), 0, 0);
+    for _ in 0..60 {
+        match get(sidecar.port, "/ids?count=1000") {
+            Ok((200, body)) => {
+                in_a_row = 0;
+                values.extend(body.lines().filter_map(|l| l.parse::<u64>().ok()));
+            }
+            Ok(_) | Err(_) => {
+                refused += 1;
+                in_a_row += 1;
+                if in_a_row == 3 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    (values, refused)
 }
 
 /// The pod UIDs A's counter lists as claimants.

@@ -40,7 +40,7 @@
 //! |---|---|---|---|
 //! | `Waiting` | `Unheld` (the fence file) | `find_work`: read the sequence, wait for a slot or counter, then `acquire` | `waiting.rs` |
 //! | `Holding` | `Held` (slot, generator, renewal task) | `acquire`, `keep` (renew), `lose`, `release`; `tell_unreadable_format` (both states use it) | `holder.rs` |
-//! | `Segment` | the segment [`Source`] | none: it serves until shutdown (`hold`) | here |
+//! | `Segment` | the segment [`Source`], the counter | none: it serves until shutdown (`hold`), following the counter meanwhile (`LeaseCounter::follow`) | here |
 //! | `Done` | `Ending` | `finish`: hand back what is held, after the drain | here |
 //!
 //! This module has the driver (`Ctx::hold`), the shutdown wiring (`run`) and what every
@@ -68,6 +68,7 @@ use crate::fence::{FenceFile, FenceFileError};
 use crate::http::{Api as HttpApi, ApiListeners, ListenError, ProbeServer, serve_api};
 use crate::metrics::Metrics;
 use crate::renewer::RenewerError;
+use crate::segment::lease::LeaseCounter;
 use crate::source::Source;
 use crate::state::{Serving, ServingCell, WaitReason};
 use crate::watch::{Notify, spawn_clock_watch};
@@ -126,8 +127,8 @@ pub(crate) enum Lifecycle {
     Waiting(Unheld),
     /// A slot is served.
     Holding(Held),
-    /// A Segment sequence is served.
-    Segment(Source),
+    /// A Segment sequence is served; its counter is followed meanwhile.
+    Segment(Source, Arc<LeaseCounter>),
     /// Shutdown began; what is left to hand back once the server has drained.
     Done(Ending),
 }
@@ -183,8 +184,11 @@ impl Ctx {
             now = match now {
                 Lifecycle::Waiting(unheld) => self.find_work(unheld).await?,
                 Lifecycle::Holding(held) => self.keep(held).await?,
-                Lifecycle::Segment(segment) => {
-                    self.stopped().await;
+                Lifecycle::Segment(segment, counter) => {
+                    tokio::select! {
+                        () = self.stopped() => {}
+                        () = counter.follow() => {}
+                    }
                     Lifecycle::Done(Ending::Segment(segment))
                 }
                 Lifecycle::Done(ending) => return Ok(ending),

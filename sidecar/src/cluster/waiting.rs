@@ -123,7 +123,7 @@ impl Ctx {
                 };
                 if let Some(segment) = segment {
                     return Ok(match self.start_segment(segment).await {
-                        Some(segment) => Lifecycle::Segment(segment),
+                        Some((segment, counter)) => Lifecycle::Segment(segment, counter),
                         None => Lifecycle::Done(Ending::Unheld(unheld)),
                     });
                 }
@@ -265,8 +265,9 @@ impl Ctx {
     }
 
     /// Segment mode: waits for the counter Lease (the operator creates it), then serves
-    /// values from blocks claimed from it. `None` if shutdown began first.
-    async fn start_segment(&self, params: SegmentParams) -> Option<Source> {
+    /// values from blocks claimed from it; the counter is returned to be followed
+    /// ([`LeaseCounter::follow`]). `None` if shutdown began first.
+    async fn start_segment(&self, params: SegmentParams) -> Option<(Source, Arc<LeaseCounter>)> {
         let store = Arc::new(LeaseCounter::new(
             self.client.clone(),
             &self.config.pod.namespace,
@@ -312,7 +313,7 @@ impl Ctx {
             }
             Source::Oracle(
                 Oracle::start(
-                    store,
+                    store.clone(),
                     Arc::new(KubeOracleStore::new(
                         self.client.clone(),
                         &self.config.pod.namespace,
@@ -333,7 +334,7 @@ impl Ctx {
             )
         } else {
             Source::start(
-                store,
+                store.clone(),
                 params,
                 DEFAULT_WAIT_LIMIT,
                 self.metrics.segment.clone(),
@@ -353,7 +354,7 @@ impl Ctx {
                 }
             ),
         );
-        Some(segment)
+        Some((segment, store))
     }
 }
 

@@ -10,6 +10,12 @@
 //!   lowers it only to the giver's own unused values, which
 //!   lie above every other sidecar's blocks). A counter below the floor was deleted and
 //!   re-created, or restored from a backup: the claim is refused, never served.
+//! - **The highest `next` seen**: a counter that may never go down (a cluster's Lease)
+//!   cannot legitimately read below any `next` this sidecar saw it at, in a claim of its
+//!   own or another's (the cluster sidecar follows the counter with a watch, so a pod that
+//!   claimed nothing for a while still knows how far the others got). A read below it is a
+//!   copy restored from a backup or an etcd snapshot, or a counter re-created: refused as
+//!   below the floor ([`HighestSeen`]).
 //! - **The recorded claim count**: a sidecar that never claimed (just started) has no floor.
 //!   So every claim also reads a lower bound of the counter's claim count kept outside the
 //!   counter (in a cluster, the IdSequence's `status.segment.blocksClaimed`, written by the
@@ -22,6 +28,7 @@
 //! One piece (over 400 lines): the claim loop, its guards and its errors are one protocol
 //! and are read together; the tests are in `claim/tests.rs`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -83,6 +90,11 @@ pub(crate) trait CounterStore: Send + Sync + 'static {
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async { Ok(0) })
     }
+    /// The highest `next` this store has seen the counter at (read or written), for a
+    /// store whose counter may never go down ([`HighestSeen`]); 0 for one that may.
+    fn seen_next(&self) -> u64 {
+        0
+    }
     /// Whether a graceful stop may lower the counter to give unused values back. A cluster's
     /// counter Lease may only go up (the API server refuses the rest, docs/safety.md).
     fn may_lower(&self) -> bool {
@@ -101,6 +113,29 @@ pub(crate) trait CounterStore: Send + Sync + 'static {
     }
 }
 
+/// The highest `next` a counter that may never go down was seen at by this process: read
+/// by a claim, written by one, or delivered by the cluster sidecar's watch of the counter.
+/// Every `next` the counter held is a floor for every later read of it (the API server's
+/// reads of one object are linearizable and the Lease policy lets nobody lower `next`), so
+/// a read below it is a counter that went back: restored from an etcd snapshot or a backup,
+/// or re-created. Claims refuse it ([`ClaimError::CounterBehind`]), also in a sidecar whose
+/// own blocks lie below it (docs/safety.md, Segment rules 4 and 5, and rule 22).
+#[derive(Debug, Default)]
+pub(crate) struct HighestSeen(AtomicU64);
+
+impl HighestSeen {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Records that the counter read `next`. `Some(highest)`: it read below `highest`,
+    /// seen before, so it went back (the record keeps `highest`).
+    pub(crate) fn record(&self, next: u64) -> Option<u64> {
+        let before = self.0.fetch_max(next, Ordering::SeqCst);
+        (next < before).then_some(before)
+    }
+}
+
 /// Why no block was claimed. No value of a failed claim is ever handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ClaimError {
@@ -111,9 +146,10 @@ pub(crate) enum ClaimError {
     #[error("{conflicts} conflicting claims in a row; retrying later")]
     TooManyConflicts { conflicts: u32 },
     #[error(
-        "the counter reads next = {next}, below the top of this sidecar's own blocks ({floor}): \
-         it was deleted and re-created or restored from an older copy, and values from it \
-         may already have been issued. Refusing to claim from it; see the IdSequence's Ready \
+        "the counter reads next = {next}, below {floor}, the top of this sidecar's own blocks \
+         or the highest next it saw the counter at: it was deleted and re-created or restored \
+         from an older copy (a backup, an etcd snapshot), and values from it may already have \
+         been issued. Refusing to claim from it; see the IdSequence's Ready \
          condition and docs/segment.md (\"The counter was lost\") to recover"
     )]
     CounterBehind { next: u64, floor: u64 },
@@ -269,6 +305,8 @@ pub(crate) async fn claim_above(
             Err(_) => Err(StoreError::TimedOut(backoff.call_timeout).into()),
         };
     }
+    // Whatever the counter was seen at before this read is a floor for it.
+    let mut floor = floor.max(store.seen_next());
     // The record is read once per claim, beside the first read of the counter (not one
     // round trip after it): it only ever grows, so an older answer is merely less strict.
     let (known, first) = tokio::join!(
@@ -316,6 +354,7 @@ pub(crate) async fn claim_above(
                     return Err(ClaimError::TooManyConflicts { conflicts });
                 }
                 tokio::time::sleep(backoff.delay(conflicts)).await;
+                floor = floor.max(store.seen_next());
                 seen = bounded(backoff.call_timeout, store.read()).await?;
             }
             Err(e) => return Err(e.into()),
@@ -359,7 +398,7 @@ pub(crate) mod fake {
     use super::*;
     use kubeflake_crds::segment_counter::{COUNTER_FORMAT_RANGED, Queued, Ranged};
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     #[derive(Default)]
     pub(crate) struct FakeStore {
@@ -374,8 +413,10 @@ pub(crate) mod fake {
         pub(crate) interleave: bool,
         /// What the IdSequence's status would record (see `CounterStore::known_claims`).
         pub(crate) known_claims: AtomicU64,
-        /// A counter that may only go up, like a cluster's Lease under the API server's policy.
+        /// A counter that may only go up, like a cluster's Lease under the API server's
+        /// policy: its reads and writes are recorded in `seen`, as the Lease store does.
         pub(crate) only_up: bool,
+        pub(crate) seen: HighestSeen,
         /// Reads find the counter rewritten in a newer Lease format (as the Lease store
         /// reports it).
         pub(crate) newer_format: AtomicBool,
@@ -445,6 +486,10 @@ pub(crate) mod fake {
             !self.only_up
         }
 
+        fn seen_next(&self) -> u64 {
+            self.seen.get()
+        }
+
         fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
             Box::pin(async move { Ok(self.known_claims.load(Ordering::SeqCst)) })
         }
@@ -460,6 +505,9 @@ pub(crate) mod fake {
                     ));
                 }
                 let (next, claims, version) = *self.counter.lock().unwrap();
+                if self.only_up {
+                    self.seen.record(next);
+                }
                 let range = self.range();
                 if self.interleave {
                     tokio::task::yield_now().await;
@@ -506,6 +554,9 @@ pub(crate) mod fake {
                     ));
                 }
                 *c = (new.next, new.claims, c.2 + 1);
+                if self.only_up {
+                    self.seen.record(new.next);
+                }
                 self.writes.fetch_add(1, Ordering::SeqCst);
                 if self.apply_then_fail.load(Ordering::SeqCst) {
                     return Err(StoreError::Unavailable("reply lost".into()));

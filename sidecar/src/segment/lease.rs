@@ -14,20 +14,28 @@
 //! tenant may create one before the operator does; docs/safety.md rule 16): its parse
 //! refuses it, so the sidecar claims nothing from it and is not ready, saying what to do.
 //!
+//! Every `next` read or written is recorded ([`HighestSeen`]): the counter may only go up,
+//! so a later read below it is a copy that went back, and claims refuse it. The cluster
+//! sidecar also follows the counter with a watch ([`LeaseCounter::follow`]), so that a pod
+//! that claimed nothing for a while knows how far the others got.
+//!
 //! Each claim also reads the IdSequence's `status.segment.blocksClaimed` (from the API
 //! server's cache: an older status is only less strict), the claim count the operator last
 //! saw: a counter with fewer claims is an older copy and is refused (see `claim`).
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{GetParams, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, ListSemantic};
 use kube::{Api, Client};
 use kubeflake_crds::segment_counter::{CLAIMS_ANNOTATION, Counter, NEXT_ANNOTATION, counter_name};
 use kubeflake_crds::sequence::IdSequence;
 use kubeflake_runtime::kube_error::{self, KubeErrorKind};
 use serde_json::json;
 
-use super::claim::{CounterStore, StoreError};
+use super::claim::{CounterStore, HighestSeen, StoreError};
 
 /// The counter Lease of one sequence.
 pub(crate) struct LeaseCounter {
@@ -35,6 +43,7 @@ pub(crate) struct LeaseCounter {
     name: String,
     sequences: Api<IdSequence>,
     sequence: String,
+    seen: HighestSeen,
 }
 
 impl LeaseCounter {
@@ -45,7 +54,51 @@ impl LeaseCounter {
             name: counter_name(sequence),
             sequences: Api::namespaced(client, namespace),
             sequence: sequence.to_owned(),
+            seen: HighestSeen::default(),
         }
+    }
+
+    /// Follows the counter with a watch until the future is dropped: every `next` it
+    /// delivers raises what this sidecar knows the counter reached ([`HighestSeen`]), so
+    /// that a claim refuses a counter that went back (an etcd snapshot or a backup restored)
+    /// even in a pod that claimed nothing since the others claimed (docs/safety.md rule 22).
+    /// A watched copy may be older than what a claim already read (the API server's watch
+    /// cache trails etcd), so it only ever raises the record: only a claim's quorum read is
+    /// compared with it. A failing watch is retried with backoff and logged once per streak;
+    /// claims go on meanwhile (each reads the counter itself).
+    pub(crate) async fn follow(&self) {
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .list_semantic(ListSemantic::MostRecent);
+        let mut events = watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .boxed();
+        let mut failing = false;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
+                    failing = false;
+                    match parse(&lease) {
+                        Ok(counter) => {
+                            self.seen.record(counter.next);
+                        }
+                        // The claim that reads it says why, on the pod and in the log.
+                        Err(e) => {
+                            tracing::debug!(error = %e, counter = %self.name, "the watched counter is not one to claim from")
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, counter = %self.name, "following the segment counter: the watch failed, retrying with backoff (claims still read the counter)");
+                    }
+                    failing = true;
+                }
+            }
+        }
+        tracing::warn!(counter = %self.name, "following the segment counter: the watch ended");
+        std::future::pending::<()>().await
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -78,6 +131,10 @@ impl CounterStore for LeaseCounter {
         false
     }
 
+    fn seen_next(&self) -> u64 {
+        self.seen.get()
+    }
+
     fn known_claims(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async move {
             let seq = self
@@ -103,13 +160,9 @@ impl CounterStore for LeaseCounter {
                 .get(&self.name)
                 .await
                 .map_err(|e| store_error(e, &self.name))?;
-            Counter::parse(&lease).map_err(|e| {
-                if e.is_format() {
-                    StoreError::UnsupportedFormat(e.to_string())
-                } else {
-                    StoreError::Corrupt(e.to_string())
-                }
-            })
+            let counter = parse(&lease)?;
+            self.seen.record(counter.next);
+            Ok(counter)
         })
     }
 
@@ -138,10 +191,22 @@ impl CounterStore for LeaseCounter {
             self.api
                 .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map(|_| ())
-                .map_err(|e| store_error(e, &self.name))
+                .map_err(|e| store_error(e, &self.name))?;
+            self.seen.record(new.next);
+            Ok(())
         })
     }
+}
+
+/// The counter a Lease holds, or why it holds none this release can claim from.
+pub(crate) fn parse(lease: &Lease) -> Result<Counter, StoreError> {
+    Counter::parse(lease).map_err(|e| {
+        if e.is_format() {
+            StoreError::UnsupportedFormat(e.to_string())
+        } else {
+            StoreError::Corrupt(e.to_string())
+        }
+    })
 }
 
 #[cfg(test)]
@@ -174,6 +239,25 @@ mod tests {
             message.contains("orders-segment-counter") && message.contains("format 4"),
             "{message}"
         );
+    }
+
+    /// Rule 22: every `next` a read finds is recorded as seen, and a later read below it
+    /// leaves the record where it was (the claim that reads it refuses it).
+    #[tokio::test]
+    async fn rule22_reads_record_the_highest_next_seen_and_a_lower_read_does_not_lower_it() {
+        let next = std::sync::Arc::new(std::sync::Mutex::new(5_000u64));
+        let answer = next.clone();
+        let api = FakeApi::answering(move |_, _, _| {
+            let lease = new_counter("orders", "ns", *answer.lock().unwrap());
+            (200, serde_json::to_value(&lease).unwrap())
+        });
+        let counter = LeaseCounter::new(api.client(), "ns", "orders");
+        assert_eq!(counter.seen_next(), 0);
+        assert_eq!(counter.read().await.unwrap().next, 5_000);
+        assert_eq!(counter.seen_next(), 5_000);
+        *next.lock().unwrap() = 101; // an etcd snapshot restored
+        assert_eq!(counter.read().await.unwrap().next, 101);
+        assert_eq!(counter.seen_next(), 5_000);
     }
 
     /// Rule 22: a claim of a format 3 counter, a move to its queued range included, patches

@@ -288,7 +288,11 @@ mod tests {
         assert_eq!(s.take_one_from(0).await.unwrap(), 100);
         store.recreate_at(1);
         let err = s.take_one_from(0).await.unwrap_err();
-        assert!(err.to_string().contains("below the top"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("the top of this sidecar's own blocks"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

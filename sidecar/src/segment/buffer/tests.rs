@@ -263,7 +263,11 @@ async fn a_running_sidecar_refuses_a_counter_below_its_top_and_drops_what_it_hol
     assert_eq!(metrics.claimed_top.get(), 101);
     let err = seg.take(1).await.unwrap_err();
     assert_eq!(err.reason(), "no_block");
-    assert!(err.to_string().contains("below the top"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("the top of this sidecar's own blocks"),
+        "{err}"
+    );
     assert!(seg.check_ready().is_err());
     // Recovered by hand above every value issued: claims resume from there.
     store.recreate_at(500);

@@ -159,6 +159,74 @@ async fn a_counter_below_the_claimers_own_top_is_refused_never_served() {
     assert_eq!(b.block.start, 101, "a counter at the floor is fine");
 }
 
+/// Rule 22 (and Segment rules 4/5): a pod that claimed nothing while the others claimed
+/// still knows how far the counter got (its watch records every `next` it sees). An etcd
+/// snapshot restored under it brings the counter back below that: its next claim refuses
+/// it, although the counter is above this pod's own blocks, instead of claiming values the
+/// others already issued.
+#[tokio::test]
+async fn rule22_a_counter_below_the_highest_next_this_claimer_saw_is_refused_though_its_own_blocks_are_lower()
+ {
+    let store = FakeStore {
+        only_up: true,
+        ..FakeStore::starting_at(1)
+    };
+    let mine = claim(&store, 100, 0, &Backoff::default()).await.unwrap();
+    assert_eq!(mine.block, Block { start: 1, end: 101 });
+    // The snapshot is taken here (next = 101); the other pods claim up to 5,000 after it,
+    // and this pod's watch of the counter sees it there.
+    store.counter.lock().unwrap().0 = 5_000;
+    assert_eq!(store.seen.record(5_000), None);
+    store.recreate_at(101); // the snapshot restored: next = 101
+    let err = claim(&store, 100, mine.block.end, &Backoff::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ClaimError::CounterBehind {
+            next: 101,
+            floor: 5_000
+        }
+    );
+    assert!(err.to_string().contains("highest next it saw"), "{err}");
+    assert_eq!(
+        store.next(),
+        101,
+        "nothing was claimed from the restored copy"
+    );
+    // Raised above every value issued (the operator's fresh range, or a person): claims
+    // resume there.
+    store.recreate_at(5_000);
+    let after = claim(&store, 100, mine.block.end, &Backoff::default())
+        .await
+        .unwrap();
+    assert_eq!(after.block.start, 5_000);
+}
+
+/// What a claimer saw the counter at only ever rises; a lower sighting says by how much
+/// the counter went back, and leaves the record as it was.
+#[test]
+fn the_highest_next_seen_only_rises_and_a_lower_sighting_is_reported() {
+    let seen = HighestSeen::default();
+    assert_eq!(seen.get(), 0);
+    assert_eq!(seen.record(700), None);
+    assert_eq!(seen.record(700), None, "the same value is no step back");
+    assert_eq!(seen.record(300), Some(700));
+    assert_eq!(seen.get(), 700);
+    assert_eq!(seen.record(900), None);
+    assert_eq!(seen.get(), 900);
+}
+
+/// A store whose counter may go down (a standalone file: a graceful stop gives values
+/// back) keeps no such record: its floor is the claimer's own top alone.
+#[tokio::test]
+async fn a_counter_that_may_go_down_keeps_no_record_of_what_was_seen() {
+    let store = FakeStore::starting_at(1);
+    claim(&store, 100, 0, &Backoff::default()).await.unwrap();
+    assert!(store.may_lower());
+    assert_eq!(store.seen_next(), 0);
+}
+
 #[tokio::test]
 async fn a_freshly_started_claimer_refuses_a_counter_with_fewer_claims_than_recorded() {
     use std::sync::atomic::Ordering::SeqCst;

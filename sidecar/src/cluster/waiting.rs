@@ -21,6 +21,7 @@ use crate::oracle::store::KubeOracleStore;
 use crate::oracle::{Oracle, OracleConfig};
 use crate::segment::claim::StoreError;
 use crate::segment::lease::LeaseCounter;
+use crate::segment::seen_file::SeenFile;
 use crate::segment::{CounterStore, DEFAULT_WAIT_LIMIT};
 use crate::slot::{SlotError, assigned_lease, wait_for_assignment};
 use crate::source::Source;
@@ -268,11 +269,18 @@ impl Ctx {
     /// values from blocks claimed from it; the counter is returned to be followed
     /// ([`LeaseCounter::follow`]). `None` if shutdown began first.
     async fn start_segment(&self, params: SegmentParams) -> Option<(Source, Arc<LeaseCounter>)> {
-        let store = Arc::new(LeaseCounter::new(
-            self.client.clone(),
-            &self.config.pod.namespace,
-            &self.config.sequence,
-        ));
+        let store = Arc::new(
+            LeaseCounter::new(
+                self.client.clone(),
+                &self.config.pod.namespace,
+                &self.config.sequence,
+            )
+            .remembering(SeenFile::new(
+                &self.config.state_dir,
+                &self.config.sequence,
+                &format!("{}/{}", self.config.pod.namespace, self.config.sequence),
+            )),
+        );
         while !self.stopping() {
             match store.read().await {
                 Ok(counter) => {
@@ -375,23 +383,4 @@ fn waiting_for_slot_note(sequence: &str, waited: Duration, exhausted: Option<&st
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_waiting_for_slot_event_says_why_and_that_the_app_is_held() {
-        let exhausted = waiting_for_slot_note(
-            "orders",
-            SLOT_WAIT_EVENT_AFTER,
-            Some("2 pods wait for a free slot: all 4 slots are held"),
-        );
-        assert!(exhausted.contains("all 4 slots are held"), "{exhausted}");
-        assert!(
-            exhausted.contains("app containers start once"),
-            "{exhausted}"
-        );
-        let slow = waiting_for_slot_note("orders", SLOT_WAIT_EVENT_AFTER, None);
-        assert!(slow.contains("is kubeflake-operator running"), "{slow}");
-        assert!(slow.contains("after 10 s"), "{slow}");
-    }
-}
+mod tests;

@@ -23,6 +23,8 @@
 //! server's cache: an older status is only less strict), the claim count the operator last
 //! saw: a counter with fewer claims is an older copy and is refused (see `claim`).
 
+use std::time::Duration;
+
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -36,6 +38,11 @@ use kubeflake_runtime::kube_error::{self, KubeErrorKind};
 use serde_json::json;
 
 use super::claim::{CounterStore, HighestSeen, StoreError};
+use super::seen_file::SeenFile;
+
+/// How often a rise of the highest `next` seen is written to the pod's state directory, at
+/// most (a busy counter rises at every claim of every pod).
+const REMEMBER_EVERY: Duration = Duration::from_secs(1);
 
 /// The counter Lease of one sequence.
 pub(crate) struct LeaseCounter {
@@ -44,6 +51,8 @@ pub(crate) struct LeaseCounter {
     sequences: Api<IdSequence>,
     sequence: String,
     seen: HighestSeen,
+    /// Where [`LeaseCounter::follow`] keeps `seen` for the pod's next container.
+    remembered: Option<SeenFile>,
 }
 
 impl LeaseCounter {
@@ -55,7 +64,27 @@ impl LeaseCounter {
             sequences: Api::namespaced(client, namespace),
             sequence: sequence.to_owned(),
             seen: HighestSeen::default(),
+            remembered: None,
         }
+    }
+
+    /// Starts from the highest `next` an earlier container of this pod saw (kept in the
+    /// pod's state directory), and keeps it there while following the counter. A record
+    /// that cannot be read is logged and the sidecar starts from what it reads itself, as
+    /// a new pod does.
+    pub(crate) fn remembering(mut self, file: SeenFile) -> LeaseCounter {
+        match file.load() {
+            Ok(0) => {}
+            Ok(highest) => {
+                self.seen.record(highest);
+                tracing::info!(counter = %self.name, highest_next = highest, "an earlier container of this pod saw the counter at this next: claims refuse a counter below it");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, counter = %self.name, "the record of the counter an earlier container saw is unreadable: starting from what this one reads");
+            }
+        }
+        self.remembered = Some(file);
+        self
     }
 
     /// Follows the counter with a watch until the future is dropped: every `next` it
@@ -74,7 +103,18 @@ impl LeaseCounter {
             .default_backoff()
             .boxed();
         let mut failing = false;
-        while let Some(event) = events.next().await {
+        let mut remember = tokio::time::interval(REMEMBER_EVERY);
+        remember.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut remembered = self.seen.get();
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = remember.tick() => {
+                    remembered = self.remember(remembered);
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
             match event {
                 Ok(Event::Apply(lease) | Event::InitApply(lease)) => {
                     failing = false;
@@ -98,7 +138,29 @@ impl LeaseCounter {
             }
         }
         tracing::warn!(counter = %self.name, "following the segment counter: the watch ended");
-        std::future::pending::<()>().await
+        loop {
+            remember.tick().await;
+            remembered = self.remember(remembered);
+        }
+    }
+
+    /// Writes the highest `next` seen to the pod's state directory if it rose since
+    /// `remembered`; returns what the file holds now.
+    fn remember(&self, remembered: u64) -> u64 {
+        let Some(file) = &self.remembered else {
+            return remembered;
+        };
+        let highest = self.seen.get();
+        if highest <= remembered {
+            return remembered;
+        }
+        match file.store(highest) {
+            Ok(()) => highest,
+            Err(e) => {
+                tracing::warn!(error = %e, counter = %self.name, "cannot keep the counter's highest next for the pod's next container; retried in a second");
+                remembered
+            }
+        }
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -210,132 +272,4 @@ pub(crate) fn parse(lease: &Lease) -> Result<Counter, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kubeflake_crds::segment_counter::new_counter;
-    use kubeflake_crds::slot_lease::FORMAT_ANNOTATION;
-    use kubeflake_runtime::fake_api::FakeApi;
-
-    /// Issue 23: a counter Lease a newer kubeflake wrote is its own refusal (not "corrupt"),
-    /// naming the Lease, the format and what to do.
-    #[tokio::test]
-    async fn a_counter_lease_in_a_newer_format_is_refused_as_such() {
-        let mut newer = new_counter("orders", "ns", 7);
-        newer
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(FORMAT_ANNOTATION.into(), "4".into());
-        let body = serde_json::to_value(&newer).unwrap();
-        let client = FakeApi::answering(move |_, _, _| (200, body.clone())).client();
-        let err = LeaseCounter::new(client, "ns", "orders")
-            .read()
-            .await
-            .unwrap_err();
-        let StoreError::UnsupportedFormat(message) = err else {
-            panic!("another error: {err}");
-        };
-        assert!(
-            message.contains("orders-segment-counter") && message.contains("format 4"),
-            "{message}"
-        );
-    }
-
-    /// Rule 22: every `next` a read finds is recorded as seen, and a later read below it
-    /// leaves the record where it was (the claim that reads it refuses it).
-    #[tokio::test]
-    async fn rule22_reads_record_the_highest_next_seen_and_a_lower_read_does_not_lower_it() {
-        let next = std::sync::Arc::new(std::sync::Mutex::new(5_000u64));
-        let answer = next.clone();
-        let api = FakeApi::answering(move |_, _, _| {
-            let lease = new_counter("orders", "ns", *answer.lock().unwrap());
-            (200, serde_json::to_value(&lease).unwrap())
-        });
-        let counter = LeaseCounter::new(api.client(), "ns", "orders");
-        assert_eq!(counter.seen_next(), 0);
-        assert_eq!(counter.read().await.unwrap().next, 5_000);
-        assert_eq!(counter.seen_next(), 5_000);
-        *next.lock().unwrap() = 101; // an etcd snapshot restored
-        assert_eq!(counter.read().await.unwrap().next, 101);
-        assert_eq!(counter.seen_next(), 5_000);
-    }
-
-    /// Rule 22: a claim of a format 3 counter, a move to its queued range included, patches
-    /// `next` and `claims` only, as for every counter (what the Lease policy of earlier
-    /// releases lets a claimant write).
-    #[tokio::test]
-    async fn rule22_a_claim_that_moves_to_the_queued_range_patches_next_and_claims_only() {
-        use kubeflake_crds::segment_counter::{
-            QUEUED_LIMIT_ANNOTATION, QUEUED_START_ANNOTATION, RANGE_LIMIT_ANNOTATION, take,
-        };
-        let mut lease = new_counter("orders", "ns", 1000);
-        lease.metadata.resource_version = Some("5".into());
-        let annotations = lease
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default);
-        for (k, v) in [
-            (FORMAT_ANNOTATION, "3"),
-            (RANGE_LIMIT_ANNOTATION, "1000"),
-            (QUEUED_START_ANNOTATION, "5000"),
-            (QUEUED_LIMIT_ANNOTATION, "6000"),
-        ] {
-            annotations.insert(k.into(), v.into());
-        }
-        let plain = {
-            let mut l = new_counter("orders", "ns", 7);
-            l.metadata.resource_version = Some("5".into());
-            l
-        };
-        for (lease, want) in [
-            (
-                lease,
-                json!({NEXT_ANNOTATION: "5010", CLAIMS_ANNOTATION: "1"}),
-            ),
-            (
-                plain,
-                json!({NEXT_ANNOTATION: "17", CLAIMS_ANNOTATION: "1"}),
-            ),
-        ] {
-            let body = serde_json::to_value(&lease).unwrap();
-            let api = FakeApi::answering(move |_, _, _| (200, body.clone()));
-            let counter = LeaseCounter::new(api.client(), "ns", "orders");
-            let seen = counter.read().await.unwrap();
-            let taken = take(&seen, 10, 0).unwrap();
-            counter
-                .compare_and_swap(&seen, taken.counter)
-                .await
-                .unwrap();
-            let patch = api.seen().pop().unwrap().body;
-            assert_eq!(patch["metadata"]["annotations"], want);
-            assert_eq!(patch["metadata"]["resourceVersion"], "5");
-        }
-    }
-
-    /// Rule 16: a Lease with the counter's name that a tenant made before the operator
-    /// (no kubeflake label, so the Lease policy never guarded it) is not the counter: the
-    /// sidecar claims nothing from it, whatever `next` it says, and says what to do.
-    #[tokio::test]
-    async fn rule16_a_counter_lease_a_tenant_precreated_is_never_claimed_from() {
-        let mut forged = new_counter("orders", "ns", 7);
-        forged.metadata.labels = None;
-        let body = serde_json::to_value(&forged).unwrap();
-        let seen = FakeApi::answering(move |_, _, _| (200, body.clone()));
-        let client = seen.client();
-        let err = LeaseCounter::new(client, "ns", "orders")
-            .read()
-            .await
-            .unwrap_err();
-        let StoreError::Corrupt(message) = err else {
-            panic!("another error: {err}");
-        };
-        for part in [
-            "orders-segment-counter",
-            "not made by kubeflake",
-            "Delete Lease",
-        ] {
-            assert!(message.contains(part), "{part:?}: {message}");
-        }
-        assert_eq!(seen.seen().len(), 1, "one read, no write");
-    }
-}
+mod tests;

@@ -22,6 +22,7 @@ pub(crate) mod claim;
 pub(crate) mod file;
 pub(crate) mod group;
 pub(crate) mod lease;
+pub(crate) mod seen_file;
 pub(crate) mod strict;
 
 pub(crate) use buffer::SegmentRefusal;

@@ -237,7 +237,12 @@ digest() {
 		tail -n 30 "$1"
 		return
 	fi
-	[[ -z $checks ]] || echo "$checks"
+	if [[ -n $checks ]]; then
+		# The failures the client libraries' runners and the conformance suite name (JUnit,
+		# Go, node:test, pytest, run.py), wherever they are in the lane's log.
+		grep -E '<<< FAILURE|AssertionFailedError|^\[ERROR\]   [A-Za-z]|^not ok|^--- FAIL|^FAIL |^FAILED |^E   ' "$1" | cut -c1-240 | head -n 20 || true
+		echo "$checks"
+	fi
 	[[ -z $blocks ]] && return
 	grep -E '^---- .* ----$' <<<"$blocks" || true
 	grep -E -B 12 -A 6 'panicked at|^Error: ' <<<"$blocks" | cut -c1-240 || true

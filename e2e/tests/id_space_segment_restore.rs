@@ -83,17 +83,7 @@ async fn generation(m: &Member) -> Result<i64> {
 
 /// The blocks each sidecar of `m` claimed so far.
 fn claims(m: &Member) -> Vec<u64> {
-    m.sidecars
-        .iter()
-        .map(|s| {
-            get(s.port, "/metrics")
-                .ok()
-                .and_then(|(_, text)| {
-                    exposition::value(&text, "kubeflake_segment_blocks_claimed_total")
-                })
-                .unwrap_or(0.0) as u64
-        })
-        .collect()
+    m.sidecars.iter().map(blocks_claimed).collect()
 }
 
 /// Both members joined the hub and serve: H on the shared control plane, A on its own.

@@ -7,7 +7,9 @@
 //! written); with the member cluster named it raises `spec.segment.next` above every value
 //! the member holds, the revision and the member's generation 2^32 up, through the CRD's
 //! rules (nothing goes down), `--dry-run` writing nothing, and again changes nothing of the
-//! counter; `forget` removes the member's entry and leaves the counter. Without the node.
+//! counter; `forget` removes the member's entry and leaves the counter. `hub init
+//! --from-sequence` makes a Segment space from a Segment sequence and refuses a strict one.
+//! Without the node.
 
 mod operator_support;
 mod plugin_support;
@@ -17,6 +19,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use kube::api::ListParams;
 use kube::api::{Patch, PatchParams, PostParams};
 use kubeflake_crds::id_space::membership::SpaceRef;
 use kubeflake_crds::id_space::registry::RECOVERY_REVISION_STEP;
@@ -216,5 +219,70 @@ async fn rule22_recover_raises_a_segment_spaces_counter_above_every_range_its_me
     let table = plugin(cluster, &args).await?;
     assert_eq!(table.code, 0, "{}", table.stderr);
     assert!(table.stdout.contains("segment.next"), "{}", table.stdout);
+    Ok(())
+}
+
+/// Rule 22: `hub init --from-sequence` makes a Segment space (ranges of one counter, no
+/// blocks) from a Segment sequence, idempotently; a strict sequence is refused (exit 2,
+/// saying why) and nothing of it is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule22_init_makes_a_segment_space_from_a_segment_sequence_and_refuses_a_strict_one()
+-> Result<()> {
+    let cluster = cluster().await?;
+    operator_support::install_crd(cluster).await?;
+    let shop = cluster.namespace("shop-init").await?;
+    operator_support::create_sequence(&shop, "orders", json!({"mode": "Segment"})).await?;
+    operator_support::create_sequence(
+        &shop,
+        "ledger",
+        json!({"mode": "Segment", "segment": {"strict": true}}),
+    )
+    .await?;
+    let hub = cluster.namespace("hub-init").await?;
+    let n = hub.name.as_str();
+    let from = format!("{}/orders", shop.name);
+    let args = ["hub", "init", SPACE, "-n", n, "--from-sequence", &from];
+    let result = |report: &serde_json::Value| {
+        report["objects"]
+            .as_array()
+            .and_then(|o| o.iter().find(|o| o["kind"] == "IdSpace"))
+            .map(|o| o["result"].clone())
+    };
+    let made = plugin_json(cluster, &args).await?;
+    assert_eq!(result(&made), Some(json!("created")), "{made}");
+    let spec = stored(&hub).await?;
+    assert_eq!(spec.sequence.mode, Mode::Segment);
+    assert!(!spec.sequence.strict);
+    let again = plugin_json(cluster, &args).await?;
+    assert_eq!(result(&again), Some(json!("unchanged")), "{again}");
+
+    let strict_from = format!("{}/ledger", shop.name);
+    let strict = plugin(
+        cluster,
+        &[
+            "hub",
+            "init",
+            "ledger",
+            "-n",
+            n,
+            "--from-sequence",
+            &strict_from,
+        ],
+    )
+    .await?;
+    assert_eq!(strict.code, 2, "{}", strict.stderr);
+    assert!(
+        strict.stderr.contains("cannot span clusters"),
+        "{}",
+        strict.stderr
+    );
+    let spaces = Api::<IdSpace>::namespaced(hub.client.clone(), n)
+        .list(&ListParams::default())
+        .await?;
+    ensure!(
+        spaces.items.len() == 1,
+        "the refused init made nothing: {} spaces",
+        spaces.items.len()
+    );
     Ok(())
 }

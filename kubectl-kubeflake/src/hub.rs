@@ -83,8 +83,7 @@ pub async fn run(args: &HubArgs, format: Format, now_ms: u64) -> Result<String, 
             let mut spec = IdSpaceSpec::new(sequence, a.block_slots);
             spec.tolerance_seconds = a.tolerance_seconds;
             spec.renew_every_seconds = a.renew_every_seconds;
-            // The API crate's checks, before anything is written.
-            spec.space().map_err(CliError::BadSpaceFlags)?;
+            init::check(&spec)?;
             let applied = setup::init(&client, (&s.space, &ns), spec).await?;
             render(format, &init::InitReport::new(&s.space, &ns, applied))
         }

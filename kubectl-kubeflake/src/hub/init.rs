@@ -1,9 +1,9 @@
 //! `hub init`'s inputs and report: the shared sequence read from an IdSequence
-//! (`--from-sequence NAMESPACE/NAME`), and one line per object made or found.
+//! (`--from-sequence NAMESPACE/NAME`), its checks, and one line per object made or found.
 
 use kube::Client;
-use kubeflake_crds::id_space::SpaceSequenceSpec;
-use kubeflake_crds::sequence::IdSequenceSpec;
+use kubeflake_crds::id_space::{IdSpaceSpec, SpaceError, SpaceSequenceSpec};
+use kubeflake_crds::sequence::{IdSequenceSpec, Mode};
 use serde::Serialize;
 
 use super::setup::Applied;
@@ -36,6 +36,21 @@ pub fn shared_part(spec: &IdSequenceSpec) -> SpaceSequenceSpec {
         mode: spec.mode,
         strict: spec.segment.as_ref().is_some_and(|s| s.strict),
     }
+}
+
+/// The API crate's checks of the IdSpace `hub init` would write, before anything is
+/// written: a Snowflake space's blocks (block slots, tolerance, renewal); a Segment space's
+/// sequence, which hands out ranges of one counter instead of blocks (docs/safety.md rule
+/// 22); a strict sequence cannot span clusters, in either mode.
+pub fn check(spec: &IdSpaceSpec) -> Result<(), CliError> {
+    if spec.sequence.mode != Mode::Segment {
+        return spec.space().map(drop).map_err(CliError::BadSpaceFlags);
+    }
+    let sequence = spec.space_sequence().map_err(CliError::BadSpaceFlags)?;
+    if sequence.strict {
+        return Err(CliError::BadSpaceFlags(SpaceError::StrictCannotSpan.into()));
+    }
+    Ok(())
 }
 
 /// The shared part of the IdSequence `text` names.

@@ -5,7 +5,7 @@ use kube::config::Kubeconfig;
 use kubeflake_crds::id_space::{IdSpaceSpec, SpaceSequenceSpec};
 use kubeflake_crds::sequence::IdSequenceSpec;
 
-use super::init::{parse_sequence_ref, shared_part};
+use super::init::{check, parse_sequence_ref, shared_part};
 use super::member_secret::{HubAddress, address_in, member_secret};
 use super::setup::{MEMBER_ROLE, differences, member_binding, member_role};
 use crate::error::{CliError, EXIT_USAGE};
@@ -74,6 +74,34 @@ fn the_shared_part_of_a_sequence_leaves_its_datacenter_out_and_keeps_strict() {
     .unwrap();
     let strict = IdSpaceSpec::new(shared_part(&spec), 64);
     assert!(strict.space().is_err(), "a strict sequence makes no space");
+}
+
+/// Rule 22: `hub init` makes a Segment space (ranges of one counter, no blocks: its block
+/// slots are not checked), and refuses a strict one in either mode, saying why.
+#[test]
+fn rule22_init_makes_a_segment_space_and_refuses_a_strict_one() {
+    let sequence = |mode: &str, strict: bool| -> IdSequenceSpec {
+        serde_json::from_value(serde_json::json!({
+            "mode": mode, "segment": {"strict": strict}
+        }))
+        .unwrap()
+    };
+    let segment = IdSpaceSpec::new(shared_part(&sequence("Segment", false)), 64);
+    assert!(segment.space().is_err(), "a Segment space has no blocks");
+    check(&segment).unwrap();
+    let strict = IdSpaceSpec::new(shared_part(&sequence("Segment", true)), 64);
+    let err = check(&strict).unwrap_err();
+    assert_eq!(err.exit_code(), EXIT_USAGE);
+    assert!(err.to_string().contains("cannot span clusters"), "{err}");
+    let mut snowflake = IdSpaceSpec::new(SpaceSequenceSpec::default(), 64);
+    check(&snowflake).unwrap();
+    snowflake.block_slots = 3;
+    let err = check(&snowflake).unwrap_err();
+    assert_eq!(
+        err.exit_code(),
+        EXIT_USAGE,
+        "a Snowflake space's blocks are checked: {err}"
+    );
 }
 
 #[test]

@@ -532,6 +532,11 @@ async fn rule18_broken_twin_a_block_handed_over_without_raising_its_floor_to_the
     let hub = Hub::create(hub_cluster, "hub-broken", space()).await?;
     let forwarder = Forwarder::start(hub_cluster.server()).await?;
     let mut a = Member::join(a_cluster, "a", &hub, Some(&forwarder.server())).await?;
+    // A holds its first block before H joins, so A's blocks are the space's lowest (a fresh
+    // space hands out the lowest index first): H's new pods below take the lowest free
+    // slots they may use, which are then A's block, not H's own (a rehearsal on 2026-12-01
+    // had H join first, and H's new pods took slots 2 and 3 of H's own block 0).
+    a.holds(1).await?;
     let mut h = Member::join(hub_cluster, "h", &hub, None).await?;
     let mut a_slots = Vec::new();
     for m in [&mut a, &mut h] {

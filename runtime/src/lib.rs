@@ -16,6 +16,7 @@
 //! - [`kube_error`]: what a Kubernetes API error means for the caller (conflict, gone).
 //! - [`unix_socket`]: binding a Unix domain socket (stale files replaced, live ones refused).
 //! - [`backoff`]: how long a failed watch waits before it tries again.
+//! - [`watch`]: following one named object with a watch (quorum lists, that back-off).
 //! - `fake_api` (cargo feature `fake-api`, for the binaries' unit tests): a fake
 //!   Kubernetes API server behind a real `kube::Client`, scripted or answered by a closure.
 //!
@@ -35,3 +36,4 @@ pub mod reply;
 pub mod serve;
 pub mod shutdown;
 pub mod unix_socket;
+pub mod watch;

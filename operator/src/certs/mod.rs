@@ -36,7 +36,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -342,11 +342,7 @@ pub async fn keep_self_managed(client: Client, config: SelfManaged, serving: Arc
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     // Backed off like the controller's watches, so a persistent failure (no RBAC, API
     // server down) retries every few seconds instead of in a tight LIST/WATCH loop.
-    let changes = watcher(
-        configs,
-        watcher::Config::default().fields(&format!("metadata.name={}", config.webhook_config)),
-    )
-    .backoff(kubeflake_runtime::backoff::WatchBackoff::default());
+    let changes = kubeflake_runtime::watch::one_object(configs, &config.webhook_config);
     let mut changes = std::pin::pin!(changes);
     loop {
         let wait = match sync_once(&client, &config, &serving).await {

@@ -16,7 +16,6 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use kubeflake_crds::strict_oracle::{OracleLease, OracleLeaseError, oracle_name};
@@ -113,9 +112,7 @@ impl OracleStore for KubeOracleStore {
 
     fn changes(&self) -> BoxStream<'static, Option<OracleLease>> {
         let name = self.name.clone();
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        watcher::watcher(self.api.clone(), config)
-            .default_backoff()
+        kubeflake_runtime::watch::one_object(self.api.clone(), &name)
             .filter_map(move |event| std::future::ready(known(event, &name)))
             .boxed()
     }

@@ -29,8 +29,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{GetParams, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, ListSemantic};
+use kube::runtime::watcher::Event;
 use kube::{Api, Client};
 use kubeflake_crds::segment_counter::{CLAIMS_ANNOTATION, Counter, NEXT_ANNOTATION, counter_name};
 use kubeflake_crds::sequence::IdSequence;
@@ -93,15 +92,11 @@ impl LeaseCounter {
     /// even in a pod that claimed nothing since the others claimed (docs/safety.md rule 22).
     /// A watched copy may be older than what a claim already read (the API server's watch
     /// cache trails etcd), so it only ever raises the record: only a claim's quorum read is
-    /// compared with it. A failing watch is retried with backoff and logged once per streak;
+    /// compared with it. A failing watch is retried within a few seconds
+    /// ([`kubeflake_runtime::watch::one_object`]) and logged once per streak;
     /// claims go on meanwhile (each reads the counter itself).
     pub(crate) async fn follow(&self) {
-        let config = watcher::Config::default()
-            .fields(&format!("metadata.name={}", self.name))
-            .list_semantic(ListSemantic::MostRecent);
-        let mut events = watcher::watcher(self.api.clone(), config)
-            .default_backoff()
-            .boxed();
+        let mut events = kubeflake_runtime::watch::one_object(self.api.clone(), &self.name).boxed();
         let mut failing = false;
         let mut remember = tokio::time::interval(REMEMBER_EVERY);
         remember.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

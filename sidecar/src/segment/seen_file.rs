@@ -5,9 +5,9 @@
 //! directory, and sees the counter afresh.
 //!
 //! One small JSON record, `<sequence>.counter-seen`, naming the sequence it belongs to (a
-//! record of another sequence is never used). Written to `<name>.tmp` and renamed over the
-//! old one, so a crash leaves the old or the new record, never a torn one. Not synced: it
-//! has to outlive the container, not the node (a pod on a node that restarts is a new pod).
+//! record of another sequence is never used). Written as the fence record is
+//! ([`crate::fence::write_durably`]), so a crash leaves the old or the new record, never a
+//! torn one; at most once a second, so its sync costs little.
 
 use std::path::{Path, PathBuf};
 
@@ -89,14 +89,12 @@ impl SeenFile {
             sequence: self.sequence.clone(),
             highest_next,
         };
-        let text = serde_json::to_vec(&record).expect("a record serialises");
-        let tmp = self.path.with_extension("counter-seen.tmp");
         let write = |source| SeenFileError::Write {
             path: self.path.clone(),
             source,
         };
-        std::fs::write(&tmp, text).map_err(write)?;
-        std::fs::rename(&tmp, &self.path).map_err(write)
+        let text = serde_json::to_vec(&record).map_err(|e| write(e.into()))?;
+        crate::fence::write_durably(&self.path, &text).map_err(write)
     }
 }
 

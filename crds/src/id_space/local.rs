@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::identity::MemberId;
-use super::registry::{Grant, MemberView};
+use super::registry::{Grant, MemberView, RECOVERY_REVISION_STEP};
 use super::space::{BlockIndex, Space};
 use crate::layout::{DatacenterId, Slot, Tick};
 
@@ -30,10 +30,14 @@ pub struct LocalRecord {
 pub enum HubCheck {
     /// The copy is the hub's: go on.
     Current,
-    /// The hub has writes of this member that the copy lacks: the member's own records went
-    /// back (an etcd restore), or a reply was lost. Take the hub's view; before assigning a
-    /// slot again, raise the fence of every free slot in the member's blocks (the slot
-    /// Leases may have gone back too).
+    /// The copy is not the hub's entry: the hub has writes of this member that the copy
+    /// lacks (the member's own records went back, an etcd restore, or a reply was lost), or
+    /// the copy's generation is above the entry's while no `hub recover` ran since the copy
+    /// (an entry made again at generation 1 after `hub forget`, and this copy restored from
+    /// before the forget). Either way the copy is not to be trusted: take the hub's view;
+    /// before assigning a slot again, raise the fence of every free slot in the member's
+    /// blocks (the slot Leases may have gone back too). The member writes the hub before
+    /// its copy, so a current copy is never ahead of the hub.
     LocalBehind { local: u64, hub: u64 },
     /// The copy has seen a later registry than the hub serves: the hub's registry was
     /// restored from a backup. Claim and renew nothing; the hub must be recovered first.
@@ -156,13 +160,25 @@ pub fn check_hub(local: &LocalRecord, hub: &MemberView) -> HubCheck {
             hub: hub.revision,
         };
     }
-    if hub.generation > local.generation {
+    let ahead = local.generation > hub.generation && !recovered_since(local, hub);
+    if hub.generation > local.generation || ahead {
         return HubCheck::LocalBehind {
             local: local.generation,
             hub: hub.generation,
         };
     }
     HubCheck::Current
+}
+
+/// Whether a `hub recover` ran since the copy was made: the hub's revision is more than
+/// half a [`RECOVERY_REVISION_STEP`] above the highest the copy saw. A recovery adds the
+/// step to the restored revision, which lies below what the copy saw by the writes the
+/// backup lost (never nearly 2^31 of them); ordinary writes add one each. A member that
+/// wrote after the backup then holds a copy ahead of its restored entry, and the recovery
+/// freed every block above any bound it held: its copy is dropped for the hub's view
+/// without counting as one that went back.
+fn recovered_since(local: &LocalRecord, hub: &MemberView) -> bool {
+    hub.revision.saturating_sub(local.revision_seen) > RECOVERY_REVISION_STEP / 2
 }
 
 /// A copy of claims made by another cluster: the namespace was restored or copied.

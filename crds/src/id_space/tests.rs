@@ -600,6 +600,36 @@ fn rule21_a_member_whose_copy_went_back_is_told_to_take_the_hubs_view() {
     );
 }
 
+/// A member forgotten on the hub (`hub forget`) while it still ran joins again at
+/// generation 1; its etcd restored later to a snapshot from before the forget holds a
+/// copy whose generation is above the new entry's. That copy went back just the same: it
+/// must take the hub's view (and raise its free slots' fences), not pass as current.
+#[test]
+fn rule21_a_copy_from_before_the_member_was_forgotten_is_told_to_take_the_hubs_view() {
+    let s = space();
+    let reg = joined(&Registry::default(), 1, T0);
+    let (reg, _) = reg.claim(&s, &id(1), Tick(T0)).unwrap();
+    let (reg, _) = reg.claim(&s, &id(1), Tick(T0)).unwrap();
+    let before_forget = LocalRecord::from_view(&reg.view_of(&id(1)).unwrap());
+    let again = joined(&reg.forget(&id(1)).unwrap(), 1, T0);
+    let now = again.view_of(&id(1)).unwrap();
+    assert!(
+        before_forget.generation > now.generation,
+        "{before_forget:?} {now:?}"
+    );
+    assert!(
+        before_forget.revision_seen <= now.revision,
+        "not a hub restore"
+    );
+    assert_eq!(
+        check_hub(&before_forget, &now),
+        HubCheck::LocalBehind {
+            local: before_forget.generation,
+            hub: now.generation
+        }
+    );
+}
+
 #[test]
 fn rule21_a_hub_registry_restored_from_a_backup_is_caught_by_members() {
     let s = space();

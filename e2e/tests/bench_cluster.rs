@@ -407,6 +407,8 @@ struct LeaseRequests {
     conflicts: f64,
     /// GET (single Leases: a watch's list is a LIST, its events no request).
     reads: f64,
+    /// Lease events the API server sent to watchers (`apiserver_watch_events_total`).
+    watch_events: f64,
 }
 
 impl std::ops::Sub for LeaseRequests {
@@ -416,6 +418,7 @@ impl std::ops::Sub for LeaseRequests {
             writes: self.writes - before.writes,
             conflicts: self.conflicts - before.conflicts,
             reads: self.reads - before.reads,
+            watch_events: self.watch_events - before.watch_events,
         }
     }
 }
@@ -426,15 +429,26 @@ async fn lease_requests(client: &kube::Client) -> Result<LeaseRequests> {
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
     let mut total = LeaseRequests::default();
+    let value = |line: &str| -> f64 {
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    // `resource` since Kubernetes 1.30 (`kind` before).
+    total.watch_events = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_watch_events_total{")
+                && (l.contains("resource=\"leases\"") || l.contains("kind=\"Lease\""))
+        })
+        .map(value)
+        .sum();
     for line in text
         .lines()
         .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("resource=\"leases\""))
     {
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+        let value = value(line);
         if line.contains("verb=\"PATCH\"") || line.contains("verb=\"PUT\"") {
             total.writes += value;
             if line.contains("code=\"409\"") {
@@ -806,4 +820,70 @@ async fn handover(
         load.broken,
         (before_to - before_from).as_secs_f64(),
     ))
+}
+
+/// What every Segment sidecar's watch of its counter Lease costs (docs/safety.md rule 22:
+/// each follows the counter so that it knows how far the others claimed): 1, 4 and 16
+/// sidecars of one sequence with small blocks (100 values, so claims are frequent) under
+/// 16 clients for the window. Each claim is one Lease write and one watch event to every
+/// watcher (each sidecar and the operator); the figures per claim show how that grows
+/// with the sidecars: watch events, the API server's CPU, the sidecars' CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: about 1 minute; run it by name"]
+async fn bench_segment_counter_watch_fan_out() -> Result<()> {
+    let window = env_secs("KUBEFLAKE_BENCH_WATCH_SECS", 10.0);
+    let cluster = Cluster::shared();
+    install_crd(cluster).await?;
+    let ns = cluster.namespace("bench-watch").await?;
+    let _operator = Operator::start(cluster, &ns.name, "a")?;
+    let apiserver = cluster
+        .pids()
+        .into_iter()
+        .find(|(name, _)| name == "kube-apiserver")
+        .map(|(_, pid)| pid)
+        .context("the API server's process")?;
+    let mut table = String::from(
+        "| sidecars | values/s | claims/s | Lease watch events/s | watch events per claim | API server CPU per claim | sidecars' CPU per claim |\n\
+         |---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for sidecar_count in [1usize, 4, 16] {
+        let name = format!("watch-{sidecar_count}");
+        let spec = json!({"mode": "Segment", "segment": {"blockSize": 100}});
+        create_sequence(&ns, &name, spec).await?;
+        let pods = create_pods(&ns, &name, &name, sidecar_count).await?;
+        let sidecars =
+            Sidecar::start_all_ready_with_sockets(cluster, &ns.name, &pods, &name).await?;
+        let addrs = Transport::Tcp.targets(&sidecars)?;
+        let before = lease_requests(&ns.client).await?;
+        let api_before = cpu_seconds(apiserver).context("the API server's CPU time")?;
+        let cpu_before = sidecars_cpu_seconds(&sidecars)?;
+        let started = Instant::now();
+        let load = drive(&addrs, 16, false, window).await?;
+        let secs = started.elapsed().as_secs_f64();
+        let api_cpu = cpu_seconds(apiserver).context("the API server's CPU time")? - api_before;
+        let cpu = sidecars_cpu_seconds(&sidecars)? - cpu_before;
+        let requests = lease_requests(&ns.client).await? - before;
+        let claims = (requests.writes - requests.conflicts).max(1.0);
+        let events_per_claim = requests.watch_events / claims;
+        let api_us = api_cpu * 1e6 / claims;
+        let sidecars_us = cpu * 1e6 / claims;
+        report(json!({
+            "figure": "segment_watch", "sidecars": sidecar_count,
+            "values_per_sec": load.ids_per_s, "claims_per_sec": claims / secs,
+            "lease_watch_events_per_sec": requests.watch_events / secs,
+            "watch_events_per_claim": events_per_claim,
+            "apiserver_cpu_us_per_claim": api_us, "sidecar_cpu_us_per_claim": sidecars_us,
+            "secs": secs,
+        }));
+        table.push_str(&format!(
+            "| {sidecar_count} | {:.0} | {:.0} | {:.0} | {events_per_claim:.1} | {api_us:.0} µs | {sidecars_us:.0} µs |\n",
+            load.ids_per_s,
+            claims / secs,
+            requests.watch_events / secs,
+        ));
+        assert!(load.ids > 0, "{name}: no value in the window");
+        drop(sidecars);
+    }
+    println!("{table}");
+    Ok(())
 }

@@ -8,7 +8,7 @@
 //! | a member's write                       | allowed when (as [`Registry`](super::Registry) makes it)                        |
 //! |----------------------------------------|---------------------------------------------------------------------------------|
 //! | any                                    | an update (never create or delete); `registry.revision` counted up by exactly 1; labels and annotations kept; every listed block still listed |
-//! | its member entry                       | join: a new entry under its own name, generation 1; later: same id, generation kept or counted up by 1; leave: removed, with every block it held handed back in the same write |
+//! | its member entry                       | join: a new entry under its own name, its generation the new `registry.revision`; later: same id, generation kept or counted up by 1; leave: removed, with every block it held handed back in the same write |
 //! | other members' entries                 | unchanged                                                                       |
 //! | claim ([`claim`], [`join`])            | a free (or never listed) block of its own datacenter now held by its own id, term counted up by 1, floor kept |
 //! | renew ([`renew`])                      | its own block, same term and floor, bound not lowered                           |
@@ -177,13 +177,15 @@ pub fn spec() -> ValidatingAdmissionPolicySpec {
         validation(
             on_update(
                 "variables.oldMine.size() == 0 \
-                 ? (variables.newMine.size() == 0 || variables.newMine[0].generation == 1) \
+                 ? (variables.newMine.size() == 0 \
+                 || variables.newMine[0].generation == object.spec.registry.revision) \
                  : (variables.newMine.size() == 0 || (variables.newMine[0].id == variables.oldMine[0].id \
                  && (variables.newMine[0].generation == variables.oldMine[0].generation \
                  || variables.newMine[0].generation == variables.oldMine[0].generation + 1)))",
             ),
             format!(
-                "{who} + ': its own member entry is written with generation 1 when it joins, and \
+                "{who} + ': its own member entry is written with the new spec.registry.revision as \
+                 its generation when it joins, and \
                  afterwards keeps its id and counts its generation up by at most 1 per write'"
             ),
         ),

@@ -171,12 +171,16 @@ pub fn join(space: &Space, registry: &Registry, req: &JoinRequest) -> Result<Joi
     }
     let used = used_blocks(space, req)?;
     let mut next = registry.changed();
+    // A new entry starts at the registry's new revision, above every generation any earlier
+    // entry of this cluster reached (a generation counts up with the revision, never
+    // faster): a copy of a forgotten entry never matches it (rule 21).
+    let generation = next.revision;
     next.members.insert(
         req.id.clone(),
         Member {
             name: req.name.clone(),
             datacenter: req.datacenter,
-            generation: 1,
+            generation,
         },
     );
     let mut grants = Vec::new();

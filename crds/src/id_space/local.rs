@@ -31,10 +31,10 @@ pub enum HubCheck {
     /// The copy is the hub's: go on.
     Current,
     /// The copy is not the hub's entry: the hub has writes of this member that the copy
-    /// lacks (the member's own records went back, an etcd restore, or a reply was lost), or
-    /// the copy's generation is above the entry's while no `hub recover` ran since the copy
-    /// (an entry made again at generation 1 after `hub forget`, and this copy restored from
-    /// before the forget). Either way the copy is not to be trusted: take the hub's view;
+    /// lacks (the member's own records went back, an etcd restore, or a reply was lost; a
+    /// copy from before a `hub forget` too: the entry made again starts above every
+    /// generation the old one had), or the copy's generation is above the entry's while no
+    /// `hub recover` ran since the copy (defence in depth). Either way the copy is not to be trusted: take the hub's view;
     /// before assigning a slot again, raise the fence of every free slot in the member's
     /// blocks (the slot Leases may have gone back too). The member writes the hub before
     /// its copy, so a current copy is never ahead of the hub.

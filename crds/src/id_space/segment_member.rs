@@ -22,7 +22,7 @@
 //! before the restore.
 //!
 //! The entry is made and counted up by the same transitions the hub's policy admits for a
-//! Snowflake member's (a new entry under its own name at generation 1, later the same id
+//! Snowflake member's (a new entry under its own name at the new revision, later the same id
 //! with the generation counted up by 1) and the registry's revision counted up by 1 in the
 //! same write ([`count_up`]).
 //!
@@ -89,8 +89,10 @@ pub fn generation_of(
         .map(|m| u64::try_from(m.generation).unwrap_or(0)))
 }
 
-/// The registry with this member's entry counted up, and its new generation: made at
-/// generation 1 when it has none, else counted up by 1; the revision counted up by 1.
+/// The registry with this member's entry counted up, and its new generation: made at the
+/// new revision when it has none (above every generation an earlier entry of this cluster
+/// reached, so a copy from before a `hub forget` never matches it), else counted up by 1;
+/// the revision counted up by 1.
 /// Every other entry and every block unchanged (the hub's policy admits exactly this).
 pub fn count_up(
     registry: &RegistryRecord,
@@ -108,7 +110,7 @@ pub fn count_up(
                 datacenter_id: 0,
                 generation: 0,
             });
-            1
+            u64::try_from(next.revision).unwrap_or(0).max(1)
         }
     };
     for m in next.members.iter_mut().filter(|m| m.id == id.as_str()) {
@@ -158,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn rule22_the_first_count_up_makes_the_entry_at_generation_1_and_each_later_one_adds_1() {
+    fn rule22_the_first_count_up_makes_the_entry_at_the_new_revision_and_each_later_one_adds_1() {
         let (prod, dr) = (id("uid-prod"), id("uid-dr"));
         let other = RegistryRecord {
             revision: 4,
@@ -172,12 +174,14 @@ mod tests {
         };
         assert_eq!(generation_of(&other, &prod, &name("prod")).unwrap(), None);
         let (once, g1) = count_up(&other, &prod, &name("prod")).unwrap();
-        assert_eq!((g1, once.revision), (1, 5));
+        // Made at the new revision: above every generation an earlier entry of this
+        // cluster can have had (a generation counts up with the revision, never faster).
+        assert_eq!((g1, once.revision), (5, 5));
         let (twice, g2) = count_up(&once, &prod, &name("prod")).unwrap();
-        assert_eq!((g2, twice.revision), (2, 6));
+        assert_eq!((g2, twice.revision), (6, 6));
         assert_eq!(
             generation_of(&twice, &prod, &name("prod")).unwrap(),
-            Some(2)
+            Some(6)
         );
         assert_eq!(
             twice.members.iter().find(|m| m.id == "uid-prod").unwrap(),
@@ -185,7 +189,7 @@ mod tests {
                 id: "uid-prod".into(),
                 name: "prod".into(),
                 datacenter_id: 0,
-                generation: 2
+                generation: 6
             }
         );
         // The other member's entry is untouched (the hub's policy refuses any change).

@@ -600,32 +600,52 @@ fn rule21_a_member_whose_copy_went_back_is_told_to_take_the_hubs_view() {
     );
 }
 
-/// A member forgotten on the hub (`hub forget`) while it still ran joins again at
-/// generation 1; its etcd restored later to a snapshot from before the forget holds a
-/// copy whose generation is above the new entry's. That copy went back just the same: it
-/// must take the hub's view (and raise its free slots' fences), not pass as current.
+/// A member forgotten on the hub (`hub forget`) while it still ran joins again; its etcd
+/// restored later to a snapshot from before the forget holds a copy of the old entry. That
+/// copy went back: it must never match the new entry, whatever the old one's generation
+/// was. The new entry starts at the registry's new revision, above every generation an
+/// earlier entry reached (had it started at 1, a copy of an entry that never wrote after
+/// its join, at generation 1, would pass as current).
 #[test]
-fn rule21_a_copy_from_before_the_member_was_forgotten_is_told_to_take_the_hubs_view() {
+fn rule21_a_copy_from_before_the_member_was_forgotten_never_matches_its_new_entry() {
+    let s = space();
+    let reg = joined(&Registry::default(), 1, T0);
+    let quiet = LocalRecord::from_view(&reg.view_of(&id(1)).unwrap());
+    let (reg, _) = reg.claim(&s, &id(1), Tick(T0)).unwrap();
+    let busy = LocalRecord::from_view(&reg.view_of(&id(1)).unwrap());
+    let again = joined(&reg.forget(&id(1)).unwrap(), 1, T0);
+    let now = again.view_of(&id(1)).unwrap();
+    for before_forget in [quiet, busy] {
+        assert!(
+            before_forget.generation < now.generation,
+            "{before_forget:?} {now:?}"
+        );
+        assert_eq!(
+            check_hub(&before_forget, &now),
+            HubCheck::LocalBehind {
+                local: before_forget.generation,
+                hub: now.generation
+            }
+        );
+    }
+}
+
+/// A copy ahead of the hub's entry, with no `hub recover` since it, is not the hub's
+/// either: taken as gone back (defence in depth: the member writes the hub before its
+/// copy, and a new entry starts above every earlier generation).
+#[test]
+fn rule21_a_copy_ahead_of_its_entry_is_told_to_take_the_hubs_view() {
     let s = space();
     let reg = joined(&Registry::default(), 1, T0);
     let (reg, _) = reg.claim(&s, &id(1), Tick(T0)).unwrap();
-    let (reg, _) = reg.claim(&s, &id(1), Tick(T0)).unwrap();
-    let before_forget = LocalRecord::from_view(&reg.view_of(&id(1)).unwrap());
-    let again = joined(&reg.forget(&id(1)).unwrap(), 1, T0);
-    let now = again.view_of(&id(1)).unwrap();
-    assert!(
-        before_forget.generation > now.generation,
-        "{before_forget:?} {now:?}"
-    );
-    assert!(
-        before_forget.revision_seen <= now.revision,
-        "not a hub restore"
-    );
+    let view = reg.view_of(&id(1)).unwrap();
+    let mut ahead = LocalRecord::from_view(&view);
+    ahead.generation += 3;
     assert_eq!(
-        check_hub(&before_forget, &now),
+        check_hub(&ahead, &view),
         HubCheck::LocalBehind {
-            local: before_forget.generation,
-            hub: now.generation
+            local: view.generation + 3,
+            hub: view.generation
         }
     );
 }

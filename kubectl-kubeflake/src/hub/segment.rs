@@ -28,7 +28,7 @@
 //!
 //! **Forget.** Removes an entry that holds nothing. A member that still runs finds no entry
 //! at its next contact: its status's generation is apart from the hub's (none), so it gives
-//! its counter's ranges up and makes its entry again at generation 1; the hub's counter
+//! its counter's ranges up and makes its entry again at the new revision; the hub's counter
 //! does not move, so nobody else gets those ranges: a gap, never a value twice.
 
 use kubeflake_crds::id_space::membership::RangeRecord;

@@ -56,7 +56,14 @@ async fn rule22_the_member_entry_is_made_at_the_first_contact_and_counted_up_whe
     let f = fake(w.clone());
     let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
     once_of(&w, &f, &metrics, &rates).await.expect("joined");
-    assert_eq!(generations(&w), (1, 1), "made with the first range taken");
+    // Made with the first range taken, at that write's revision (above any generation an
+    // earlier entry of this cluster had).
+    let made = revision(&w);
+    assert_eq!(
+        generations(&w),
+        (made, made),
+        "made with the first range taken"
+    );
     let space: IdSpace = get(&w, SPACE);
     let entry = &space.spec.registry.members[0];
     assert_eq!(
@@ -78,12 +85,12 @@ async fn rule22_the_member_entry_is_made_at_the_first_contact_and_counted_up_whe
     once_of(&w, &f, &metrics, &rates)
         .await
         .expect("a spare taken");
-    assert_eq!(generations(&w), (2, 2));
+    assert_eq!(generations(&w), (made + 1, made + 1));
     // Claims inside the range in use: counted up alone (no range taken), then kept.
     let (hub_before, revision_before) = (hub_next(&w), revision(&w));
     claim(&w, 1_000);
     once_of(&w, &f, &metrics, &rates).await.expect("counted up");
-    assert_eq!(generations(&w), (3, 3));
+    assert_eq!(generations(&w), (made + 2, made + 2));
     assert_eq!(revision(&w), revision_before + 1);
     assert_eq!(hub_next(&w), hub_before, "no range taken");
     let m: IdSpaceMembership = get(&w, MEMBERSHIP);
@@ -98,6 +105,7 @@ async fn rule22_a_counter_and_status_restored_from_an_older_snapshot_give_the_ra
     let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
     let first = once_of(&w, &f, &metrics, &rates).await.expect("joined");
     assert!(first.went_back.is_none());
+    let (made, _) = generations(&w);
     let snap = snapshot(&w);
     // After the snapshot the sidecars claim, and a contact counts up on the hub.
     let issued_up_to = claim(&w, 1_000);
@@ -112,7 +120,10 @@ async fn rule22_a_counter_and_status_restored_from_an_older_snapshot_give_the_ra
         .await
         .expect("given up, taken again");
     let message = kept.went_back.expect("the restore is reported");
-    assert!(message.contains("status.generation is 1"), "{message}");
+    assert!(
+        message.contains(&format!("status.generation is {made}")),
+        "{message}"
+    );
     // The restored ranges given up, `next` moved into a range taken after the restore:
     // above every value claimed, so sidecars whose blocks lie above the restored counter
     // (they refuse a counter below their own top) claim again.
@@ -221,9 +232,10 @@ async fn rule22_a_member_still_running_whose_entry_was_forgotten_gives_its_range
     let f = fake(w.clone());
     let (metrics, rates) = (HubMetrics::unexported(), Rates::default());
     once_of(&w, &f, &metrics, &rates).await.expect("joined");
+    let (made, _) = generations(&w);
     let issued_up_to = claim(&w, 1_000);
     once_of(&w, &f, &metrics, &rates).await.expect("counted up");
-    assert_eq!(generations(&w), (2, 2));
+    assert_eq!(generations(&w), (made + 1, made + 1));
     let hub_before = hub_next(&w) as u64;
     // `hub forget prod`: the entry removed, the revision counted up, the counter left.
     edit_space(&w, |spec| {
@@ -236,12 +248,24 @@ async fn rule22_a_member_still_running_whose_entry_was_forgotten_gives_its_range
     let message = kept
         .went_back
         .expect("the missing entry gives the ranges up");
-    assert!(message.contains("status.generation is 2"), "{message}");
+    assert!(
+        message.contains(&format!("status.generation is {}", made + 1)),
+        "{message}"
+    );
     // Claims go on only in a range taken after the forget, above every value claimed.
     let c = counter(&w);
     assert!(c.next >= hub_before, "{c:?}, the hub was at {hub_before}");
     assert!(take(&c, 10, 0).unwrap().start >= issued_up_to);
-    assert_eq!(generations(&w), (1, 1), "the entry made again, as a join");
+    // The entry made again, as a join: at the new revision, above every generation the
+    // forgotten one had, so a snapshot of this cluster from before the forget never
+    // matches it.
+    let again_at = revision(&w);
+    assert!(again_at > made + 1);
+    assert_eq!(
+        generations(&w),
+        (again_at, again_at),
+        "the entry made again, as a join"
+    );
     let again = once_of(&w, &f, &metrics, &rates).await.expect("current");
     assert!(again.went_back.is_none());
 }

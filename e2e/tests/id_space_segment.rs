@@ -26,6 +26,7 @@
 
 mod hub_support;
 mod operator_support;
+mod plugin_support;
 mod policy_support;
 mod segment_support;
 mod sidecar_support;
@@ -33,7 +34,7 @@ mod sidecar_support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use hub_support::forwarder::Forwarder;
 use hub_support::{Hub, SPACE, install_crds};
 use kube::api::{DeleteParams, PostParams};
@@ -42,7 +43,10 @@ use kubeflake_e2e::dashboard;
 use kubeflake_e2e::prometheus::{Prometheus, Target};
 use kubeflake_e2e::{Cluster, ClusterOptions};
 use operator_support::eventually;
-use segment_support::{LIMIT, Member, issuing, no_value_twice, repeated, segment_space};
+use plugin_support::plugin_json;
+use segment_support::{
+    LIMIT, Member, backup, counter, issuing, no_value_twice, repeated, segment_space,
+};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -102,7 +106,12 @@ async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_
     let _turn = SERIAL.lock().await;
     let started = Instant::now();
     let hub_cluster = Cluster::shared();
-    let [a_cluster, b_cluster] = tokio::task::spawn_blocking(member_clusters).await??;
+    let [a_cluster, b_cluster] = tokio::task::spawn_blocking(|| {
+        // Built before the schedule: the restore phase runs it.
+        operator_support::workspace_binary("kubectl-kubeflake");
+        member_clusters()
+    })
+    .await??;
     install_crds(hub_cluster).await?;
     let hub = Hub::create(hub_cluster, "seg-faults-hub", segment_space()).await?;
     let forwarder = Forwarder::start(hub_cluster.server()).await?;
@@ -180,18 +189,154 @@ async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_
         started.elapsed()
     );
 
+    // The hub's IdSpace restored from a backup taken while both issued: refused by both,
+    // recovered by `hub recover` from both member clusters, joined again.
+    let recovered = restored_and_recovered(&hub, [&a, &b]).await?;
+    eprintln!(
+        "segment faults: hub restored from a backup and recovered (segment.next {} -> {}), \
+         both issued throughout, {:?} in",
+        recovered.backup_next,
+        recovered.next_after,
+        started.elapsed()
+    );
+
     dashboard_checked.await??;
     let (a_ns, a_values, a_refused) = a.finish();
     let (b_ns, b_values, b_refused) = b.finish();
-    let hub_next = no_value_twice(&hub, &[(&a_ns, &a_values), (&b_ns, &b_values)]).await?;
+    let driven = &recovered.driven;
+    let (twice, first) = repeated(&[&a_values, driven, &b_values]);
     eprintln!(
-        "segment faults: a issued {} ({a_refused} refusals), b {} ({b_refused}), the hub's \
-         counter at {hub_next}: 0 duplicates, {:?} in all",
+        "segment faults: a issued {} ({a_refused} refusals; {} asked for `after` its ranges), \
+         b {} ({b_refused}), {twice} duplicates (first {first:?})",
         a_values.len(),
+        driven.len(),
         b_values.len(),
+    );
+    let issued = [(&a_ns, &a_values[..]), (&a_ns, driven), (&b_ns, &b_values)];
+    let hub_next = no_value_twice(&hub, &issued).await?;
+    recovered.check()?;
+    eprintln!(
+        "segment faults: the hub's counter at {hub_next}: 0 duplicates, {:?} in all",
         started.elapsed()
     );
     Ok(())
+}
+
+/// What [`restored_and_recovered`] saw: the backup's counter, what both members held and
+/// had issued when `hub recover` ran, and the counter it wrote.
+struct Recovered {
+    /// What the first member's sidecar returned when asked for values `after` its ranges.
+    driven: Vec<u64>,
+    backup_next: u64,
+    held: u64,
+    issued: u64,
+    next_after: u64,
+}
+
+impl Recovered {
+    /// `hub recover` raised the counter above every value both members held and issued.
+    /// Checked after the duplicates, so that a recovery too low shows what it costs first.
+    fn check(&self) -> Result<()> {
+        let Recovered {
+            backup_next,
+            held,
+            issued,
+            next_after,
+            ..
+        } = self;
+        ensure!(
+            next_after >= held && next_after > issued && next_after > backup_next,
+            "hub recover raised segment.next from the backup's {backup_next} to {next_after}, \
+             not above every range the members hold (below {held}) and every value they \
+             issued (up to {issued})"
+        );
+        Ok(())
+    }
+}
+
+/// Rule 22, a Segment hub restored from a backup while its members issue: the IdSpace kept
+/// (as a backup tool keeps it) while both issue; both take ranges until one issues from
+/// values above the kept counter; the IdSpace deleted and created from the kept copy. Both
+/// refuse it (`HubWentBack`: a new UID, a revision behind what they saw), take nothing from
+/// it and keep issuing from the ranges they hold. The real plugin's `hub recover` with both
+/// member clusters' kubeconfigs raises the counter; each membership's `status.idSpaceUid`
+/// removed (the documented step after recovering a re-created IdSpace); both `Joined` and
+/// issue from fresh ranges at or above the recovered counter.
+async fn restored_and_recovered(hub: &Hub, members: [&Member; 2]) -> Result<Recovered> {
+    let kept = backup::backup(hub).await?;
+    let backup_next = backup::space_next(&kept);
+    let driven = backup::issue_above(members[0], backup_next).await?;
+    let before: Vec<usize> = members.iter().map(|m| m.count()).collect();
+    backup::restore(hub, &kept).await?;
+    for m in members {
+        m.ready_is("False", "HubWentBack").await?;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    issuing(&members, &before, "the hub was restored from a backup")?;
+    let restored_next = segment_support::hub_next(hub).await?;
+    ensure!(
+        restored_next == backup_next,
+        "a member took a range from the restored hub: its counter at {restored_next}, the \
+         backup's {backup_next}"
+    );
+    let mut held = 0;
+    let mut issued = driven.iter().max().copied().unwrap_or(0);
+    for m in members {
+        held = held.max(backup::holds_below(m).await?);
+        issued = issued.max(backup::highest_issued(m));
+    }
+    let kubeconfigs: Vec<String> = members
+        .iter()
+        .map(|m| m.cluster.kubeconfig().to_string_lossy().to_string())
+        .collect();
+    let mut args = vec!["hub", "recover", SPACE, "-n", hub.ns.name.as_str()];
+    for k in &kubeconfigs {
+        args.extend(["--member-kubeconfig", k.as_str()]);
+    }
+    let report = plugin_json(hub.cluster(), &args).await?;
+    let number = |key: &str| {
+        report[key]
+            .as_u64()
+            .with_context(|| format!("hub recover's {key}: {report}"))
+    };
+    let next_after = number("nextAfter")?;
+    ensure!(
+        number("nextBefore")? == backup_next,
+        "hub recover read another counter than the restored one: {report}"
+    );
+    eprintln!(
+        "segment faults: restored at {backup_next}; the members held below {held}, issued up \
+         to {issued}; hub recover: {next_after}"
+    );
+    // B first: were the counter left at the backup's, B would take the values A issued.
+    for m in members.iter().rev() {
+        backup::forget_space_uid(m).await?;
+        m.ready_is("True", "Joined").await?;
+    }
+    // Each takes a fresh range from the recovered counter and its sidecars claim from it.
+    eventually(
+        LIMIT,
+        "both members claiming above the recovered counter",
+        || async {
+            for m in members {
+                if counter(&m.ns).await?.next <= next_after {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    let before: Vec<usize> = members.iter().map(|m| m.count()).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    issuing(&members, &before, "both joined the recovered hub")?;
+    Ok(Recovered {
+        driven,
+        backup_next,
+        held,
+        issued,
+        next_after,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

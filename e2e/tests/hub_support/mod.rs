@@ -133,6 +133,11 @@ impl Hub {
         Ok(Hub { ns, cluster })
     }
 
+    /// The control plane the hub's namespace is on.
+    pub fn cluster(&self) -> &'static Cluster {
+        self.cluster
+    }
+
     /// The hub's IdSpace, read by the hub's administrator.
     pub fn spaces(&self) -> Api<IdSpace> {
         Api::<IdSpace>::namespaced(self.ns.client.clone(), &self.ns.name)

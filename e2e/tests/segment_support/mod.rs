@@ -1,7 +1,10 @@
 //! The Segment members of the ID-space tests (docs/safety.md rule 22): a Segment IdSpace,
 //! a member joining it with its operator and sidecars issuing into Collectors, and the
-//! checks of what they issued (e2e `id_space_segment`, `id_space_segment_restore`).
+//! checks of what they issued (e2e `id_space_segment`, `id_space_segment_restore`); the
+//! hub's IdSpace restored from a backup ([`backup`]).
 #![allow(dead_code)]
+
+pub mod backup;
 
 use std::collections::HashSet;
 use std::time::Duration;

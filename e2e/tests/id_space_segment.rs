@@ -15,8 +15,17 @@
 //!   issuing (Ready=False `HubUnreachable`, then `Joined`); `a` cut off from the hub: both
 //!   keep issuing, a pod started in `a` meanwhile issues from the ranges `a` holds, and
 //!   `a`'s operator shows the values left (read from its counter, not the hub); `a` back,
-//!   `Joined`. Then every value: 0 duplicates. Meanwhile every query of the dashboard's
-//!   Segment ranges row returns a series on a real Prometheus scraping `a`'s operator.
+//!   `Joined`. The hub's IdSpace restored from a backup (`segment_support::backup`): kept
+//!   while both issue; `a`'s sidecar asked for values `after` its ranges until `a` issues
+//!   from a range taken after the backup; deleted and created from the kept copy (no UID or
+//!   resourceVersion). Both refuse it (`HubWentBack`), take nothing from it and keep
+//!   issuing; the real plugin's `hub recover` with both member kubeconfigs raises
+//!   `spec.segment.next` (its JSON `nextAfter`) above every range they hold and every value
+//!   they issued; each membership's `status.idSpaceUid` removed (the documented step), `b`
+//!   then `a` `Joined`, both claiming above the recovered counter. Then every value: 0
+//!   duplicates (with `hub recover` ignoring the members' holdings, `b` takes the values
+//!   `a` issued after the backup). Meanwhile every query of the dashboard's Segment ranges
+//!   row returns a series on a real Prometheus scraping `a`'s operator.
 //! - `rule22_broken_twin_*`: the hub's administrator deletes the IdSpace and creates it
 //!   again while `a` holds ranges (what `kubectl kubeflake hub recover` exists to avoid);
 //!   `b` joins the new one and is handed the values `a` issues: the same checker must find
@@ -44,9 +53,8 @@ use kubeflake_e2e::prometheus::{Prometheus, Target};
 use kubeflake_e2e::{Cluster, ClusterOptions};
 use operator_support::eventually;
 use plugin_support::plugin_json;
-use segment_support::{
-    LIMIT, Member, backup, counter, issuing, no_value_twice, repeated, segment_space,
-};
+use segment_support::backup::{self, Recovered};
+use segment_support::{LIMIT, Member, counter, issuing, no_value_twice, repeated, segment_space};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -220,38 +228,6 @@ async fn rule22_segment_members_issue_through_a_hub_outage_and_a_member_cut_off_
         started.elapsed()
     );
     Ok(())
-}
-
-/// What [`restored_and_recovered`] saw: the backup's counter, what both members held and
-/// had issued when `hub recover` ran, and the counter it wrote.
-struct Recovered {
-    /// What the first member's sidecar returned when asked for values `after` its ranges.
-    driven: Vec<u64>,
-    backup_next: u64,
-    held: u64,
-    issued: u64,
-    next_after: u64,
-}
-
-impl Recovered {
-    /// `hub recover` raised the counter above every value both members held and issued.
-    /// Checked after the duplicates, so that a recovery too low shows what it costs first.
-    fn check(&self) -> Result<()> {
-        let Recovered {
-            backup_next,
-            held,
-            issued,
-            next_after,
-            ..
-        } = self;
-        ensure!(
-            next_after >= held && next_after > issued && next_after > backup_next,
-            "hub recover raised segment.next from the backup's {backup_next} to {next_after}, \
-             not above every range the members hold (below {held}) and every value they \
-             issued (up to {issued})"
-        );
-        Ok(())
-    }
 }
 
 /// Rule 22, a Segment hub restored from a backup while its members issue: the IdSpace kept

@@ -8,7 +8,7 @@
 //! last an hour at the claim rate): [`issue_above`] asks one of its sidecars for values
 //! `after` the end of the range in use (docs/api.md), as a client passing an ID along does.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -112,7 +112,7 @@ pub async fn issue_above(m: &Member, value: u64) -> Result<Vec<u64>> {
         if c.next > value {
             return Ok(issued);
         }
-        anyhow::ensure!(
+        ensure!(
             std::time::Instant::now() < deadline,
             "{}: its counter at {} after {LIMIT:?}, not above {value}\n{}",
             m.name,
@@ -128,5 +128,37 @@ pub async fn issue_above(m: &Member, value: u64) -> Result<Vec<u64>> {
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// What the restore phase of e2e `id_space_segment` saw: the backup's counter, what both members held and
+/// had issued when `hub recover` ran, and the counter it wrote.
+pub struct Recovered {
+    /// What the first member's sidecar returned when asked for values `after` its ranges.
+    pub driven: Vec<u64>,
+    pub backup_next: u64,
+    pub held: u64,
+    pub issued: u64,
+    pub next_after: u64,
+}
+
+impl Recovered {
+    /// `hub recover` raised the counter above every value both members held and issued.
+    /// Checked after the duplicates, so that a recovery too low shows what it costs first.
+    pub fn check(&self) -> Result<()> {
+        let Recovered {
+            backup_next,
+            held,
+            issued,
+            next_after,
+            ..
+        } = self;
+        ensure!(
+            next_after >= held && next_after > issued && next_after > backup_next,
+            "hub recover raised segment.next from the backup's {backup_next} to {next_after}, \
+             not above every range the members hold (below {held}) and every value they \
+             issued (up to {issued})"
+        );
+        Ok(())
     }
 }

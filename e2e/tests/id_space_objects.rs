@@ -532,6 +532,23 @@ async fn the_hub_policy_lets_members_make_only_the_registry_transitions_for_them
         &["only its own entry of spec.registry.members"],
     )?;
     hub.join("prod", vec![]).await?;
+    // A new entry starts at the new revision (here 2), never at 1: a copy of an entry this
+    // cluster had before a `hub forget` must never match it (rule 21).
+    let (read, registry) = hub.read().await?;
+    let own = JoinRequest {
+        name: MemberName::new("dev")?,
+        ..request
+    };
+    let mut at_one = join(&hub.space, &registry, &own)?.registry.to_record();
+    for m in at_one.members.iter_mut().filter(|m| m.name == "dev") {
+        m.generation = 1;
+    }
+    ensure!(at_one.revision > 1, "{at_one:?}");
+    refused(
+        "dev joins at generation 1",
+        hub.write(&hub.dev, &read, at_one).await,
+        &["the new spec.registry.revision as its generation"],
+    )?;
     // dev ran as a lone cluster before: a pod holds slot 70 (block 1, now its claim) and
     // slot 130 (block 2) was used up to a fence, which becomes that free block's floor.
     let used = |slot, ago, held| SlotUse {

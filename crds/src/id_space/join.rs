@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::identity::{MemberId, MemberName};
-use super::registry::{BlockState, Claim, Grant, Member, Registry, grant_of};
+use super::registry::{BlockState, Claim, Grant, Member, Registry, first_generation, grant_of};
 use super::space::{BlockIndex, Space, SpaceSequence};
 use crate::layout::{DatacenterId, Layout, Slot, Tick};
 
@@ -171,10 +171,7 @@ pub fn join(space: &Space, registry: &Registry, req: &JoinRequest) -> Result<Joi
     }
     let used = used_blocks(space, req)?;
     let mut next = registry.changed();
-    // A new entry starts at the registry's new revision, above every generation any earlier
-    // entry of this cluster reached (a generation counts up with the revision, never
-    // faster): a copy of a forgotten entry never matches it (rule 21).
-    let generation = next.revision;
+    let generation = first_generation(next.revision);
     next.members.insert(
         req.id.clone(),
         Member {

@@ -34,10 +34,11 @@ pub enum HubCheck {
     /// lacks (the member's own records went back, an etcd restore, or a reply was lost; a
     /// copy from before a `hub forget` too: the entry made again starts above every
     /// generation the old one had), or the copy's generation is above the entry's while no
-    /// `hub recover` ran since the copy (defence in depth). Either way the copy is not to be trusted: take the hub's view;
-    /// before assigning a slot again, raise the fence of every free slot in the member's
-    /// blocks (the slot Leases may have gone back too). The member writes the hub before
-    /// its copy, so a current copy is never ahead of the hub.
+    /// `hub recover` ran since the copy (defence in depth). Either way the copy is not to
+    /// be trusted: take the hub's view; before assigning a slot again, raise the fence of
+    /// every free slot in the member's blocks (the slot Leases may have gone back too).
+    /// The member writes the hub before its copy, so a current copy is never ahead of the
+    /// hub.
     LocalBehind { local: u64, hub: u64 },
     /// The copy has seen a later registry than the hub serves: the hub's registry was
     /// restored from a backup. Claim and renew nothing; the hub must be recovered first.

@@ -24,6 +24,16 @@ use crate::layout::{DatacenterId, Tick};
 /// more writes than a hub takes in centuries (each is one member's transition, a few a
 /// minute per member), so it is above any revision a member saw after the backup.
 pub const RECOVERY_REVISION_STEP: u64 = 1 << 32;
+/// The generation a new member entry starts at, in the write that makes it (a join, also
+/// after `hub forget`): that write's revision. A generation counts up with the revision,
+/// never faster, so this lies above every generation an earlier entry of the same cluster
+/// reached, and a copy of a forgotten entry (an etcd snapshot of the member from before
+/// the forget) never matches it (docs/safety.md rules 21 and 22). The hub policy admits
+/// nothing else.
+pub fn first_generation(new_revision: u64) -> u64 {
+    new_revision.max(1)
+}
+
 /// The highest revision the IdSpace holds (`spec.registry.revision` is an `int64`).
 pub const MAX_REVISION: u64 = i64::MAX as u64;
 

@@ -30,6 +30,7 @@
 
 use super::identity::{MemberId, MemberName};
 use super::join::JoinError;
+use super::registry::first_generation;
 use super::resource::{MemberRecord, RegistryRecord};
 
 /// What comparing the membership's status with the member's entry on the hub found.
@@ -110,7 +111,7 @@ pub fn count_up(
                 datacenter_id: 0,
                 generation: 0,
             });
-            u64::try_from(next.revision).unwrap_or(0).max(1)
+            first_generation(u64::try_from(next.revision).unwrap_or(0))
         }
     };
     for m in next.members.iter_mut().filter(|m| m.id == id.as_str()) {
